@@ -1,0 +1,88 @@
+"""AWS sessions and clients, and the classification of AWS failures.
+
+Endpoints are never set here: boto3's own AWS_ENDPOINT_URL* variables point sqsjkr at moto, ElasticMQ or LocalStack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from .errors import ResourceMissingError
+
+#: Error codes that mean "try again later" rather than "this request is wrong".
+TRANSIENT_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "ServiceUnavailable",
+        "InternalError",
+        "InternalFailure",
+        "InternalServerError",
+    }
+)
+
+
+def make_session(*, region: str, profile: str | None = None) -> boto3.session.Session:
+    """A session for the configured region and, when set, the shared-credentials profile."""
+    return boto3.session.Session(profile_name=profile or None, region_name=region)
+
+
+def make_client(session: boto3.session.Session, service: str, *, max_pool: int = 10) -> Any:
+    """A client whose connection pool fits every worker, with botocore's standard retries."""
+    config = BotoConfig(
+        retries={"mode": "standard", "max_attempts": 3},
+        max_pool_connections=max(10, max_pool),
+        connect_timeout=5,
+        # Long polls hold a connection for up to 20 s; the read timeout must outlast them.
+        read_timeout=40,
+    )
+    return session.client(service, config=config)
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a ClientError, or "" for anything else."""
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures worth retrying: connection errors, throttling, 5xx."""
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return error_code(exc) in TRANSIENT_CODES or int(status or 0) >= 500
+    # Missing credentials or an unknown profile are BotoCoreErrors too, but retrying will not help.
+    return isinstance(exc, (BotoConnectionError, HTTPClientError))
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line account of an AWS failure for the log."""
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        return f"{error.get('Code', 'Error')}: {error.get('Message', '')}".rstrip(": ")
+    return f"{type(exc).__name__}: {exc}"
+
+
+def conditional_put(client: Any, table: str, item: dict[str, Any], condition: str) -> bool:
+    """PutItem under condition: False when the condition fails; a missing table is named clearly."""
+    try:
+        client.put_item(TableName=table, Item=item, ConditionExpression=condition)
+    except ClientError as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            return False
+        if error_code(exc) == "ResourceNotFoundException":
+            raise ResourceMissingError(
+                f"DynamoDB table {table!r} not found (check [lock] table or --lock-table, "
+                "and the region)"
+            ) from exc
+        raise
+    return True

@@ -1,0 +1,305 @@
+"""The `sqsjkr` command: run the daemon, run it locally on an embedded AWS endpoint, send a job.
+
+The Go binary's flags (`sqsjkr -conf PATH ...`) are translated to `sqsjkr run` so unit files keep working.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any, Callable
+
+import click
+from botocore.exceptions import BotoCoreError, ClientError
+
+from . import __version__
+from .aws import describe, make_client, make_session
+from .config import DEFAULT_CONFIG_PATH, Config, Overrides, load_config
+from .errors import ConfigError, InvalidJobError, SqsjkrError
+from .job import build_body, parse_job
+
+log = logging.getLogger("sqsjkr.cli")
+
+#: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.
+GO_VALUE_FLAGS = {
+    "conf": "--conf",
+    "lock-table": "--lock-table",
+    "log-level": "--log-level",
+    "profile": "--profile",
+    "region": "--region",
+    "stats-port": "--stats-port",
+    "stats-socket": "--stats-socket",
+}
+
+LOG_LEVELS = {
+    "error": logging.ERROR,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "info": logging.INFO,
+    "debug": logging.DEBUG,
+}
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+class UsageFailure(click.UsageError):
+    """A bad command line, reported on one line."""
+
+
+def translate_go_args(args: Sequence[str]) -> list[str]:
+    """Turn the Go binary's command line into ours; leave any other command line alone.
+
+    Go's flag package accepts -flag, --flag, -flag=value and -flag value; no arguments runs the daemon.
+    """
+    if not args:
+        return ["run"]
+    name = args[0].lstrip("-").split("=", 1)[0]
+    if not args[0].startswith("-") or (name not in GO_VALUE_FLAGS and name != "version"):
+        return list(args)
+    translated = ["run"]
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if not arg.startswith("-") or arg in ("-", "--"):
+            raise UsageFailure(f"unexpected argument {arg!r}")
+        name, has_value, value = arg.lstrip("-").partition("=")
+        if name == "version":
+            return ["--version"]
+        if name not in GO_VALUE_FLAGS:
+            raise UsageFailure(f"flag provided but not defined: -{name}")
+        if not has_value:
+            if not rest:
+                raise UsageFailure(f"flag needs an argument: -{name}")
+            value = rest.pop(0)
+        translated += [GO_VALUE_FLAGS[name], value]
+    return translated
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=LOG_LEVELS[level],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    # botocore's debug output prints request bodies, and with them job environments; the
+    # embedded moto server logs every request.
+    for noisy in ("botocore", "boto3", "urllib3", "werkzeug"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def install_stop_signals(stop: threading.Event) -> Callable[[], None]:
+    """Make the stop signals set stop; returns a function that restores the old handlers."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            log.warning("%s received again: still waiting for running jobs to finish", name)
+        else:
+            log.info("%s received: stopping", name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
+
+
+def load(conf: str, overrides: Overrides | None = None) -> Config:
+    try:
+        return load_config(conf, overrides=overrides or Overrides())
+    except ConfigError as exc:
+        raise UsageFailure(str(exc)) from exc
+
+
+conf_option = click.option(
+    "--conf",
+    "-c",
+    default=DEFAULT_CONFIG_PATH,
+    show_default=True,
+    metavar="PATH",
+    help="Config file (TOML, the Go sqsjkr format).",
+)
+log_level_option = click.option(
+    "--log-level",
+    type=click.Choice(list(LOG_LEVELS), case_sensitive=False),
+    default="info",
+    show_default=True,
+)
+profile_option = click.option(
+    "--profile", help="AWS credentials profile (overrides [account] profile)."
+)
+region_option = click.option("--region", help="AWS region (overrides [account] region).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="sqsjkr", message="%(prog)s %(version)s")
+def cli() -> None:
+    """SQS Job Kicker: run the jobs a schedule puts on an SQS queue, once, on one host of a fleet."""
+
+
+@cli.command()
+@conf_option
+@click.option("--lock-table", metavar="NAME", help="DynamoDB table (overrides [lock] table).")
+@log_level_option
+@profile_option
+@region_option
+@click.option(
+    "--stats-port", type=click.IntRange(0, 65535), help="Stats HTTP port (overrides the file)."
+)
+@click.option("--stats-socket", metavar="PATH", help="Serve stats on this unix socket instead.")
+def run(
+    conf: str,
+    lock_table: str | None,
+    log_level: str,
+    profile: str | None,
+    region: str | None,
+    stats_port: int | None,
+    stats_socket: str | None,
+) -> None:
+    """Run the daemon."""
+    from .service import serve
+
+    setup_logging(log_level.lower())
+    config = load(
+        conf,
+        Overrides(
+            lock_table=lock_table,
+            profile=profile,
+            region=region,
+            stats_port=stats_port,
+            stats_socket=stats_socket,
+        ),
+    )
+    stop = threading.Event()
+    restore = install_stop_signals(stop)
+    try:
+        log.info("sqsjkr %s starting with %s", __version__, conf)
+        serve(config, stop)
+    finally:
+        restore()
+
+
+@cli.command()
+@click.option("--demo", is_flag=True, help="Also send sample jobs and watch them run.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=0, help="Port of the embedded AWS endpoint."
+)
+@click.option("--stats-port", type=click.IntRange(0, 65535), default=8061, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 1000), default=4, show_default=True)
+@log_level_option
+def local(demo: bool, port: int, stats_port: int, workers: int, log_level: str) -> None:
+    """Run the daemon on an embedded local AWS endpoint (moto), with its queue and table."""
+    from .local import run_local
+
+    setup_logging(log_level.lower())
+    stop = threading.Event()
+    restore = install_stop_signals(stop)
+    try:
+        run_local(stop, demo=demo, port=port, stats_port=stats_port, workers=workers)
+    finally:
+        restore()
+
+
+def parse_env(values: Sequence[str]) -> dict[str, str]:
+    envs = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageFailure(f"--env {item!r}: expected KEY=VALUE")
+        envs[key] = value
+    return envs
+
+
+def life_time_value(text: str | None) -> int | str | None:
+    if text is None:
+        return None
+    return int(text) if text.isdigit() else text
+
+
+@cli.command()
+@conf_option
+@profile_option
+@region_option
+@click.option("--command", help="Shell command to run (sh -c).")
+@click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Job environment; repeat.")
+@click.option("--event-id", help="Name of the schedule (default: the message id).")
+@click.option("--lock-id", help="Jobs with one lock_id never run at once.")
+@click.option("--life-time", help='Cancel when older: seconds or a duration ("90s", "1h30m").')
+@click.option("--abort-if-locked", is_flag=True, help="Give up at once when the lock is held.")
+@click.option("--disable-life-time-trigger", is_flag=True)
+@click.option("--delay", type=click.IntRange(0, 900), default=0, help="SQS DelaySeconds.")
+@click.option("--body", help="The whole message as JSON, instead of the options above.")
+def send(
+    conf: str,
+    profile: str | None,
+    region: str | None,
+    command: str | None,
+    envs: tuple[str, ...],
+    event_id: str | None,
+    lock_id: str | None,
+    life_time: str | None,
+    abort_if_locked: bool,
+    disable_life_time_trigger: bool,
+    delay: int,
+    body: str | None,
+) -> None:
+    """Validate a job and put it on the queue; prints the message id."""
+    from .sqs import resolve_queue_url
+
+    built_from_options = any(
+        [command, envs, event_id, lock_id, life_time, abort_if_locked, disable_life_time_trigger]
+    )
+    if body is not None and built_from_options:
+        raise UsageFailure("give either --body or the job options (--command, ...), not both")
+    if body is None:
+        if command is None:
+            raise UsageFailure("--command or --body is required")
+        body = build_body(
+            command,
+            envs=parse_env(envs),
+            event_id=event_id,
+            lock_id=lock_id,
+            life_time=life_time_value(life_time),
+            abort_if_locked=abort_if_locked,
+            disable_life_time_trigger=disable_life_time_trigger,
+        )
+    try:
+        parse_job(body, message_id="(not sent)", sent_at=0.0)
+    except InvalidJobError as exc:
+        raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
+    config = load(conf, Overrides(profile=profile, region=region))
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    sqs = make_client(session, "sqs")
+    queue_url = resolve_queue_url(sqs, config.sqs.queue_name, config.account.id)
+    response = sqs.send_message(QueueUrl=queue_url, MessageBody=body, DelaySeconds=delay)
+    click.echo(response["MessageId"])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point: one-line errors, exit 2 for a bad command line or config, 1 for a failure."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result: Any = cli.main(
+            args=translate_go_args(args), prog_name="sqsjkr", standalone_mode=False
+        )
+    except click.UsageError as exc:
+        click.echo(f"sqsjkr: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"sqsjkr: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(1)
+    except (SqsjkrError, BotoCoreError, ClientError) as exc:
+        message = describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else str(exc)
+        click.echo(f"sqsjkr: error: {message}", err=True)
+        sys.exit(1)
+    sys.exit(result if isinstance(result, int) else 0)

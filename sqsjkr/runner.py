@@ -1,0 +1,110 @@
+"""Running a job's command: `sh -c COMMAND` with the job's environment, output streamed to the log.
+
+JobRunner is the seam (a future HTTP runner is another implementation); ShellRunner runs shell commands.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import IO, Callable, Protocol
+
+from .job import Job, trigger_line
+
+log = logging.getLogger("sqsjkr.runner")
+output_log = logging.getLogger("sqsjkr.output")
+
+#: Longest piece of output logged as one line; longer lines are split, so memory stays bounded
+#: whatever a job prints.
+MAX_LINE_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a command ended."""
+
+    exit_code: int  # negative: killed by that signal; 127 when it could not be started
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class JobRunner(Protocol):
+    """Runs a job to completion."""
+
+    def run(self, job: Job) -> RunResult:
+        """Run job and wait for it to end."""
+
+
+def stream_lines(stream: IO[bytes], emit: Callable[[str], None]) -> None:
+    """Pass each line of stream to emit, cut at MAX_LINE_BYTES, never holding more than one line."""
+    for chunk in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
+        emit(chunk.decode("utf-8", errors="replace").rstrip("\r\n"))
+
+
+class ShellRunner:
+    """Runs `sh -c COMMAND` in its own session, with the daemon's environment plus the job's."""
+
+    def __init__(self, base_env: Mapping[str, str] | None = None) -> None:
+        self._base_env = dict(os.environ if base_env is None else base_env)
+
+    def run(self, job: Job) -> RunResult:
+        tag = f"[{job.event_id} {job.message_id}]"
+        return run_shell(
+            job.command,
+            env={**self._base_env, **job.envs},
+            emit=lambda line: output_log.info("%s %s", tag, line),
+        )
+
+
+def run_trigger(trigger: str, job: Job, *, env: Mapping[str, str] | None = None) -> RunResult:
+    """The life_time trigger: `sh -c TRIGGER` with the Go daemon's line about job on its stdin."""
+    return run_shell(
+        trigger,
+        env=os.environ if env is None else env,
+        emit=lambda line: output_log.info("[life_time_trigger %s] %s", job.message_id, line),
+        stdin=trigger_line(job) + "\n",
+    )
+
+
+def run_shell(
+    command: str,
+    *,
+    env: Mapping[str, str],
+    emit: Callable[[str], None],
+    stdin: str | None = None,
+) -> RunResult:
+    """Run command under sh, streaming its stdout and stderr (merged, as the Go daemon did) to emit."""
+    started = time.monotonic()
+    try:
+        # A session of its own: a Ctrl-C aimed at the daemon's terminal must not kill the
+        # jobs it is draining.
+        proc = subprocess.Popen(
+            ["sh", "-c", command],
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            start_new_session=True,
+        )
+    except OSError as exc:
+        log.error("could not start sh for command %r: %s", command, exc)
+        return RunResult(exit_code=127, seconds=time.monotonic() - started)
+    assert proc.stdout is not None
+    if stdin is not None:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(stdin.encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the command did not read its input; that is its business
+    with proc.stdout:
+        stream_lines(proc.stdout, emit)
+    exit_code = proc.wait()
+    return RunResult(exit_code=exit_code, seconds=time.monotonic() - started)

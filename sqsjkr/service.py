@@ -1,0 +1,116 @@
+"""Assembles a running daemon from a Config: AWS clients, backends, the stats server and the loop.
+
+`sqsjkr run` and `sqsjkr local` both start the daemon through serve().
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from .aws import describe, is_transient, make_client, make_session
+from .config import Config
+from .daemon import Backoff, Kicker, KickerSettings
+from .dedupe import DedupeStore, DynamoDedupe, NoopDedupe
+from .errors import SqsjkrError
+from .locks import DynamoLocker, Locker, NoopLocker
+from .runner import ShellRunner
+from .sqs import SqsSource, resolve_queue_url
+from .stats import Stats, StatsServer
+
+log = logging.getLogger("sqsjkr.service")
+
+T = TypeVar("T")
+
+
+class StartupError(SqsjkrError):
+    """The daemon cannot start: a missing queue, bad credentials, a stats address in use."""
+
+
+def serve(config: Config, stop: threading.Event) -> None:
+    """Run the daemon until stop is set and its running jobs have finished."""
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    pool = config.kicker.max_concurrent_num + 2
+    sqs = make_client(session, "sqs", max_pool=pool)
+    queue_url = _retry_at_startup(
+        lambda: resolve_queue_url(sqs, config.sqs.queue_name, config.account.id),
+        f"looking up SQS queue {config.sqs.queue_name!r}",
+        stop,
+    )
+    if queue_url is None:
+        return
+    source = SqsSource(
+        sqs,
+        queue_url,
+        wait_time_seconds=config.sqs.wait_time_seconds,
+        visibility_timeout=config.sqs.visibility_timeout,
+    )
+    dedupe = _dedupe(config, source, session, pool, stop)
+    if dedupe is None:
+        return
+    locker: Locker = NoopLocker()
+    if config.lock.backend == "dynamodb":
+        locker = DynamoLocker(make_client(session, "dynamodb", max_pool=pool), config.lock.table)
+    stats = Stats(config.kicker.max_concurrent_num)
+    server = _start_stats_server(config, stats)
+    kicker = Kicker(
+        source,
+        dedupe=dedupe,
+        locker=locker,
+        runner=ShellRunner(),
+        stats=stats,
+        settings=KickerSettings(
+            max_workers=config.kicker.max_concurrent_num,
+            life_time_trigger=config.kicker.life_time_trigger,
+            lock_retry_interval=config.lock.retry_interval.seconds,
+        ),
+    )
+    log.info("queue %s, lock table %r", queue_url, config.lock.table)
+    try:
+        kicker.run(stop)
+    finally:
+        server.close()
+
+
+def _dedupe(
+    config: Config, source: SqsSource, session: Any, pool: int, stop: threading.Event
+) -> DedupeStore | None:
+    if config.dedupe.backend == "none":
+        return NoopDedupe()
+    retention = _retry_at_startup(
+        source.retention_seconds, "reading the queue's MessageRetentionPeriod", stop
+    )
+    if retention is None:
+        return None
+    client = make_client(session, "dynamodb", max_pool=pool)
+    return DynamoDedupe(client, config.lock.table, retention_seconds=retention)
+
+
+def _start_stats_server(config: Config, stats: Stats) -> StatsServer:
+    server = StatsServer(
+        stats,
+        host=config.kicker.stats_host,
+        port=config.kicker.stats_port,
+        socket_path=config.kicker.stats_socket,
+    )
+    server.start()
+    log.info("stats on %s", server.address)
+    return server
+
+
+def _retry_at_startup(call: Callable[[], T], what: str, stop: threading.Event) -> T | None:
+    """Retry transient failures (the network may come up after the daemon); fail fast otherwise."""
+    backoff = Backoff()
+    while not stop.is_set():
+        try:
+            return call()
+        except (BotoCoreError, ClientError) as exc:
+            if not is_transient(exc):
+                raise StartupError(f"{what}: {describe(exc)}") from exc
+            delay = backoff.next_delay()
+            log.error("%s failed (%s); retrying in %.1fs", what, describe(exc), delay)
+            stop.wait(delay)
+    return None

@@ -1,0 +1,219 @@
+"""Fixtures: a real moto server over HTTP, a fresh queue and table per test, and a daemon subprocess.
+
+Everything talks to moto through boto3's own AWS_ENDPOINT_URL variable, as users of ElasticMQ or LocalStack would.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from sqsjkr.local import LOCAL_ACCOUNT, create_table
+
+REGION = "us-east-1"
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll predicate until it returns something truthy; fail the test after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The environment of this process and of every daemon started by the test."""
+    values = {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    for key in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL_SQS",
+        "AWS_ENDPOINT_URL_DYNAMODB",
+    ):
+        monkeypatch.delenv(key, raising=False)
+    return values
+
+
+@dataclass
+class Aws:
+    """A queue and a table of this test's own on the moto server."""
+
+    sqs: Any
+    dynamodb: Any
+    queue_name: str
+    queue_url: str
+    table: str
+
+    def send(self, body: str | dict[str, Any], delay: int = 0) -> str:
+        text = body if isinstance(body, str) else json.dumps(body)
+        response = self.sqs.send_message(
+            QueueUrl=self.queue_url, MessageBody=text, DelaySeconds=delay
+        )
+        return str(response["MessageId"])
+
+    def item(self, id_: str, type_: str) -> dict[str, Any] | None:
+        response = self.dynamodb.get_item(
+            TableName=self.table, Key={"Id": {"S": id_}, "Type": {"S": type_}}, ConsistentRead=True
+        )
+        return response.get("Item")
+
+    def queue_counts(self) -> tuple[int, int]:
+        """(visible, in flight) messages."""
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=self.queue_url,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return (
+            int(attrs["ApproximateNumberOfMessages"]),
+            int(attrs["ApproximateNumberOfMessagesNotVisible"]),
+        )
+
+
+@pytest.fixture
+def aws(aws_env: dict[str, str]) -> Aws:
+    suffix = uuid.uuid4().hex[:10]
+    sqs = boto3.client("sqs", region_name=REGION)
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    queue_name = f"jobs-{suffix}"
+    queue_url = sqs.create_queue(QueueName=queue_name)["QueueUrl"]
+    table = f"sqsjkr-{suffix}"
+    create_table(dynamodb, table)
+    return Aws(sqs, dynamodb, queue_name, queue_url, table)
+
+
+def config_text(aws: Aws, *, stats: str, **kicker: Any) -> str:
+    """A config file for aws; stats is a `stats_port = N` or `stats_socket = "..."` line."""
+    kicker.setdefault("max_concurrent_num", 4)
+    kicker_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in kicker.items())
+    return f"""
+[account]
+id = "{LOCAL_ACCOUNT}"
+region = "{REGION}"
+
+[sqs]
+queue_name = "{aws.queue_name}"
+wait_time_seconds = 1
+
+[kicker]
+{kicker_lines}
+{stats}
+
+[lock]
+table = "{aws.table}"
+retry_interval = "0.1s"
+"""
+
+
+class Daemon:
+    """`sqsjkr` started as a real subprocess; its log goes to a file the test can poll."""
+
+    def __init__(self, args: list[str], env: dict[str, str], workdir: Path) -> None:
+        self.log_path = workdir / f"daemon-{uuid.uuid4().hex[:6]}.log"
+        self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - outlives __init__; closed in stop()/kill()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sqsjkr", *args],
+            cwd=workdir,
+            env={**os.environ, **env},
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float = 15.0) -> None:
+        def seen() -> bool:
+            if self.proc.poll() is not None and text not in self.log:
+                raise AssertionError(
+                    f"daemon exited ({self.proc.returncode}) before logging {text!r}:\n{self.log}"
+                )
+            return text in self.log
+
+        try:
+            wait_until(seen, timeout, f"log line {text!r}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- daemon log ---\n{self.log}") from None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log_file.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log_file.close()
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path, aws_env: dict[str, str]) -> Iterator[Callable[..., Daemon]]:
+    started: list[Daemon] = []
+
+    def start(*args: str, wait_ready: bool = True) -> Daemon:
+        daemon = Daemon(list(args), aws_env, tmp_path)
+        started.append(daemon)
+        if wait_ready:
+            daemon.wait_for_log("receiving with")
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.kill()
+
+
+def http_get_json(port: int, path: str) -> Any:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        assert response.status == 200, response.status
+        return json.loads(response.read())
+    finally:
+        conn.close()
