@@ -1,0 +1,25 @@
+# The two commands of the README: `make demo` (watch sqsjkr run on an embedded local AWS endpoint)
+# and `make test` (set up and run the test suite). Both create .venv on first use.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint clean
+
+$(BIN)/sqsjkr: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+demo: $(BIN)/sqsjkr
+	$(BIN)/sqsjkr local --demo
+
+test: $(BIN)/sqsjkr
+	$(BIN)/ruff check sqsjkr tests benchmarks
+	$(BIN)/ruff format --check sqsjkr tests benchmarks
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache

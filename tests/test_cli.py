@@ -1,0 +1,203 @@
+"""The `sqsjkr` command line: Go flag spelling, exit codes and one-line errors, `send`, `local --demo`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from sqsjkr import __version__
+from sqsjkr.cli import UsageFailure, translate_go_args
+
+from .conftest import Aws, Daemon, config_text, free_port, http_get_json, wait_until
+
+
+def sqsjkr(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "sqsjkr", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], ["run"]),
+        (["-conf", "c.toml"], ["run", "--conf", "c.toml"]),
+        (["--conf=c.toml", "-lock-table", "t"], ["run", "--conf", "c.toml", "--lock-table", "t"]),
+        (
+            ["-conf", "c", "-log-level", "debug", "-profile", "p", "-region", "r"],
+            ["run", "--conf", "c", "--log-level", "debug", "--profile", "p", "--region", "r"],
+        ),
+        (["-stats-port=9000"], ["run", "--stats-port", "9000"]),
+        (["-stats-socket", "/s"], ["run", "--stats-socket", "/s"]),
+        (["-version"], ["--version"]),
+        (["--version"], ["--version"]),
+        (["run", "-c", "x"], ["run", "-c", "x"]),
+        (["send", "--command", "true"], ["send", "--command", "true"]),
+        (["--help"], ["--help"]),
+    ],
+)
+def test_go_flags_are_translated(argv: list[str], expected: list[str]) -> None:
+    assert translate_go_args(argv) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-conf", "c", "-bogus"], "flag provided but not defined: -bogus"),
+        (["-conf"], "flag needs an argument: -conf"),
+        (["-conf", "c", "extra"], "unexpected argument 'extra'"),
+    ],
+)
+def test_bad_go_flags_are_usage_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageFailure, match=message):
+        translate_go_args(argv)
+
+
+@pytest.mark.parametrize("flag", ["--version", "-version"])
+def test_version(flag: str) -> None:
+    result = sqsjkr(flag)
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"sqsjkr {__version__}"
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_missing_config_exits_2_with_one_line(tmp_path: Path) -> None:
+    result = sqsjkr("run", "-c", str(tmp_path / "nope.toml"))
+    assert result.returncode == 2
+    assert "nope.toml not found" in one_line_error(result)
+
+
+def test_go_spelling_reports_config_errors_the_same_way(tmp_path: Path) -> None:
+    result = sqsjkr("-conf", str(tmp_path / "nope.toml"))
+    assert result.returncode == 2
+    assert "nope.toml not found" in one_line_error(result)
+
+
+def test_config_error_names_the_field(tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text(
+        '[account]\nid = "1"\nregion = "r"\n[sqs]\nqueue_name = "q"\n'
+        '[kicker]\nstats_port = 1\nstats_socket = "/tmp/s"\n'
+    )
+    result = sqsjkr("run", "-c", str(conf))
+    assert result.returncode == 2
+    line = one_line_error(result)
+    assert "stats_port" in line and "stats_socket" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["run", "--stats-port", "x"], "--stats-port"),
+        (["run", "--log-level", "loud"], "--log-level"),
+        (["run", "--no-such-option"], "--no-such-option"),
+        (["-conf", "c", "-nope"], "-nope"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(args: list[str], text: str) -> None:
+    result = sqsjkr(*args)
+    assert result.returncode == 2
+    assert text in one_line_error(result)
+
+
+def write_conf(tmp_path: Path, aws: Aws) -> Path:
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 8061"))
+    return conf
+
+
+def receive_bodies(aws: Aws) -> list[dict[str, object]]:
+    response = aws.sqs.receive_message(QueueUrl=aws.queue_url, MaxNumberOfMessages=10)
+    return [json.loads(m["Body"]) for m in response.get("Messages", [])]
+
+
+def test_send_builds_the_message_from_options(tmp_path: Path, aws: Aws) -> None:
+    result = sqsjkr(
+        "send", "-c", str(write_conf(tmp_path, aws)),
+        "--command", "echo $A", "--env", "A=1", "--env", "B=x=y",
+        "--event-id", "ev", "--lock-id", "L", "--life-time", "90",
+        "--abort-if-locked",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    message_id = result.stdout.strip()
+    response = aws.sqs.receive_message(QueueUrl=aws.queue_url)
+    (message,) = response["Messages"]
+    assert message["MessageId"] == message_id
+    assert json.loads(message["Body"]) == {
+        "command": "echo $A",
+        "envs": {"A": "1", "B": "x=y"},
+        "event_id": "ev",
+        "lock_id": "L",
+        "life_time": 90,
+        "abort_if_locked": True,
+    }
+
+
+def test_send_takes_a_whole_body_and_a_delay(tmp_path: Path, aws: Aws) -> None:
+    body = '{"command": "true", "life_time": "1h30m"}'
+    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", body, "--delay", "1")
+    assert result.returncode == 0, result.stderr
+    assert receive_bodies(aws) == []  # still delayed
+    wait_until(lambda: receive_bodies(aws) == [json.loads(body)], what="delayed message")
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["--body", '{"command": 1}'], 'invalid job, nothing sent: field "command"'),
+        (["--command", "true", "--life-time", "soon"], 'field "life_time"'),
+        (["--command", "true", "--env", "NOEQUALS"], "--env 'NOEQUALS': expected KEY=VALUE"),
+        (["--body", "{}", "--command", "true"], "either --body or the job options"),
+        ([], "--command or --body is required"),
+    ],
+)
+def test_send_refuses_invalid_jobs_and_sends_nothing(
+    tmp_path: Path, aws: Aws, args: list[str], text: str
+) -> None:
+    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), *args)
+    assert result.returncode == 2
+    assert text in one_line_error(result)
+    assert aws.queue_counts() == (0, 0)
+
+
+def test_local_demo_shows_every_behaviour(
+    start_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    port = free_port()
+    daemon = start_daemon("local", "--demo", "--stats-port", str(port), wait_ready=False)
+    for line in (
+        "Send a job from another shell",
+        "hello, newcomer",
+        "waits for lock 'report'",
+        "aborted: lock 'report' is held",
+        "report 2: ran once report 1 released the lock",
+        "ALERT life_time exceeded: job_id:",
+        "invalid message",
+        "errored with exit code 3",
+    ):
+        daemon.wait_for_log(line, timeout=30)
+    wait_until(
+        lambda: (
+            http_get_json(port, "/stats/metrics/v2")["invocations"]
+            == {"succeeded": 3, "failed": 3, "errored": 1, "duplicates": 0}
+        ),
+        what="demo stats",
+    )
+    assert daemon.stop(signal.SIGINT) == 0
