@@ -30,8 +30,17 @@ class StartupError(SqsjkrError):
     """The daemon cannot start: a missing queue, bad credentials, a stats address in use."""
 
 
-def serve(config: Config, stop: threading.Event) -> None:
-    """Run the daemon until stop is set and its running jobs have finished."""
+def serve(
+    config: Config,
+    stop: threading.Event,
+    *,
+    locker: Locker | None = None,
+    dedupe: DedupeStore | None = None,
+) -> None:
+    """Run the daemon until stop is set and its running jobs have finished.
+
+    locker and dedupe replace the backends the config selects (for embedding sqsjkr in Python).
+    """
     session = make_session(region=config.account.region, profile=config.account.profile)
     pool = config.kicker.max_concurrent_num + 2
     sqs = make_client(session, "sqs", max_pool=pool)
@@ -48,12 +57,15 @@ def serve(config: Config, stop: threading.Event) -> None:
         wait_time_seconds=config.sqs.wait_time_seconds,
         visibility_timeout=config.sqs.visibility_timeout,
     )
-    dedupe = _dedupe(config, source, session, pool, stop)
+    dedupe = dedupe or _dedupe(config, source, session, pool, stop)
     if dedupe is None:
         return
-    locker: Locker = NoopLocker()
-    if config.lock.backend == "dynamodb":
-        locker = DynamoLocker(make_client(session, "dynamodb", max_pool=pool), config.lock.table)
+    if locker is None:
+        locker = NoopLocker()
+        if config.lock.backend == "dynamodb":
+            locker = DynamoLocker(
+                make_client(session, "dynamodb", max_pool=pool), config.lock.table
+            )
     stats = Stats(config.kicker.max_concurrent_num)
     server = _start_stats_server(config, stats)
     kicker = Kicker(

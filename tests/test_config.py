@@ -24,10 +24,10 @@ from sqsjkr.config import (
     SqsConfig,
     load_config,
     parse_config,
-    render_template,
 )
 from sqsjkr.duration import Duration, duration_value
 from sqsjkr.errors import ConfigError
+from sqsjkr.template import render_template
 
 if sys.version_info >= (3, 11):
     import tomllib
