@@ -292,3 +292,23 @@ def test_missing_queue_fails_fast_naming_it(start_daemon: Start, tmp_path: Path,
     daemon = start_daemon("run", "-c", str(conf), wait_ready=False)
     assert daemon.proc.wait(20) == 1
     assert "SQS queue 'no-such-queue'" in daemon.log
+
+
+def test_none_backends_write_nothing_to_dynamodb(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    port = free_port()
+    conf = tmp_path / "config.toml"
+    text = config_text(aws, stats=f"stats_port = {port}").replace(
+        "[lock]\n", '[lock]\nbackend = "none"\n'
+    )
+    conf.write_text(text + '\n[dedupe]\nbackend = "none"\n')
+    start_daemon("run", "-c", str(conf))
+    message_id = aws.send(
+        {"command": "touch started; while [ ! -f release ]; do sleep 0.05; done", "lock_id": "L"}
+    )
+    wait_until(lambda: (tmp_path / "started").exists(), what="job started")
+    assert aws.item("L", "lock") is None
+    (tmp_path / "release").touch()
+    wait_until(invocations(port, succeeded=1), what="job done")
+    assert aws.item(message_id, "throttle") is None
