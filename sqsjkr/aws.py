@@ -39,7 +39,7 @@ def make_session(*, region: str, profile: str | None = None) -> boto3.session.Se
 def make_client(session: boto3.session.Session, service: str, *, max_pool: int = 10) -> Any:
     """A client whose connection pool fits every worker, with botocore's standard retries."""
     config = BotoConfig(
-        retries={"mode": "standard", "max_attempts": 3},
+        retries={"mode": "standard"},  # three attempts in all, with jittered backoff
         max_pool_connections=max(10, max_pool),
         connect_timeout=5,
         # Long polls hold a connection for up to 20 s; the read timeout must outlast them.

@@ -5,8 +5,11 @@ JobRunner is the seam (a future HTTP runner is another implementation); ShellRun
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import logging
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Mapping
@@ -44,8 +47,16 @@ class JobRunner(Protocol):
 
 def stream_lines(stream: IO[bytes], emit: Callable[[str], None]) -> None:
     """Pass each line of stream to emit, cut at MAX_LINE_BYTES, never holding more than one line."""
+    # Incremental, so a character split by a cut is not garbled.
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    cut = False
     for chunk in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
-        emit(chunk.decode("utf-8", errors="replace").rstrip("\r\n"))
+        ends_line = chunk.endswith(b"\n")
+        text = decoder.decode(chunk, final=ends_line).rstrip("\r\n")
+        # A line of exactly MAX_LINE_BYTES leaves only its newline for the next read.
+        if text or not cut:
+            emit(text)
+        cut = not ends_line
 
 
 class ShellRunner:
@@ -87,6 +98,8 @@ def run_shell(
         # jobs it is draining.
         proc = subprocess.Popen(
             ["sh", "-c", command],
+            # sh is found on the daemon's PATH, not on a PATH the job sets for itself.
+            executable=shutil.which("sh"),
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -99,11 +112,9 @@ def run_shell(
     assert proc.stdout is not None
     if stdin is not None:
         assert proc.stdin is not None
-        try:
+        # A command that does not read its input is its business, not an error.
+        with contextlib.suppress(BrokenPipeError), proc.stdin:
             proc.stdin.write(stdin.encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass  # the command did not read its input; that is its business
     with proc.stdout:
         stream_lines(proc.stdout, emit)
     exit_code = proc.wait()
