@@ -22,7 +22,7 @@ from .errors import InvalidJobError, ResourceMissingError
 from .job import Job, is_expired, parse_job
 from .locks import Locker
 from .runner import JobRunner, RunResult, run_trigger
-from .sqs import Message, MessageSource
+from .sqs import MAX_BATCH, Message, MessageSource
 from .stats import Outcome, Stats
 
 log = logging.getLogger("sqsjkr.daemon")
@@ -38,6 +38,12 @@ class KickerSettings:
     max_workers: int = 20
     life_time_trigger: str | None = None
     lock_retry_interval: float = 5.0
+    #: After a full receive (a backlog), wait up to this long for a batch's worth of free workers,
+    #: so that one ReceiveMessage serves many jobs.
+    gather_window: float = 0.5
+    #: Deletes wait up to this long to share a DeleteMessageBatch; keep it well below the
+    #: visibility timeout (a redelivery in between is caught by dedupe).
+    delete_window: float = 10.0
 
 
 class Backoff:
@@ -55,6 +61,35 @@ class Backoff:
 
     def reset(self) -> None:
         self._failures = 0
+
+
+class PendingDeletes:
+    """Messages to delete, sent in full DeleteMessageBatch calls or once the oldest has waited."""
+
+    def __init__(self, source: MessageSource, window: float) -> None:
+        self._source = source
+        self._window = window
+        self._messages: list[Message] = []
+        self._since = 0.0
+
+    def add(self, messages: Sequence[Message]) -> None:
+        if messages and not self._messages:
+            self._since = time.monotonic()
+        self._messages.extend(messages)
+
+    def flush(self, force: bool = False) -> None:
+        """Delete what is pending if a batch is full, the window has passed, or force."""
+        if not self._messages:
+            return
+        waited = time.monotonic() - self._since
+        if not force and len(self._messages) < MAX_BATCH and waited < self._window:
+            return
+        messages, self._messages = self._messages, []
+        try:
+            self._source.delete(messages)
+        except AWS_ERRORS as exc:
+            # The jobs ran or run anyway; a redelivery is caught by dedupe.
+            log.error("could not delete %d message(s): %s", len(messages), describe(exc))
 
 
 class Kicker:
@@ -84,6 +119,7 @@ class Kicker:
         self._trigger = trigger
         self._free = settings.max_workers
         self._free_changed = threading.Condition()
+        self._deletes = PendingDeletes(source, settings.delete_window)
 
     def run(self, stop: threading.Event) -> None:
         """Receive and run jobs until stop is set, then wait for the running ones to finish."""
@@ -92,13 +128,16 @@ class Kicker:
             max_workers=self._settings.max_workers, thread_name_prefix="sqsjkr-worker"
         ) as pool:
             log.info("receiving with %d workers", self._settings.max_workers)
+            backlog = False
             while not stop.is_set():
-                free = self._wait_for_free_worker(stop)
+                self._deletes.flush()
+                free = self._wait_for_free_workers(stop, backlog)
                 if not free:
                     continue
                 try:
                     messages = self._source.receive(free)
                     backoff.reset()
+                    backlog = len(messages) >= free
                 except AWS_ERRORS as exc:
                     delay = backoff.next_delay()
                     log.error("receive failed (%s); retrying in %.1fs", describe(exc), delay)
@@ -112,14 +151,21 @@ class Kicker:
                     pool.submit(self._work, job)
             running = self._settings.max_workers - self._free
             log.info("stopping: no longer receiving; waiting for %d running job(s)", running)
+            self._deletes.flush(force=True)
         log.info("stopped")
 
     # -- intake -----------------------------------------------------------------------------------
 
-    def _wait_for_free_worker(self, stop: threading.Event) -> int:
+    def _wait_for_free_workers(self, stop: threading.Event, backlog: bool) -> int:
         with self._free_changed:
             # The timeout lets the loop notice stop, which a signal handler sets without notifying.
             self._free_changed.wait_for(lambda: self._free > 0 or stop.is_set(), timeout=0.5)
+            if backlog and self._free > 0:
+                batch = min(MAX_BATCH, self._settings.max_workers)
+                self._free_changed.wait_for(
+                    lambda: self._free >= batch or stop.is_set(),
+                    timeout=self._settings.gather_window,
+                )
             return 0 if stop.is_set() else self._free
 
     def _take_worker(self) -> None:
@@ -133,6 +179,7 @@ class Kicker:
 
     def _accept(self, messages: Sequence[Message]) -> list[Job]:
         """Parse messages and delete them all from the queue (the Go daemon's at-most-once)."""
+        self._deletes.add(messages)
         jobs = []
         for message in messages:
             try:
@@ -142,12 +189,6 @@ class Kicker:
             except InvalidJobError as exc:
                 log.error("invalid message %s deleted: %s", message.message_id, exc)
                 self._stats.count(Outcome.FAILED)
-        if messages:
-            try:
-                self._source.delete(messages)
-            except AWS_ERRORS as exc:
-                # The jobs still run; a redelivery is caught by dedupe.
-                log.error("could not delete %d message(s): %s", len(messages), describe(exc))
         return jobs
 
     def _give_back(self, messages: Sequence[Message]) -> None:

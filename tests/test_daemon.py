@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from sqsjkr.daemon import Kicker, KickerSettings
+from sqsjkr.daemon import Kicker, KickerSettings, PendingDeletes
 from sqsjkr.dedupe import MemoryDedupe
 from sqsjkr.job import Job
 from sqsjkr.locks import MemoryLocker
@@ -31,6 +31,7 @@ class FakeSource:
         self.queued: list[Message] = []
         self.asked: list[int] = []
         self.deleted: list[str] = []
+        self.delete_calls = 0
         self.released: list[str] = []
         self.failures = 0  # receives to fail before answering
         self.on_receive: Any = None
@@ -56,6 +57,7 @@ class FakeSource:
         return taken
 
     def delete(self, messages: Sequence[Message]) -> None:
+        self.delete_calls += 1
         self.deleted += [m.message_id for m in messages]
 
     def release(self, messages: Sequence[Message]) -> None:
@@ -99,7 +101,8 @@ class Running:
 
     def __init__(self, kicker: Kicker) -> None:
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=kicker.run, args=(self.stop,))
+        # A daemon thread, so that a failing test cannot hang the whole run at exit.
+        self.thread = threading.Thread(target=kicker.run, args=(self.stop,), daemon=True)
         self.thread.start()
 
     def finish(self) -> None:
@@ -289,3 +292,64 @@ def test_stop_waits_for_running_jobs() -> None:
     runner.gate.set()
     running.finish()
     assert runner.ran == ["m0"]
+
+
+def test_deletes_of_several_receives_share_one_batch() -> None:
+    source = FakeSource([{"command": "x"} for _ in range(4)])
+    runner = GateRunner()
+    runner.gate.set()
+    # One worker: four receives of one message each, and a window no test run reaches.
+    settings = KickerSettings(max_workers=1, delete_window=3600)
+    kicker, _ = make_kicker(source, runner, workers=1, settings=settings)
+    running = Running(kicker)
+    wait_until(lambda: len(runner.ran) == 4)
+    assert source.deleted == []
+    running.finish()
+    assert (source.delete_calls, sorted(source.deleted)) == (1, ["m0", "m1", "m2", "m3"])
+
+
+def test_pending_deletes_flush_when_a_batch_is_full_or_the_window_passes() -> None:
+    source = FakeSource()
+    messages = [Message(f"m{i}", f"rh{i}", "{}", 0.0) for i in range(11)]
+    batch = PendingDeletes(source, window=3600)
+    batch.add(messages[:9])
+    batch.flush()
+    assert source.delete_calls == 0
+    batch.add(messages[9:])
+    batch.flush()
+    assert (source.delete_calls, len(source.deleted)) == (1, 11)
+    late = PendingDeletes(source, window=0)
+    late.add(messages[:1])
+    late.flush()
+    assert source.delete_calls == 2
+
+
+def test_after_a_full_receive_the_loop_gathers_free_workers_before_receiving_again() -> None:
+    source = FakeSource([{"command": "x", "event_id": str(i)} for i in range(6)])
+    gates = {str(i): threading.Event() for i in range(6)}
+
+    class PerJobRunner:
+        ran: list[str] = []
+
+        def run(self, job: Job) -> RunResult:
+            gates[job.event_id].wait(10)
+            self.ran.append(job.event_id)
+            return RunResult(0, 0.0)
+
+    runner = PerJobRunner()
+    settings = KickerSettings(max_workers=3, gather_window=30)
+    kicker, stats = make_kicker(source, runner, workers=3, settings=settings)
+    running = Running(kicker)
+    wait_until(lambda: stats.snapshot().busy == 3 and source.asked == [3])
+    gates["0"].set()
+    wait_until(lambda: stats.snapshot().busy == 2)
+    with pytest.raises(AssertionError):
+        wait_until(lambda: len(source.asked) > 1, timeout=0.3)  # no receive for one free worker
+    gates["1"].set()
+    gates["2"].set()
+    wait_until(lambda: len(source.asked) > 1)
+    assert source.asked[1] == 3
+    for gate in gates.values():
+        gate.set()
+    wait_until(lambda: len(runner.ran) == 6)
+    running.finish()

@@ -53,8 +53,8 @@ def test_job_runs_with_its_env_and_leaves_a_throttle_item(
     assert item is not None
     retention = 345600  # the queue's default MessageRetentionPeriod
     assert before + retention - 5 <= int(item["Expired"]["N"]) <= time.time() + retention + 5
-    assert aws.queue_counts() == (0, 0)
     assert daemon.stop() == 0
+    assert aws.queue_counts() == (0, 0)  # deleted, at the latest when the daemon stops
 
 
 def test_output_is_streamed_to_the_log_tagged_with_ids(
@@ -209,6 +209,7 @@ def test_garbage_messages_are_counted_failed_deleted_and_logged(
         assert re.search(
             rf"invalid message {message_id} deleted: .*{re.escape(reason)}", daemon.log
         )
+    assert daemon.stop() == 0
     assert aws.queue_counts() == (0, 0)
 
 
