@@ -5,6 +5,7 @@ Endpoints are never set here: boto3's own AWS_ENDPOINT_URL* variables point sqsj
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import boto3
@@ -86,3 +87,20 @@ def conditional_put(client: Any, table: str, item: dict[str, Any], condition: st
             ) from exc
         raise
     return True
+
+
+class Backoff:
+    """Capped exponential delays with jitter, so a fleet does not retry in step."""
+
+    def __init__(self, first: float = 1.0, cap: float = 30.0) -> None:
+        self._first = first
+        self._cap = cap
+        self._failures = 0
+
+    def next_delay(self) -> float:
+        delay = min(self._cap, self._first * 2**self._failures)
+        self._failures += 1
+        return delay * random.uniform(0.5, 1.0)
+
+    def reset(self) -> None:
+        self._failures = 0

@@ -6,7 +6,6 @@ Kicker owns its worker threads; the entry point owns signals and only sets the s
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Sequence
@@ -16,7 +15,7 @@ from typing import Callable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .aws import describe
+from .aws import Backoff, describe
 from .dedupe import DedupeStore
 from .errors import InvalidJobError, ResourceMissingError
 from .job import Job, is_expired, parse_job
@@ -44,23 +43,6 @@ class KickerSettings:
     #: Deletes wait up to this long to share a DeleteMessageBatch; keep it well below the
     #: visibility timeout (a redelivery in between is caught by dedupe).
     delete_window: float = 10.0
-
-
-class Backoff:
-    """Capped exponential delays with jitter, so a fleet does not retry in step."""
-
-    def __init__(self, first: float = 1.0, cap: float = 30.0) -> None:
-        self._first = first
-        self._cap = cap
-        self._failures = 0
-
-    def next_delay(self) -> float:
-        delay = min(self._cap, self._first * 2**self._failures)
-        self._failures += 1
-        return delay * random.uniform(0.5, 1.0)
-
-    def reset(self) -> None:
-        self._failures = 0
 
 
 class PendingDeletes:

@@ -11,9 +11,9 @@ from typing import Any, Callable, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .aws import describe, is_transient, make_client, make_session
+from .aws import Backoff, describe, is_transient, make_client, make_session
 from .config import Config
-from .daemon import Backoff, Kicker, KickerSettings
+from .daemon import Kicker, KickerSettings
 from .dedupe import DedupeStore, DynamoDedupe, NoopDedupe
 from .errors import SqsjkrError
 from .locks import DynamoLocker, Locker, NoopLocker
@@ -50,22 +50,24 @@ def serve(
         stop,
     )
     if queue_url is None:
-        return
+        return  # stopped while starting
     source = SqsSource(
         sqs,
         queue_url,
         wait_time_seconds=config.sqs.wait_time_seconds,
         visibility_timeout=config.sqs.visibility_timeout,
     )
-    dedupe = dedupe or _dedupe(config, source, session, pool, stop)
+    dynamodb = make_client(session, "dynamodb", max_pool=pool)
     if dedupe is None:
-        return
+        dedupe = _dedupe(config, source, dynamodb, stop)
+        if dedupe is None:
+            return  # stopped while starting
     if locker is None:
-        locker = NoopLocker()
-        if config.lock.backend == "dynamodb":
-            locker = DynamoLocker(
-                make_client(session, "dynamodb", max_pool=pool), config.lock.table
-            )
+        locker = (
+            DynamoLocker(dynamodb, config.lock.table)
+            if config.lock.backend == "dynamodb"
+            else NoopLocker()
+        )
     stats = Stats(config.kicker.max_concurrent_num)
     server = _start_stats_server(config, stats)
     kicker = Kicker(
@@ -89,7 +91,7 @@ def serve(
 
 
 def _dedupe(
-    config: Config, source: SqsSource, session: Any, pool: int, stop: threading.Event
+    config: Config, source: SqsSource, dynamodb: Any, stop: threading.Event
 ) -> DedupeStore | None:
     if config.dedupe.backend == "none":
         return NoopDedupe()
@@ -98,8 +100,7 @@ def _dedupe(
     )
     if retention is None:
         return None
-    client = make_client(session, "dynamodb", max_pool=pool)
-    return DynamoDedupe(client, config.lock.table, retention_seconds=retention)
+    return DynamoDedupe(dynamodb, config.lock.table, retention_seconds=retention)
 
 
 def _start_stats_server(config: Config, stats: Stats) -> StatsServer:
@@ -110,7 +111,6 @@ def _start_stats_server(config: Config, stats: Stats) -> StatsServer:
         socket_path=config.kicker.stats_socket,
     )
     server.start()
-    log.info("stats on %s", server.address)
     return server
 
 
