@@ -361,7 +361,7 @@ def render_table(results: list[Result]) -> str:
     for n, row in enumerate(rows):
         cells = [
             cell.ljust(width) if i == 0 or i == len(row) - 1 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths))
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
         ]
         lines.append("  ".join(cells).rstrip())
         if n == 0:

@@ -9,9 +9,9 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 import click
 from botocore.exceptions import BotoCoreError, ClientError

@@ -12,9 +12,9 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import IO, Callable, Protocol
+from typing import IO, Protocol
 
 from .job import Job, trigger_line
 

@@ -16,9 +16,10 @@ import socketserver
 import stat
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from . import __version__
@@ -305,7 +306,8 @@ class StatsServer:
             return f"unix:{self._socket_path}"
         host, port = self._host, self._port
         if isinstance(self._server, _TcpServer):
-            host, port = self._server.server_address[:2]
+            bound_host, port = self._server.server_address[:2]
+            host = str(bound_host)
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def start(self) -> None:

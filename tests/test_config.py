@@ -555,7 +555,7 @@ SECTION_TYPES = {
 def example_sections() -> dict[str, str]:
     """The example's text split by section header (comment lines included)."""
     parts = re.split(r"^\[(\w+)\]\n", EXAMPLE.read_text(), flags=re.MULTILINE)
-    return dict(zip(parts[1::2], parts[2::2]))
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
 
 
 def test_example_loads() -> None:

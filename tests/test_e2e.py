@@ -11,8 +11,9 @@ import re
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .conftest import Aws, Daemon, config_text, free_port, http_get_json, wait_until
 
