@@ -314,3 +314,22 @@ def test_none_backends_write_nothing_to_dynamodb(
     (tmp_path / "release").touch()
     wait_until(invocations(port, succeeded=1), what="job done")
     assert aws.item(message_id, "throttle") is None
+
+
+def test_unreachable_endpoint_at_start_is_retried_and_named_then_stops_cleanly(
+    tmp_path: Path, aws: Aws
+) -> None:
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats=f"stats_port = {free_port()}"))
+    closed = f"http://127.0.0.1:{free_port()}"
+    # boto3's per-service variable wins over AWS_ENDPOINT_URL.
+    daemon = Daemon(["run", "-c", str(conf)], {"AWS_ENDPOINT_URL_SQS": closed}, tmp_path)
+    try:
+        daemon.wait_for_log(
+            f"looking up SQS queue '{aws.queue_name}' failed (EndpointConnectionError"
+        )
+        daemon.wait_for_log("retrying in")
+        assert daemon.proc.poll() is None
+        assert daemon.stop() == 0
+    finally:
+        daemon.kill()
