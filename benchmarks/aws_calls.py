@@ -9,7 +9,6 @@ import argparse
 import http.client
 import json
 import logging
-import os
 import socket
 import sys
 import tempfile
@@ -29,9 +28,16 @@ import sqsjkr.aws
 import sqsjkr.service
 from sqsjkr.config import load_config
 from sqsjkr.job import build_body
-from sqsjkr.local import LOCAL_ACCOUNT, create_queue, create_table, local_endpoint
+from sqsjkr.local import (
+    LOCAL_ACCOUNT,
+    LOCAL_REGION,
+    create_queue,
+    create_table,
+    local_endpoint,
+    use_endpoint,
+)
 
-REGION = "us-east-1"
+REGION = LOCAL_REGION
 
 #: Calls the daemon makes once when it starts, whatever the number of jobs.
 STARTUP_OPERATIONS = frozenset({"GetQueueUrl", "GetQueueAttributes"})
@@ -426,20 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [SCENARIOS[key] for key in (args.scenario or SCENARIOS)]
 
     with local_endpoint(0) as endpoint, tempfile.TemporaryDirectory(prefix="sqsjkr-bench-") as tmp:
-        # Dummy credentials: real ones must never reach the embedded endpoint.
-        os.environ.update(
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_ACCESS_KEY_ID="bench",
-            AWS_SECRET_ACCESS_KEY="bench",
-            AWS_DEFAULT_REGION=REGION,
-        )
-        for name in (
-            "AWS_PROFILE",
-            "AWS_SESSION_TOKEN",
-            "AWS_ENDPOINT_URL_SQS",
-            "AWS_ENDPOINT_URL_DYNAMODB",
-        ):
-            os.environ.pop(name, None)
+        use_endpoint(endpoint)
         results = [
             run_scenario(s, jobs=args.jobs, workers=args.workers, workdir=Path(tmp))
             for s in scenarios

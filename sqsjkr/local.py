@@ -95,6 +95,24 @@ def local_endpoint(port: int = 0) -> Iterator[str]:
         server.stop()
 
 
+def use_endpoint(endpoint: str) -> None:
+    """Point this process's boto3 clients (and its jobs) at endpoint, with dummy credentials."""
+    # The embedded endpoint accepts any credentials, and real ones must never reach it.
+    os.environ.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID="local",
+        AWS_SECRET_ACCESS_KEY="local",
+        AWS_DEFAULT_REGION=LOCAL_REGION,
+    )
+    for name in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL_SQS",
+        "AWS_ENDPOINT_URL_DYNAMODB",
+    ):
+        os.environ.pop(name, None)
+
+
 def create_queue(sqs: Any, name: str) -> str:
     return str(sqs.create_queue(QueueName=name)["QueueUrl"])
 
@@ -158,20 +176,7 @@ def run_local(
     from .service import serve
 
     with local_endpoint(port) as endpoint, tempfile.TemporaryDirectory(prefix="sqsjkr-") as tmp:
-        # Dummy credentials: the embedded endpoint accepts any, and real ones must never reach it.
-        os.environ.update(
-            AWS_ENDPOINT_URL=endpoint,
-            AWS_ACCESS_KEY_ID="local",
-            AWS_SECRET_ACCESS_KEY="local",
-            AWS_DEFAULT_REGION=LOCAL_REGION,
-        )
-        for name in (
-            "AWS_PROFILE",
-            "AWS_SESSION_TOKEN",
-            "AWS_ENDPOINT_URL_SQS",
-            "AWS_ENDPOINT_URL_DYNAMODB",
-        ):
-            os.environ.pop(name, None)
+        use_endpoint(endpoint)
         session = make_session(region=LOCAL_REGION)
         sqs = make_client(session, "sqs")
         queue_url = create_queue(sqs, LOCAL_QUEUE)
