@@ -6,6 +6,7 @@ The Go binary's flags (`sqsjkr -conf PATH ...`) are translated to `sqsjkr run` s
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -116,7 +117,10 @@ def load(conf: str, overrides: Overrides | None = None) -> Config:
     try:
         return load_config(conf, overrides=overrides or Overrides())
     except ConfigError as exc:
-        raise UsageFailure(str(exc)) from exc
+        hint = ""
+        if conf == DEFAULT_CONFIG_PATH and not os.path.exists(conf):
+            hint = " (pass --conf PATH; try `sqsjkr --help` or `sqsjkr local --demo`)"
+        raise UsageFailure(f"{exc}{hint}") from exc
 
 
 conf_option = click.option(

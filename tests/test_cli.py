@@ -201,3 +201,12 @@ def test_local_demo_shows_every_behaviour(
         what="demo stats",
     )
     assert daemon.stop(signal.SIGINT) == 0
+
+
+def test_bare_sqsjkr_runs_the_daemon_with_the_default_config_and_hints_when_missing() -> None:
+    if Path("/etc/sqsjkr/config.toml").exists():
+        pytest.skip("this machine has a real /etc/sqsjkr/config.toml")
+    result = sqsjkr()
+    assert result.returncode == 2
+    line = one_line_error(result)
+    assert "/etc/sqsjkr/config.toml not found" in line and "--conf" in line
