@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .aws import Backoff, describe
+from .aws import Backoff, describe, is_transient
 from .dedupe import DedupeStore
 from .errors import InvalidJobError, ResourceMissingError
 from .job import Job, is_expired, parse_job
@@ -31,7 +31,7 @@ AWS_ERRORS = (BotoCoreError, ClientError, ResourceMissingError)
 
 @dataclass(frozen=True)
 class KickerSettings:
-    """The knobs of the loop (see config.example.toml)."""
+    """The knobs of the loop; service.py derives them from the config."""
 
     max_workers: int = 20
     life_time_trigger: str | None = None
@@ -39,8 +39,9 @@ class KickerSettings:
     #: After a full receive (a backlog), wait up to this long for a batch's worth of free workers,
     #: so that one ReceiveMessage serves many jobs.
     gather_window: float = 0.5
-    #: Deletes wait up to this long to share a DeleteMessageBatch; keep it well below the
-    #: visibility timeout (a redelivery in between is caught by dedupe).
+    #: While there is a backlog, deletes wait up to this long to share a DeleteMessageBatch. A
+    #: receive may follow and long-poll, so this plus the poll must stay below the visibility
+    #: timeout (a redelivery in between would be caught by dedupe).
     delete_window: float = 10.0
 
 
@@ -111,7 +112,8 @@ class Kicker:
             log.info("receiving with %d workers", self._settings.max_workers)
             backlog = False
             while not stop.is_set():
-                self._deletes.flush()
+                # Without a backlog the next receive may long-poll: delete what is pending first.
+                self._deletes.flush(force=not backlog)
                 free = self._wait_for_free_workers(stop, backlog)
                 if not free:
                     continue
@@ -184,8 +186,8 @@ class Kicker:
     # -- one job ----------------------------------------------------------------------------------
 
     def _work(self, job: Job) -> None:
-        self._stats.job_started()
         try:
+            self._stats.job_started()
             outcome = self._handle(job)
         except Exception:
             log.exception("job %s (event %s) failed unexpectedly", job.message_id, job.event_id)
@@ -275,6 +277,15 @@ class Kicker:
                     job.lock_id,
                 )
             except AWS_ERRORS as exc:
+                if job.abort_if_locked or not is_transient(exc):
+                    log.error(
+                        "job %s (event %s) failed: could not take lock %r (%s)",
+                        job.message_id,
+                        job.event_id,
+                        job.lock_id,
+                        describe(exc),
+                    )
+                    return False
                 log.error("could not take lock %r (%s); retrying", job.lock_id, describe(exc))
             self._sleep(self._settings.lock_retry_interval)
             if self._expired(job):

@@ -29,8 +29,9 @@ LOCAL_ACCOUNT = "123456789012"
 LOCAL_QUEUE = "sqsjkr-local"
 LOCAL_TABLE = "sqsjkr"
 
-#: (what it shows, body, DelaySeconds). The lock jobs share lock_id "report"; the late job is
-#: delayed past its life_time, so it is cancelled and the trigger prints an alert.
+#: (what it shows, body, DelaySeconds). The lock jobs share lock_id "report": the delays make sure
+#: report 1 holds it (for 5 s) before report 2 waits for it and the abort job gives up on it. The
+#: late job is delayed past its life_time, so it is cancelled and the trigger prints an alert.
 DEMO_JOBS = [
     (
         "a plain job with an env",
@@ -38,9 +39,9 @@ DEMO_JOBS = [
         0,
     ),
     (
-        "a job holding lock 'report' for 3s",
+        "a job holding lock 'report' for 5s",
         build_body(
-            'echo "report 1: started, holding the lock for 3s"; sleep 3; echo "report 1: done"',
+            'echo "report 1: started, holding the lock for 5s"; sleep 5; echo "report 1: done"',
             event_id="demo-report-1",
             lock_id="report",
         ),
@@ -53,14 +54,14 @@ DEMO_JOBS = [
             event_id="demo-report-2",
             lock_id="report",
         ),
-        0,
+        1,
     ),
     (
         "a job giving up because 'report' is locked",
         build_body(
             'echo "never printed"', event_id="demo-abort", lock_id="report", abort_if_locked=True
         ),
-        1,
+        2,
     ),
     (
         "a job arriving after its 1s life_time",

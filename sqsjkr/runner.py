@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -84,6 +85,13 @@ def run_trigger(trigger: str, job: Job, *, env: Mapping[str, str] | None = None)
     )
 
 
+def _feed(pipe: IO[bytes] | None, data: bytes) -> None:
+    assert pipe is not None
+    # A command that does not read its input is its business, not an error.
+    with contextlib.suppress(BrokenPipeError), pipe:
+        pipe.write(data)
+
+
 def run_shell(
     command: str,
     *,
@@ -110,12 +118,17 @@ def run_shell(
         log.error("could not start sh for command %r: %s", command, exc)
         return RunResult(exit_code=127, seconds=time.monotonic() - started)
     assert proc.stdout is not None
+    feeder = None
     if stdin is not None:
-        assert proc.stdin is not None
-        # A command that does not read its input is its business, not an error.
-        with contextlib.suppress(BrokenPipeError), proc.stdin:
-            proc.stdin.write(stdin.encode())
+        # Fed from a thread of its own: a command that prints a lot before reading its input
+        # must not block on a full stdout pipe while we block on a full stdin pipe.
+        feeder = threading.Thread(
+            target=_feed, args=(proc.stdin, stdin.encode()), name="sqsjkr-stdin"
+        )
+        feeder.start()
     with proc.stdout:
         stream_lines(proc.stdout, emit)
+    if feeder is not None:
+        feeder.join()
     exit_code = proc.wait()
     return RunResult(exit_code=exit_code, seconds=time.monotonic() - started)

@@ -81,7 +81,8 @@ def serve(
             max_workers=config.kicker.max_concurrent_num,
             life_time_trigger=config.kicker.life_time_trigger,
             lock_retry_interval=config.lock.retry_interval.seconds,
-            delete_window=config.sqs.visibility_timeout / 3,
+            delete_window=max(0.0, config.sqs.visibility_timeout - config.sqs.wait_time_seconds)
+            / 3,
         ),
     )
     log.info("queue %s, lock table %r", queue_url, config.lock.table)

@@ -12,6 +12,7 @@ from botocore.exceptions import EndpointConnectionError
 
 from sqsjkr.daemon import Kicker, KickerSettings, PendingDeletes
 from sqsjkr.dedupe import MemoryDedupe
+from sqsjkr.errors import ResourceMissingError
 from sqsjkr.job import Job
 from sqsjkr.locks import MemoryLocker
 from sqsjkr.runner import RunResult
@@ -245,6 +246,7 @@ def test_lock_wait_rechecks_life_time() -> None:
     source = FakeSource([{"command": "x", "lock_id": "L", "life_time": 5}], sent_at=1000.0)
 
     def sleep(seconds: float) -> None:
+        assert seconds == 0.01  # the configured lock_retry_interval
         now[0] += 2  # each retry interval passes two seconds of the injected clock
 
     runner = GateRunner()
@@ -303,7 +305,8 @@ def test_deletes_of_several_receives_share_one_batch() -> None:
     kicker, _ = make_kicker(source, runner, workers=1, settings=settings)
     running = Running(kicker)
     wait_until(lambda: len(runner.ran) == 4)
-    assert source.deleted == []
+    # Flushed once the queue runs dry, before the next receive may long-poll.
+    wait_until(lambda: source.delete_calls == 1)
     running.finish()
     assert (source.delete_calls, sorted(source.deleted)) == (1, ["m0", "m1", "m2", "m3"])
 
@@ -353,3 +356,50 @@ def test_after_a_full_receive_the_loop_gathers_free_workers_before_receiving_aga
         gate.set()
     wait_until(lambda: len(runner.ran) == 6)
     running.finish()
+
+
+class FlakyLocker(MemoryLocker):
+    """Raises the given errors on the first tries, then behaves."""
+
+    def __init__(self, *errors: Exception) -> None:
+        super().__init__()
+        self.errors = list(errors)
+
+    def try_lock(self, lock_id: str, event_id: str) -> bool:
+        if self.errors:
+            raise self.errors.pop(0)
+        return super().try_lock(lock_id, event_id)
+
+
+def test_a_transient_lock_error_is_retried() -> None:
+    locker = FlakyLocker(EndpointConnectionError(endpoint_url="http://127.0.0.1:1"))
+    source = FakeSource([{"command": "x", "lock_id": "L"}])
+    runner = GateRunner()
+    runner.gate.set()
+    kicker, stats = make_kicker(source, runner, locker=locker)
+    running = Running(kicker)
+    wait_until(lambda: stats.snapshot().succeeded == 1)
+    running.finish()
+    assert locker.held == {}
+
+
+@pytest.mark.parametrize(
+    ("error", "abort_if_locked"),
+    [
+        (ResourceMissingError("DynamoDB table 'x' not found"), False),
+        (EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), True),
+    ],
+)
+def test_a_lasting_lock_error_or_abort_if_locked_fails_the_job_at_once(
+    error: Exception, abort_if_locked: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    locker = FlakyLocker(error, error, error)
+    source = FakeSource([{"command": "x", "lock_id": "L", "abort_if_locked": abort_if_locked}])
+    runner = GateRunner()
+    kicker, stats = make_kicker(source, runner, locker=locker)
+    running = Running(kicker)
+    wait_until(lambda: stats.snapshot().failed == 1)
+    running.finish()
+    assert runner.ran == []
+    assert len(locker.errors) == 2  # tried once, not again
+    assert "failed: could not take lock 'L'" in caplog.text

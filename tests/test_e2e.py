@@ -54,8 +54,8 @@ def test_job_runs_with_its_env_and_leaves_a_throttle_item(
     assert item is not None
     retention = 345600  # the queue's default MessageRetentionPeriod
     assert before + retention - 5 <= int(item["Expired"]["N"]) <= time.time() + retention + 5
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="message deleted")
     assert daemon.stop() == 0
-    assert aws.queue_counts() == (0, 0)  # deleted, at the latest when the daemon stops
 
 
 def test_output_is_streamed_to_the_log_tagged_with_ids(

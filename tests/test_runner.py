@@ -248,3 +248,17 @@ def test_a_character_split_by_a_cut_is_not_garbled() -> None:
     stream_lines(io.BytesIO(text.encode()), pieces.append)
     assert "".join(pieces) == text.rstrip("\n")
     assert "\ufffd" not in "".join(pieces)
+
+
+def test_trigger_printing_a_lot_before_reading_a_long_line_does_not_deadlock() -> None:
+    # Both pipes exceed their buffers: stdin must be fed while stdout is drained.
+    pieces: list[str] = []
+    long_job = job("x" * 300_000)
+    result = run_shell(
+        "head -c 200000 /dev/zero | tr '\\0' a; cat > /dev/null",
+        env={"PATH": PATH},
+        emit=pieces.append,
+        stdin=trigger_line(long_job) + "\n",
+    )
+    assert result.ok
+    assert sum(len(p) for p in pieces) == 200_000
