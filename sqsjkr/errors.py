@@ -1,6 +1,7 @@
 """The error tree of sqsjkr.
 
-Every error an operator may see derives from SqsjkrError and says what to fix.
+Every error an operator may see derives from SqsjkrError and says what to fix. Transient AWS
+failures stay botocore's own exceptions; sqsjkr.aws.is_transient tells them apart.
 """
 
 from __future__ import annotations
@@ -18,13 +19,21 @@ class InvalidJobError(SqsjkrError):
     """A queue message is not a valid job; the message names the field and the reason."""
 
 
-class DurationError(ValueError):
+class DurationError(SqsjkrError, ValueError):
     """A duration is not an int number of seconds nor Go duration syntax."""
-
-
-class AwsUnavailableError(SqsjkrError):
-    """A transient AWS failure (throttling, 5xx, endpoint unreachable): back off and retry."""
 
 
 class ResourceMissingError(SqsjkrError):
     """A queue or table named in the config does not exist."""
+
+
+class StartupError(SqsjkrError):
+    """The daemon cannot start: bad credentials, an unknown profile, access denied."""
+
+
+class StatsServerError(SqsjkrError):
+    """The stats endpoint cannot listen where it was told to."""
+
+
+class LocalModeError(SqsjkrError):
+    """Local mode cannot start: moto is not installed, or its port is taken."""

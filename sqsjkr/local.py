@@ -18,7 +18,7 @@ import click
 
 from .aws import make_client, make_session
 from .config import load_config
-from .errors import SqsjkrError
+from .errors import LocalModeError
 from .job import build_body
 
 log = logging.getLogger("sqsjkr.local")
@@ -71,10 +71,6 @@ DEMO_JOBS = [
     ("a job that fails", build_body('echo "about to fail" >&2; exit 3', event_id="demo-fail"), 0),
     ("a message that is not a job", "this is not JSON", 0),
 ]
-
-
-class LocalModeError(SqsjkrError):
-    """Local mode cannot start (moto missing, port in use)."""
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from .aws import Backoff, describe, is_transient, make_client, make_session
 from .config import Config
 from .daemon import Kicker, KickerSettings
 from .dedupe import DedupeStore, DynamoDedupe, NoopDedupe
-from .errors import SqsjkrError
+from .errors import StartupError
 from .locks import DynamoLocker, Locker, NoopLocker
 from .runner import ShellRunner
 from .sqs import SqsSource, resolve_queue_url
@@ -25,10 +25,6 @@ from .stats import Stats, StatsServer
 log = logging.getLogger("sqsjkr.service")
 
 T = TypeVar("T")
-
-
-class StartupError(SqsjkrError):
-    """The daemon cannot start: a missing queue, bad credentials, a stats address in use."""
 
 
 def serve(
