@@ -9,6 +9,7 @@ import http.client
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -27,6 +28,16 @@ from moto.server import ThreadedMotoServer
 from sqsjkr.local import LOCAL_ACCOUNT, create_table
 
 REGION = "us-east-1"
+
+#: The `sqsjkr` command that `pip install` put beside this interpreter.
+SQSJKR_COMMAND = shutil.which("sqsjkr", path=str(Path(sys.executable).parent))
+
+
+def sqsjkr_argv(*args: str) -> list[str]:
+    """The command line of `sqsjkr ARGS` (python -m sqsjkr when the command is not installed;
+    test_cli checks that it is)."""
+    base = [SQSJKR_COMMAND] if SQSJKR_COMMAND else [sys.executable, "-m", "sqsjkr"]
+    return [*base, *args]
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
@@ -155,7 +166,7 @@ class Daemon:
         self.log_path = workdir / f"daemon-{uuid.uuid4().hex[:6]}.log"
         self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - outlives __init__; closed in stop()/kill()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sqsjkr", *args],
+            sqsjkr_argv(*args),
             cwd=workdir,
             env={**os.environ, **env},
             stdout=self._log_file,

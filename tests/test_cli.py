@@ -14,14 +14,23 @@ import pytest
 from sqsjkr import __version__
 from sqsjkr.cli import UsageFailure, translate_go_args
 
-from .conftest import Aws, Daemon, config_text, free_port, http_get_json, wait_until
+from .conftest import (
+    SQSJKR_COMMAND,
+    Aws,
+    Daemon,
+    config_text,
+    free_port,
+    http_get_json,
+    sqsjkr_argv,
+    wait_until,
+)
 
 
 def sqsjkr(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     import os
 
     return subprocess.run(
-        [sys.executable, "-m", "sqsjkr", *args],
+        sqsjkr_argv(*args),
         capture_output=True,
         text=True,
         timeout=60,
@@ -210,3 +219,9 @@ def test_bare_sqsjkr_runs_the_daemon_with_the_default_config_and_hints_when_miss
     assert result.returncode == 2
     line = one_line_error(result)
     assert "/etc/sqsjkr/config.toml not found" in line and "--conf" in line
+
+
+def test_pip_install_gives_the_sqsjkr_command() -> None:
+    assert SQSJKR_COMMAND, f"no sqsjkr command beside {sys.executable}: pip install the project"
+    result = subprocess.run([SQSJKR_COMMAND, "--version"], capture_output=True, text=True)
+    assert result.stdout.strip() == f"sqsjkr {__version__}"

@@ -10,12 +10,18 @@ import json
 import re
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .conftest import Aws, Daemon, config_text, free_port, http_get_json, wait_until
+from sqsjkr.config import load_config
+from sqsjkr.dedupe import MemoryDedupe
+from sqsjkr.locks import MemoryLocker
+from sqsjkr.service import serve
+
+from .conftest import REGION, Aws, Daemon, config_text, free_port, http_get_json, wait_until
 
 Start = Callable[..., Daemon]
 
@@ -333,3 +339,60 @@ def test_unreachable_endpoint_at_start_is_retried_and_named_then_stops_cleanly(
         assert daemon.stop() == 0
     finally:
         daemon.kill()
+
+
+def test_command_line_options_override_the_file(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    sock_path = tmp_path / "s.sock"
+    conf = tmp_path / "config.toml"
+    # Wrong region and a TCP port in the file; --region and --stats-socket must win.
+    text = config_text(aws, stats=f"stats_port = {free_port()}")
+    conf.write_text(text.replace(f'region = "{REGION}"', 'region = "eu-west-1"'))
+    daemon = start_daemon(
+        "run", "-c", str(conf), "--region", REGION, "--stats-socket", str(sock_path)
+    )
+    aws.send({"command": "touch ran"})
+    wait_until(lambda: (tmp_path / "ran").exists(), what="job run")
+    assert sock_path.exists()
+    assert f"serving stats on unix:{sock_path}" in daemon.log
+    assert daemon.stop() == 0
+
+
+def test_unknown_profile_exits_1_naming_it(tmp_path: Path, aws: Aws) -> None:
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats=f"stats_port = {free_port()}"))
+    daemon = Daemon(["run", "-c", str(conf), "--profile", "no-such-profile"], {}, tmp_path)
+    try:
+        assert daemon.proc.wait(30) == 1
+        assert "no-such-profile" in daemon.log
+    finally:
+        daemon.kill()
+
+
+def test_serve_takes_backends_injected_from_python(tmp_path: Path, aws: Aws) -> None:
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats=f"stats_port = {free_port()}"))
+    config = load_config(conf)
+    locker, dedupe = MemoryLocker(), MemoryDedupe()
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=serve, args=(config, stop), kwargs={"locker": locker, "dedupe": dedupe}
+    )
+    thread.start()
+    try:
+        marker = tmp_path / "ran"
+        message_id = aws.send(
+            {"command": f"touch {marker}; while [ ! -f {marker}.go ]; do sleep 0.05; done",
+             "lock_id": "L"}
+        )  # fmt: skip
+        wait_until(marker.exists, what="job running")
+        assert locker.held == {"L": message_id}  # event_id defaults to the message id
+        assert message_id in dedupe.seen
+        Path(f"{marker}.go").touch()
+        wait_until(lambda: locker.held == {}, what="lock released")
+    finally:
+        stop.set()
+        thread.join(20)
+    assert not thread.is_alive()
+    assert aws.dynamodb.scan(TableName=aws.table)["Items"] == []
