@@ -16,29 +16,22 @@ import socketserver
 import stat
 import sys
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
 from . import __version__
-from .errors import SqsjkrError
+from .errors import StatsServerError
 
 __all__ = ["Outcome", "Stats", "StatsServer", "StatsServerError", "StatsSnapshot"]
 
 _log = logging.getLogger("sqsjkr.stats")
 
-# A client that connects and then sends nothing would otherwise hold a handler thread forever.
-_CLIENT_TIMEOUT_SECONDS = 5.0
 # How long serve_forever may take to notice shutdown(); bounds how long close() waits.
 _POLL_INTERVAL_SECONDS = 0.05
 # Probing a socket path that a wedged process listens on must not hang start().
 _PROBE_TIMEOUT_SECONDS = 1.0
-
-
-class StatsServerError(SqsjkrError):
-    """The stats endpoint cannot listen; the message names the address and the reason."""
 
 
 class Outcome(enum.Enum):
@@ -124,56 +117,44 @@ class Stats:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    """Answers the two metrics paths with JSON; every other response is a JSON error."""
+    """Answers the two metrics paths with JSON; every error response is JSON too."""
 
-    server: _ConnectionOwner
-    # HTTP/1.0: one request per connection, so no client can park a keep-alive connection on us.
+    server: _Server
+    # One request per connection, so no client can park an idle keep-alive connection on us.
     protocol_version = "HTTP/1.0"
     server_version = f"sqsjkr/{__version__}"
-    timeout = _CLIENT_TIMEOUT_SECONDS
-
-    _ROUTES: dict[str, Callable[[StatsSnapshot], dict[str, Any]]] = {
-        "/stats/metrics": StatsSnapshot.v1,
-        "/stats/metrics/v2": StatsSnapshot.v2,
-    }
+    # A client that connects and then sends nothing must not hold a handler thread for long.
+    timeout = 5
 
     def do_GET(self) -> None:
-        route = self._ROUTES.get(urlsplit(self.path).path)
-        if route is None:
+        snapshot = self.server.stats.snapshot()
+        path = urlsplit(self.path).path
+        if path == "/stats/metrics":
+            self._send_json(200, snapshot.v1())
+        elif path == "/stats/metrics/v2":
+            self._send_json(200, snapshot.v2())
+        else:
             self._send_json(404, {"error": "not found"})
-            return
-        self._send_json(200, route(self.server.stats.snapshot()))
 
     do_HEAD = do_GET
 
-    def __getattr__(self, name: str) -> Any:
-        # BaseHTTPRequestHandler answers 501 to any method lacking a do_<METHOD>; every method
-        # but GET and HEAD is understood here and simply not allowed on these resources.
-        if name.startswith("do_"):
-            return self._method_not_allowed
-        raise AttributeError(name)
-
     def _method_not_allowed(self) -> None:
-        self._send_json(405, {"error": "method not allowed"}, {"Allow": "GET, HEAD"})
+        self._send_json(405, {"error": "method not allowed"}, Allow="GET, HEAD")
+
+    # Methods not listed here are unknown to us, and the stdlib answers them 501.
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _method_not_allowed
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        # The stdlib's own errors (400 bad request line, 414, 431) would otherwise be HTML.
-        try:
-            phrase = HTTPStatus(code).phrase.lower()
-        except ValueError:
-            phrase = "error"
-        self.close_connection = True
-        self._send_json(code, {"error": message or phrase})
+        # The stdlib's own errors (400 bad request line, 408, 414, 431, 501) would be HTML.
+        self._send_json(code, {"error": message or HTTPStatus(code).phrase.lower()})
 
-    def _send_json(
-        self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None
-    ) -> None:
+    def _send_json(self, code: int, body: dict[str, Any], **headers: str) -> None:
         data = (json.dumps(body, separators=(",", ":")) + "\n").encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")
-        for name, value in (headers or {}).items():
+        for name, value in headers.items():
             self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
@@ -183,91 +164,54 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         # The stdlib appends the Python version, which is nobody's business.
         return self.server_version
 
-    def address_string(self) -> str:
-        # AF_UNIX peers are usually unnamed: client_address is "" (or a path), not (host, port).
-        if isinstance(self.client_address, tuple) and self.client_address:
-            return str(self.client_address[0])
-        return "unix"
-
     def log_message(self, format: str, *args: Any) -> None:
         # The stdlib writes every request to stderr; a scrape each minute is not worth that.
-        if _log.isEnabledFor(logging.DEBUG):
-            _log.debug("%s %s", self.address_string(), format % args)
+        # Unix-socket peers are usually unnamed: client_address is "", not (host, port).
+        peer = self.client_address[0] if isinstance(self.client_address, tuple) else "unix"
+        _log.debug("%s " + format, peer, *args)
 
 
-class _ConnectionOwner(socketserver.BaseServer):
-    """One thread per connection, like ThreadingMixIn(daemon_threads=True), but owned here.
+class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    """A thread per connection over TCP or a unix socket; server_close() joins them all.
 
-    ThreadingMixIn does not join daemon threads on older Pythons and cannot interrupt a handler
-    blocked reading from an idle client; abort_connections() and join_connections() do both.
+    Not http.server.ThreadingHTTPServer: its server_bind() does a reverse DNS lookup of the
+    host, and it cannot bind a unix socket. ThreadingMixIn joins only non-daemon threads, so
+    daemon_threads keeps its default of False.
     """
 
-    stats: Stats
-
-    def init_owner(self, stats: Stats) -> None:
+    def __init__(self, family: socket.AddressFamily, address: Any, stats: Stats) -> None:
+        # TCPServer creates and binds its socket from these, so they must be set first.
+        self.address_family = family
+        self.allow_reuse_address = family != socket.AF_UNIX  # restart despite TIME_WAIT
         self.stats = stats
-        self._conn_lock = threading.Lock()
-        self._conns: dict[threading.Thread, socket.socket] = {}
+        self._clients: set[Any] = set()
+        self._clients_lock = threading.Lock()
+        super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(
-            target=self._serve_connection,
-            args=(request, client_address),
-            name="sqsjkr-stats-conn",
-            daemon=True,
-        )
-        with self._conn_lock:
-            # Finished threads are left for this pruning so that only the owner ever forgets one.
-            for done in [t for t in self._conns if not t.is_alive()]:
-                del self._conns[done]
-            self._conns[thread] = request
-        thread.start()
+        with self._clients_lock:
+            self._clients.add(request)
+        super().process_request(request, client_address)
 
-    def _serve_connection(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
+    def shutdown_request(self, request: Any) -> None:
+        # Forgotten under the lock before it is closed, so abort_clients() never touches a
+        # closed socket (whose descriptor number may already belong to another).
+        with self._clients_lock:
+            self._clients.discard(request)
+        super().shutdown_request(request)
+
+    def abort_clients(self) -> None:
+        """Wake handlers blocked on idle clients, so server_close() need not wait out timeout."""
+        with self._clients_lock:
+            for conn in self._clients:
+                with contextlib.suppress(OSError):  # the client hung up already
+                    conn.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # BaseServer prints tracebacks to stderr. A client hanging up mid-response (or close()
         # aborting it) is routine; anything else is a bug in the handler worth a warning.
         level = logging.DEBUG if isinstance(sys.exc_info()[1], OSError) else logging.WARNING
         _log.log(level, "stats connection from %r failed", client_address, exc_info=True)
-
-    def abort_connections(self) -> None:
-        """Wake handlers blocked on their clients: reads see EOF, writes fail."""
-        with self._conn_lock:
-            conns = list(self._conns.values())
-        for conn in conns:
-            # OSError: its handler closed it already.
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-
-    def join_connections(self) -> None:
-        with self._conn_lock:
-            threads = list(self._conns)
-            self._conns.clear()
-        for thread in threads:
-            thread.join()
-
-
-class _TcpServer(_ConnectionOwner, socketserver.TCPServer):
-    allow_reuse_address = True
-
-    def __init__(self, family: socket.AddressFamily, sockaddr: tuple[Any, ...], stats: Stats):
-        # TCPServer creates its socket from this attribute, so IPv6 hosts need it set first.
-        self.address_family = family
-        self.init_owner(stats)
-        socketserver.TCPServer.__init__(self, sockaddr, _Handler, bind_and_activate=False)
-
-
-class _UnixServer(_ConnectionOwner, socketserver.UnixStreamServer):
-    def __init__(self, path: str, stats: Stats):
-        self.init_owner(stats)
-        socketserver.UnixStreamServer.__init__(self, path, _Handler, bind_and_activate=False)
 
 
 class StatsServer:
@@ -290,7 +234,7 @@ class StatsServer:
         self._port = port
         self._socket_path = os.fspath(socket_path) if socket_path is not None else None
         self._lock = threading.Lock()
-        self._server: _ConnectionOwner | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         # (st_dev, st_ino) of the socket file we bound, so close() never removes a successor's.
         self._socket_id: tuple[int, int] | None = None
@@ -305,7 +249,7 @@ class StatsServer:
         if self._socket_path is not None:
             return f"unix:{self._socket_path}"
         host, port = self._host, self._port
-        if isinstance(self._server, _TcpServer):
+        if self._server is not None:
             bound_host, port = self._server.server_address[:2]
             host = str(bound_host)
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -317,10 +261,10 @@ class StatsServer:
                 raise RuntimeError("StatsServer.start() after close()")
             if self._server is not None:
                 raise RuntimeError("StatsServer.start() called twice")
-            server = self._bind_unix() if self._socket_path is not None else self._bind_tcp()
-            self._server = server
+            path = self._socket_path
+            self._server = self._bind_unix(path) if path is not None else self._bind_tcp()
             self._thread = threading.Thread(
-                target=server.serve_forever,
+                target=self._server.serve_forever,
                 kwargs={"poll_interval": _POLL_INTERVAL_SECONDS},
                 name="sqsjkr-stats",
                 daemon=True,
@@ -337,12 +281,11 @@ class StatsServer:
             server, thread = self._server, self._thread
             if server is None or thread is None:
                 return
-            # Order matters: no new connections once serve_forever has returned, so every live
-            # one is registered by the time abort_connections() runs.
+            # Once shutdown() returns no connection is accepted any more, so abort_clients()
+            # sees every one that server_close() will then wait for.
             server.shutdown()
             thread.join()
-            server.abort_connections()
-            server.join_connections()
+            server.abort_clients()
             server.server_close()
             self._remove_socket_file()
 
@@ -353,91 +296,69 @@ class StatsServer:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _bind_tcp(self) -> _TcpServer:
-        try:
-            infos = socket.getaddrinfo(
-                self._host, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )
-        except OSError as exc:
-            raise StatsServerError(
-                f"cannot serve stats on {self.address}: cannot resolve host {self._host!r}: {exc}"
-            ) from exc
-        family, _, _, _, sockaddr = infos[0]
-        try:
-            server = _TcpServer(family, sockaddr, self._stats)
-        except OSError as exc:
-            raise StatsServerError(f"cannot serve stats on {self.address}: {_reason(exc)}") from exc
-        try:
-            server.server_bind()
-            server.server_activate()
-        except OSError as exc:
-            server.server_close()
-            raise StatsServerError(f"cannot serve stats on {self.address}: {_reason(exc)}") from exc
-        return server
+    def _error(self, reason: str) -> StatsServerError:
+        return StatsServerError(f"cannot serve stats on {self.address}: {reason}")
 
-    def _bind_unix(self) -> _UnixServer:
-        path = self._socket_path
-        assert path is not None
+    def _bind_tcp(self) -> _Server:
+        try:
+            # The first address getaddrinfo gives decides the family, so "::1" binds IPv6.
+            family, _, _, _, sockaddr = socket.getaddrinfo(
+                self._host, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+        except OSError as exc:
+            raise self._error(f"cannot resolve host {self._host!r}: {exc}") from exc
+        try:
+            return _Server(family, sockaddr, self._stats)
+        except OSError as exc:
+            raise self._error(_reason(exc)) from exc
+
+    def _bind_unix(self, path: str) -> _Server:
         self._remove_stale_socket(path)
         try:
-            server = _UnixServer(path, self._stats)
+            server = _Server(socket.AF_UNIX, path, self._stats)
+        except FileNotFoundError as exc:
+            directory = os.path.dirname(os.path.abspath(path))
+            raise self._error(f"directory {directory} does not exist") from exc
         except OSError as exc:
-            raise StatsServerError(f"cannot serve stats on {self.address}: {_reason(exc)}") from exc
+            raise self._error(_reason(exc)) from exc
         try:
-            server.server_bind()
             st = os.stat(path)
-            server.server_activate()
-        except OSError as exc:
+        except OSError as exc:  # someone removed it the instant after we bound it
             server.server_close()
-            reason = _reason(exc)
-            if isinstance(exc, FileNotFoundError):
-                directory = os.path.dirname(os.path.abspath(path))
-                reason = f"directory {directory} does not exist"
-            raise StatsServerError(f"cannot serve stats on {self.address}: {reason}") from exc
+            raise self._error(_reason(exc)) from exc
         self._socket_id = (st.st_dev, st.st_ino)
         return server
 
     def _remove_stale_socket(self, path: str) -> None:
         """Remove a socket file left by a crashed daemon, but never a live one or a non-socket."""
         try:
-            st = os.lstat(path)
+            mode = os.lstat(path).st_mode
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise StatsServerError(f"cannot serve stats on {self.address}: {_reason(exc)}") from exc
-        if not stat.S_ISSOCK(st.st_mode):
-            raise StatsServerError(
-                f"cannot serve stats on {self.address}: {path} exists and is not a socket"
-            )
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(_PROBE_TIMEOUT_SECONDS)
-        try:
-            probe.connect(path)
-        except ConnectionRefusedError:
-            pass  # nobody listens: stale
-        except FileNotFoundError:
-            return  # removed meanwhile
-        except OSError as exc:
-            # Timeouts included: a listener too busy to accept is still a listener.
-            raise StatsServerError(
-                f"cannot serve stats on {self.address}: cannot probe existing socket: "
-                f"{_reason(exc)}"
-            ) from exc
-        else:
-            raise StatsServerError(
-                f"cannot serve stats on {self.address}: another process is listening there"
-            )
-        finally:
-            probe.close()
+            raise self._error(_reason(exc)) from exc
+        if not stat.S_ISSOCK(mode):
+            raise self._error(f"{path} exists and is not a socket")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(_PROBE_TIMEOUT_SECONDS)
+            try:
+                probe.connect(path)
+            except ConnectionRefusedError:
+                pass  # nobody listens: stale
+            except FileNotFoundError:
+                return  # removed meanwhile
+            except OSError as exc:
+                # Timeouts included: a listener too busy to accept is still a listener.
+                raise self._error(f"cannot probe existing socket: {_reason(exc)}") from exc
+            else:
+                raise self._error("another process is listening there")
         _log.info("removing stale stats socket %s", path)
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise StatsServerError(
-                f"cannot serve stats on {self.address}: cannot remove stale socket: {_reason(exc)}"
-            ) from exc
+            raise self._error(f"cannot remove stale socket: {_reason(exc)}") from exc
 
     def _remove_socket_file(self) -> None:
         path, ident = self._socket_path, self._socket_id

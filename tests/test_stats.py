@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from sqsjkr.errors import SqsjkrError
-from sqsjkr.stats import Outcome, Stats, StatsServer, StatsServerError, StatsSnapshot
+from sqsjkr.errors import SqsjkrError, StatsServerError
+from sqsjkr.stats import Outcome, Stats, StatsServer, StatsSnapshot
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -215,7 +215,7 @@ def test_unknown_path_is_404_json(tcp_server: StatsServer) -> None:
         assert json.loads(body) == {"error": "not found"}
 
 
-@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "BREW"])
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
 def test_other_methods_are_405(tcp_server: StatsServer, method: str) -> None:
     status, headers, body = fetch(
         http.client.HTTPConnection("127.0.0.1", tcp_port(tcp_server), timeout=2),
@@ -225,6 +225,17 @@ def test_other_methods_are_405(tcp_server: StatsServer, method: str) -> None:
     assert status == 405
     assert headers["Allow"] == "GET, HEAD"
     assert json.loads(body) == {"error": "method not allowed"}
+
+
+def test_unknown_method_is_501_json(tcp_server: StatsServer) -> None:
+    status, headers, body = fetch(
+        http.client.HTTPConnection("127.0.0.1", tcp_port(tcp_server), timeout=2),
+        "/stats/metrics",
+        "BREW",
+    )
+    assert status == 501
+    assert headers["Content-Type"] == "application/json"
+    assert "BREW" in json.loads(body)["error"]
 
 
 def test_head_has_headers_only(tcp_server: StatsServer) -> None:
@@ -237,6 +248,14 @@ def test_head_has_headers_only(tcp_server: StatsServer) -> None:
     assert headers["Content-Type"] == "application/json"
     assert int(headers["Content-Length"]) > 0
     assert body == b""
+
+
+def test_server_header_hides_python_version(tcp_server: StatsServer) -> None:
+    _, headers, _ = fetch(
+        http.client.HTTPConnection("127.0.0.1", tcp_port(tcp_server), timeout=2), "/stats/metrics"
+    )
+    assert headers["Server"].startswith("sqsjkr/")
+    assert "Python" not in headers["Server"]
 
 
 def test_malformed_request_gets_json_400(tcp_server: StatsServer) -> None:
