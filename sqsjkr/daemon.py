@@ -165,6 +165,12 @@ class Kicker:
         self._deletes.add(messages)
         jobs = []
         for message in messages:
+            if message.receive_count > 1:
+                log.info(
+                    "message %s delivered again (receive %d)",
+                    message.message_id,
+                    message.receive_count,
+                )
             try:
                 jobs.append(
                     parse_job(message.body, message_id=message.message_id, sent_at=message.sent_at)

@@ -5,13 +5,12 @@ Jobs written for the Go daemon carry Go duration strings, so both directions mat
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from sqsjkr.errors import DurationError
+from sqsjkr.errors import DurationError, quote
 
 _NANOSECOND = 1
 _MICROSECOND = 1_000
@@ -105,14 +104,14 @@ def parse_duration(text: str) -> Duration:
         assert number is not None  # the pattern also matches the empty string
         whole, fraction = number.group(1), number.group(2) or ""
         if not whole and not fraction:
-            raise _invalid(text, f"expected a number at {_quote(rest[pos:])}")
+            raise _invalid(text, f"expected a number at {quote(rest[pos:])}")
         unit_match = _UNIT.match(rest, number.end())
         assert unit_match is not None
         unit = unit_match.group()
         if not unit:
-            raise _invalid(text, f"missing unit after {_quote(number.group())} {_UNIT_HINT}")
+            raise _invalid(text, f"missing unit after {quote(number.group())} {_UNIT_HINT}")
         if unit not in _UNITS:
-            raise _invalid(text, f"unknown unit {_quote(unit)} {_UNIT_HINT}")
+            raise _invalid(text, f"unknown unit {quote(unit)} {_UNIT_HINT}")
         total += _part_ns(text, whole, fraction, _UNITS[unit])
         if total > 1 << 63:
             raise _invalid(text, _RANGE_HINT)
@@ -192,10 +191,4 @@ def _decimal(value: int, unit: int) -> str:
 
 
 def _invalid(text: str, why: str) -> DurationError:
-    return DurationError(f"invalid duration {_quote(text)}: {why}")
-
-
-def _quote(text: str) -> str:
-    # Escape unpaired surrogates too, so the message itself can always be logged as UTF-8.
-    quoted = json.dumps(text, ensure_ascii=False)
-    return quoted.encode("utf-8", "backslashreplace").decode("utf-8")
+    return DurationError(f"invalid duration {quote(text)}: {why}")

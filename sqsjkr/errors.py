@@ -6,6 +6,8 @@ failures stay botocore's own exceptions; sqsjkr.aws.is_transient tells them apar
 
 from __future__ import annotations
 
+import json
+
 
 class SqsjkrError(Exception):
     """Base of all sqsjkr errors."""
@@ -37,3 +39,9 @@ class StatsServerError(SqsjkrError):
 
 class LocalModeError(SqsjkrError):
     """Local mode cannot start: moto is not installed, or its port is taken."""
+
+
+def quote(text: str) -> str:
+    """User text quoted for an error message; unpaired surrogates are escaped so it always logs."""
+    quoted = json.dumps(text, ensure_ascii=False)
+    return quoted.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from sqsjkr.duration import Duration, duration_value
-from sqsjkr.errors import DurationError, InvalidJobError
+from sqsjkr.errors import DurationError, InvalidJobError, quote
 
 # The Go README documents "env" and the Go code reads "envs": merging in this order lets "envs" win.
 _ENV_FIELDS = ("env", "envs")
@@ -255,10 +255,4 @@ def _json_type(value: object) -> str:
 
 
 def _field_error(name: str, reason: str) -> InvalidJobError:
-    return InvalidJobError(f"field {_quote(name)}: {reason}")
-
-
-def _quote(text: str) -> str:
-    # Escape unpaired surrogates too, so the message itself can always be logged as UTF-8.
-    quoted = json.dumps(text, ensure_ascii=False)
-    return quoted.encode("utf-8", "backslashreplace").decode("utf-8")
+    return InvalidJobError(f"field {quote(name)}: {reason}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -403,3 +404,18 @@ def test_a_lasting_lock_error_or_abort_if_locked_fails_the_job_at_once(
     assert runner.ran == []
     assert len(locker.errors) == 2  # tried once, not again
     assert "failed: could not take lock 'L'" in caplog.text
+
+
+def test_a_redelivered_message_is_logged_with_its_receive_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sqsjkr.daemon")
+    source = FakeSource()
+    source.queued.append(Message("m9", "rh", '{"command": "x"}', 1000.0, receive_count=3))
+    runner = GateRunner()
+    runner.gate.set()
+    kicker, _ = make_kicker(source, runner)
+    running = Running(kicker)
+    wait_until(lambda: runner.ran == ["m9"])
+    running.finish()
+    assert "message m9 delivered again (receive 3)" in caplog.text
