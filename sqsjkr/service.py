@@ -38,6 +38,39 @@ def serve(
 
     locker and dedupe replace the backends the config selects (for embedding sqsjkr in Python).
     """
+    stats = Stats(config.kicker.max_concurrent_num)
+    # Stats first: a taken port fails before any AWS call, and monitoring sees a daemon that is
+    # still waiting for AWS as up with all workers idle.
+    server = _start_stats_server(config, stats)
+    try:
+        parts = _connect(config, stop, locker, dedupe)
+        if parts is None:
+            return  # stopped while starting
+        source, dedupe, locker = parts
+        kicker = Kicker(
+            source,
+            dedupe=dedupe,
+            locker=locker,
+            runner=ShellRunner(),
+            stats=stats,
+            settings=KickerSettings(
+                max_workers=config.kicker.max_concurrent_num,
+                life_time_trigger=config.kicker.life_time_trigger,
+                lock_retry_interval=config.lock.retry_interval.seconds,
+                delete_window=max(0, config.sqs.visibility_timeout - config.sqs.wait_time_seconds)
+                / 3,
+            ),
+        )
+        log.info("queue %s, lock table %r", source.queue_url, config.lock.table)
+        kicker.run(stop)
+    finally:
+        server.close()
+
+
+def _connect(
+    config: Config, stop: threading.Event, locker: Locker | None, dedupe: DedupeStore | None
+) -> tuple[SqsSource, DedupeStore, Locker] | None:
+    """The queue and the backends, retrying while AWS cannot be reached; None if stopped."""
     session = make_session(region=config.account.region, profile=config.account.profile)
     pool = config.kicker.max_concurrent_num + 2
     sqs = make_client(session, "sqs", max_pool=pool)
@@ -47,7 +80,7 @@ def serve(
         stop,
     )
     if queue_url is None:
-        return  # stopped while starting
+        return None
     source = SqsSource(
         sqs,
         queue_url,
@@ -58,34 +91,14 @@ def serve(
     if dedupe is None:
         dedupe = _dedupe(config, source, dynamodb, stop)
         if dedupe is None:
-            return  # stopped while starting
+            return None
     if locker is None:
         locker = (
             DynamoLocker(dynamodb, config.lock.table)
             if config.lock.backend == "dynamodb"
             else NoopLocker()
         )
-    stats = Stats(config.kicker.max_concurrent_num)
-    server = _start_stats_server(config, stats)
-    kicker = Kicker(
-        source,
-        dedupe=dedupe,
-        locker=locker,
-        runner=ShellRunner(),
-        stats=stats,
-        settings=KickerSettings(
-            max_workers=config.kicker.max_concurrent_num,
-            life_time_trigger=config.kicker.life_time_trigger,
-            lock_retry_interval=config.lock.retry_interval.seconds,
-            delete_window=max(0.0, config.sqs.visibility_timeout - config.sqs.wait_time_seconds)
-            / 3,
-        ),
-    )
-    log.info("queue %s, lock table %r", queue_url, config.lock.table)
-    try:
-        kicker.run(stop)
-    finally:
-        server.close()
+    return source, dedupe, locker
 
 
 def _dedupe(

@@ -325,8 +325,9 @@ def test_none_backends_write_nothing_to_dynamodb(
 def test_unreachable_endpoint_at_start_is_retried_and_named_then_stops_cleanly(
     tmp_path: Path, aws: Aws
 ) -> None:
+    port = free_port()
     conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats=f"stats_port = {free_port()}"))
+    conf.write_text(config_text(aws, stats=f"stats_port = {port}"))
     closed = f"http://127.0.0.1:{free_port()}"
     # boto3's per-service variable wins over AWS_ENDPOINT_URL.
     daemon = Daemon(["run", "-c", str(conf)], {"AWS_ENDPOINT_URL_SQS": closed}, tmp_path)
@@ -336,6 +337,8 @@ def test_unreachable_endpoint_at_start_is_retried_and_named_then_stops_cleanly(
         )
         daemon.wait_for_log("retrying in")
         assert daemon.proc.poll() is None
+        # Monitoring already sees the daemon, idle, while it waits for AWS.
+        assert http_get_json(port, "/stats/metrics") == {"idle_worker": 4, "busy_worker": 0}
         assert daemon.stop() == 0
     finally:
         daemon.kill()
