@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -209,6 +210,17 @@ def test_local_demo_shows_every_behaviour(
         ),
         what="demo stats",
     )
+    # The newcomer's next step, exactly as printed.
+    hint = re.search(r"(AWS_ENDPOINT_URL=\S+) .*\n\s+sqsjkr send -c (\S+) ", daemon.log)
+    assert hint, daemon.log
+    endpoint = hint.group(1).split("=", 1)[1]
+    sent = sqsjkr(
+        "send", "-c", hint.group(2), "--command", "echo sent-by-the-hint",
+        env={"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "local",
+             "AWS_SECRET_ACCESS_KEY": "local"},
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    daemon.wait_for_log("] sent-by-the-hint")
     assert daemon.stop(signal.SIGINT) == 0
 
 
