@@ -121,9 +121,15 @@ class Kicker:
                     messages = self._source.receive(free)
                     backoff.reset()
                     backlog = len(messages) >= free
-                except AWS_ERRORS as exc:
+                except Exception as exc:
+                    # Whatever the endpoint did, the loop and the running jobs carry on.
                     delay = backoff.next_delay()
-                    log.error("receive failed (%s); retrying in %.1fs", describe(exc), delay)
+                    log.error(
+                        "receive failed (%s); retrying in %.1fs",
+                        describe(exc),
+                        delay,
+                        exc_info=not isinstance(exc, AWS_ERRORS),
+                    )
                     stop.wait(delay)
                     continue
                 if stop.is_set():

@@ -419,3 +419,23 @@ def test_a_redelivered_message_is_logged_with_its_receive_count(
     wait_until(lambda: runner.ran == ["m9"])
     running.finish()
     assert "message m9 delivered again (receive 3)" in caplog.text
+
+
+def test_an_unexpected_receive_error_does_not_stop_the_loop(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    source = FakeSource([{"command": "x"}])
+    errors = [KeyError("MessageId")]
+
+    def odd_response() -> None:
+        if errors:
+            raise errors.pop()
+
+    source.on_receive = odd_response
+    runner = GateRunner()
+    runner.gate.set()
+    kicker, _ = make_kicker(source, runner)
+    running = Running(kicker)
+    wait_until(lambda: runner.ran == ["m0"], timeout=20)
+    running.finish()
+    assert "receive failed (KeyError: 'MessageId')" in caplog.text
