@@ -22,6 +22,9 @@ from .aws import describe, make_client, make_session
 from .config import DEFAULT_CONFIG_PATH, Config, Overrides, load_config
 from .errors import ConfigError, InvalidJobError, SqsjkrError
 from .job import build_body, parse_job
+from .local import run_local
+from .service import serve
+from .sqs import resolve_queue_url
 
 log = logging.getLogger("sqsjkr.cli")
 
@@ -169,8 +172,6 @@ def run(
     stats_socket: str | None,
 ) -> None:
     """Run the daemon."""
-    from .service import serve
-
     setup_logging(log_level.lower())
     config = load(
         conf,
@@ -201,8 +202,6 @@ def run(
 @log_level_option
 def local(demo: bool, port: int, stats_port: int, workers: int, log_level: str) -> None:
     """Run the daemon on an embedded local AWS endpoint (moto), with its queue and table."""
-    from .local import run_local
-
     setup_logging(log_level.lower())
     stop = threading.Event()
     restore = install_stop_signals(stop)
@@ -256,8 +255,6 @@ def send(
     body: str | None,
 ) -> None:
     """Validate a job and put it on the queue; prints the message id."""
-    from .sqs import resolve_queue_url
-
     built_from_options = any(
         [command, envs, event_id, lock_id, life_time, abort_if_locked, disable_life_time_trigger]
     )

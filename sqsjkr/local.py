@@ -20,6 +20,7 @@ from .aws import make_client, make_session
 from .config import load_config
 from .errors import LocalModeError
 from .job import build_body
+from .service import serve
 
 log = logging.getLogger("sqsjkr.local")
 
@@ -170,8 +171,6 @@ def run_local(
     stop: threading.Event, *, demo: bool, port: int, stats_port: int, workers: int
 ) -> None:
     """Start the endpoint, create the queue and table, optionally send the demo, serve until stop."""
-    from .service import serve
-
     with local_endpoint(port) as endpoint, tempfile.TemporaryDirectory(prefix="sqsjkr-") as tmp:
         use_endpoint(endpoint)
         session = make_session(region=LOCAL_REGION)
