@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -113,6 +113,15 @@ class Running:
         assert not self.thread.is_alive()
 
 
+def run_until(kicker: Kicker, done: Callable[[], Any], timeout: float = 15.0) -> None:
+    """Run kicker on a thread until done() holds, then stop it and join the thread."""
+    running = Running(kicker)
+    try:
+        wait_until(done, timeout)
+    finally:
+        running.finish()
+
+
 def test_never_runs_more_than_max_workers_and_asks_only_for_free_ones() -> None:
     source = FakeSource([{"command": "x"} for _ in range(7)])
     runner = GateRunner()
@@ -134,9 +143,7 @@ def test_messages_are_deleted_in_one_batch_on_receive() -> None:
     runner = GateRunner()
     runner.gate.set()
     kicker, _ = make_kicker(source, runner)
-    running = Running(kicker)
-    wait_until(lambda: len(runner.ran) == 2)
-    running.finish()
+    run_until(kicker, lambda: len(runner.ran) == 2)
     assert sorted(source.deleted) == ["m0", "m1"]
 
 
@@ -147,9 +154,7 @@ def test_invalid_messages_are_counted_failed_deleted_and_do_not_stop_the_loop(
     runner = GateRunner()
     runner.gate.set()
     kicker, stats = make_kicker(source, runner)
-    running = Running(kicker)
-    wait_until(lambda: runner.ran == ["m3"])
-    running.finish()
+    run_until(kicker, lambda: runner.ran == ["m3"])
     assert stats.snapshot().failed == 3
     assert sorted(source.deleted) == ["m0", "m1", "m2", "m3"]
     assert "invalid message m0 deleted: body is not JSON" in caplog.text
@@ -162,9 +167,7 @@ def test_duplicate_is_skipped_and_counted() -> None:
     source = FakeSource([{"command": "x"}])
     runner = GateRunner()
     kicker, stats = make_kicker(source, runner, dedupe=dedupe)
-    running = Running(kicker)
-    wait_until(lambda: stats.snapshot().duplicates == 1)
-    running.finish()
+    run_until(kicker, lambda: stats.snapshot().duplicates == 1)
     assert runner.ran == []
 
 
@@ -173,9 +176,7 @@ def test_exit_code_decides_succeeded_or_errored() -> None:
     runner = GateRunner({"bad": 2})
     runner.gate.set()
     kicker, stats = make_kicker(source, runner)
-    running = Running(kicker)
-    wait_until(lambda: len(runner.ran) == 2)
-    running.finish()
+    run_until(kicker, lambda: len(runner.ran) == 2)
     snap = stats.snapshot()
     assert (snap.succeeded, snap.errored, snap.failed) == (1, 1, 0)
 
@@ -205,9 +206,7 @@ def test_expired_job_is_cancelled_and_trigger_runs_unless_disabled() -> None:
         trigger=lambda cmd, job: triggered.append((cmd, job.event_id)) or RunResult(0, 0.0),
         settings=KickerSettings(max_workers=3, life_time_trigger="alert"),
     )
-    running = Running(kicker)
-    wait_until(lambda: stats.snapshot().failed == 2 and len(runner.ran) == 1)
-    running.finish()
+    run_until(kicker, lambda: stats.snapshot().failed == 2 and len(runner.ran) == 1)
     assert triggered == [("alert", "late")]
     assert runner.ran == ["m2"]
 
@@ -233,9 +232,7 @@ def test_abort_if_locked_gives_up_at_once() -> None:
     source = FakeSource([{"command": "x", "lock_id": "L", "abort_if_locked": True}])
     runner = GateRunner()
     kicker, stats = make_kicker(source, runner, locker=locker)
-    running = Running(kicker)
-    wait_until(lambda: stats.snapshot().failed == 1)
-    running.finish()
+    run_until(kicker, lambda: stats.snapshot().failed == 1)
     assert runner.ran == []
     assert locker.held == {"L": "other-host"}  # someone else's lock is left alone
 
@@ -252,9 +249,7 @@ def test_lock_wait_rechecks_life_time() -> None:
 
     runner = GateRunner()
     kicker, stats = make_kicker(source, runner, locker=locker, clock=lambda: now[0], sleep=sleep)
-    running = Running(kicker)
-    wait_until(lambda: stats.snapshot().failed == 1)
-    running.finish()
+    run_until(kicker, lambda: stats.snapshot().failed == 1)
     assert runner.ran == []
     assert now[0] == 1006.0  # gave up at the first check past 5 s
 
@@ -265,9 +260,7 @@ def test_receive_failures_back_off_and_recover(caplog: pytest.LogCaptureFixture)
     runner = GateRunner()
     runner.gate.set()
     kicker, _ = make_kicker(source, runner)
-    running = Running(kicker)
-    wait_until(lambda: runner.ran == ["m0"])
-    running.finish()
+    run_until(kicker, lambda: runner.ran == ["m0"])
     assert "receive failed (EndpointConnectionError" in caplog.text
 
 
@@ -378,9 +371,7 @@ def test_a_transient_lock_error_is_retried() -> None:
     runner = GateRunner()
     runner.gate.set()
     kicker, stats = make_kicker(source, runner, locker=locker)
-    running = Running(kicker)
-    wait_until(lambda: stats.snapshot().succeeded == 1)
-    running.finish()
+    run_until(kicker, lambda: stats.snapshot().succeeded == 1)
     assert locker.held == {}
 
 
@@ -398,9 +389,7 @@ def test_a_lasting_lock_error_or_abort_if_locked_fails_the_job_at_once(
     source = FakeSource([{"command": "x", "lock_id": "L", "abort_if_locked": abort_if_locked}])
     runner = GateRunner()
     kicker, stats = make_kicker(source, runner, locker=locker)
-    running = Running(kicker)
-    wait_until(lambda: stats.snapshot().failed == 1)
-    running.finish()
+    run_until(kicker, lambda: stats.snapshot().failed == 1)
     assert runner.ran == []
     assert len(locker.errors) == 2  # tried once, not again
     assert "failed: could not take lock 'L'" in caplog.text
@@ -415,9 +404,7 @@ def test_a_redelivered_message_is_logged_with_its_receive_count(
     runner = GateRunner()
     runner.gate.set()
     kicker, _ = make_kicker(source, runner)
-    running = Running(kicker)
-    wait_until(lambda: runner.ran == ["m9"])
-    running.finish()
+    run_until(kicker, lambda: runner.ran == ["m9"])
     assert "message m9 delivered again (receive 3)" in caplog.text
 
 
@@ -435,7 +422,5 @@ def test_an_unexpected_receive_error_does_not_stop_the_loop(
     runner = GateRunner()
     runner.gate.set()
     kicker, _ = make_kicker(source, runner)
-    running = Running(kicker)
-    wait_until(lambda: runner.ran == ["m0"], timeout=20)
-    running.finish()
+    run_until(kicker, lambda: runner.ran == ["m0"], timeout=20)
     assert "receive failed (KeyError: 'MessageId')" in caplog.text
