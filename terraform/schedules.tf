@@ -1,0 +1,55 @@
+# One EventBridge rule per job, each putting its job message on the queue on schedule.
+
+locals {
+  # The message body of each job, in the daemon's format. Unset fields are left out rather than
+  # sent as null or false: the daemon reads an absent field as its default, and a short body is
+  # easier to read in the console. jsonencode sorts the keys, so plans show no spurious diffs.
+  job_messages = {
+    for key, job in var.jobs : key => {
+      for field, value in {
+        command                   = job.command
+        envs                      = length(job.envs) > 0 ? job.envs : null
+        event_id                  = coalesce(job.event_id, key)
+        lock_id                   = job.lock_id
+        life_time                 = job.life_time
+        timeout                   = job.timeout
+        abort_if_locked           = job.abort_if_locked ? true : null
+        disable_life_time_trigger = job.disable_life_time_trigger ? true : null
+      } : field => value if value != null
+    }
+  }
+}
+
+resource "aws_cloudwatch_event_rule" "job" {
+  for_each = var.jobs
+
+  name                = "${var.name}-${each.key}"
+  description         = coalesce(each.value.description, "sqsjkr job ${each.key}")
+  schedule_expression = each.value.schedule_expression
+  # A disabled job keeps its rule, so turning it back on is a one-line change.
+  state = each.value.enabled ? "ENABLED" : "DISABLED"
+  tags  = var.tags
+
+  lifecycle {
+    precondition {
+      condition     = length("${var.name}-${each.key}") <= 64
+      error_message = "The rule name ${var.name}-${each.key} is longer than EventBridge's 64 characters: shorten the module's name or the job's key."
+    }
+  }
+}
+
+resource "aws_cloudwatch_event_target" "job" {
+  for_each = var.jobs
+
+  rule      = aws_cloudwatch_event_rule.job[each.key].name
+  target_id = "sqsjkr-queue"
+  arn       = aws_sqs_queue.jobs.arn
+  input     = jsonencode(local.job_messages[each.key])
+
+  lifecycle {
+    precondition {
+      condition     = length(jsonencode(local.job_messages[each.key])) <= 8192
+      error_message = "The message of job ${each.key} is longer than the 8192 characters EventBridge allows as a target's input: move long commands into a script on the hosts."
+    }
+  }
+}

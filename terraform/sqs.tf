@@ -1,0 +1,75 @@
+# The job queue, its dead-letter queue and who may send to the queue.
+
+resource "aws_sqs_queue" "dlq" {
+  name                      = "${var.name}-dlq"
+  message_retention_seconds = var.dlq_message_retention_seconds
+  # SQS-managed keys: EventBridge cannot send to a queue under the AWS-managed KMS key, and a
+  # customer key would need kms: grants for both EventBridge and the hosts.
+  sqs_managed_sse_enabled = true
+  tags                    = var.tags
+}
+
+resource "aws_sqs_queue" "jobs" {
+  name                       = var.name
+  visibility_timeout_seconds = var.visibility_timeout_seconds
+  message_retention_seconds  = var.message_retention_seconds
+  sqs_managed_sse_enabled    = true
+
+  # A message that keeps coming back (hosts dying mid-job, a job that never gets its lock) ends
+  # up in the DLQ instead of cycling for the whole retention period.
+  redrive_policy = jsonencode({
+    deadLetterTargetArn = aws_sqs_queue.dlq.arn
+    maxReceiveCount     = var.max_receive_count
+  })
+
+  tags = var.tags
+
+  lifecycle {
+    precondition {
+      condition     = var.dlq_message_retention_seconds >= var.message_retention_seconds
+      error_message = "dlq_message_retention_seconds must be at least message_retention_seconds: a message moved to the DLQ keeps its first enqueue time."
+    }
+  }
+}
+
+# Only the job queue may use the DLQ as its dead-letter queue. A separate resource because the
+# DLQ would otherwise reference the queue that references it.
+resource "aws_sqs_queue_redrive_allow_policy" "dlq" {
+  queue_url = aws_sqs_queue.dlq.id
+  redrive_allow_policy = jsonencode({
+    redrivePermission = "byQueue"
+    sourceQueueArns   = [aws_sqs_queue.jobs.arn]
+  })
+}
+
+# EventBridge may send to the queue only on behalf of this module's rules: another rule in the
+# account, or in someone else's, cannot start commands on the batch hosts.
+data "aws_iam_policy_document" "queue" {
+  # An ArnEquals condition with no ARNs is refused, and with no jobs nobody needs to send.
+  count = length(var.jobs) > 0 ? 1 : 0
+
+  statement {
+    sid       = "ScheduleRulesOfThisModule"
+    effect    = "Allow"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.jobs.arn]
+
+    principals {
+      type        = "Service"
+      identifiers = ["events.amazonaws.com"]
+    }
+
+    condition {
+      test     = "ArnEquals"
+      variable = "aws:SourceArn"
+      values   = [for rule in aws_cloudwatch_event_rule.job : rule.arn]
+    }
+  }
+}
+
+resource "aws_sqs_queue_policy" "jobs" {
+  count = length(var.jobs) > 0 ? 1 : 0
+
+  queue_url = aws_sqs_queue.jobs.id
+  policy    = data.aws_iam_policy_document.queue[0].json
+}
