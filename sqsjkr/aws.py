@@ -6,14 +6,18 @@ Endpoints are never set here: boto3's own AWS_ENDPOINT_URL* variables point sqsj
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import boto3
 from botocore.config import Config as BotoConfig
-from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from .errors import ResourceMissingError
+
+#: Errors of an AWS call that the daemon survives: it logs them and tries again later.
+AWS_ERRORS = (BotoCoreError, ClientError, ResourceMissingError)
 
 #: Error codes that mean "try again later" rather than "this request is wrong".
 TRANSIENT_CODES = frozenset(
@@ -73,20 +77,46 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def conditional_put(client: Any, table: str, item: dict[str, Any], condition: str) -> bool:
-    """PutItem under condition: False when the condition fails; a missing table is named clearly."""
+def conditional_write(
+    call: Callable[..., Any], table: str, **request: Any
+) -> tuple[bool, dict[str, Any]]:
+    """Run a conditional DynamoDB write: (True, the item before it, when the request asks for
+    ReturnValues="ALL_OLD") or (False, the item that failed the condition; {} if none).
+    A missing table is named clearly.
+    """
     try:
-        client.put_item(TableName=table, Item=item, ConditionExpression=condition)
+        response = call(TableName=table, ReturnValuesOnConditionCheckFailure="ALL_OLD", **request)
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
-            return False
+            return False, dict(exc.response.get("Item") or {})
         if error_code(exc) == "ResourceNotFoundException":
             raise ResourceMissingError(
                 f"DynamoDB table {table!r} not found (check [lock] table or --lock-table, "
                 "and the region)"
             ) from exc
         raise
-    return True
+    return True, dict(response.get("Attributes") or {})
+
+
+def write_if_owner(
+    call: Callable[..., Any], table: str, key: dict[str, Any], owner: str, **request: Any
+) -> bool:
+    """Update or delete a leased item (a lock, a dedupe claim) only while owner holds its lease.
+
+    False when the item is gone, has another Owner, or no longer has a LeaseUntil.
+    """
+    values = {**request.pop("ExpressionAttributeValues", {}), ":owner": {"S": owner}}
+    applied, _ = conditional_write(
+        call,
+        table,
+        Key=key,
+        # OWNER is a DynamoDB reserved word.
+        ConditionExpression="#owner = :owner AND attribute_exists(LeaseUntil)",
+        ExpressionAttributeNames={"#owner": "Owner"},
+        ExpressionAttributeValues=values,
+        **request,
+    )
+    return applied
 
 
 class Backoff:

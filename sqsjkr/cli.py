@@ -96,15 +96,17 @@ def setup_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def install_stop_signals(stop: threading.Event) -> Callable[[], None]:
-    """Make the stop signals set stop; returns a function that restores the old handlers."""
+def install_stop_signals(stop: threading.Event, force: threading.Event) -> Callable[[], None]:
+    """Make the first stop signal set stop and the next set force; returns a function that
+    restores the old handlers."""
 
     def handle(signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if stop.is_set():
-            log.warning("%s received again: still waiting for running jobs to finish", name)
+            log.warning("%s received again: stopping running jobs now", name)
+            force.set()
         else:
-            log.info("%s received: stopping", name)
+            log.info("%s received: stopping (a second signal stops running jobs)", name)
         stop.set()
 
     previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
@@ -162,6 +164,11 @@ def cli() -> None:
     "--stats-port", type=click.IntRange(0, 65535), help="Stats HTTP port (overrides the file)."
 )
 @click.option("--stats-socket", metavar="PATH", help="Serve stats on this unix socket instead.")
+@click.option(
+    "--shutdown-timeout",
+    metavar="DURATION",
+    help='How long a stop waits for running jobs, e.g. "10m" (overrides [kicker] shutdown_timeout).',
+)
 def run(
     conf: str,
     lock_table: str | None,
@@ -170,6 +177,7 @@ def run(
     region: str | None,
     stats_port: int | None,
     stats_socket: str | None,
+    shutdown_timeout: str | None,
 ) -> None:
     """Run the daemon."""
     setup_logging(log_level.lower())
@@ -181,13 +189,14 @@ def run(
             region=region,
             stats_port=stats_port,
             stats_socket=stats_socket,
+            shutdown_timeout=shutdown_timeout,
         ),
     )
-    stop = threading.Event()
-    restore = install_stop_signals(stop)
+    stop, force = threading.Event(), threading.Event()
+    restore = install_stop_signals(stop, force)
     try:
         log.info("sqsjkr %s starting with %s", __version__, conf)
-        serve(config, stop)
+        serve(config, stop, force=force)
     finally:
         restore()
 
@@ -203,10 +212,10 @@ def run(
 def local(demo: bool, port: int, stats_port: int, workers: int, log_level: str) -> None:
     """Run the daemon on an embedded local AWS endpoint (moto), with its queue and table."""
     setup_logging(log_level.lower())
-    stop = threading.Event()
-    restore = install_stop_signals(stop)
+    stop, force = threading.Event(), threading.Event()
+    restore = install_stop_signals(stop, force)
     try:
-        run_local(stop, demo=demo, port=port, stats_port=stats_port, workers=workers)
+        run_local(stop, force, demo=demo, port=port, stats_port=stats_port, workers=workers)
     finally:
         restore()
 

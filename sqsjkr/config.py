@@ -25,6 +25,12 @@ else:
 
 DEFAULT_CONFIG_PATH = "/etc/sqsjkr/config.toml"
 _DEFAULT_STATS_PORT = 8061  # the port mackerel-plugin-sqsjkr reads
+_POSITIVE = Duration(1)  # the least duration that is not zero: 1 ns
+_MAX_VISIBILITY = 43200  # SQS's limit, 12 hours
+# A lease renews every third of itself: under a second that is a storm of writes. Its message's
+# visibility outlasts it, and SQS caps visibility at 12 hours.
+_MIN_LEASE = Duration.of_seconds(1)
+_MAX_LEASE = Duration.of_seconds(3600)
 
 log = logging.getLogger("sqsjkr.config")
 
@@ -44,18 +50,25 @@ class SqsConfig:
 
     queue_name: str
     wait_time_seconds: int = 10
-    visibility_timeout: int = 30
+    #: None: derived from [lock] lease (see lease.lease_timing), or 30 s with delete_message = "on_receive".
+    visibility_timeout: int | None = None
 
 
 @dataclass(frozen=True)
 class KickerConfig:
-    """[kicker]: the workers, the life_time trigger and the stats endpoint."""
+    """[kicker]: the workers, job limits, shutdown, the life_time trigger and the stats endpoint."""
 
     max_concurrent_num: int = 20
     life_time_trigger: str | None = None
     stats_port: int | None = _DEFAULT_STATS_PORT  # None when the unix socket is used
     stats_socket: str | None = None
     stats_host: str = "127.0.0.1"
+    #: "on_finish": delete a message once its job has finished (at-least-once); "on_receive":
+    #: as soon as it is received, as the Go daemon did (at-most-once).
+    delete_message: str = "on_finish"
+    shutdown_timeout: Duration | None = None  # None: wait for running jobs without limit
+    job_timeout: Duration | None = None  # None: jobs without a timeout field run without limit
+    kill_grace: Duration = Duration.of_seconds(10)  # between SIGTERM and SIGKILL
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,8 @@ class LockConfig:
     backend: str = "dynamodb"
     table: str = "sqsjkr"
     retry_interval: Duration = Duration.of_seconds(5)
+    #: How long a lock or a job's dedupe claim outlives a daemon that stopped renewing it.
+    lease: Duration = Duration.of_seconds(60)
 
 
 @dataclass(frozen=True)
@@ -94,6 +109,7 @@ class Overrides:
     region: str | None = None
     stats_port: int | None = None
     stats_socket: str | None = None
+    shutdown_timeout: str | None = None
 
 
 _SECTIONS: dict[str, type] = {
@@ -183,9 +199,23 @@ class _Table:
             raise self.fail(key, f"must be {allowed}, got {_show(value)}")
         return value
 
-    def duration(self, key: str, default: Duration) -> Duration:
+    def duration(
+        self,
+        key: str,
+        default: Duration,
+        *,
+        low: Duration = _POSITIVE,
+        high: Duration | None = None,
+    ) -> Duration:
+        result = self.optional_duration(key, low=low, high=high)
+        return default if result is None else result
+
+    def optional_duration(
+        self, key: str, *, low: Duration = _POSITIVE, high: Duration | None = None
+    ) -> Duration | None:
+        """A duration between low and high; None when the key is absent."""
         if key not in self.values:
-            return default
+            return None
         value = self.values[key]
         try:
             result = duration_value(value)
@@ -196,8 +226,11 @@ class _Table:
             if reason.startswith("must"):
                 raise self.fail(key, f"{reason}, got {_show(value)}") from None
             raise self.fail(key, f"is invalid: {reason}") from None
-        if result.ns <= 0:
-            raise self.fail(key, f"must be greater than 0, got {_show(value)}")
+        if result.ns < low.ns:
+            limit = "greater than 0" if low == _POSITIVE else f"at least {low}"
+            raise self.fail(key, f"must be {limit}, got {_show(value)}")
+        if high is not None and result.ns > high.ns:
+            raise self.fail(key, f"must be at most {high}, got {_show(value)}")
         return result
 
 
@@ -246,6 +279,8 @@ def _apply_overrides(
             "given on the command line; give only one"
         )
     kicker = tables.setdefault("kicker", {})
+    if overrides.shutdown_timeout is not None:
+        put("kicker", "shutdown_timeout", overrides.shutdown_timeout)
     if overrides.stats_port is not None:
         kicker.pop("stats_socket", None)
         put("kicker", "stats_port", overrides.stats_port)
@@ -301,8 +336,10 @@ def parse_config(
     sqs_config = SqsConfig(
         queue_name=sqs.string("queue_name", required=True),
         wait_time_seconds=sqs.integer("wait_time_seconds", SqsConfig.wait_time_seconds, 0, 20),
-        visibility_timeout=sqs.integer(
-            "visibility_timeout", SqsConfig.visibility_timeout, 0, 43200
+        visibility_timeout=(
+            sqs.integer("visibility_timeout", 0, 0, _MAX_VISIBILITY)
+            if "visibility_timeout" in sqs.values
+            else None
         ),
     )
 
@@ -326,6 +363,12 @@ def parse_config(
         stats_port=None if stats_socket is not None else stats_port,
         stats_socket=stats_socket,
         stats_host=kicker.string("stats_host", KickerConfig.stats_host),
+        delete_message=kicker.choice(
+            "delete_message", KickerConfig.delete_message, ("on_finish", "on_receive")
+        ),
+        shutdown_timeout=kicker.optional_duration("shutdown_timeout", low=Duration(0)),
+        job_timeout=kicker.optional_duration("job_timeout"),
+        kill_grace=kicker.duration("kill_grace", KickerConfig.kill_grace, low=Duration(0)),
     )
 
     lock = table("lock")
@@ -333,7 +376,19 @@ def parse_config(
         backend=lock.choice("backend", LockConfig.backend, _BACKENDS),
         table=lock.string("table", LockConfig.table),
         retry_interval=lock.duration("retry_interval", LockConfig.retry_interval),
+        lease=lock.duration("lease", LockConfig.lease, low=_MIN_LEASE, high=_MAX_LEASE),
     )
+    visibility = sqs_config.visibility_timeout
+    if (
+        kicker_config.delete_message == "on_finish"
+        and visibility is not None
+        and visibility <= lock_config.lease.seconds
+    ):
+        raise ConfigError(
+            f"config {source}: [sqs] visibility_timeout ({visibility} s) must be longer than "
+            f"[lock] lease ({lock_config.lease}), or a message would reappear while its job "
+            "still runs; leave visibility_timeout unset to derive it from the lease"
+        )
 
     dedupe = table("dedupe")
     dedupe_config = DedupeConfig(backend=dedupe.choice("backend", DedupeConfig.backend, _BACKENDS))

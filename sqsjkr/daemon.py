@@ -1,6 +1,6 @@
-"""The daemon loop: receive messages while a worker is free, then dedupe, check life_time, lock and run.
+"""The daemon loop: receive messages while a worker is free, hand each job to a worker, stop cleanly.
 
-Kicker owns its worker threads; the entry point owns signals and only sets the stop event.
+Kicker owns its receiver, heartbeat and worker threads; the entry point owns signals and only sets events.
 """
 
 from __future__ import annotations
@@ -12,21 +12,22 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from .aws import Backoff, describe, is_transient
+from .aws import AWS_ERRORS, Backoff, describe
 from .dedupe import DedupeStore
-from .errors import InvalidJobError, ResourceMissingError
-from .job import Job, is_expired, parse_job
+from .errors import InvalidJobError
+from .heartbeat import Heartbeat, InFlight, InFlightJobs
+from .job import Job, parse_job
 from .locks import Locker
-from .runner import JobRunner, RunResult, run_trigger
+from .runner import JobRunner, RunResult, StopReason, run_trigger
 from .sqs import MAX_BATCH, Message, MessageSource
 from .stats import Outcome, Stats
+from .worker import Settle, Worker, WorkerSettings
 
 log = logging.getLogger("sqsjkr.daemon")
 
-#: Errors of an AWS call that the loop survives: it logs them and tries again later.
-AWS_ERRORS = (BotoCoreError, ClientError, ResourceMissingError)
+#: How long a stopping daemon waits for a receive still in its long poll before it exits anyway.
+#: A message that such a receive takes reappears when its visibility timeout ends.
+RECEIVER_JOIN_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,17 @@ class KickerSettings:
     #: After a full receive (a backlog), wait up to this long for a batch's worth of free workers,
     #: so that one ReceiveMessage serves many jobs.
     gather_window: float = 0.5
-    #: While there is a backlog, deletes wait up to this long to share a DeleteMessageBatch. A
-    #: receive may follow and long-poll, so this plus the poll must stay below the visibility
-    #: timeout (a redelivery in between would be caught by dedupe).
+    #: Deletes wait up to this long to share a DeleteMessageBatch; see service.py for the bound
+    #: that keeps a delete ahead of the message's visibility timeout.
     delete_window: float = 10.0
+    #: True: delete every message as soon as it is received (the Go daemon's at-most-once).
+    delete_on_receive: bool = False
+    #: The lease of locks and dedupe claims (renewed every third of it), and the visibility
+    #: timeout that in-flight messages get on receipt and at each heartbeat.
+    lease: float = 60.0
+    visibility: int = 75
+    job_timeout: float | None = None
+    shutdown_timeout: float | None = None  # None: wait for running jobs without limit
 
 
 class PendingDeletes:
@@ -51,26 +59,29 @@ class PendingDeletes:
     def __init__(self, source: MessageSource, window: float) -> None:
         self._source = source
         self._window = window
+        self._mutex = threading.Lock()
         self._messages: list[Message] = []
         self._since = 0.0
 
     def add(self, messages: Sequence[Message]) -> None:
-        if messages and not self._messages:
-            self._since = time.monotonic()
-        self._messages.extend(messages)
+        with self._mutex:
+            if messages and not self._messages:
+                self._since = time.monotonic()
+            self._messages.extend(messages)
 
     def flush(self, force: bool = False) -> None:
         """Delete what is pending if a batch is full, the window has passed, or force."""
-        if not self._messages:
-            return
-        waited = time.monotonic() - self._since
-        if not force and len(self._messages) < MAX_BATCH and waited < self._window:
-            return
-        messages, self._messages = self._messages, []
+        with self._mutex:
+            if not self._messages:
+                return
+            waited = time.monotonic() - self._since
+            if not force and len(self._messages) < MAX_BATCH and waited < self._window:
+                return
+            messages, self._messages = self._messages, []
         try:
             self._source.delete(messages)
         except AWS_ERRORS as exc:
-            # The jobs ran or run anyway; a redelivery is caught by dedupe.
+            # Their jobs are done and their dedupe records say so: a redelivery is deleted unrun.
             log.error("could not delete %d message(s): %s", len(messages), describe(exc))
 
 
@@ -87,63 +98,116 @@ class Kicker:
         stats: Stats,
         settings: KickerSettings = KickerSettings(),
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
         trigger: Callable[[str, Job], RunResult] = run_trigger,
     ) -> None:
         self._source = source
-        self._dedupe = dedupe
-        self._locker = locker
-        self._runner = runner
         self._stats = stats
         self._settings = settings
-        self._clock = clock
-        self._sleep = sleep
-        self._trigger = trigger
         self._free = settings.max_workers
         self._free_changed = threading.Condition()
         self._deletes = PendingDeletes(source, settings.delete_window)
+        self._in_flight = InFlightJobs()
+        # Set by the main thread once stopping: the receiver then gives back what it receives.
+        self._closed = False
+        self._intake = threading.Lock()
+        self._stopping = threading.Event()
+        self._pause = _Pause()
+        self._heartbeat = Heartbeat(
+            self._in_flight,
+            source=source,
+            dedupe=dedupe,
+            locker=locker,
+            interval=settings.lease / 3,
+            visibility=None if settings.delete_on_receive else settings.visibility,
+        )
+        self._worker = Worker(
+            dedupe=dedupe,
+            locker=locker,
+            runner=runner,
+            stopping=self._stopping,
+            settings=WorkerSettings(
+                life_time_trigger=settings.life_time_trigger,
+                lock_retry_interval=settings.lock_retry_interval,
+                job_timeout=settings.job_timeout,
+                hide_margin=max(1, int(settings.visibility - settings.lease)),
+            ),
+            clock=clock,
+            trigger=trigger,
+        )
 
-    def run(self, stop: threading.Event) -> None:
-        """Receive and run jobs until stop is set, then wait for the running ones to finish."""
-        backoff = Backoff()
-        with ThreadPoolExecutor(
-            max_workers=self._settings.max_workers, thread_name_prefix="sqsjkr-worker"
-        ) as pool:
-            log.info("receiving with %d workers", self._settings.max_workers)
-            backlog = False
-            while not stop.is_set():
-                # Without a backlog the next receive may long-poll: delete what is pending first.
-                self._deletes.flush(force=not backlog)
-                free = self._wait_for_free_workers(stop, backlog)
-                if not free:
-                    continue
-                try:
-                    messages = self._source.receive(free)
-                    backoff.reset()
-                    backlog = len(messages) >= free
-                except Exception as exc:
-                    # Whatever the endpoint did, the loop and the running jobs carry on.
-                    delay = backoff.next_delay()
-                    log.error(
-                        "receive failed (%s); retrying in %.1fs",
-                        describe(exc),
-                        delay,
-                        exc_info=not isinstance(exc, AWS_ERRORS),
-                    )
-                    stop.wait(delay)
-                    continue
-                if stop.is_set():
-                    self._give_back(messages)
-                    break
-                for job in self._accept(messages):
-                    self._take_worker()
-                    pool.submit(self._work, job)
-            running = self._settings.max_workers - self._free
-            log.info("stopping: no longer receiving; waiting for %d running job(s)", running)
+    def run(self, stop: threading.Event, force: threading.Event | None = None) -> None:
+        """Receive and run jobs until stop is set; then drain (see _drain) and return.
+
+        force, set by a second signal, stops running jobs at once instead of waiting for them.
+        """
+        force = force or threading.Event()
+        beat_stop = threading.Event()
+        heartbeat = threading.Thread(
+            target=self._heartbeat.run, args=(beat_stop,), name="sqsjkr-heartbeat"
+        )
+        heartbeat.start()
+        try:
+            with ThreadPoolExecutor(
+                max_workers=self._settings.max_workers, thread_name_prefix="sqsjkr-worker"
+            ) as pool:
+                # A daemon thread: a long poll cannot be interrupted, and exiting must not wait
+                # for it (see RECEIVER_JOIN_SECONDS).
+                receiver = threading.Thread(
+                    target=self._receive_loop,
+                    args=(stop, pool),
+                    name="sqsjkr-receiver",
+                    daemon=True,
+                )
+                receiver.start()
+                stop.wait()
+                self._stopping.set()
+                with self._intake:
+                    self._closed = True
+                with self._free_changed:
+                    self._free_changed.notify_all()
+                self._drain(force)
+                receiver.join(RECEIVER_JOIN_SECONDS)
+        finally:
+            beat_stop.set()
+            heartbeat.join()
             self._deletes.flush(force=True)
         log.info("stopped")
 
     # -- intake -----------------------------------------------------------------------------------
+
+    def _receive_loop(self, stop: threading.Event, pool: ThreadPoolExecutor) -> None:
+        backoff = Backoff()
+        log.info("receiving with %d workers", self._settings.max_workers)
+        backlog = False
+        while not stop.is_set():
+            # Without a backlog the next receive may long-poll: delete what is pending first.
+            self._deletes.flush(force=not backlog)
+            free = self._wait_for_free_workers(stop, backlog)
+            if not free or self._pause.wait(stop):
+                continue
+            try:
+                messages = self._source.receive(free)
+                backoff.reset()
+                backlog = len(messages) >= free
+            except Exception as exc:
+                # Whatever the endpoint did, the loop and the running jobs carry on.
+                delay = backoff.next_delay()
+                log.error(
+                    "receive failed (%s); retrying in %.1fs",
+                    describe(exc),
+                    delay,
+                    exc_info=not isinstance(exc, AWS_ERRORS),
+                )
+                stop.wait(delay)
+                continue
+            with self._intake:
+                if self._closed:
+                    self._give_back(messages)
+                    return
+                for entry in self._accept(messages):
+                    self._take_worker()
+                    self._in_flight.add(entry)
+                    pool.submit(self._work, entry)
 
     def _wait_for_free_workers(self, stop: threading.Event, backlog: bool) -> int:
         with self._free_changed:
@@ -164,12 +228,11 @@ class Kicker:
     def _give_worker_back(self) -> None:
         with self._free_changed:
             self._free += 1
-            self._free_changed.notify()
+            self._free_changed.notify_all()
 
-    def _accept(self, messages: Sequence[Message]) -> list[Job]:
-        """Parse messages and delete them all from the queue (the Go daemon's at-most-once)."""
-        self._deletes.add(messages)
-        jobs = []
+    def _accept(self, messages: Sequence[Message]) -> list[InFlight]:
+        """Parse messages; invalid ones are rejected (dead-lettered or logged) on the spot."""
+        accepted = []
         for message in messages:
             if message.receive_count > 1:
                 log.info(
@@ -178,139 +241,130 @@ class Kicker:
                     message.receive_count,
                 )
             try:
-                jobs.append(
-                    parse_job(message.body, message_id=message.message_id, sent_at=message.sent_at)
+                job = parse_job(
+                    message.body, message_id=message.message_id, sent_at=message.sent_at
                 )
             except InvalidJobError as exc:
-                log.error("invalid message %s deleted: %s", message.message_id, exc)
                 self._stats.count(Outcome.FAILED)
-        return jobs
+                self._reject(message, str(exc))
+                continue
+            accepted.append(InFlight(message, job))
+        if self._settings.delete_on_receive:
+            self._deletes.add([entry.message for entry in accepted])
+        return accepted
+
+    def _reject(self, message: Message, reason: str) -> None:
+        try:
+            self._source.reject(message, reason)
+        except AWS_ERRORS as exc:
+            # Left on the queue: it comes back, and a RedrivePolicy moves it on in the end.
+            log.error(
+                "invalid message %s (%s) could not be taken off the queue: %s",
+                message.message_id,
+                reason,
+                describe(exc),
+            )
 
     def _give_back(self, messages: Sequence[Message]) -> None:
         if not messages:
             return
         log.info("giving back %d message(s) received while stopping", len(messages))
+        self._set_visibility(messages, 0)
+
+    def _set_visibility(self, messages: Sequence[Message], seconds: int) -> None:
         try:
-            self._source.release(messages)
+            self._source.set_visibility(messages, seconds)
         except AWS_ERRORS as exc:
-            log.error("could not give back messages (%s); they reappear later", describe(exc))
+            log.error(
+                "could not change the visibility of message(s) %s (%s); they reappear when "
+                "their visibility timeout ends",
+                ", ".join(m.message_id for m in messages),
+                describe(exc),
+            )
 
     # -- one job ----------------------------------------------------------------------------------
 
-    def _work(self, job: Job) -> None:
+    def _work(self, entry: InFlight) -> None:
+        self._stats.job_started()
         try:
-            self._stats.job_started()
-            outcome = self._handle(job)
+            settle, outcomes = self._worker.handle(entry)
+            self._settle(entry, settle)
+            if settle.store_failed:
+                self._pause.fail()
+            else:
+                self._pause.reset()
         except Exception:
-            log.exception("job %s (event %s) failed unexpectedly", job.message_id, job.event_id)
-            outcome = Outcome.FAILED
+            log.exception(
+                "job %s (event %s) failed unexpectedly", entry.job.message_id, entry.job.event_id
+            )
+            outcomes = (Outcome.FAILED,)
         finally:
+            self._in_flight.discard(entry)
             self._stats.job_finished()
             self._give_worker_back()
-        self._stats.count(outcome)
+        for outcome in outcomes:
+            self._stats.count(outcome)
 
-    def _handle(self, job: Job) -> Outcome:
-        if not self._claim(job):
-            log.info("duplicate message %s (event %s) skipped", job.message_id, job.event_id)
-            return Outcome.DUPLICATE
-        if self._expired(job):
-            return Outcome.FAILED
-        if job.lock_id and not self._lock(job):
-            return Outcome.FAILED
-        try:
-            log.info("job %s (event %s) started: %s", job.message_id, job.event_id, job.command)
-            result = self._runner.run(job)
-        finally:
-            if job.lock_id:
-                self._unlock(job)
-        if result.ok:
-            log.info(
-                "job %s (event %s) succeeded in %.1fs", job.message_id, job.event_id, result.seconds
-            )
-            return Outcome.SUCCEEDED
-        log.warning(
-            "job %s (event %s) errored with exit code %d after %.1fs",
-            job.message_id,
-            job.event_id,
-            result.exit_code,
-            result.seconds,
-        )
-        return Outcome.ERRORED
+    def _settle(self, entry: InFlight, settle: Settle) -> None:
+        """Do with the message what the job's end asks for."""
+        if self._settings.delete_on_receive:
+            return  # deleted when received
+        if settle.delete:
+            self._deletes.add([entry.message])
+        elif settle.visible_in is not None:
+            self._set_visibility([entry.message], settle.visible_in)
 
-    def _claim(self, job: Job) -> bool:
-        try:
-            return self._dedupe.claim(job.message_id)
-        except AWS_ERRORS as exc:
-            # As the Go daemon did: a dedupe store that cannot be reached does not stop the job.
-            log.error(
-                "dedupe record for message %s not written (%s); running it anyway",
-                job.message_id,
-                describe(exc),
-            )
-            return True
+    # -- stopping ---------------------------------------------------------------------------------
 
-    def _expired(self, job: Job) -> bool:
-        now = self._clock()
-        if not is_expired(job, now):
+    def _drain(self, force: threading.Event) -> None:
+        """Wait for in-flight jobs up to shutdown_timeout, or until force; then stop them.
+
+        Jobs still waiting for a lock give their messages back at once. Stopped jobs release their
+        locks and give their messages back, for a re-run elsewhere.
+        """
+        timeout = self._settings.shutdown_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        running = len(self._in_flight.snapshot())
+        log.info("stopping: no longer receiving; waiting for %d in-flight job(s)", running)
+        while not self._in_flight.wait_empty(0.5):
+            # Jobs that finish while others drain must still be deleted in time.
+            self._deletes.flush()
+            if force.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                break
+        left = self._in_flight.snapshot()
+        if not left:
+            return
+        why = "a second signal" if force.is_set() else f"shutdown_timeout ({timeout:g}s)"
+        log.warning("%s: stopping %d running job(s)", why, len(left))
+        for entry in left:
+            entry.stop.trip(StopReason.CANCELLED)
+        self._in_flight.wait_empty(None)
+
+
+class _Pause:
+    """Holds back receiving while the dedupe store fails: a message that cannot be claimed is
+    left to reappear, and receiving more would only spend their receive counts."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._backoff = Backoff()
+        self._until = 0.0
+
+    def fail(self) -> None:
+        with self._mutex:
+            self._until = time.monotonic() + self._backoff.next_delay()
+
+    def reset(self) -> None:
+        with self._mutex:
+            self._backoff.reset()
+            self._until = 0.0
+
+    def wait(self, stop: threading.Event) -> bool:
+        """Sleep out a pause, if any; True if it slept (the caller looks again before receiving)."""
+        with self._mutex:
+            left = self._until - time.monotonic()
+        if left <= 0:
             return False
-        log.warning(
-            "job %s (event %s) cancelled: sent %.1fs ago, life_time is %s",
-            job.message_id,
-            job.event_id,
-            now - job.sent_at,
-            job.life_time,
-        )
-        trigger = self._settings.life_time_trigger
-        if trigger and not job.disable_life_time_trigger:
-            result = self._trigger(trigger, job)
-            if not result.ok:
-                log.error("life_time_trigger exited with %d", result.exit_code)
+        log.info("receiving paused for %.1fs while the dedupe store fails", left)
+        stop.wait(left)
         return True
-
-    def _lock(self, job: Job) -> bool:
-        """Wait for the job's lock, re-checking life_time between tries; False when giving up."""
-        assert job.lock_id is not None
-        while True:
-            try:
-                if self._locker.try_lock(job.lock_id, job.event_id):
-                    return True
-                if job.abort_if_locked:
-                    log.warning(
-                        "job %s (event %s) aborted: lock %r is held",
-                        job.message_id,
-                        job.event_id,
-                        job.lock_id,
-                    )
-                    return False
-                log.info(
-                    "job %s (event %s) waits for lock %r",
-                    job.message_id,
-                    job.event_id,
-                    job.lock_id,
-                )
-            except AWS_ERRORS as exc:
-                if job.abort_if_locked or not is_transient(exc):
-                    log.error(
-                        "job %s (event %s) failed: could not take lock %r (%s)",
-                        job.message_id,
-                        job.event_id,
-                        job.lock_id,
-                        describe(exc),
-                    )
-                    return False
-                log.error("could not take lock %r (%s); retrying", job.lock_id, describe(exc))
-            self._sleep(self._settings.lock_retry_interval)
-            if self._expired(job):
-                return False
-
-    def _unlock(self, job: Job) -> None:
-        assert job.lock_id is not None
-        try:
-            self._locker.unlock(job.lock_id)
-        except AWS_ERRORS as exc:
-            log.error(
-                "could not release lock %r of job %s (%s): it stays held until removed by hand",
-                job.lock_id,
-                job.message_id,
-                describe(exc),
-            )

@@ -1,55 +1,121 @@
 """Dedupe of queue messages: SQS may deliver a message twice, the job must run once.
 
-DedupeStore is the seam (the Go original's Throttler); DynamoDB, in-memory and no-op implementations follow.
+DedupeStore is the seam (the Go original's Throttler, plus leases); DynamoDB, in-memory and no-op implementations follow.
 """
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .aws import conditional_put
+from .aws import conditional_write, write_if_owner
+from .lease import Lease, new_owner
 
 #: The Type attribute of dedupe items, shared with the Go daemon's table.
 THROTTLE_TYPE = "throttle"
 
 
-class DedupeStore(Protocol):
-    """Remembers which messages have been taken."""
+class ClaimState(enum.Enum):
+    """What a claim on a message found."""
 
-    def claim(self, message_id: str) -> bool:
-        """Record message_id: True the first time, False for a duplicate. Raises on failure."""
+    CLAIMED = "claimed"  # the job is ours to run
+    FINISHED = "finished"  # its job has finished (or a Go daemon took it): delete the message
+    RUNNING = "running"  # another live daemon holds it: hide the message until its lease ends
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to claim(): the lease when CLAIMED, the other holder's lease end when RUNNING."""
+
+    state: ClaimState
+    lease: Lease | None = None
+    held_until: float | None = None
+
+
+class DedupeStore(Protocol):
+    """Remembers which messages have been taken, by whom, and whether their jobs finished."""
+
+    def claim(self, message_id: str) -> Claim:
+        """Take message_id, or say who has it. Raises on failure."""
+
+    def renew(self, lease: Lease) -> bool:
+        """Extend the claim's lease: False if it is no longer ours."""
+
+    def finish(self, lease: Lease) -> None:
+        """Mark the job finished for good: later deliveries are FINISHED."""
+
+    def release(self, lease: Lease) -> None:
+        """Give the claim up unfinished, so that a later delivery runs the job."""
 
 
 class NoopDedupe:
     """Remembers nothing: every delivery runs."""
 
-    def claim(self, message_id: str) -> bool:
+    def claim(self, message_id: str) -> Claim:
+        return Claim(ClaimState.CLAIMED, Lease(message_id, ""))
+
+    def renew(self, lease: Lease) -> bool:
         return True
+
+    def finish(self, lease: Lease) -> None:
+        return None
+
+    def release(self, lease: Lease) -> None:
+        return None
 
 
 class MemoryDedupe:
-    """Dedupe within one process: for tests and for embedding sqsjkr in Python."""
+    """Dedupe within one process, whose claims never expire: for tests and for embedding sqsjkr."""
 
     def __init__(self) -> None:
         self._mutex = threading.Lock()
-        self.seen: set[str] = set()
+        self.running: dict[str, str] = {}  # message id -> owner
+        self.finished: set[str] = set()
 
-    def claim(self, message_id: str) -> bool:
+    def claim(self, message_id: str) -> Claim:
         with self._mutex:
-            if message_id in self.seen:
-                return False
-            self.seen.add(message_id)
-            return True
+            if message_id in self.finished:
+                return Claim(ClaimState.FINISHED)
+            if message_id in self.running:
+                return Claim(ClaimState.RUNNING, held_until=float("inf"))
+            lease = Lease(message_id, new_owner())
+            self.running[message_id] = lease.owner
+            return Claim(ClaimState.CLAIMED, lease)
+
+    def renew(self, lease: Lease) -> bool:
+        with self._mutex:
+            return self.running.get(lease.key) == lease.owner
+
+    def finish(self, lease: Lease) -> None:
+        with self._mutex:
+            if self.running.get(lease.key) == lease.owner:
+                del self.running[lease.key]
+                self.finished.add(lease.key)
+
+    def release(self, lease: Lease) -> None:
+        with self._mutex:
+            if self.running.get(lease.key) == lease.owner:
+                del self.running[lease.key]
+
+    @property
+    def seen(self) -> set[str]:
+        """Every message id claimed so far, running or finished."""
+        with self._mutex:
+            return set(self.running) | self.finished
 
 
 class DynamoDedupe:
-    """The Go daemon's throttle items: {Id: message id, Type: "throttle", Expired: unix seconds}.
+    """The Go daemon's throttle items, {Id: message id, Type: "throttle", Expired: unix seconds},
+    with a lease while the job runs.
 
-    Expired is now + the queue's retention period, after which SQS cannot deliver the message again;
-    a TTL on Expired lets DynamoDB remove the item.
+    Expired is now + the queue's retention period, after which SQS cannot deliver the message
+    again; a TTL on Expired lets DynamoDB remove the item. While the job waits or runs, the item
+    also has Owner and LeaseUntil; finishing removes LeaseUntil. An item without LeaseUntil (a
+    finished job, or one a Go daemon took) stops every later delivery.
     """
 
     def __init__(
@@ -58,18 +124,61 @@ class DynamoDedupe:
         table: str,
         *,
         retention_seconds: int,
+        lease_seconds: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._client = client
         self._table = table
         self._retention_seconds = retention_seconds
+        self._lease_seconds = lease_seconds
         self._clock = clock
 
-    def claim(self, message_id: str) -> bool:
-        expired = int(self._clock()) + self._retention_seconds
-        return conditional_put(
-            self._client,
+    def claim(self, message_id: str) -> Claim:
+        lease = Lease(message_id, new_owner())
+        now = self._clock()
+        claimed, old = conditional_write(
+            self._client.put_item,
             self._table,
-            {"Id": {"S": message_id}, "Type": {"S": THROTTLE_TYPE}, "Expired": {"N": str(expired)}},
-            "attribute_not_exists(Expired)",
+            Item={
+                **_key(message_id),
+                "Expired": {"N": str(int(now) + self._retention_seconds)},
+                "Owner": {"S": lease.owner},
+                "LeaseUntil": {"N": str(int(now + self._lease_seconds))},
+            },
+            # A claim whose lease has passed belongs to a daemon that died: take it over.
+            ConditionExpression="attribute_not_exists(Expired) OR LeaseUntil < :now",
+            ExpressionAttributeValues={":now": {"N": str(int(now))}},
         )
+        if claimed or old.get("Owner", {}).get("S") == lease.owner:
+            # The second case: our own write, retried after its response was lost.
+            return Claim(ClaimState.CLAIMED, lease)
+        if "LeaseUntil" not in old:
+            return Claim(ClaimState.FINISHED)
+        return Claim(ClaimState.RUNNING, held_until=float(old["LeaseUntil"]["N"]))
+
+    def renew(self, lease: Lease) -> bool:
+        until = int(self._clock() + self._lease_seconds)
+        return write_if_owner(
+            self._client.update_item,
+            self._table,
+            _key(lease.key),
+            lease.owner,
+            UpdateExpression="SET LeaseUntil = :until",
+            ExpressionAttributeValues={":until": {"N": str(until)}},
+        )
+
+    def finish(self, lease: Lease) -> None:
+        write_if_owner(
+            self._client.update_item,
+            self._table,
+            _key(lease.key),
+            lease.owner,
+            UpdateExpression="REMOVE LeaseUntil",
+        )
+
+    def release(self, lease: Lease) -> None:
+        write_if_owner(self._client.delete_item, self._table, _key(lease.key), lease.owner)
+
+
+def _key(message_id: str) -> dict[str, Any]:
+    return {"Id": {"S": message_id}, "Type": {"S": THROTTLE_TYPE}}

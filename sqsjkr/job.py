@@ -31,6 +31,7 @@ class Job:
     abort_if_locked: bool = False
     disable_life_time_trigger: bool = False
     sent_at: float = 0.0
+    timeout: Duration | None = None  # None: the daemon's [kicker] job_timeout, if any
 
     def __post_init__(self) -> None:
         # The same defaults as parse_job, so that a Job built in code means what a message would.
@@ -42,6 +43,8 @@ class Job:
             object.__setattr__(self, "lock_id", None)
         if self.life_time is not None and self.life_time.ns == 0:
             object.__setattr__(self, "life_time", None)
+        if self.timeout is not None and self.timeout.ns == 0:
+            object.__setattr__(self, "timeout", None)
 
 
 def parse_job(body: str | bytes, *, message_id: str, sent_at: float) -> Job:
@@ -53,7 +56,8 @@ def parse_job(body: str | bytes, *, message_id: str, sent_at: float) -> Job:
         event_id=_optional_text(fields, "event_id"),
         envs=_envs(fields),
         lock_id=_optional_text(fields, "lock_id"),
-        life_time=_life_time(fields.get("life_time")),
+        life_time=_duration_field(fields, "life_time"),
+        timeout=_duration_field(fields, "timeout"),
         abort_if_locked=_flag(fields, "abort_if_locked"),
         disable_life_time_trigger=_flag(fields, "disable_life_time_trigger"),
         sent_at=sent_at,
@@ -67,6 +71,7 @@ def build_body(
     event_id: str | None = None,
     lock_id: str | None = None,
     life_time: int | str | None = None,
+    timeout: int | str | None = None,
     abort_if_locked: bool = False,
     disable_life_time_trigger: bool = False,
 ) -> str:
@@ -81,6 +86,8 @@ def build_body(
     if life_time is not None:
         # Kept in the caller's form (seconds or Go syntax): the Go daemon reads both.
         fields["life_time"] = life_time
+    if timeout is not None:
+        fields["timeout"] = timeout
     if abort_if_locked:
         fields["abort_if_locked"] = True
     if disable_life_time_trigger:
@@ -179,7 +186,8 @@ def _flag(fields: Mapping[str, object], name: str) -> bool:
     return value
 
 
-def _life_time(value: object) -> Duration | None:
+def _duration_field(fields: Mapping[str, object], name: str) -> Duration | None:
+    value = fields.get(name)
     if value is None:
         return None
     try:
@@ -191,7 +199,7 @@ def _life_time(value: object) -> Duration | None:
             if isinstance(value, float):
                 # "got number" alone would puzzle whoever wrote 90.0.
                 reason += f" {value!r}"
-        raise _field_error("life_time", reason) from None
+        raise _field_error(name, reason) from None
     return duration if duration.ns else None
 
 

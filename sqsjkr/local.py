@@ -168,7 +168,13 @@ retry_interval = "1s"
 
 
 def run_local(
-    stop: threading.Event, *, demo: bool, port: int, stats_port: int, workers: int
+    stop: threading.Event,
+    force: threading.Event,
+    *,
+    demo: bool,
+    port: int,
+    stats_port: int,
+    workers: int,
 ) -> None:
     """Start the endpoint, create the queue and table, optionally send the demo, serve until stop."""
     with local_endpoint(port) as endpoint, tempfile.TemporaryDirectory(prefix="sqsjkr-") as tmp:
@@ -192,4 +198,4 @@ def run_local(
             for what, body, delay in DEMO_JOBS:
                 sent = sqs.send_message(QueueUrl=queue_url, MessageBody=body, DelaySeconds=delay)
                 log.info("demo: sent %s as message %s", what, sent["MessageId"])
-        serve(config, stop)
+        serve(config, stop, force=force)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -16,13 +17,18 @@ from .aws import Backoff, describe, is_transient, make_client, make_session
 from .config import Config
 from .daemon import Kicker, KickerSettings
 from .dedupe import DedupeStore, DynamoDedupe, NoopDedupe
+from .duration import Duration
 from .errors import StartupError
+from .lease import lease_timing
 from .locks import DynamoLocker, Locker, NoopLocker
 from .runner import ShellRunner
-from .sqs import SqsSource, resolve_queue_url
+from .sqs import SqsSource, dead_letter_queue_url, queue_settings, resolve_queue_url
 from .stats import Stats, StatsServer
 
 log = logging.getLogger("sqsjkr.service")
+
+#: The Go daemon's fixed visibility timeout, kept when messages are deleted on receive.
+GO_VISIBILITY_TIMEOUT = 30
 
 T = TypeVar("T")
 
@@ -31,10 +37,11 @@ def serve(
     config: Config,
     stop: threading.Event,
     *,
+    force: threading.Event | None = None,
     locker: Locker | None = None,
     dedupe: DedupeStore | None = None,
 ) -> None:
-    """Run the daemon until stop is set and its running jobs have finished.
+    """Run the daemon until stop is set and its in-flight jobs are done (force: stop them now).
 
     locker and dedupe replace the backends the config selects (for embedding sqsjkr in Python).
     """
@@ -43,7 +50,8 @@ def serve(
     # still waiting for AWS as up with all workers idle.
     server = _start_stats_server(config, stats)
     try:
-        parts = _connect(config, stop, locker, dedupe)
+        timing = Timing.of(config)
+        parts = _connect(config, timing, stop, locker, dedupe)
         if parts is None:
             return  # stopped while starting
         source, dedupe, locker = parts
@@ -51,24 +59,66 @@ def serve(
             source,
             dedupe=dedupe,
             locker=locker,
-            runner=ShellRunner(),
+            runner=ShellRunner(kill_grace=config.kicker.kill_grace.seconds),
             stats=stats,
             settings=KickerSettings(
                 max_workers=config.kicker.max_concurrent_num,
                 life_time_trigger=config.kicker.life_time_trigger,
                 lock_retry_interval=config.lock.retry_interval.seconds,
-                delete_window=max(0, config.sqs.visibility_timeout - config.sqs.wait_time_seconds)
-                / 3,
+                delete_window=timing.delete_window,
+                delete_on_receive=timing.delete_on_receive,
+                lease=config.lock.lease.seconds,
+                visibility=timing.visibility,
+                job_timeout=_seconds(config.kicker.job_timeout),
+                shutdown_timeout=_seconds(config.kicker.shutdown_timeout),
             ),
         )
-        log.info("queue %s, lock table %r", source.queue_url, config.lock.table)
-        kicker.run(stop)
+        log.info(
+            "queue %s, lock table %r, lease %s, visibility timeout %ds, messages deleted %s",
+            source.queue_url,
+            config.lock.table,
+            config.lock.lease,
+            timing.visibility,
+            "on receive (at-most-once)" if timing.delete_on_receive else "when jobs finish",
+        )
+        kicker.run(stop, force)
     finally:
         server.close()
 
 
+@dataclass(frozen=True)
+class Timing:
+    """The visibility timeout and the delete window that go with the config's lease and mode."""
+
+    delete_on_receive: bool
+    visibility: int
+    delete_window: float
+
+    @classmethod
+    def of(cls, config: Config) -> Timing:
+        lease = config.lock.lease.seconds
+        interval, derived = lease_timing(lease)
+        on_receive = config.kicker.delete_message == "on_receive"
+        visibility = config.sqs.visibility_timeout
+        if visibility is None:
+            visibility = GO_VISIBILITY_TIMEOUT if on_receive else derived
+        # A finished job's message waits in the delete batch while the next receive may
+        # long-poll. Its visibility was last renewed up to a heartbeat ago (never, in on_receive
+        # mode, where it waits from its receipt), so the window keeps the delete well inside.
+        left = visibility - (0 if on_receive else interval) - config.sqs.wait_time_seconds
+        return cls(on_receive, visibility, max(0.0, left / 3))
+
+
+def _seconds(duration: Duration | None) -> float | None:
+    return None if duration is None else duration.seconds
+
+
 def _connect(
-    config: Config, stop: threading.Event, locker: Locker | None, dedupe: DedupeStore | None
+    config: Config,
+    timing: Timing,
+    stop: threading.Event,
+    locker: Locker | None,
+    dedupe: DedupeStore | None,
 ) -> tuple[SqsSource, DedupeStore, Locker] | None:
     """The queue and the backends, retrying while AWS cannot be reached; None if stopped."""
     session = make_session(region=config.account.region, profile=config.account.profile)
@@ -81,37 +131,46 @@ def _connect(
     )
     if queue_url is None:
         return None
+    settings = _retry_at_startup(
+        lambda: queue_settings(sqs, queue_url), "reading the queue's attributes", stop
+    )
+    if settings is None:
+        return None
+    dead_letter_url = None
+    if settings.dead_letter_arn is not None:
+        arn = settings.dead_letter_arn
+        dead_letter_url = _retry_at_startup(
+            lambda: dead_letter_queue_url(sqs, arn), "looking up the dead-letter queue", stop
+        )
+        if dead_letter_url is None:
+            return None
     source = SqsSource(
         sqs,
         queue_url,
         wait_time_seconds=config.sqs.wait_time_seconds,
-        visibility_timeout=config.sqs.visibility_timeout,
+        visibility_timeout=timing.visibility,
+        dead_letter_url=dead_letter_url,
     )
     dynamodb = make_client(session, "dynamodb", max_pool=pool)
+    lease = config.lock.lease.seconds
     if dedupe is None:
-        dedupe = _dedupe(config, source, dynamodb, stop)
-        if dedupe is None:
-            return None
+        dedupe = (
+            DynamoDedupe(
+                dynamodb,
+                config.lock.table,
+                retention_seconds=settings.retention_seconds,
+                lease_seconds=lease,
+            )
+            if config.dedupe.backend == "dynamodb"
+            else NoopDedupe()
+        )
     if locker is None:
         locker = (
-            DynamoLocker(dynamodb, config.lock.table)
+            DynamoLocker(dynamodb, config.lock.table, lease_seconds=lease)
             if config.lock.backend == "dynamodb"
             else NoopLocker()
         )
     return source, dedupe, locker
-
-
-def _dedupe(
-    config: Config, source: SqsSource, dynamodb: Any, stop: threading.Event
-) -> DedupeStore | None:
-    if config.dedupe.backend == "none":
-        return NoopDedupe()
-    retention = _retry_at_startup(
-        source.retention_seconds, "reading the queue's MessageRetentionPeriod", stop
-    )
-    if retention is None:
-        return None
-    return DynamoDedupe(dynamodb, config.lock.table, retention_seconds=retention)
 
 
 def _start_stats_server(config: Config, stats: Stats) -> StatsServer:

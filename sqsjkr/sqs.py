@@ -1,24 +1,30 @@
-"""The message source: receives job messages from an SQS queue and deletes or releases them.
+"""The message source: receives job messages from an SQS queue, hides, deletes or dead-letters them.
 
 MessageSource is the seam; SqsSource is the SQS implementation (any SQS-compatible endpoint).
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
 from .aws import error_code
-from .errors import ResourceMissingError
+from .errors import ResourceMissingError, quote
 
 log = logging.getLogger("sqsjkr.sqs")
 
 #: SQS accepts at most ten messages per ReceiveMessage and per batch call.
 MAX_BATCH = 10
+#: SQS allows ten message attributes; a dead-lettered message gets one more saying why, if room.
+_MAX_MESSAGE_ATTRIBUTES = 10
+REJECT_REASON_ATTRIBUTE = "sqsjkr_error"
+#: How much of an invalid body is logged when there is no dead-letter queue to keep it.
+_LOGGED_BODY_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,8 @@ class Message:
     body: str
     sent_at: float  # unix seconds (SQS SentTimestamp is in milliseconds)
     receive_count: int = 1
+    #: SQS message attributes as received, passed on unchanged to a dead-letter queue.
+    attributes: Mapping[str, Any] = field(default_factory=dict)
 
 
 class MessageSource(Protocol):
@@ -41,8 +49,11 @@ class MessageSource(Protocol):
     def delete(self, messages: Sequence[Message]) -> None:
         """Remove handled messages from the queue for good."""
 
-    def release(self, messages: Sequence[Message]) -> None:
-        """Make received but unstarted messages visible again at once."""
+    def set_visibility(self, messages: Sequence[Message], seconds: int) -> None:
+        """Hide received messages for seconds from now; 0 makes them visible again at once."""
+
+    def reject(self, message: Message, reason: str) -> None:
+        """Take a message that is not a valid job off the queue, keeping it as evidence."""
 
 
 def _chunks(messages: Sequence[Message]) -> list[Sequence[Message]]:
@@ -63,6 +74,35 @@ def resolve_queue_url(client: Any, queue_name: str, account_id: str) -> str:
     return str(response["QueueUrl"])
 
 
+@dataclass(frozen=True)
+class QueueSettings:
+    """What the daemon reads of its queue at start."""
+
+    retention_seconds: int  # how long a dedupe record must outlive its message
+    dead_letter_arn: str | None  # from the RedrivePolicy, if there is one
+
+
+def queue_settings(client: Any, queue_url: str) -> QueueSettings:
+    """What the daemon needs of its queue's attributes, read in one call."""
+    response = client.get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["MessageRetentionPeriod", "RedrivePolicy"]
+    )
+    attributes = response["Attributes"]
+    redrive = json.loads(attributes.get("RedrivePolicy") or "{}")
+    return QueueSettings(
+        retention_seconds=int(attributes["MessageRetentionPeriod"]),
+        dead_letter_arn=redrive.get("deadLetterTargetArn"),
+    )
+
+
+def dead_letter_queue_url(client: Any, arn: str) -> str:
+    """The URL of the queue an ARN names (arn:aws:sqs:REGION:ACCOUNT:NAME)."""
+    parts = arn.split(":")
+    if len(parts) != 6 or parts[2] != "sqs":
+        raise ResourceMissingError(f"the queue's RedrivePolicy names {quote(arn)}, not an SQS ARN")
+    return resolve_queue_url(client, parts[5], parts[4])
+
+
 class SqsSource:
     """Receives from one SQS queue with long polling."""
 
@@ -73,9 +113,11 @@ class SqsSource:
         *,
         wait_time_seconds: int = 10,
         visibility_timeout: int = 30,
+        dead_letter_url: str | None = None,
     ) -> None:
         self._client = client
         self.queue_url = queue_url
+        self.dead_letter_url = dead_letter_url
         self._wait_time_seconds = wait_time_seconds
         self._visibility_timeout = visibility_timeout
 
@@ -86,6 +128,7 @@ class SqsSource:
             WaitTimeSeconds=self._wait_time_seconds,
             VisibilityTimeout=self._visibility_timeout,
             AttributeNames=["All"],
+            MessageAttributeNames=["All"],
         )
         return [_to_message(raw) for raw in response.get("Messages", [])]
 
@@ -97,23 +140,40 @@ class SqsSource:
             response = self._client.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
             self._log_failures("delete", chunk, response)
 
-    def release(self, messages: Sequence[Message]) -> None:
+    def set_visibility(self, messages: Sequence[Message], seconds: int) -> None:
         for chunk in _chunks(messages):
             entries = [
-                {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": 0}
+                {"Id": str(i), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": seconds}
                 for i, m in enumerate(chunk)
             ]
             response = self._client.change_message_visibility_batch(
                 QueueUrl=self.queue_url, Entries=entries
             )
-            self._log_failures("release", chunk, response)
+            self._log_failures("change the visibility of", chunk, response)
 
-    def retention_seconds(self) -> int:
-        """The queue's MessageRetentionPeriod: how long a dedupe record must outlive its message."""
-        response = self._client.get_queue_attributes(
-            QueueUrl=self.queue_url, AttributeNames=["MessageRetentionPeriod"]
-        )
-        return int(response["Attributes"]["MessageRetentionPeriod"])
+    def reject(self, message: Message, reason: str) -> None:
+        if self.dead_letter_url is None:
+            log.error(
+                "invalid message %s deleted (the queue has no dead-letter queue): %s; body: %s",
+                message.message_id,
+                reason,
+                quote(message.body.encode()[:_LOGGED_BODY_BYTES].decode(errors="ignore")),
+            )
+        else:
+            attributes = dict(message.attributes)
+            if len(attributes) < _MAX_MESSAGE_ATTRIBUTES:
+                attributes[REJECT_REASON_ATTRIBUTE] = {"DataType": "String", "StringValue": reason}
+            self._client.send_message(
+                QueueUrl=self.dead_letter_url,
+                MessageBody=message.body,
+                MessageAttributes=attributes,
+            )
+            log.error(
+                "invalid message %s moved to the dead-letter queue: %s",
+                message.message_id,
+                reason,
+            )
+        self.delete([message])
 
     @staticmethod
     def _log_failures(action: str, chunk: Sequence[Message], response: dict[str, Any]) -> None:
@@ -136,4 +196,5 @@ def _to_message(raw: dict[str, Any]) -> Message:
         body=raw.get("Body", ""),
         sent_at=int(attributes.get("SentTimestamp", 0)) / 1000.0,
         receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
+        attributes=raw.get("MessageAttributes", {}),
     )

@@ -41,6 +41,7 @@ class Outcome(enum.Enum):
     ERRORED = "errored"  # command ran and failed
     FAILED = "failed"  # job could not run: life_time exceeded, lock aborted, invalid message
     DUPLICATE = "duplicates"  # message already seen (dedupe), skipped
+    TIMED_OUT = "timed_out"  # stopped at its timeout; counted errored as well
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class StatsSnapshot:
     failed: int
     errored: int
     duplicates: int
+    timed_out: int = 0
 
     def v1(self) -> dict[str, int]:
         """The body of GET /stats/metrics, the shape mackerel-plugin-sqsjkr reads."""
@@ -67,6 +69,7 @@ class StatsSnapshot:
                 "failed": self.failed,
                 "errored": self.errored,
                 "duplicates": self.duplicates,
+                "timed_out": self.timed_out,
             },
         }
 
@@ -113,6 +116,7 @@ class Stats:
                 failed=self._counts[Outcome.FAILED],
                 errored=self._counts[Outcome.ERRORED],
                 duplicates=self._counts[Outcome.DUPLICATE],
+                timed_out=self._counts[Outcome.TIMED_OUT],
             )
 
 

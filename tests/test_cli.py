@@ -195,8 +195,8 @@ def test_local_demo_shows_every_behaviour(
     for line in (
         "Send a job from another shell",
         "hello, newcomer",
-        "waits for lock 'report'",
-        "aborted: lock 'report' is held",
+        'waits for lock "report"',
+        'aborted: lock "report" is held',
         "report 2: ran once report 1 released the lock",
         "ALERT life_time exceeded: job_id:",
         "invalid message",
@@ -206,7 +206,7 @@ def test_local_demo_shows_every_behaviour(
     wait_until(
         lambda: (
             http_get_json(port, "/stats/metrics/v2")["invocations"]
-            == {"succeeded": 3, "failed": 3, "errored": 1, "duplicates": 0}
+            == {"succeeded": 3, "failed": 3, "errored": 1, "duplicates": 0, "timed_out": 0}
         ),
         what="demo stats",
     )

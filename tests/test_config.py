@@ -108,15 +108,24 @@ def test_all_defaults() -> None:
     config = parse(MINIMAL)
     assert config == Config(
         account=AccountConfig(id="012345678901", region="us-east-1", profile=None),
-        sqs=SqsConfig(queue_name="q", wait_time_seconds=10, visibility_timeout=30),
+        sqs=SqsConfig(queue_name="q", wait_time_seconds=10, visibility_timeout=None),
         kicker=KickerConfig(
             max_concurrent_num=20,
             life_time_trigger=None,
             stats_port=8061,
             stats_socket=None,
             stats_host="127.0.0.1",
+            delete_message="on_finish",
+            shutdown_timeout=None,
+            job_timeout=None,
+            kill_grace=Duration.of_seconds(10),
         ),
-        lock=LockConfig(backend="dynamodb", table="sqsjkr", retry_interval=Duration.of_seconds(5)),
+        lock=LockConfig(
+            backend="dynamodb",
+            table="sqsjkr",
+            retry_interval=Duration.of_seconds(5),
+            lease=Duration.of_seconds(60),
+        ),
         dedupe=DedupeConfig(backend="dynamodb"),
     )
 
@@ -136,18 +145,35 @@ max_concurrent_num = 1
 life_time_trigger = "t"
 stats_port = 0
 stats_host = "0.0.0.0"
+delete_message = "on_receive"
+shutdown_timeout = "0s"
+job_timeout = 3600
+kill_grace = "2s"
 [lock]
 backend = "none"
 table = "locks"
 retry_interval = "1m30s"
+lease = "5m"
 [dedupe]
 backend = "none"
 """
     config = parse(text)
     assert config.account.profile == "p"
     assert config.sqs == SqsConfig("q", 0, 43200)
-    assert config.kicker == KickerConfig(1, "t", 0, None, "0.0.0.0")
-    assert config.lock == LockConfig("none", "locks", Duration.of_seconds(90))
+    assert config.kicker == KickerConfig(
+        1,
+        "t",
+        0,
+        None,
+        "0.0.0.0",
+        "on_receive",
+        Duration(0),
+        Duration.of_seconds(3600),
+        Duration.of_seconds(2),
+    )
+    assert config.lock == LockConfig(
+        "none", "locks", Duration.of_seconds(90), Duration.of_seconds(300)
+    )
     assert config.dedupe == DedupeConfig("none")
 
 
@@ -389,6 +415,16 @@ def test_integer_account_id_tells_to_quote_it() -> None:
         ),
         ("lock", "retry_interval = true", "[lock] retry_interval must be an int number of seconds"),
         ("lock", "retry_interval = 1.5", "[lock] retry_interval must be an int number of seconds"),
+        ("lock", 'lease = "500ms"', '[lock] lease must be at least 1s, got "500ms"'),
+        ("lock", 'lease = "2h"', '[lock] lease must be at most 1h0m0s, got "2h"'),
+        (
+            "kicker",
+            'delete_message = "never"',
+            '[kicker] delete_message must be "on_finish" or "on_receive", got "never"',
+        ),
+        ("kicker", 'job_timeout = "0s"', '[kicker] job_timeout must be greater than 0, got "0s"'),
+        ("kicker", 'shutdown_timeout = "soon"', "[kicker] shutdown_timeout is invalid"),
+        ("kicker", "kill_grace = -1", "[kicker] kill_grace must not be negative, got -1"),
         ("dedupe", 'backend = "s3"', '[dedupe] backend must be "dynamodb" or "none", got "s3"'),
         ("dedupe", "backend = {}", "[dedupe] backend must be a string, got {} (table)"),
     ],
@@ -434,6 +470,22 @@ def test_overrides_replace_file_values() -> None:
 def test_overrides_supply_missing_required_region() -> None:
     config = parse(MINIMAL.replace('region = "us-east-1"\n', ""), overrides=Overrides(region="r"))
     assert config.account.region == "r"
+
+
+def test_visibility_timeout_must_outlast_the_lease_unless_messages_go_on_receive() -> None:
+    text = with_section("sqs", "visibility_timeout = 60")
+    message = error_of(text)
+    assert "[sqs] visibility_timeout (60 s) must be longer than [lock] lease (1m0s)" in message
+    assert parse(with_section("sqs", "visibility_timeout = 61")).sqs.visibility_timeout == 61
+    on_receive = text + '\n[kicker]\ndelete_message = "on_receive"\n'
+    assert parse(on_receive).sqs.visibility_timeout == 60
+
+
+def test_shutdown_timeout_comes_from_the_command_line_too() -> None:
+    config = parse(MINIMAL, overrides=Overrides(shutdown_timeout="10m"))
+    assert config.kicker.shutdown_timeout == Duration.of_seconds(600)
+    message = error_of(MINIMAL, overrides=Overrides(shutdown_timeout="ten"))
+    assert "[kicker] shutdown_timeout (from the command line) is invalid" in message
 
 
 def test_override_values_are_validated() -> None:

@@ -12,11 +12,12 @@ import pytest
 from botocore.exceptions import EndpointConnectionError
 
 from sqsjkr.daemon import Kicker, KickerSettings, PendingDeletes
-from sqsjkr.dedupe import MemoryDedupe
+from sqsjkr.dedupe import Claim, ClaimState, MemoryDedupe
 from sqsjkr.errors import ResourceMissingError
 from sqsjkr.job import Job
+from sqsjkr.lease import Lease
 from sqsjkr.locks import MemoryLocker
-from sqsjkr.runner import RunResult
+from sqsjkr.runner import RunResult, StopReason, StopSwitch
 from sqsjkr.sqs import Message
 from sqsjkr.stats import Stats
 
@@ -34,7 +35,8 @@ class FakeSource:
         self.asked: list[int] = []
         self.deleted: list[str] = []
         self.delete_calls = 0
-        self.released: list[str] = []
+        self.visibility: list[tuple[str, int]] = []
+        self.rejected: list[tuple[str, str]] = []
         self.failures = 0  # receives to fail before answering
         self.on_receive: Any = None
         for i, body in enumerate(bodies):
@@ -62,8 +64,16 @@ class FakeSource:
         self.delete_calls += 1
         self.deleted += [m.message_id for m in messages]
 
-    def release(self, messages: Sequence[Message]) -> None:
-        self.released += [m.message_id for m in messages]
+    def set_visibility(self, messages: Sequence[Message], seconds: int) -> None:
+        self.visibility += [(m.message_id, seconds) for m in messages]
+
+    def reject(self, message: Message, reason: str) -> None:
+        self.rejected.append((message.message_id, reason))
+
+    @property
+    def released(self) -> list[str]:
+        """Messages made visible again at once."""
+        return [message_id for message_id, seconds in self.visibility if seconds == 0]
 
 
 class GateRunner:
@@ -75,17 +85,33 @@ class GateRunner:
         self.running: set[str] = set()
         self.max_running = 0
         self.ran: list[str] = []
+        self.timeouts: dict[str, float | None] = {}
+        self._stops: list[StopSwitch] = []
         self._exit_codes = exit_codes or {}
 
-    def run(self, job: Job) -> RunResult:
+    def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
         with self._lock:
             self.running.add(job.message_id)
             self.max_running = max(self.max_running, len(self.running))
-        self.gate.wait(10)
+            self.timeouts[job.message_id] = timeout
+            # Opening the gate ends the job; a cancel from the daemon ends it as a kill would.
+            if self.gate.is_set():
+                stop.trip(StopReason.ENDED)
+            self._stops.append(stop)
+        reason = stop.wait(10)
         with self._lock:
             self.running.discard(job.message_id)
             self.ran.append(job.message_id)
+        if reason is StopReason.CANCELLED:
+            return RunResult(-15, 0.0, stopped=reason)
         return RunResult(self._exit_codes.get(job.event_id, 0), 0.0)
+
+    def open(self) -> None:
+        """Let every job, running or to come, finish."""
+        with self._lock:
+            self.gate.set()
+            for stop in self._stops:
+                stop.trip(StopReason.ENDED)
 
 
 def make_kicker(
@@ -129,7 +155,7 @@ def test_never_runs_more_than_max_workers_and_asks_only_for_free_ones() -> None:
     running = Running(kicker)
     wait_until(lambda: len(runner.running) == 3, what="three jobs running")
     assert stats.snapshot().busy == 3 and stats.snapshot().idle == 0
-    runner.gate.set()
+    runner.open()
     wait_until(lambda: len(runner.ran) == 7, what="all jobs run")
     running.finish()
     assert runner.max_running == 3
@@ -138,43 +164,97 @@ def test_never_runs_more_than_max_workers_and_asks_only_for_free_ones() -> None:
     assert stats.snapshot().succeeded == 7
 
 
-def test_messages_are_deleted_in_one_batch_on_receive() -> None:
+def test_a_message_is_deleted_only_once_its_job_has_finished() -> None:
     source = FakeSource([{"command": "x"}, {"command": "y"}])
     runner = GateRunner()
-    runner.gate.set()
     kicker, _ = make_kicker(source, runner)
-    run_until(kicker, lambda: len(runner.ran) == 2)
-    assert sorted(source.deleted) == ["m0", "m1"]
+    running = Running(kicker)
+    wait_until(lambda: len(runner.running) == 2, what="both jobs running")
+    assert source.deleted == []
+    runner.open()
+    wait_until(lambda: sorted(source.deleted) == ["m0", "m1"], what="both deleted")
+    running.finish()
+    assert source.delete_calls == 1  # in one batch
 
 
-def test_invalid_messages_are_counted_failed_deleted_and_do_not_stop_the_loop(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_delete_on_receive_deletes_before_the_job_runs() -> None:
+    source = FakeSource([{"command": "x"}])
+    runner = GateRunner()
+    settings = KickerSettings(max_workers=2, delete_on_receive=True, delete_window=0)
+    kicker, _ = make_kicker(source, runner, settings=settings)
+    running = Running(kicker)
+    wait_until(lambda: runner.running and source.deleted == ["m0"], what="deleted while running")
+    runner.open()
+    running.finish()
+    assert source.delete_calls == 1
+
+
+def test_invalid_messages_are_counted_failed_rejected_and_do_not_stop_the_loop() -> None:
     source = FakeSource(["not json", "[1]", {"command": 3}, {"command": "ok"}])
     runner = GateRunner()
-    runner.gate.set()
+    runner.open()
     kicker, stats = make_kicker(source, runner)
-    run_until(kicker, lambda: runner.ran == ["m3"])
+    run_until(kicker, lambda: runner.ran == ["m3"] and source.deleted == ["m3"])
     assert stats.snapshot().failed == 3
-    assert sorted(source.deleted) == ["m0", "m1", "m2", "m3"]
-    assert "invalid message m0 deleted: body is not JSON" in caplog.text
-    assert 'invalid message m2 deleted: field "command"' in caplog.text
+    assert [message_id for message_id, _ in source.rejected] == ["m0", "m1", "m2"]
+    assert source.rejected[0][1].startswith("body is not JSON")
+    assert source.rejected[2][1].startswith('field "command"')
 
 
-def test_duplicate_is_skipped_and_counted() -> None:
+def test_a_duplicate_of_a_finished_job_is_deleted_unrun() -> None:
     dedupe = MemoryDedupe()
-    dedupe.claim("m0")
+    claim = dedupe.claim("m0")
+    assert claim.lease is not None
+    dedupe.finish(claim.lease)
     source = FakeSource([{"command": "x"}])
     runner = GateRunner()
     kicker, stats = make_kicker(source, runner, dedupe=dedupe)
-    run_until(kicker, lambda: stats.snapshot().duplicates == 1)
+    run_until(kicker, lambda: stats.snapshot().duplicates == 1 and source.deleted == ["m0"])
     assert runner.ran == []
+
+
+def test_a_duplicate_of_a_job_in_progress_elsewhere_is_hidden_until_its_lease_ends() -> None:
+    class Elsewhere(MemoryDedupe):
+        def claim(self, message_id: str) -> Claim:
+            return Claim(ClaimState.RUNNING, held_until=1040.0)
+
+    source = FakeSource([{"command": "x"}])
+    runner = GateRunner()
+    settings = KickerSettings(max_workers=2, lease=60, visibility=75)
+    kicker, stats = make_kicker(
+        source, runner, dedupe=Elsewhere(), settings=settings, clock=lambda: 1000.0
+    )
+    run_until(kicker, lambda: source.visibility)
+    # 40 s left on the other daemon's lease, plus the 15 s that visibility outlasts a lease.
+    assert source.visibility == [("m0", 55)]
+    assert (source.deleted, runner.ran, stats.snapshot().duplicates) == ([], [], 1)
+
+
+def test_a_dedupe_store_that_fails_leaves_the_message_unrun_and_pauses_receiving(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Down(MemoryDedupe):
+        def claim(self, message_id: str) -> Claim:
+            raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
+
+    caplog.set_level(logging.INFO, logger="sqsjkr.daemon")
+    source = FakeSource([{"command": "x"}, {"command": "y"}])
+    runner = GateRunner()
+    runner.open()
+    kicker, stats = make_kicker(source, runner, workers=1, dedupe=Down())
+    running = Running(kicker)
+    wait_until(lambda: "receiving paused" in caplog.text, what="receiving paused")
+    running.finish()
+    assert runner.ran == [] and source.deleted == [] and source.visibility == []
+    assert len(source.asked) == 1  # the second message was not received during the pause
+    assert "not started: its dedupe record could not be written" in caplog.text
+    assert stats.snapshot().failed == 0
 
 
 def test_exit_code_decides_succeeded_or_errored() -> None:
     source = FakeSource([{"command": "x", "event_id": "bad"}, {"command": "x", "event_id": "good"}])
     runner = GateRunner({"bad": 2})
-    runner.gate.set()
+    runner.open()
     kicker, stats = make_kicker(source, runner)
     run_until(kicker, lambda: len(runner.ran) == 2)
     snap = stats.snapshot()
@@ -197,7 +277,7 @@ def test_expired_job_is_cancelled_and_trigger_runs_unless_disabled() -> None:
     )
     triggered: list[tuple[str, str]] = []
     runner = GateRunner()
-    runner.gate.set()
+    runner.open()
     kicker, stats = make_kicker(
         source,
         runner,
@@ -219,7 +299,7 @@ def test_lock_serialises_jobs_and_is_released() -> None:
     running = Running(kicker)
     wait_until(lambda: len(runner.running) == 1 and stats.snapshot().busy == 3)
     assert list(locker.held) == ["L"]
-    runner.gate.set()
+    runner.open()
     wait_until(lambda: len(runner.ran) == 3)
     running.finish()
     assert runner.max_running == 1
@@ -240,25 +320,27 @@ def test_abort_if_locked_gives_up_at_once() -> None:
 def test_lock_wait_rechecks_life_time() -> None:
     locker = MemoryLocker()
     locker.try_lock("L", "other-host")
-    now = [1000.0]
     source = FakeSource([{"command": "x", "lock_id": "L", "life_time": 5}], sent_at=1000.0)
+    checks: list[float] = []
 
-    def sleep(seconds: float) -> None:
-        assert seconds == 0.01  # the configured lock_retry_interval
-        now[0] += 2  # each retry interval passes two seconds of the injected clock
+    def clock() -> float:
+        # Every life_time check finds two more seconds gone.
+        checks.append(1000.0 + 2 * len(checks))
+        return checks[-1]
 
     runner = GateRunner()
-    kicker, stats = make_kicker(source, runner, locker=locker, clock=lambda: now[0], sleep=sleep)
+    kicker, stats = make_kicker(source, runner, locker=locker, clock=clock)
     run_until(kicker, lambda: stats.snapshot().failed == 1)
     assert runner.ran == []
-    assert now[0] == 1006.0  # gave up at the first check past 5 s
+    assert checks[-1] == 1006.0  # gave up at the first check past 5 s
+    assert source.deleted == ["m0"]  # a cancelled job has finished
 
 
 def test_receive_failures_back_off_and_recover(caplog: pytest.LogCaptureFixture) -> None:
     source = FakeSource([{"command": "x"}])
     source.failures = 1
     runner = GateRunner()
-    runner.gate.set()
+    runner.open()
     kicker, _ = make_kicker(source, runner)
     run_until(kicker, lambda: runner.ran == ["m0"])
     assert "receive failed (EndpointConnectionError" in caplog.text
@@ -276,7 +358,7 @@ def test_messages_received_while_stopping_are_given_back_not_run() -> None:
     assert runner.ran == []
 
 
-def test_stop_waits_for_running_jobs() -> None:
+def test_stop_waits_for_running_jobs_without_a_shutdown_timeout() -> None:
     source = FakeSource([{"command": "x"}])
     runner = GateRunner()
     kicker, _ = make_kicker(source, runner)
@@ -285,15 +367,81 @@ def test_stop_waits_for_running_jobs() -> None:
     running.stop.set()
     running.thread.join(0.3)
     assert running.thread.is_alive()
-    runner.gate.set()
+    runner.open()
     running.finish()
     assert runner.ran == ["m0"]
+    assert source.deleted == ["m0"]
+
+
+def test_shutdown_timeout_stops_running_jobs_releases_their_locks_and_gives_messages_back() -> None:
+    locker, dedupe = MemoryLocker(), MemoryDedupe()
+    source = FakeSource([{"command": "x", "lock_id": "L"}])
+    runner = GateRunner()
+    settings = KickerSettings(max_workers=2, shutdown_timeout=0.2)
+    kicker, stats = make_kicker(source, runner, locker=locker, dedupe=dedupe, settings=settings)
+    running = Running(kicker)
+    wait_until(lambda: runner.running)
+    running.finish()  # returns once the timeout has passed and the job was stopped
+    assert runner.ran == ["m0"]
+    assert source.released == ["m0"] and source.deleted == []
+    assert locker.held == {} and dedupe.seen == set()
+    snap = stats.snapshot()
+    assert (snap.succeeded, snap.errored, snap.failed, snap.busy) == (0, 0, 0, 0)
+
+
+def test_a_second_signal_stops_running_jobs_at_once() -> None:
+    source = FakeSource([{"command": "x"}])
+    runner = GateRunner()
+    kicker, _ = make_kicker(source, runner)  # no shutdown_timeout: would wait for ever
+    stop, force = threading.Event(), threading.Event()
+    thread = threading.Thread(target=kicker.run, args=(stop, force), daemon=True)
+    thread.start()
+    wait_until(lambda: runner.running)
+    stop.set()
+    thread.join(0.3)
+    assert thread.is_alive()
+    force.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert source.released == ["m0"]
+
+
+def test_jobs_waiting_for_a_lock_give_their_messages_back_at_stop() -> None:
+    locker = MemoryLocker()
+    locker.try_lock("L", "other-host")
+    dedupe = MemoryDedupe()
+    source = FakeSource([{"command": "x", "lock_id": "L"}])
+    runner = GateRunner()
+    settings = KickerSettings(max_workers=2, lock_retry_interval=60)
+    kicker, _ = make_kicker(source, runner, locker=locker, dedupe=dedupe, settings=settings)
+    running = Running(kicker)
+    wait_until(lambda: dedupe.seen == {"m0"}, what="claimed, waiting for the lock")
+    running.finish()  # does not sit out the 60 s retry interval
+    assert runner.ran == [] and source.released == ["m0"]
+    assert dedupe.seen == set()
+
+
+def test_the_job_timeout_defaults_to_job_timeout_and_a_timed_out_job_counts_twice() -> None:
+    source = FakeSource([{"command": "x", "timeout": "2s"}, {"command": "y"}])
+
+    class TimingOut(GateRunner):
+        def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
+            self.timeouts[job.message_id] = timeout
+            return RunResult(-15, timeout or 0.0, stopped=StopReason.TIMED_OUT)
+
+    runner = TimingOut()
+    settings = KickerSettings(max_workers=2, job_timeout=30)
+    kicker, stats = make_kicker(source, runner, settings=settings)
+    run_until(kicker, lambda: stats.snapshot().timed_out == 2)
+    assert runner.timeouts == {"m0": 2.0, "m1": 30}
+    assert stats.snapshot().errored == 2
+    wait_until(lambda: sorted(source.deleted) == ["m0", "m1"], what="finished jobs deleted")
 
 
 def test_deletes_of_several_receives_share_one_batch() -> None:
     source = FakeSource([{"command": "x"} for _ in range(4)])
     runner = GateRunner()
-    runner.gate.set()
+    runner.open()
     # One worker: four receives of one message each, and a window no test run reaches.
     settings = KickerSettings(max_workers=1, delete_window=3600)
     kicker, _ = make_kicker(source, runner, workers=1, settings=settings)
@@ -328,7 +476,7 @@ def test_after_a_full_receive_the_loop_gathers_free_workers_before_receiving_aga
     class PerJobRunner:
         ran: list[str] = []
 
-        def run(self, job: Job) -> RunResult:
+        def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
             gates[job.event_id].wait(10)
             self.ran.append(job.event_id)
             return RunResult(0, 0.0)
@@ -359,7 +507,7 @@ class FlakyLocker(MemoryLocker):
         super().__init__()
         self.errors = list(errors)
 
-    def try_lock(self, lock_id: str, event_id: str) -> bool:
+    def try_lock(self, lock_id: str, event_id: str) -> Lease | None:
         if self.errors:
             raise self.errors.pop(0)
         return super().try_lock(lock_id, event_id)
@@ -369,7 +517,7 @@ def test_a_transient_lock_error_is_retried() -> None:
     locker = FlakyLocker(EndpointConnectionError(endpoint_url="http://127.0.0.1:1"))
     source = FakeSource([{"command": "x", "lock_id": "L"}])
     runner = GateRunner()
-    runner.gate.set()
+    runner.open()
     kicker, stats = make_kicker(source, runner, locker=locker)
     run_until(kicker, lambda: stats.snapshot().succeeded == 1)
     assert locker.held == {}
@@ -386,13 +534,17 @@ def test_a_lasting_lock_error_or_abort_if_locked_fails_the_job_at_once(
     error: Exception, abort_if_locked: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     locker = FlakyLocker(error, error, error)
+    dedupe = MemoryDedupe()
     source = FakeSource([{"command": "x", "lock_id": "L", "abort_if_locked": abort_if_locked}])
     runner = GateRunner()
-    kicker, stats = make_kicker(source, runner, locker=locker)
+    kicker, stats = make_kicker(source, runner, locker=locker, dedupe=dedupe)
     run_until(kicker, lambda: stats.snapshot().failed == 1)
     assert runner.ran == []
     assert len(locker.errors) == 2  # tried once, not again
-    assert "failed: could not take lock 'L'" in caplog.text
+    assert 'failed: could not take lock "L"' in caplog.text
+    # Left to reappear and be tried again, its claim given up so that it can run then.
+    assert source.deleted == [] and source.visibility == []
+    assert dedupe.running == {}
 
 
 def test_a_redelivered_message_is_logged_with_its_receive_count(
@@ -402,7 +554,7 @@ def test_a_redelivered_message_is_logged_with_its_receive_count(
     source = FakeSource()
     source.queued.append(Message("m9", "rh", '{"command": "x"}', 1000.0, receive_count=3))
     runner = GateRunner()
-    runner.gate.set()
+    runner.open()
     kicker, _ = make_kicker(source, runner)
     run_until(kicker, lambda: runner.ran == ["m9"])
     assert "message m9 delivered again (receive 3)" in caplog.text
@@ -420,7 +572,7 @@ def test_an_unexpected_receive_error_does_not_stop_the_loop(
 
     source.on_receive = odd_response
     runner = GateRunner()
-    runner.gate.set()
+    runner.open()
     kicker, _ = make_kicker(source, runner)
     run_until(kicker, lambda: runner.ran == ["m0"], timeout=20)
     assert "receive failed (KeyError: 'MessageId')" in caplog.text

@@ -53,11 +53,12 @@ def test_job_runs_with_its_env_and_leaves_a_throttle_item(
     assert (tmp_path / "out.txt").read_text() == "hi there"
     assert v2(port) == {
         "workers": {"busy": 0, "idle": 4},
-        "invocations": {"succeeded": 1, "failed": 0, "errored": 0, "duplicates": 0},
+        "invocations": {"succeeded": 1, "failed": 0, "errored": 0, "duplicates": 0, "timed_out": 0},
     }
     assert http_get_json(port, "/stats/metrics") == {"idle_worker": 4, "busy_worker": 0}
     item = aws.item(message_id, "throttle")
     assert item is not None
+    assert "LeaseUntil" not in item  # finished: a redelivery is deleted unrun
     retention = 345600  # the queue's default MessageRetentionPeriod
     assert before + retention - 5 <= int(item["Expired"]["N"]) <= time.time() + retention + 5
     wait_until(lambda: aws.queue_counts() == (0, 0), what="message deleted")
@@ -79,7 +80,7 @@ def test_output_is_streamed_to_the_log_tagged_with_ids(
 def test_lock_item_is_held_while_the_job_runs_and_removed_after(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    _, port = run_daemon(start_daemon, tmp_path, aws)
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
     aws.send(
         {
             "command": "touch started; while [ ! -f release ]; do sleep 0.05; done",
@@ -88,7 +89,12 @@ def test_lock_item_is_held_while_the_job_runs_and_removed_after(
         }
     )
     wait_until(lambda: (tmp_path / "started").exists(), what="job started")
-    assert aws.item("nightly", "lock") == {
+    item = aws.item("nightly", "lock")
+    assert item is not None
+    # The Go daemon's item, plus who holds it and until when.
+    assert item.pop("Owner")["S"].startswith(f"{socket.gethostname()}:{daemon.proc.pid}:")
+    assert time.time() + 50 < int(item.pop("LeaseUntil")["N"]) <= time.time() + 60
+    assert item == {
         "Id": {"S": "nightly"},
         "Type": {"S": "lock"},
         "EventId": {"S": "nightly-report"},
@@ -126,13 +132,13 @@ def test_abort_if_locked_fails_at_once_and_waiting_job_runs_later(
     aws.send({"command": "touch aborted-ran", "lock_id": "L", "abort_if_locked": True})
     aws.send({"command": "touch waiter-ran", "lock_id": "L"})
     wait_until(invocations(port, failed=1), what="abort counted failed")
-    wait_until(lambda: "waits for lock 'L'" in daemon.log, what="waiter waiting")
+    wait_until(lambda: 'waits for lock "L"' in daemon.log, what="waiter waiting")
     assert not (tmp_path / "waiter-ran").exists()
     (tmp_path / "release").touch()
     wait_until(invocations(port, succeeded=2), what="holder and waiter done")
     assert (tmp_path / "waiter-ran").exists()
     assert not (tmp_path / "aborted-ran").exists()
-    assert "aborted: lock 'L' is held" in daemon.log
+    assert 'aborted: lock "L" is held' in daemon.log
 
 
 def test_late_job_is_cancelled_and_the_trigger_gets_the_go_line(
@@ -165,7 +171,8 @@ def test_never_more_than_max_concurrent_jobs(start_daemon: Start, tmp_path: Path
     for _ in range(5):
         aws.send({"command": job})
     wait_until(lambda: v2(port)["workers"] == {"busy": 2, "idle": 0}, what="both workers busy")
-    wait_until(lambda: aws.queue_counts() == (3, 0), what="three jobs left on the queue")
+    # Two in flight until their jobs finish, three left on the queue.
+    wait_until(lambda: aws.queue_counts() == (3, 2), what="three jobs left on the queue")
     (tmp_path / "release").touch()
     wait_until(invocations(port, succeeded=5), timeout=30, what="all jobs")
     counts = [int(n) for n in (tmp_path / "counts").read_text().split()]
@@ -181,7 +188,7 @@ def test_sigterm_lets_the_running_job_finish_then_exits_0(
     )
     wait_until(lambda: (tmp_path / "started").exists(), what="job started")
     daemon.proc.send_signal(signal.SIGTERM)
-    daemon.wait_for_log("stopping: no longer receiving; waiting for 1 running job(s)")
+    daemon.wait_for_log("stopping: no longer receiving; waiting for 1 in-flight job(s)")
     aws.send({"command": "touch should-not-run"})
     assert daemon.proc.poll() is None
     (tmp_path / "release").touch()
@@ -214,7 +221,9 @@ def test_garbage_messages_are_counted_failed_deleted_and_logged(
     wait_until(invocations(port, succeeded=1), what="a good job after the bad ones")
     for message_id, reason in bad.items():
         assert re.search(
-            rf"invalid message {message_id} deleted: .*{re.escape(reason)}", daemon.log
+            rf"invalid message {message_id} deleted \(the queue has no dead-letter queue\): "
+            rf".*{re.escape(reason)}",
+            daemon.log,
         )
     assert daemon.stop() == 0
     assert aws.queue_counts() == (0, 0)

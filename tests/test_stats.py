@@ -155,7 +155,7 @@ def test_snapshot_shapes() -> None:
     assert snap.v1() == {"idle_worker": 2, "busy_worker": 1}
     assert snap.v2() == {
         "workers": {"busy": 1, "idle": 2},
-        "invocations": {"succeeded": 3, "failed": 4, "errored": 5, "duplicates": 6},
+        "invocations": {"succeeded": 3, "failed": 4, "errored": 5, "duplicates": 6, "timed_out": 0},
     }
 
 
@@ -192,7 +192,7 @@ def test_v2_over_tcp(stats: Stats, tcp_server: StatsServer) -> None:
     assert headers["Content-Type"] == "application/json"
     assert json.loads(body) == {
         "workers": {"busy": 1, "idle": 2},
-        "invocations": {"succeeded": 1, "failed": 2, "errored": 0, "duplicates": 1},
+        "invocations": {"succeeded": 1, "failed": 2, "errored": 0, "duplicates": 1, "timed_out": 0},
     }
 
 
@@ -387,7 +387,7 @@ def test_v2_over_unix_socket(stats: Stats, sock_path: Path) -> None:
         assert headers["Content-Type"] == "application/json"
         assert json.loads(body) == {
             "workers": {"busy": 0, "idle": 3},
-            "invocations": {"succeeded": 0, "failed": 0, "errored": 1, "duplicates": 0},
+            "invocations": {"succeeded": 0, "failed": 0, "errored": 1, "duplicates": 0, "timed_out": 0},
         }
         status, _, body = fetch(UnixHTTPConnection(sock_path), "/stats/metrics")
         assert (status, body) == (200, b'{"idle_worker":3,"busy_worker":0}\n')
