@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .aws import AWS_ERRORS, describe, is_transient
+from .aws import AWS_ERRORS, Backoff, describe, is_transient
 from .dedupe import ClaimState, DedupeStore
 from .errors import quote
 from .heartbeat import InFlight
@@ -238,15 +238,34 @@ class Worker:
             )
 
     def _end_claim(self, lease: Lease, *, finished: bool) -> None:
-        try:
-            if finished:
-                self._dedupe.finish(lease)
-            else:
-                self._dedupe.release(lease)
-        except AWS_ERRORS as exc:
-            log.error(
-                "could not %s the dedupe record of message %s (%s); its lease ends by itself",
-                "finish" if finished else "release",
-                lease.key,
-                describe(exc),
-            )
+        """Finish or release the claim, retrying while the store is out of reach: a claim left
+        unfinished would let a redelivery of the message run the job again once its lease ends.
+        The message stays in flight (and hidden by the heartbeat) meanwhile."""
+        action = "finish" if finished else "release"
+        backoff = Backoff(first=0.5, cap=10.0)
+        while True:
+            try:
+                if finished:
+                    self._dedupe.finish(lease)
+                else:
+                    self._dedupe.release(lease)
+                return
+            except AWS_ERRORS as exc:
+                if not is_transient(exc) or self._stopping.is_set():
+                    log.error(
+                        "could not %s the dedupe record of message %s (%s); its lease ends by "
+                        "itself",
+                        action,
+                        lease.key,
+                        describe(exc),
+                    )
+                    return
+                delay = backoff.next_delay()
+                log.error(
+                    "could not %s the dedupe record of message %s (%s); retrying in %.1fs",
+                    action,
+                    lease.key,
+                    describe(exc),
+                    delay,
+                )
+                self._stopping.wait(delay)
