@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from .aws import AWS_ERRORS, Backoff, describe
 from .dedupe import DedupeStore
-from .errors import InvalidJobError
+from .errors import InvalidJobError, SqsjkrError
 from .heartbeat import Heartbeat, InFlight, InFlightJobs
 from .job import Job, parse_job
 from .locks import Locker
+from .notify import Notifier, NullNotifier
 from .runner import JobRunner, RunResult, StopReason, run_trigger
 from .sqs import MAX_BATCH, Message, MessageSource
 from .stats import Outcome, Stats
@@ -28,6 +29,10 @@ log = logging.getLogger("sqsjkr.daemon")
 #: How long a stopping daemon waits for a receive still in its long poll before it exits anyway.
 #: A message that such a receive takes reappears when its visibility timeout ends.
 RECEIVER_JOIN_SECONDS = 1.0
+
+
+class ReceiverFailed(SqsjkrError):
+    """The receive loop died of an unexpected error; the daemon stopped after draining."""
 
 
 @dataclass(frozen=True)
@@ -99,8 +104,11 @@ class Kicker:
         settings: KickerSettings = KickerSettings(),
         clock: Callable[[], float] = time.time,
         trigger: Callable[[str, Job], RunResult] = run_trigger,
+        notifier: Notifier | None = None,
     ) -> None:
         self._source = source
+        self._notifier = notifier or NullNotifier()
+        self._receiver_error: BaseException | None = None
         self._stats = stats
         self._settings = settings
         self._free = settings.max_workers
@@ -153,13 +161,14 @@ class Kicker:
                 # A daemon thread: a long poll cannot be interrupted, and exiting must not wait
                 # for it (see RECEIVER_JOIN_SECONDS).
                 receiver = threading.Thread(
-                    target=self._receive_loop,
+                    target=self._receive_until_stopped,
                     args=(stop, pool),
                     name="sqsjkr-receiver",
                     daemon=True,
                 )
                 receiver.start()
                 stop.wait()
+                self._notifier.stopping()
                 self._stopping.set()
                 with self._intake:
                     self._closed = True
@@ -171,15 +180,33 @@ class Kicker:
             beat_stop.set()
             heartbeat.join()
             self._deletes.flush(force=True)
+        if self._receiver_error is not None:
+            # A non-zero exit, so that systemd's Restart=on-failure starts a fresh daemon.
+            raise ReceiverFailed("the receive loop failed") from self._receiver_error
         log.info("stopped")
 
     # -- intake -----------------------------------------------------------------------------------
 
+    def _receive_until_stopped(self, stop: threading.Event, pool: ThreadPoolExecutor) -> None:
+        try:
+            self._receive_loop(stop, pool)
+        except BaseException as exc:
+            # A bug, not an AWS failure (those are retried): stop the daemon rather than leave
+            # it up and receiving nothing.
+            log.critical("the receive loop failed; stopping", exc_info=True)
+            self._receiver_error = exc
+            stop.set()
+
     def _receive_loop(self, stop: threading.Event, pool: ThreadPoolExecutor) -> None:
         backoff = Backoff()
         log.info("receiving with %d workers", self._settings.max_workers)
+        self._notifier.ready()
+        self._report_workers()
         backlog = False
         while not stop.is_set():
+            # The watchdog hears from the loop only while it turns; outages included, since
+            # restarting the daemon would not end them.
+            self._notifier.watchdog()
             # Without a backlog the next receive may long-poll: delete what is pending first.
             self._deletes.flush(force=not backlog)
             free = self._wait_for_free_workers(stop, backlog)
@@ -224,11 +251,17 @@ class Kicker:
     def _take_worker(self) -> None:
         with self._free_changed:
             self._free -= 1
+        self._report_workers()
 
     def _give_worker_back(self) -> None:
         with self._free_changed:
             self._free += 1
             self._free_changed.notify_all()
+        self._report_workers()
+
+    def _report_workers(self) -> None:
+        free = self._free
+        self._notifier.status(f"busy {self._settings.max_workers - free}, idle {free}")
 
     def _accept(self, messages: Sequence[Message]) -> list[InFlight]:
         """Parse messages; invalid ones are rejected (dead-lettered or logged) on the spot."""

@@ -21,6 +21,7 @@ from .duration import Duration
 from .errors import StartupError
 from .lease import lease_timing
 from .locks import DynamoLocker, Locker, NoopLocker
+from .notify import Notifier
 from .runner import ShellRunner
 from .sqs import SqsSource, dead_letter_queue_url, queue_settings, resolve_queue_url
 from .stats import Stats, StatsServer
@@ -40,10 +41,12 @@ def serve(
     force: threading.Event | None = None,
     locker: Locker | None = None,
     dedupe: DedupeStore | None = None,
+    notifier: Notifier | None = None,
 ) -> None:
     """Run the daemon until stop is set and its in-flight jobs are done (force: stop them now).
 
-    locker and dedupe replace the backends the config selects (for embedding sqsjkr in Python).
+    locker and dedupe replace the backends the config selects (for embedding sqsjkr in Python);
+    notifier tells a service manager (systemd) how the daemon is doing.
     """
     stats = Stats(config.kicker.max_concurrent_num)
     # Stats first: a taken port fails before any AWS call, and monitoring sees a daemon that is
@@ -72,6 +75,7 @@ def serve(
                 job_timeout=_seconds(config.kicker.job_timeout),
                 shutdown_timeout=_seconds(config.kicker.shutdown_timeout),
             ),
+            notifier=notifier,
         )
         log.info(
             "queue %s, lock table %r, lease %s, visibility timeout %ds, messages deleted %s",

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import uuid
@@ -21,6 +22,10 @@ import pytest
 
 from sqsjkr.duration import parse_duration
 from sqsjkr.notify import NullNotifier, SystemdNotifier
+
+from .conftest import Aws, Daemon, config_text, free_port
+
+WAIT_FOR_RELEASE = "while [ ! -f release ]; do sleep 0.05; done"
 
 UNIT = Path(__file__).resolve().parent.parent / "systemd" / "sqsjkr.service"
 ANALYZE = shutil.which("systemd-analyze")
@@ -333,3 +338,43 @@ def test_a_vanished_socket_warns_once_and_never_raises(
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1
     assert "READY=1" in warnings[0].getMessage()
+
+
+# -- the real daemon ------------------------------------------------------------------------------
+
+
+def test_the_daemon_notifies_ready_status_watchdog_and_stopping(
+    tmp_path: Path, aws: Aws, aws_env: dict[str, str]
+) -> None:
+    sock_path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(sock_path))
+        sock.settimeout(15)
+        conf = tmp_path / "config.toml"
+        conf.write_text(config_text(aws, stats=f"stats_port = {free_port()}"))
+        env = {**aws_env, "NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "2000000"}
+        daemon = Daemon(["run", "-c", str(conf)], env, tmp_path)
+        try:
+            seen: list[str] = []
+
+            def until(message: str) -> None:
+                """Read datagrams until message arrives."""
+                while not seen or seen[-1] != message:
+                    seen.append(sock.recv(4096).decode())
+
+            until("READY=1")
+            assert seen[-1] == "READY=1"
+            until("STATUS=busy 0, idle 4")
+            until("WATCHDOG=1")
+            aws.send({"command": f"env > env.txt; {WAIT_FOR_RELEASE}"})
+            until("STATUS=busy 1, idle 3")
+            (tmp_path / "release").touch()
+            until("STATUS=busy 0, idle 4")
+            daemon.proc.send_signal(signal.SIGTERM)
+            until("STOPPING=1")
+            assert daemon.stop() == 0
+        finally:
+            daemon.kill()
+    # Jobs do not inherit the protocol's variables: systemd's messages are not for them.
+    job_env = (tmp_path / "env.txt").read_text()
+    assert "NOTIFY_SOCKET" not in job_env and "WATCHDOG_USEC" not in job_env
