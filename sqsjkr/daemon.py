@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .aws import AWS_ERRORS, Backoff, describe
 from .dedupe import DedupeStore
-from .errors import InvalidJobError, SqsjkrError
+from .errors import InvalidJobError, ReceiverFailed
 from .heartbeat import Heartbeat, InFlight, InFlightJobs
 from .job import Job, parse_job
 from .locks import Locker
@@ -29,10 +29,6 @@ log = logging.getLogger("sqsjkr.daemon")
 #: How long a stopping daemon waits for a receive still in its long poll before it exits anyway.
 #: A message that such a receive takes reappears when its visibility timeout ends.
 RECEIVER_JOIN_SECONDS = 1.0
-
-
-class ReceiverFailed(SqsjkrError):
-    """The receive loop died of an unexpected error; the daemon stopped after draining."""
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,16 @@ class StatsServerError(SqsjkrError):
     """The stats endpoint cannot listen where it was told to."""
 
 
+class ReceiverFailed(SqsjkrError):
+    """The receive loop died of an unexpected error; the daemon stopped after draining."""
+
+
 class LocalModeError(SqsjkrError):
     """Local mode cannot start: moto is not installed, or its port is taken."""
+
+
+class CrontabError(SqsjkrError):
+    """A crontab line cannot be converted exactly; the message names the line number and the line."""
 
 
 def quote(text: str) -> str:
