@@ -245,7 +245,8 @@ def parse_env(values: Sequence[str]) -> dict[str, str]:
     return envs
 
 
-def life_time_value(text: str | None) -> int | str | None:
+def duration_option(text: str | None) -> int | str | None:
+    """A --life-time or --timeout as the message carries it: int seconds or Go syntax."""
     if text is None:
         return None
     return int(text) if text.isdigit() else text
@@ -260,6 +261,7 @@ def life_time_value(text: str | None) -> int | str | None:
 @click.option("--event-id", help="Name of the schedule (default: the message id).")
 @click.option("--lock-id", help="Jobs with one lock_id never run at once.")
 @click.option("--life-time", help='Cancel when older: seconds or a duration ("90s", "1h30m").')
+@click.option("--timeout", help='Stop the job after this long: seconds or a duration ("30m").')
 @click.option("--abort-if-locked", is_flag=True, help="Give up at once when the lock is held.")
 @click.option("--disable-life-time-trigger", is_flag=True)
 @click.option("--delay", type=click.IntRange(0, 900), default=0, help="SQS DelaySeconds.")
@@ -273,6 +275,7 @@ def send(
     event_id: str | None,
     lock_id: str | None,
     life_time: str | None,
+    timeout: str | None,
     abort_if_locked: bool,
     disable_life_time_trigger: bool,
     delay: int,
@@ -280,7 +283,16 @@ def send(
 ) -> None:
     """Validate a job and put it on the queue; prints the message id."""
     built_from_options = any(
-        [command, envs, event_id, lock_id, life_time, abort_if_locked, disable_life_time_trigger]
+        [
+            command,
+            envs,
+            event_id,
+            lock_id,
+            life_time,
+            timeout,
+            abort_if_locked,
+            disable_life_time_trigger,
+        ]
     )
     if body is not None and built_from_options:
         raise UsageFailure("give either --body or the job options (--command, ...), not both")
@@ -294,7 +306,8 @@ def send(
                 envs=parse_env(envs),
                 event_id=event_id,
                 lock_id=lock_id,
-                life_time=life_time_value(life_time),
+                life_time=duration_option(life_time),
+                timeout=duration_option(timeout),
                 abort_if_locked=abort_if_locked,
                 disable_life_time_trigger=disable_life_time_trigger,
             )

@@ -142,7 +142,7 @@ def test_send_builds_the_message_from_options(tmp_path: Path, aws: Aws) -> None:
     result = sqsjkr(
         "send", "-c", str(write_conf(tmp_path, aws)),
         "--command", "echo $A", "--env", "A=1", "--env", "B=x=y",
-        "--event-id", "ev", "--lock-id", "L", "--life-time", "90",
+        "--event-id", "ev", "--lock-id", "L", "--life-time", "90", "--timeout", "30m",
         "--abort-if-locked",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -156,6 +156,7 @@ def test_send_builds_the_message_from_options(tmp_path: Path, aws: Aws) -> None:
         "event_id": "ev",
         "lock_id": "L",
         "life_time": 90,
+        "timeout": "30m",
         "abort_if_locked": True,
     }
 
