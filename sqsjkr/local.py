@@ -5,6 +5,7 @@ For a first look, demos and tests; moto comes with the `sqsjkr[local]` extra.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -70,7 +71,16 @@ DEMO_JOBS = [
         3,
     ),
     ("a job that fails", build_body('echo "about to fail" >&2; exit 3', event_id="demo-fail"), 0),
-    ("a message that is not a job", "this is not JSON", 0),
+    (
+        "a job stopped by its 2s timeout",
+        build_body(
+            'echo "sleeping 60s under a 2s timeout"; sleep 60',
+            event_id="demo-timeout",
+            timeout="2s",
+        ),
+        0,
+    ),
+    ("a message that is not a job (moved to the dead-letter queue)", "this is not JSON", 0),
 ]
 
 
@@ -111,8 +121,15 @@ def use_endpoint(endpoint: str) -> None:
         os.environ.pop(name, None)
 
 
-def create_queue(sqs: Any, name: str) -> str:
-    return str(sqs.create_queue(QueueName=name)["QueueUrl"])
+def create_queue(sqs: Any, name: str, *, dead_letter: bool = False) -> str:
+    """The queue's URL; with dead_letter, also a NAME-dlq queue that its RedrivePolicy points to."""
+    attributes = {}
+    if dead_letter:
+        dlq_url = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])
+        redrive = {"deadLetterTargetArn": arn["Attributes"]["QueueArn"], "maxReceiveCount": "5"}
+        attributes["RedrivePolicy"] = json.dumps(redrive)
+    return str(sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"])
 
 
 def create_table(dynamodb: Any, name: str) -> None:
@@ -181,7 +198,7 @@ def run_local(
         use_endpoint(endpoint)
         session = make_session(region=LOCAL_REGION)
         sqs = make_client(session, "sqs")
-        queue_url = create_queue(sqs, LOCAL_QUEUE)
+        queue_url = create_queue(sqs, LOCAL_QUEUE, dead_letter=True)
         create_table(make_client(session, "dynamodb"), LOCAL_TABLE)
         conf = write_config(Path(tmp), stats_port=stats_port, workers=workers)
         config = load_config(conf)

@@ -200,14 +200,15 @@ def test_local_demo_shows_every_behaviour(
         'aborted: lock "report" is held',
         "report 2: ran once report 1 released the lock",
         "ALERT life_time exceeded: job_id:",
-        "invalid message",
+        "moved to the dead-letter queue",
         "errored with exit code 3",
+        "timed out after",
     ):
         daemon.wait_for_log(line, timeout=30)
     wait_until(
         lambda: (
             http_get_json(port, "/stats/metrics/v2")["invocations"]
-            == {"succeeded": 3, "failed": 3, "errored": 1, "duplicates": 0, "timed_out": 0}
+            == {"succeeded": 3, "failed": 3, "errored": 2, "duplicates": 0, "timed_out": 1}
         ),
         what="demo stats",
     )
