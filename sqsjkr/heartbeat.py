@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .aws import describe
+from .aws import AWS_ERRORS, describe
 from .dedupe import DedupeStore
 from .errors import quote
 from .job import Job
@@ -89,7 +89,11 @@ class Heartbeat:
     def run(self, stop: threading.Event) -> None:
         """Beat every interval until stop is set."""
         while not stop.wait(self._interval):
-            self.beat()
+            try:
+                self.beat()
+            except Exception:
+                # A bug must not end the heartbeat: every lease would lapse behind it.
+                log.exception("heartbeat failed; beating again in %.1fs", self._interval)
 
     def beat(self) -> None:
         entries = self._jobs.snapshot()
@@ -98,23 +102,39 @@ class Heartbeat:
         if self._visibility is not None:
             try:
                 self._source.set_visibility([e.message for e in entries], self._visibility)
-            except Exception as exc:
+            except AWS_ERRORS as exc:
                 # Kept short of the visibility timeout by the lease timing: the next beat retries.
                 log.error(
                     "could not extend the visibility of in-flight messages: %s", describe(exc)
                 )
+        # Once a store fails, the rest of this beat leaves it alone: behind a dead network each
+        # call would wait out its timeouts and hold up the next beat.
+        failed: set[str] = set()
         for entry in entries:
-            self._renew(entry, "claim", self._dedupe.renew, "claim on message")
-            self._renew(entry, "lock", self._locker.renew, "lock")
+            self._renew(entry, "claim", self._dedupe.renew, "claim on message", failed)
+            self._renew(entry, "lock", self._locker.renew, "lock", failed)
 
-    def _renew(self, entry: InFlight, name: str, renew: Callable[[Lease], bool], what: str) -> None:
+    def _renew(
+        self,
+        entry: InFlight,
+        name: str,
+        renew: Callable[[Lease], bool],
+        what: str,
+        failed: set[str],
+    ) -> None:
         lease: Lease | None = getattr(entry, name)
-        if lease is None:
+        if lease is None or name in failed:
             return
         try:
             kept = renew(lease)
-        except Exception as exc:
-            log.error("could not renew the %s %s: %s", what, quote(lease.key), describe(exc))
+        except AWS_ERRORS as exc:
+            failed.add(name)
+            log.error(
+                "could not renew the %s %s (%s); trying again at the next beat",
+                what,
+                quote(lease.key),
+                describe(exc),
+            )
             return
         if kept or getattr(entry, name) is not lease:
             return

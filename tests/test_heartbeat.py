@@ -1,0 +1,170 @@
+"""Unit tests of the heartbeat: leases renewed, messages hidden again, losses reported, faults survived."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+from botocore.exceptions import EndpointConnectionError
+
+from sqsjkr.dedupe import MemoryDedupe
+from sqsjkr.heartbeat import Heartbeat, InFlight, InFlightJobs
+from sqsjkr.job import Job
+from sqsjkr.lease import Lease, lease_timing
+from sqsjkr.locks import MemoryLocker
+from sqsjkr.sqs import Message
+
+from .conftest import wait_until
+
+
+class Source:
+    """Records visibility changes; raises the queued errors first."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], int]] = []
+        self.errors: list[Exception] = []
+
+    def receive(self, max_messages: int) -> list[Message]:
+        return []
+
+    def delete(self, messages: Sequence[Message]) -> None:
+        pass
+
+    def set_visibility(self, messages: Sequence[Message], seconds: int) -> None:
+        if self.errors:
+            raise self.errors.pop(0)
+        self.calls.append(([m.message_id for m in messages], seconds))
+
+    def reject(self, message: Message, reason: str) -> None:
+        pass
+
+
+class CountingLocker(MemoryLocker):
+    def __init__(self, *errors: Exception) -> None:
+        super().__init__()
+        self.renewals: list[str] = []
+        self.errors = list(errors)
+
+    def renew(self, lease: Lease) -> bool:
+        self.renewals.append(lease.key)
+        if self.errors:
+            raise self.errors.pop(0)
+        return super().renew(lease)
+
+
+def in_flight(
+    jobs: InFlightJobs, dedupe: MemoryDedupe, locker: MemoryLocker, n: int
+) -> list[InFlight]:
+    entries = []
+    for i in range(n):
+        entry = InFlight(Message(f"m{i}", f"rh{i}", "{}", 0.0), Job(f"m{i}", "true"))
+        entry.claim = dedupe.claim(f"m{i}").lease
+        entry.lock = locker.try_lock(f"L{i}", f"m{i}")
+        jobs.add(entry)
+        entries.append(entry)
+    return entries
+
+
+def heartbeat(
+    jobs: InFlightJobs,
+    source: Source,
+    dedupe: MemoryDedupe,
+    locker: MemoryLocker,
+    visibility: int | None = 75,
+) -> Heartbeat:
+    return Heartbeat(
+        jobs, source=source, dedupe=dedupe, locker=locker, interval=0.01, visibility=visibility
+    )
+
+
+def test_a_beat_hides_every_in_flight_message_and_renews_every_lease() -> None:
+    jobs, source, dedupe, locker = InFlightJobs(), Source(), MemoryDedupe(), CountingLocker()
+    in_flight(jobs, dedupe, locker, 3)
+    heartbeat(jobs, source, dedupe, locker).beat()
+    assert len(source.calls) == 1  # one batch for all messages
+    ids, seconds = source.calls[0]
+    assert sorted(ids) == ["m0", "m1", "m2"] and seconds == 75
+    assert sorted(locker.renewals) == ["L0", "L1", "L2"]
+
+
+def test_without_visibility_messages_are_left_alone() -> None:
+    jobs, source, dedupe, locker = InFlightJobs(), Source(), MemoryDedupe(), CountingLocker()
+    in_flight(jobs, dedupe, locker, 1)
+    heartbeat(jobs, source, dedupe, locker, visibility=None).beat()
+    assert source.calls == [] and locker.renewals == ["L0"]
+
+
+def test_a_lost_lock_is_reported_loudly_and_dropped(caplog: pytest.LogCaptureFixture) -> None:
+    jobs, source, dedupe, locker = InFlightJobs(), Source(), MemoryDedupe(), CountingLocker()
+    (entry,) = in_flight(jobs, dedupe, locker, 1)
+    assert entry.lock is not None
+    locker.unlock(entry.lock)  # as if another daemon had taken it over
+    heartbeat(jobs, source, dedupe, locker).beat()
+    assert entry.lock is None
+    assert 'LOST the lock "L0" of job m0' in caplog.text
+
+
+def test_a_lease_given_back_during_the_beat_is_not_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    jobs, source, dedupe, locker = InFlightJobs(), Source(), MemoryDedupe(), CountingLocker()
+    (entry,) = in_flight(jobs, dedupe, locker, 1)
+
+    class Releasing(CountingLocker):
+        def renew(self, lease: Lease) -> bool:
+            # The worker clears the field and unlocks while the renewal is on its way.
+            entry.lock = None
+            locker.unlock(lease)
+            return locker.renew(lease)
+
+    heartbeat(jobs, source, dedupe, Releasing()).beat()
+    assert "LOST" not in caplog.text
+
+
+def test_a_failing_store_is_skipped_for_the_rest_of_the_beat(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    down = EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
+    jobs, source, dedupe, locker = InFlightJobs(), Source(), MemoryDedupe(), CountingLocker(down)
+    entries = in_flight(jobs, dedupe, locker, 3)
+    source.errors.append(down)
+    beat = heartbeat(jobs, source, dedupe, locker)
+    beat.beat()
+    assert len(locker.renewals) == 1  # not once per entry behind a dead endpoint
+    assert all(e.lock is not None for e in entries)  # an error is not a loss
+    assert "could not extend the visibility" in caplog.text
+    assert "could not renew the lock" in caplog.text
+    beat.beat()
+    assert len(locker.renewals) == 4 and len(source.calls) == 1  # the next beat tries again
+
+
+def test_the_heartbeat_survives_an_unexpected_error(caplog: pytest.LogCaptureFixture) -> None:
+    jobs, source, dedupe, locker = InFlightJobs(), Source(), MemoryDedupe(), CountingLocker()
+    in_flight(jobs, dedupe, locker, 1)
+    source.errors.append(RuntimeError("a bug"))
+    stop = threading.Event()
+    thread = threading.Thread(target=heartbeat(jobs, source, dedupe, locker).run, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: source.calls, what="a beat after the failed one")
+    finally:
+        stop.set()
+        thread.join(5)
+    assert "heartbeat failed" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("lease", "interval", "visibility"), [(60, 20, 75), (2, 2 / 3, 4), (3600, 1200, 4500)]
+)
+def test_lease_timing(lease: float, interval: float, visibility: int) -> None:
+    assert lease_timing(lease) == (interval, visibility)
+
+
+def test_in_flight_jobs_wait_until_empty() -> None:
+    jobs = InFlightJobs()
+    entry = InFlight(Message("m", "rh", "{}", 0.0), Job("m", "true"))
+    jobs.add(entry)
+    assert jobs.wait_empty(0.01) is False
+    threading.Timer(0.05, jobs.discard, args=(entry,)).start()
+    assert jobs.wait_empty(5) is True
