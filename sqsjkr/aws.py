@@ -100,13 +100,14 @@ def conditional_write(
 
 def write_if_owner(
     call: Callable[..., Any], table: str, key: dict[str, Any], owner: str, **request: Any
-) -> bool:
+) -> tuple[bool, dict[str, Any]]:
     """Update or delete a leased item (a lock, a dedupe claim) only while owner holds its lease.
 
-    False when the item is gone, has another Owner, or no longer has a LeaseUntil.
+    As conditional_write: (False, the item) when it has another Owner or no LeaseUntil, and
+    (False, {}) when it is gone.
     """
     values = {**request.pop("ExpressionAttributeValues", {}), ":owner": {"S": owner}}
-    applied, _ = conditional_write(
+    return conditional_write(
         call,
         table,
         Key=key,
@@ -116,7 +117,6 @@ def write_if_owner(
         ExpressionAttributeValues=values,
         **request,
     )
-    return applied
 
 
 class Backoff:

@@ -158,7 +158,7 @@ class DynamoDedupe:
 
     def renew(self, lease: Lease) -> bool:
         until = int(self._clock() + self._lease_seconds)
-        return write_if_owner(
+        renewed, _ = write_if_owner(
             self._client.update_item,
             self._table,
             _key(lease.key),
@@ -166,6 +166,7 @@ class DynamoDedupe:
             UpdateExpression="SET LeaseUntil = :until",
             ExpressionAttributeValues={":until": {"N": str(until)}},
         )
+        return renewed
 
     def finish(self, lease: Lease) -> None:
         write_if_owner(

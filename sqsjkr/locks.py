@@ -31,7 +31,7 @@ class Locker(Protocol):
         """Extend a held lock's lease: False if the lock is no longer ours."""
 
     def unlock(self, lease: Lease) -> bool:
-        """Give the lock back: False if it was no longer ours."""
+        """Give the lock back: False if another holder has it now (ours had lapsed)."""
 
 
 class NoopLocker:
@@ -70,7 +70,10 @@ class MemoryLocker:
 
     def unlock(self, lease: Lease) -> bool:
         with self._mutex:
-            if self._owners.get(lease.key) != lease.owner:
+            owner = self._owners.get(lease.key)
+            if owner is None:
+                return True
+            if owner != lease.owner:
                 return False
             del self.held[lease.key], self._owners[lease.key]
             return True
@@ -127,7 +130,7 @@ class DynamoLocker:
 
     def renew(self, lease: Lease) -> bool:
         until = int(self._clock() + self._lease_seconds)
-        return write_if_owner(
+        renewed, _ = write_if_owner(
             self._client.update_item,
             self._table,
             _key(lease.key),
@@ -135,9 +138,14 @@ class DynamoLocker:
             UpdateExpression="SET LeaseUntil = :until",
             ExpressionAttributeValues={":until": {"N": str(until)}},
         )
+        return renewed
 
     def unlock(self, lease: Lease) -> bool:
-        return write_if_owner(self._client.delete_item, self._table, _key(lease.key), lease.owner)
+        deleted, left = write_if_owner(
+            self._client.delete_item, self._table, _key(lease.key), lease.owner
+        )
+        # Nothing left: our own delete, retried after its response was lost.
+        return deleted or not left
 
 
 def _key(lock_id: str) -> dict[str, Any]:

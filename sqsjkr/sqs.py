@@ -100,7 +100,13 @@ def dead_letter_queue_url(client: Any, arn: str) -> str:
     parts = arn.split(":")
     if len(parts) != 6 or parts[2] != "sqs":
         raise ResourceMissingError(f"the queue's RedrivePolicy names {quote(arn)}, not an SQS ARN")
-    return resolve_queue_url(client, parts[5], parts[4])
+    try:
+        return resolve_queue_url(client, parts[5], parts[4])
+    except ResourceMissingError as exc:
+        raise ResourceMissingError(
+            f"the dead-letter queue {quote(arn)} named by the queue's RedrivePolicy does not "
+            "exist (fix the RedrivePolicy or create the queue)"
+        ) from exc
 
 
 class SqsSource:

@@ -1,7 +1,15 @@
-"""DynamoLocker, DynamoDedupe, SqsSource and the AWS helpers against a real moto server over HTTP."""
+"""DynamoLocker, DynamoDedupe, SqsSource and the AWS helpers against a real moto server over HTTP.
+
+Leases are tested with an injected clock: no test sleeps for a lease to pass.
+"""
 
 from __future__ import annotations
 
+import functools
+import json
+import logging
+import os
+import socket
 import time
 import uuid
 from typing import Any
@@ -9,115 +17,477 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
-from sqsjkr.aws import is_transient, make_client, make_session
-from sqsjkr.dedupe import DynamoDedupe
+from sqsjkr.aws import error_code, is_transient, make_client, make_session
+from sqsjkr.dedupe import ClaimState, DedupeStore, DynamoDedupe, MemoryDedupe, NoopDedupe
 from sqsjkr.errors import ResourceMissingError
+from sqsjkr.lease import Lease, new_owner
 from sqsjkr.local import LOCAL_ACCOUNT
-from sqsjkr.locks import DynamoLocker
-from sqsjkr.sqs import Message, SqsSource, resolve_queue_url
+from sqsjkr.locks import DynamoLocker, Locker, MemoryLocker, NoopLocker
+from sqsjkr.sqs import (
+    REJECT_REASON_ATTRIBUTE,
+    Message,
+    SqsSource,
+    dead_letter_queue_url,
+    queue_settings,
+    resolve_queue_url,
+)
 
 from .conftest import REGION, Aws, free_port, wait_until
 
+T0 = 1_700_000_000.0
+#: A time long after every lease and retention period of these tests (year 2286).
+FAR_FUTURE = 9_999_999_999.0
+
 
 def client(service: str) -> Any:
+    """A client as the daemon makes it; one per service and endpoint setting, as making one is slow."""
+    endpoints = (
+        os.environ.get("AWS_ENDPOINT_URL"),
+        os.environ.get(f"AWS_ENDPOINT_URL_{service.upper()}"),
+    )
+    return _client(service, endpoints)
+
+
+@functools.cache
+def _client(service: str, endpoints: tuple[str | None, str | None]) -> Any:
+    del endpoints  # only part of the cache key: make_client reads them from the environment
     return make_client(make_session(region=REGION), service)
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class LostResponses:
+    """A DynamoDB client whose writes are each sent twice with the same arguments, as botocore
+    retries a request whose response was lost: the first attempt is applied, and the caller sees
+    only the answer to the second."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.retry_errors: list[str] = []  # the error code of each failed second attempt
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def _twice(self, operation: str, request: dict[str, Any]) -> Any:
+        getattr(self._real, operation)(**request)  # applied; its response is lost
+        try:
+            return getattr(self._real, operation)(**request)
+        except ClientError as exc:
+            self.retry_errors.append(error_code(exc))
+            raise
+
+    def put_item(self, **request: Any) -> Any:
+        return self._twice("put_item", request)
+
+    def delete_item(self, **request: Any) -> Any:
+        return self._twice("delete_item", request)
+
+
+def lock_item(aws: Aws, lock_id: str = "report") -> dict[str, Any] | None:
+    return aws.item(lock_id, "lock")
+
+
+def throttle_item(aws: Aws, message_id: str = "msg-1") -> dict[str, Any] | None:
+    return aws.item(message_id, "throttle")
+
+
+def put_go_item(aws: Aws, item: dict[str, str]) -> None:
+    """An item as the Go daemon writes it: strings, and Expired as a number."""
+    aws.dynamodb.put_item(
+        TableName=aws.table,
+        Item={k: {"N": v} if k == "Expired" else {"S": v} for k, v in item.items()},
+    )
+
+
+# --- leases ------------------------------------------------------------------------------------
+
+
+def test_owner_ids_name_host_and_pid_and_differ_per_hold() -> None:
+    first, second = new_owner(), new_owner()
+    assert first.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+    assert second.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+    assert first != second
 
 
 # --- DynamoLocker ------------------------------------------------------------------------------
 
 
-def test_try_lock_writes_the_go_lock_item(aws: Aws) -> None:
-    locker = DynamoLocker(client("dynamodb"), aws.table)
-    assert locker.try_lock("report", "ev-1") is True
-    assert aws.item("report", "lock") == {
+def dynamo_locker(clock: Clock, table: str, lease_seconds: float = 60) -> DynamoLocker:
+    return DynamoLocker(client("dynamodb"), table, lease_seconds=lease_seconds, clock=clock)
+
+
+def test_try_lock_writes_the_go_lock_item_with_owner_and_lease(aws: Aws) -> None:
+    locker = dynamo_locker(Clock(T0 + 0.75), aws.table, lease_seconds=60)
+    lease = locker.try_lock("report", "ev-1")
+    assert lease is not None
+    assert lease.key == "report"
+    assert lease.owner.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+    assert lock_item(aws) == {
         "Id": {"S": "report"},
         "Type": {"S": "lock"},
         "EventId": {"S": "ev-1"},
+        "Owner": {"S": lease.owner},
+        "LeaseUntil": {"N": str(int(T0) + 60)},
     }
 
 
-def test_second_try_lock_fails_and_keeps_the_holder(aws: Aws) -> None:
-    locker = DynamoLocker(client("dynamodb"), aws.table)
-    assert locker.try_lock("report", "ev-1") is True
-    assert locker.try_lock("report", "ev-2") is False
-    assert aws.item("report", "lock") == {
-        "Id": {"S": "report"},
-        "Type": {"S": "lock"},
-        "EventId": {"S": "ev-1"},
-    }
+def test_a_live_lease_blocks_and_keeps_the_holder(aws: Aws) -> None:
+    clock = Clock()
+    locker = dynamo_locker(clock, aws.table, lease_seconds=60)
+    assert locker.try_lock("report", "ev-1") is not None
+    held = lock_item(aws)
+    for now in (T0, T0 + 59, T0 + 60):  # up to and including LeaseUntil
+        clock.now = now
+        assert locker.try_lock("report", "ev-2") is None
+    assert lock_item(aws) == held
 
 
 def test_unlock_deletes_the_item_and_frees_the_lock(aws: Aws) -> None:
-    locker = DynamoLocker(client("dynamodb"), aws.table)
-    assert locker.try_lock("report", "ev-1")
-    locker.unlock("report")
-    assert aws.item("report", "lock") is None
-    assert locker.try_lock("report", "ev-2") is True
-    assert aws.item("report", "lock")["EventId"] == {"S": "ev-2"}  # type: ignore[index]
+    locker = dynamo_locker(Clock(), aws.table)
+    lease = locker.try_lock("report", "ev-1")
+    assert lease is not None
+    assert locker.unlock(lease) is True
+    assert lock_item(aws) is None
+    assert locker.unlock(lease) is True  # already gone: a retried unlock is no loss
+    again = locker.try_lock("report", "ev-2")
+    assert again is not None and again.owner != lease.owner
+    assert lock_item(aws)["EventId"] == {"S": "ev-2"}  # type: ignore[index]
 
 
-def test_lock_held_by_another_daemon_blocks(aws: Aws) -> None:
-    aws.dynamodb.put_item(
-        TableName=aws.table,
-        Item={"Id": {"S": "report"}, "Type": {"S": "lock"}, "EventId": {"S": "go-daemon"}},
-    )
-    locker = DynamoLocker(client("dynamodb"), aws.table)
-    assert locker.try_lock("report", "ev-1") is False
-    assert aws.item("report", "lock")["EventId"] == {"S": "go-daemon"}  # type: ignore[index]
+def test_a_go_lock_blocks_forever_and_is_never_deleted(aws: Aws) -> None:
+    go_item = {"Id": "report", "Type": "lock", "EventId": "go-daemon"}
+    put_go_item(aws, go_item)
+    locker = dynamo_locker(Clock(FAR_FUTURE), aws.table)
+    assert locker.try_lock("report", "ev-1") is None
+    # Nothing of ours can remove or extend it: a Go item has no Owner and no LeaseUntil.
+    assert locker.renew(Lease("report", "")) is False
+    assert locker.unlock(Lease("report", "")) is False
+    assert lock_item(aws) == {k: {"S": v} for k, v in go_item.items()}
 
 
-def test_lock_ids_are_independent(aws: Aws) -> None:
-    locker = DynamoLocker(client("dynamodb"), aws.table)
-    assert locker.try_lock("a", "ev-a") is True
-    assert locker.try_lock("b", "ev-b") is True
-    locker.unlock("a")
-    assert aws.item("a", "lock") is None
-    assert aws.item("b", "lock") == {
-        "Id": {"S": "b"},
+def test_an_expired_lease_is_taken_over_and_the_takeover_logged(
+    aws: Aws, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="sqsjkr.locks")
+    clock = Clock()
+    dead = dynamo_locker(clock, aws.table, lease_seconds=60)
+    old = dead.try_lock("report", "ev-1")
+    assert old is not None
+    assert not [r for r in caplog.records if r.name == "sqsjkr.locks"]  # a fresh lock: no takeover
+    clock.now = T0 + 61
+    lease = dynamo_locker(clock, aws.table, lease_seconds=60).try_lock("report", "ev-2")
+    assert lease is not None and lease.owner != old.owner
+    assert lock_item(aws) == {
+        "Id": {"S": "report"},
         "Type": {"S": "lock"},
-        "EventId": {"S": "ev-b"},
+        "EventId": {"S": "ev-2"},
+        "Owner": {"S": lease.owner},
+        "LeaseUntil": {"N": str(int(T0) + 61 + 60)},
     }
+    [record] = [r for r in caplog.records if r.name == "sqsjkr.locks"]
+    assert record.levelno == logging.WARNING
+    assert "taken over" in record.getMessage()
+    assert old.owner in record.getMessage()
+    assert str(int(T0) + 60) in record.getMessage()  # when the old lease ended
+
+
+def test_renew_extends_the_lease(aws: Aws) -> None:
+    clock = Clock()
+    locker = dynamo_locker(clock, aws.table, lease_seconds=60)
+    lease = locker.try_lock("report", "ev-1")
+    assert lease is not None
+    clock.now = T0 + 50
+    assert locker.renew(lease) is True
+    item = lock_item(aws)
+    assert item is not None
+    assert item["LeaseUntil"] == {"N": str(int(T0) + 110)}
+    assert (item["Owner"], item["EventId"]) == ({"S": lease.owner}, {"S": "ev-1"})
+    clock.now = T0 + 100  # past the first lease, within the renewed one
+    assert dynamo_locker(clock, aws.table).try_lock("report", "ev-2") is None
+
+
+def test_a_stale_owner_can_neither_renew_nor_unlock(aws: Aws) -> None:
+    clock = Clock()
+    stale_locker = dynamo_locker(clock, aws.table, lease_seconds=60)
+    stale = stale_locker.try_lock("report", "ev-1")
+    assert stale is not None
+    clock.now = T0 + 100
+    new_locker = dynamo_locker(clock, aws.table, lease_seconds=60)
+    current = new_locker.try_lock("report", "ev-2")
+    assert current is not None
+    held = lock_item(aws)
+    assert held is not None and held["Owner"] == {"S": current.owner}
+    clock.now = T0 + 110
+    assert stale_locker.renew(stale) is False
+    assert stale_locker.unlock(stale) is False
+    assert lock_item(aws) == held
+    assert new_locker.unlock(current) is True
+    assert lock_item(aws) is None
+
+
+def test_unlock_deletes_only_our_item(aws: Aws) -> None:
+    locker = dynamo_locker(Clock(), aws.table)
+    ours = locker.try_lock("a", "ev-a")
+    theirs = locker.try_lock("b", "ev-b")
+    assert ours is not None and theirs is not None
+    # Same key, another owner: refused.
+    assert locker.unlock(Lease("a", theirs.owner)) is False
+    assert lock_item(aws, "a") is not None
+    b_item = lock_item(aws, "b")
+    assert locker.unlock(ours) is True
+    assert lock_item(aws, "a") is None
+    assert lock_item(aws, "b") == b_item
 
 
 def test_lock_and_throttle_items_with_the_same_id_do_not_collide(aws: Aws) -> None:
     dynamodb = client("dynamodb")
-    assert DynamoDedupe(dynamodb, aws.table, retention_seconds=60).claim("same-id") is True
-    assert DynamoLocker(dynamodb, aws.table).try_lock("same-id", "ev") is True
+    dedupe = DynamoDedupe(dynamodb, aws.table, retention_seconds=60, lease_seconds=30)
+    assert dedupe.claim("same-id").state is ClaimState.CLAIMED
+    assert DynamoLocker(dynamodb, aws.table, lease_seconds=30).try_lock("same-id", "ev")
+    assert aws.item("same-id", "throttle") is not None
+    assert aws.item("same-id", "lock") is not None
+
+
+def test_try_lock_survives_a_lost_response(aws: Aws) -> None:
+    dynamodb = LostResponses(client("dynamodb"))
+    clock = Clock()
+    lease = DynamoLocker(dynamodb, aws.table, lease_seconds=60, clock=clock).try_lock(
+        "report", "ev-1"
+    )
+    # The retry failed its condition on our own first write, and that still means "taken".
+    assert dynamodb.retry_errors == ["ConditionalCheckFailedException"]
+    assert lease is not None
+    assert lock_item(aws)["Owner"] == {"S": lease.owner}  # type: ignore[index]
+    assert dynamo_locker(clock, aws.table).try_lock("report", "ev-2") is None
+
+
+def test_unlock_survives_a_lost_response(aws: Aws) -> None:
+    lease = dynamo_locker(Clock(), aws.table).try_lock("report", "ev-1")
+    assert lease is not None
+    dynamodb = LostResponses(client("dynamodb"))
+    locker = DynamoLocker(dynamodb, aws.table, lease_seconds=60, clock=Clock())
+    assert locker.unlock(lease) is True
+    assert lock_item(aws) is None
 
 
 # --- DynamoDedupe ------------------------------------------------------------------------------
 
 
-def test_claim_writes_the_go_throttle_item(aws: Aws) -> None:
-    dedupe = DynamoDedupe(
-        client("dynamodb"), aws.table, retention_seconds=345_600, clock=lambda: 1_700_000_000.75
+def dynamo_dedupe(
+    clock: Clock, table: str, *, retention_seconds: int = 345_600, lease_seconds: float = 30
+) -> DynamoDedupe:
+    return DynamoDedupe(
+        client("dynamodb"),
+        table,
+        retention_seconds=retention_seconds,
+        lease_seconds=lease_seconds,
+        clock=clock,
     )
-    assert dedupe.claim("msg-1") is True
-    assert aws.item("msg-1", "throttle") == {
+
+
+def test_claim_writes_the_go_throttle_item_with_owner_and_lease(aws: Aws) -> None:
+    dedupe = dynamo_dedupe(Clock(T0 + 0.75), aws.table, retention_seconds=345_600, lease_seconds=30)
+    claim = dedupe.claim("msg-1")
+    assert claim.state is ClaimState.CLAIMED
+    assert claim.lease is not None and claim.lease.key == "msg-1"
+    assert claim.held_until is None
+    assert throttle_item(aws) == {
         "Id": {"S": "msg-1"},
         "Type": {"S": "throttle"},
-        "Expired": {"N": str(1_700_000_000 + 345_600)},
+        "Expired": {"N": str(int(T0) + 345_600)},  # now + the queue's retention
+        "Owner": {"S": claim.lease.owner},
+        "LeaseUntil": {"N": str(int(T0) + 30)},
     }
 
 
-def test_second_claim_is_a_duplicate(aws: Aws) -> None:
-    times = iter([1_000.0, 2_000.0])
-    dedupe = DynamoDedupe(
-        client("dynamodb"), aws.table, retention_seconds=60, clock=lambda: next(times)
-    )
-    assert dedupe.claim("msg-1") is True
-    assert dedupe.claim("msg-1") is False
-    assert aws.item("msg-1", "throttle")["Expired"] == {"N": "1060"}  # type: ignore[index]
+def test_a_claim_in_progress_is_running_until_its_lease_ends(aws: Aws) -> None:
+    clock = Clock()
+    first = dynamo_dedupe(clock, aws.table, lease_seconds=30).claim("msg-1")
+    assert first.state is ClaimState.CLAIMED
+    held = throttle_item(aws)
+    clock.now = T0 + 30  # LeaseUntil itself is still held
+    second = dynamo_dedupe(clock, aws.table, lease_seconds=30).claim("msg-1")
+    assert second.state is ClaimState.RUNNING
+    assert second.lease is None
+    assert second.held_until == T0 + 30
+    assert throttle_item(aws) == held  # Expired and the lease are not rewritten
 
 
-def test_go_throttle_item_makes_claim_a_duplicate(aws: Aws) -> None:
-    aws.dynamodb.put_item(
-        TableName=aws.table,
-        Item={"Id": {"S": "msg-go"}, "Type": {"S": "throttle"}, "Expired": {"N": "1999999999"}},
-    )
-    dedupe = DynamoDedupe(client("dynamodb"), aws.table, retention_seconds=60)
-    assert dedupe.claim("msg-go") is False
-    assert aws.item("msg-go", "throttle")["Expired"] == {"N": "1999999999"}  # type: ignore[index]
+def test_a_finished_claim_stops_every_later_delivery(aws: Aws) -> None:
+    clock = Clock()
+    dedupe = dynamo_dedupe(clock, aws.table, retention_seconds=600, lease_seconds=30)
+    claim = dedupe.claim("msg-1")
+    assert claim.lease is not None
+    clock.now = T0 + 10
+    dedupe.finish(claim.lease)
+    assert throttle_item(aws) == {
+        "Id": {"S": "msg-1"},
+        "Type": {"S": "throttle"},
+        "Expired": {"N": str(int(T0) + 600)},
+        "Owner": {"S": claim.lease.owner},
+    }
+    assert dedupe.renew(claim.lease) is False  # finished: nothing left to renew
+    clock.now = T0 + 500  # long after the lease: a finished job still never runs again
+    assert dedupe.claim("msg-1").state is ClaimState.FINISHED
+    assert "LeaseUntil" not in throttle_item(aws)  # type: ignore[operator]
+
+
+def test_an_expired_claim_is_taken_over(aws: Aws) -> None:
+    clock = Clock()
+    dead = dynamo_dedupe(clock, aws.table, retention_seconds=600, lease_seconds=30)
+    stale = dead.claim("msg-1")
+    assert stale.lease is not None
+    clock.now = T0 + 31
+    fresh = dynamo_dedupe(clock, aws.table, retention_seconds=600, lease_seconds=30).claim("msg-1")
+    assert fresh.state is ClaimState.CLAIMED
+    assert fresh.lease is not None and fresh.lease.owner != stale.lease.owner
+    held = throttle_item(aws)
+    assert held == {
+        "Id": {"S": "msg-1"},
+        "Type": {"S": "throttle"},
+        "Expired": {"N": str(int(T0) + 31 + 600)},
+        "Owner": {"S": fresh.lease.owner},
+        "LeaseUntil": {"N": str(int(T0) + 31 + 30)},
+    }
+    # The dead daemon, come back, can no longer touch the new holder's claim.
+    assert dead.renew(stale.lease) is False
+    dead.finish(stale.lease)
+    dead.release(stale.lease)
+    assert throttle_item(aws) == held
+
+
+def test_renew_extends_the_claim(aws: Aws) -> None:
+    clock = Clock()
+    dedupe = dynamo_dedupe(clock, aws.table, lease_seconds=30)
+    claim = dedupe.claim("msg-1")
+    assert claim.lease is not None
+    clock.now = T0 + 20
+    assert dedupe.renew(claim.lease) is True
+    assert throttle_item(aws)["LeaseUntil"] == {"N": str(int(T0) + 50)}  # type: ignore[index]
+    clock.now = T0 + 40  # past the first lease, within the renewed one
+    other = dynamo_dedupe(clock, aws.table, lease_seconds=30).claim("msg-1")
+    assert (other.state, other.held_until) == (ClaimState.RUNNING, T0 + 50)
+
+
+def test_a_go_throttle_item_is_finished(aws: Aws) -> None:
+    go_item = {"Id": "msg-go", "Type": "throttle", "Expired": "1999999999"}
+    put_go_item(aws, go_item)
+    dedupe = dynamo_dedupe(Clock(FAR_FUTURE), aws.table)
+    assert dedupe.claim("msg-go").state is ClaimState.FINISHED
+    assert aws.item("msg-go", "throttle") == {
+        "Id": {"S": "msg-go"},
+        "Type": {"S": "throttle"},
+        "Expired": {"N": "1999999999"},
+    }
+
+
+def test_release_lets_the_next_claim_run(aws: Aws) -> None:
+    clock = Clock()
+    dedupe = dynamo_dedupe(clock, aws.table)
+    first = dedupe.claim("msg-1")
+    assert first.lease is not None
+    dedupe.release(first.lease)
+    assert throttle_item(aws) is None
+    second = dedupe.claim("msg-1")  # at once, not after the lease
+    assert second.state is ClaimState.CLAIMED
+    assert second.lease is not None
+    assert throttle_item(aws)["Owner"] == {"S": second.lease.owner}  # type: ignore[index]
+
+
+def test_release_by_another_owner_keeps_the_claim(aws: Aws) -> None:
+    dedupe = dynamo_dedupe(Clock(), aws.table)
+    claim = dedupe.claim("msg-1")
+    assert claim.lease is not None
+    held = throttle_item(aws)
+    dedupe.release(Lease("msg-1", new_owner()))
+    dedupe.finish(Lease("msg-1", new_owner()))
+    assert throttle_item(aws) == held
+
+
+def test_claim_survives_a_lost_response(aws: Aws) -> None:
+    dynamodb = LostResponses(client("dynamodb"))
+    clock = Clock()
+    claim = DynamoDedupe(
+        dynamodb, aws.table, retention_seconds=600, lease_seconds=30, clock=clock
+    ).claim("msg-1")
+    assert dynamodb.retry_errors == ["ConditionalCheckFailedException"]
+    assert claim.state is ClaimState.CLAIMED
+    assert claim.lease is not None
+    assert throttle_item(aws)["Owner"] == {"S": claim.lease.owner}  # type: ignore[index]
+    assert dynamo_dedupe(clock, aws.table).claim("msg-1").state is ClaimState.RUNNING
+
+
+# --- the same protocols in memory and in DynamoDB ----------------------------------------------
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def locker(request: pytest.FixtureRequest) -> Locker:
+    if request.param == "memory":
+        return MemoryLocker()
+    aws: Aws = request.getfixturevalue("aws")
+    return dynamo_locker(Clock(), aws.table)
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def dedupe(request: pytest.FixtureRequest) -> DedupeStore:
+    if request.param == "memory":
+        return MemoryDedupe()
+    aws: Aws = request.getfixturevalue("aws")
+    return dynamo_dedupe(Clock(), aws.table)
+
+
+def test_locker_protocol(locker: Locker) -> None:
+    lease = locker.try_lock("report", "ev-1")
+    assert lease is not None
+    assert locker.try_lock("report", "ev-2") is None
+    assert locker.try_lock("other", "ev-3") is not None
+    assert locker.renew(lease) is True
+    assert locker.renew(Lease("report", "not-the-owner")) is False
+    assert locker.unlock(Lease("report", "not-the-owner")) is False
+    assert locker.unlock(lease) is True
+    assert locker.unlock(lease) is True  # gone, as after a retried delete
+    assert locker.renew(lease) is False
+    assert locker.try_lock("report", "ev-4") is not None
+
+
+def test_dedupe_protocol(dedupe: DedupeStore) -> None:
+    first = dedupe.claim("msg-1")
+    assert first.state is ClaimState.CLAIMED and first.lease is not None
+    assert dedupe.claim("msg-1").state is ClaimState.RUNNING
+    assert dedupe.renew(first.lease) is True
+    assert dedupe.renew(Lease("msg-1", "not-the-owner")) is False
+    dedupe.finish(Lease("msg-1", "not-the-owner"))
+    dedupe.release(Lease("msg-1", "not-the-owner"))
+    assert dedupe.claim("msg-1").state is ClaimState.RUNNING  # still ours
+    assert dedupe.renew(first.lease) is True
+    dedupe.finish(first.lease)
+    assert dedupe.claim("msg-1").state is ClaimState.FINISHED
+    assert dedupe.renew(first.lease) is False
+    second = dedupe.claim("msg-2")
+    assert second.lease is not None
+    dedupe.release(second.lease)
+    assert dedupe.claim("msg-2").state is ClaimState.CLAIMED
+
+
+def test_noop_backends_remember_nothing() -> None:
+    locker, dedupe = NoopLocker(), NoopDedupe()
+    first, second = locker.try_lock("report", "ev-1"), locker.try_lock("report", "ev-2")
+    assert first is not None and second is not None
+    assert locker.renew(first) and locker.unlock(first) and locker.unlock(second)
+    claims = [dedupe.claim("msg-1") for _ in range(2)]
+    assert [c.state for c in claims] == [ClaimState.CLAIMED, ClaimState.CLAIMED]
+    lease = claims[0].lease
+    assert lease is not None and dedupe.renew(lease) is True
+    dedupe.finish(lease)
+    assert dedupe.claim("msg-1").state is ClaimState.CLAIMED
 
 
 # --- missing table -----------------------------------------------------------------------------
@@ -127,9 +497,9 @@ def test_missing_table_is_named(aws_env: dict[str, str]) -> None:
     table = f"no-such-table-{uuid.uuid4().hex[:8]}"
     dynamodb = client("dynamodb")
     with pytest.raises(ResourceMissingError, match=table):
-        DynamoLocker(dynamodb, table).try_lock("report", "ev")
+        DynamoLocker(dynamodb, table, lease_seconds=60).try_lock("report", "ev")
     with pytest.raises(ResourceMissingError, match=table):
-        DynamoDedupe(dynamodb, table, retention_seconds=60).claim("msg-1")
+        DynamoDedupe(dynamodb, table, retention_seconds=60, lease_seconds=30).claim("msg-1")
 
 
 # --- SqsSource ---------------------------------------------------------------------------------
@@ -161,6 +531,18 @@ def test_receive_honours_max_messages_and_reads_attributes(aws: Aws) -> None:
         assert m.receipt_handle
         assert abs(m.sent_at - now) < 60
         assert m.receive_count == 1
+        assert m.attributes == {}
+
+
+def test_receive_carries_message_attributes(aws: Aws) -> None:
+    attributes = {
+        "origin": {"DataType": "String", "StringValue": "scheduler"},
+        "attempt": {"DataType": "Number", "StringValue": "3"},
+    }
+    aws.sqs.send_message(QueueUrl=aws.queue_url, MessageBody="{}", MessageAttributes=attributes)
+    source = SqsSource(client("sqs"), aws.queue_url, wait_time_seconds=0)
+    [message] = receive_all(source, 1)
+    assert {k: dict(v) for k, v in message.attributes.items()} == attributes
 
 
 def test_delete_removes_messages(aws: Aws) -> None:
@@ -173,23 +555,181 @@ def test_delete_removes_messages(aws: Aws) -> None:
     wait_until(lambda: aws.queue_counts() == (0, 0), what="an empty queue")
 
 
-def test_release_makes_messages_visible_at_once(aws: Aws) -> None:
+def test_set_visibility_zero_makes_messages_visible_at_once(aws: Aws) -> None:
     ids = {aws.send(f"body-{i}") for i in range(3)}
     source = SqsSource(client("sqs"), aws.queue_url, wait_time_seconds=0, visibility_timeout=30)
     got = receive_all(source, 3)
-    assert source.receive(max_messages=10) == []  # hidden for 30 s unless released
-    source.release(got)
+    assert source.receive(max_messages=10) == []  # hidden for 30 s unless made visible
+    source.set_visibility(got, 0)
     again = receive_all(source, 3)
     assert {m.message_id for m in again} == ids
     assert all(m.receive_count == 2 for m in again)
 
 
-def test_retention_seconds_reads_the_queue(aws: Aws) -> None:
+def test_set_visibility_hides_messages(aws: Aws) -> None:
+    ids = {aws.send(f"body-{i}") for i in range(2)}
+    # Received with no visibility timeout: visible again at once unless hidden.
+    source = SqsSource(client("sqs"), aws.queue_url, wait_time_seconds=0, visibility_timeout=0)
+    got = wait_until(lambda: source.receive(max_messages=10), what="a receive")
+    assert {m.message_id for m in got} == ids
+    assert aws.queue_counts() == (2, 0)
+    source.set_visibility(got, 300)
+    assert aws.queue_counts() == (0, 2)
+    assert source.receive(max_messages=10) == []
+    source.set_visibility(got, 0)
+    assert {m.message_id for m in receive_all(source, 2)} == ids
+
+
+# --- reject and the dead-letter queue ----------------------------------------------------------
+
+
+def queue_with_dead_letter_queue(aws: Aws) -> tuple[str, str, str]:
+    """A fresh queue whose RedrivePolicy names a fresh dead-letter queue: (url, DLQ url, DLQ ARN)."""
+    suffix = uuid.uuid4().hex[:8]
+    dlq_url = aws.sqs.create_queue(QueueName=f"dead-{suffix}")["QueueUrl"]
+    dlq_arn = aws.sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5})
+    url = aws.sqs.create_queue(
+        QueueName=f"jobs-dlq-{suffix}", Attributes={"RedrivePolicy": policy}
+    )["QueueUrl"]
+    return url, dlq_url, dlq_arn
+
+
+def receive_raw(aws: Aws, url: str) -> list[dict[str, Any]]:
+    return wait_until(
+        lambda: aws.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+        ).get("Messages"),
+        what=f"a message on {url}",
+    )
+
+
+def counts(aws: Aws, url: str) -> tuple[int, int]:
+    attrs = aws.sqs.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]), int(
+        attrs["ApproximateNumberOfMessagesNotVisible"]
+    )
+
+
+def test_reject_moves_the_message_to_the_dead_letter_queue(
+    aws: Aws, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="sqsjkr.sqs")
+    url, dlq_url, _ = queue_with_dead_letter_queue(aws)
+    attributes = {
+        "origin": {"DataType": "String", "StringValue": "scheduler"},
+        "attempt": {"DataType": "Number", "StringValue": "3"},
+        "blob": {"DataType": "Binary", "BinaryValue": b"\x00\xff"},
+    }
+    body = '{"command": 42}'
+    aws.sqs.send_message(QueueUrl=url, MessageBody=body, MessageAttributes=attributes)
+    source = SqsSource(client("sqs"), url, wait_time_seconds=0, dead_letter_url=dlq_url)
+    [message] = receive_all(source, 1)
+
+    source.reject(message, "command: not a string")
+
+    [dead] = receive_raw(aws, dlq_url)
+    assert dead["Body"] == body
+    got = {
+        k: {f: v[f] for f in ("DataType", "StringValue", "BinaryValue") if f in v}
+        for k, v in dead["MessageAttributes"].items()
+    }
+    assert got == {
+        **attributes,
+        REJECT_REASON_ATTRIBUTE: {"DataType": "String", "StringValue": "command: not a string"},
+    }
+    wait_until(lambda: counts(aws, url) == (0, 0), what="an empty source queue")
+    assert message.message_id in caplog.text
+    assert "dead-letter queue" in caplog.text
+
+
+def test_reject_keeps_ten_attributes_without_adding_the_reason(aws: Aws) -> None:
+    url, dlq_url, _ = queue_with_dead_letter_queue(aws)
+    attributes = {f"a{i}": {"DataType": "String", "StringValue": str(i)} for i in range(10)}
+    aws.sqs.send_message(QueueUrl=url, MessageBody="not json", MessageAttributes=attributes)
+    source = SqsSource(client("sqs"), url, wait_time_seconds=0, dead_letter_url=dlq_url)
+    [message] = receive_all(source, 1)
+    source.reject(message, "not JSON")  # SQS allows ten attributes: no room for the reason
+    [dead] = receive_raw(aws, dlq_url)
+    assert dead["Body"] == "not json"
+    assert {k: v["StringValue"] for k, v in dead["MessageAttributes"].items()} == {
+        k: v["StringValue"] for k, v in attributes.items()
+    }
+    wait_until(lambda: counts(aws, url) == (0, 0), what="an empty source queue")
+
+
+def test_reject_without_a_dead_letter_queue_logs_the_first_4_kib_and_deletes(
+    aws: Aws, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="sqsjkr.sqs")
+    body = "".join(f"{i:05d}," for i in range(1700))  # 10,200 bytes, every cut point distinct
+    aws.send(body)
+    source = SqsSource(client("sqs"), aws.queue_url, wait_time_seconds=0)
+    [message] = receive_all(source, 1)
+
+    source.reject(message, "not JSON")
+
+    [record] = [r for r in caplog.records if r.name == "sqsjkr.sqs"]
+    logged = record.getMessage()
+    assert record.levelno == logging.ERROR
+    assert message.message_id in logged and "not JSON" in logged
+    assert f'"{body[:4096]}"' in logged  # the first 4096 bytes, quoted, and no more
+    assert body[:4097] not in logged
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="an empty queue")
+
+
+def test_reject_cuts_a_logged_body_at_a_whole_character(
+    aws: Aws, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.ERROR, logger="sqsjkr.sqs")
+    body = "a" + "é" * 5000  # the 4096-byte cut falls inside an é
+    aws.send(body)
+    source = SqsSource(client("sqs"), aws.queue_url, wait_time_seconds=0)
+    [message] = receive_all(source, 1)
+    source.reject(message, "not JSON")
+    logged = caplog.records[-1].getMessage()
+    assert f'"a{"é" * 2047}"' in logged
+    assert "\ufffd" not in logged
+
+
+def test_queue_settings_reads_retention_and_the_dead_letter_arn(aws: Aws) -> None:
+    sqs = client("sqs")
     name = f"retention-{uuid.uuid4().hex[:8]}"
     url = aws.sqs.create_queue(QueueName=name, Attributes={"MessageRetentionPeriod": "12345"})[
         "QueueUrl"
     ]
-    assert SqsSource(client("sqs"), url, wait_time_seconds=0).retention_seconds() == 12345
+    settings = queue_settings(sqs, url)
+    assert (settings.retention_seconds, settings.dead_letter_arn) == (12345, None)
+    redriven, _, dlq_arn = queue_with_dead_letter_queue(aws)
+    settings = queue_settings(sqs, redriven)
+    assert settings.retention_seconds == 345_600  # the SQS default, four days
+    assert settings.dead_letter_arn == dlq_arn
+
+
+def test_dead_letter_queue_url_resolves_the_arn(aws: Aws) -> None:
+    sqs = client("sqs")
+    _, dlq_url, dlq_arn = queue_with_dead_letter_queue(aws)
+    assert dead_letter_queue_url(sqs, dlq_arn) == dlq_url
+
+
+@pytest.mark.parametrize(
+    "arn",
+    ["not-an-arn", "arn:aws:sns:us-east-1:123456789012:topic", "arn:aws:sqs:us-east-1:queue"],
+)
+def test_dead_letter_queue_url_names_a_bad_arn(aws: Aws, arn: str) -> None:
+    with pytest.raises(ResourceMissingError, match=f'RedrivePolicy names "{arn}"'):
+        dead_letter_queue_url(client("sqs"), arn)
+
+
+def test_dead_letter_queue_url_names_a_missing_queue(aws: Aws) -> None:
+    missing = f"no-such-dlq-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ResourceMissingError, match=missing):
+        dead_letter_queue_url(client("sqs"), f"arn:aws:sqs:{REGION}:{LOCAL_ACCOUNT}:{missing}")
 
 
 def test_resolve_queue_url(aws: Aws) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import logging
@@ -9,7 +10,9 @@ import os
 import shlex
 import signal
 import sys
+import threading
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,10 +22,14 @@ from sqsjkr.runner import (
     MAX_LINE_BYTES,
     RunResult,
     ShellRunner,
+    StopReason,
+    StopSwitch,
     run_shell,
     run_trigger,
     stream_lines,
 )
+
+from .conftest import wait_until
 
 PATH = os.environ.get("PATH", "/usr/bin:/bin")
 
@@ -37,6 +44,41 @@ def job(command: str, **kwargs: object) -> Job:
     return Job(command=command, **kwargs)  # type: ignore[arg-type]
 
 
+def run(runner: ShellRunner, the_job: Job, timeout: float | None = None) -> RunResult:
+    return runner.run(the_job, timeout=timeout, stop=StopSwitch())
+
+
+def alive(pid: int) -> bool:
+    """True while pid runs. A killed orphan is a zombie until init reaps it, which some
+    container inits do late or never: a zombie counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: trust kill(0)
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@contextlib.contextmanager
+def background_pid(pid_file: Path) -> Iterator[Callable[[], int]]:
+    """Yields a function that reads the pid a command wrote to pid_file; kills it at the end."""
+    pids: list[int] = []
+
+    def read() -> int:
+        pids.append(int(pid_file.read_text()))
+        return pids[-1]
+
+    try:
+        yield read
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 # --- ShellRunner ------------------------------------------------------------------------------
 
 
@@ -45,8 +87,9 @@ def test_command_runs_with_daemon_env_plus_job_envs_job_wins(
 ) -> None:
     caplog.set_level(logging.INFO, logger="sqsjkr.output")
     runner = ShellRunner(base_env={"PATH": PATH, "FROM_DAEMON": "daemon", "SHARED": "daemon"})
-    result = runner.run(
-        job('echo "$FROM_DAEMON $FROM_JOB $SHARED"', envs={"FROM_JOB": "job", "SHARED": "job"})
+    result = run(
+        runner,
+        job('echo "$FROM_DAEMON $FROM_JOB $SHARED"', envs={"FROM_JOB": "job", "SHARED": "job"}),
     )
     assert result.ok
     assert output_lines(caplog) == ["[ev-1 msg-1] daemon job job"]
@@ -57,29 +100,30 @@ def test_default_base_env_is_the_daemon_environment(
 ) -> None:
     caplog.set_level(logging.INFO, logger="sqsjkr.output")
     monkeypatch.setenv("SQSJKR_TEST_DAEMON_VAR", "inherited")
-    result = ShellRunner().run(job('echo "$SQSJKR_TEST_DAEMON_VAR"'))
+    result = run(ShellRunner(), job('echo "$SQSJKR_TEST_DAEMON_VAR"'))
     assert result.ok
     assert output_lines(caplog) == ["[ev-1 msg-1] inherited"]
 
 
 def test_exit_codes() -> None:
     runner = ShellRunner()
-    ok = runner.run(job("true"))
-    assert ok.exit_code == 0 and ok.ok
-    failed = runner.run(job("exit 3"))
-    assert failed.exit_code == 3 and not failed.ok
+    ok = run(runner, job("true"))
+    assert ok.exit_code == 0 and ok.ok and ok.stopped is None
+    failed = run(runner, job("exit 3"))
+    assert failed.exit_code == 3 and not failed.ok and failed.stopped is None
 
 
 def test_killed_by_signal_gives_negative_code() -> None:
-    result = ShellRunner().run(job("kill -KILL $$"))
+    result = run(ShellRunner(), job("kill -KILL $$"))
     assert result.exit_code == -signal.SIGKILL
     assert not result.ok
 
 
 def test_stdout_and_stderr_both_logged_with_tag(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="sqsjkr.output")
-    result = ShellRunner().run(
-        job("echo to-stdout; echo to-stderr >&2", event_id="nightly", message_id="abc-123")
+    result = run(
+        ShellRunner(),
+        job("echo to-stdout; echo to-stderr >&2", event_id="nightly", message_id="abc-123"),
     )
     assert result.ok
     lines = output_lines(caplog)
@@ -90,7 +134,7 @@ def test_stdout_and_stderr_both_logged_with_tag(caplog: pytest.LogCaptureFixture
 def test_job_envs_never_logged(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     secret = "s3cr3t-value-7f1c"
-    result = ShellRunner().run(job("echo done; exit 2", envs={"API_TOKEN": secret}))
+    result = run(ShellRunner(), job("echo done; exit 2", envs={"API_TOKEN": secret}))
     assert result.exit_code == 2
     assert "[ev-1 msg-1] done" in output_lines(caplog)
     assert secret not in caplog.text
@@ -109,6 +153,133 @@ def test_runs_in_its_own_session() -> None:
     assert sid != os.getsid(0)
     assert pgid != os.getpgrp()
     assert sid == pgid  # a session leader's group
+
+
+# --- stopping a job: timeout, cancel, kill_grace -----------------------------------------------
+
+
+def discard(line: str) -> None:
+    pass
+
+
+def runner_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "sqsjkr.runner"]
+
+
+def test_timeout_sends_sigterm_to_the_whole_process_group(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="sqsjkr.runner")
+    pid_file, got_term = tmp_path / "pid", tmp_path / "got-term"
+    # A grandchild that does not hold the output pipe, so only a group kill can end it, and
+    # that says whether SIGTERM reached it (and not only the SIGKILL after kill_grace).
+    grandchild = f"(trap 'echo yes > {shlex.quote(str(got_term))}; exit 0' TERM; sleep 300 & wait)"
+    command = f"{grandchild} >/dev/null 2>&1 & echo $! > {shlex.quote(str(pid_file))}; wait"
+    with background_pid(pid_file) as grandchild_pid:
+        result = run_shell(command, env=os.environ, emit=discard, timeout=0.5, kill_grace=1.0)
+        assert result.stopped is StopReason.TIMED_OUT
+        assert result.exit_code == -signal.SIGTERM
+        assert not result.ok
+        assert 0.5 <= result.seconds < 10
+        pid = grandchild_pid()
+        wait_until(lambda: not alive(pid), timeout=5, what=f"grandchild {pid} to end")
+    assert got_term.read_text() == "yes\n"
+    assert any("timed out: stopping process group" in line for line in runner_warnings(caplog))
+
+
+def test_a_command_exiting_0_on_sigterm_still_timed_out() -> None:
+    result = run_shell(
+        "trap 'exit 0' TERM; sleep 10 & wait", env=os.environ, emit=discard, timeout=0.3
+    )
+    assert result.exit_code == 0
+    assert result.stopped is StopReason.TIMED_OUT
+    assert not result.ok
+    assert result.seconds < 5
+
+
+def test_a_command_ignoring_sigterm_gets_sigkill_after_kill_grace(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sqsjkr")
+    # Left alone it would run about five seconds and exit 0; the trap says TERM came first.
+    command = (
+        "trap 'echo got-term' TERM; echo ready; i=0; "
+        'while [ "$i" -lt 100 ]; do sleep 0.05; i=$((i + 1)); done; echo survived'
+    )
+    result = run(ShellRunner(kill_grace=0.3), job(command), timeout=0.5)
+    assert result.exit_code == -signal.SIGKILL
+    assert result.stopped is StopReason.TIMED_OUT
+    assert not result.ok
+    assert 0.8 <= result.seconds < 4  # timeout + grace, not the command's own five seconds
+    lines = output_lines(caplog)
+    assert "[ev-1 msg-1] got-term" in lines
+    assert "[ev-1 msg-1] survived" not in lines
+    warned = runner_warnings(caplog)
+    assert any("SIGTERM" in line for line in warned)
+    assert any(line.endswith("SIGKILL") for line in warned)
+
+
+def test_cancel_from_another_thread_stops_a_running_command(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="sqsjkr.runner")
+    started = tmp_path / "started"
+    stop = StopSwitch()
+
+    def cancel_once_started() -> None:
+        wait_until(started.exists, timeout=10, what="the command to start")
+        stop.trip(StopReason.CANCELLED)
+
+    canceller = threading.Thread(target=cancel_once_started)
+    canceller.start()
+    try:
+        result = ShellRunner(kill_grace=1.0).run(
+            job(f"touch {shlex.quote(str(started))}; sleep 10; echo finished"),
+            timeout=20,  # not reached: the cancel comes first
+            stop=stop,
+        )
+    finally:
+        canceller.join()
+    assert result.stopped is StopReason.CANCELLED
+    assert result.exit_code == -signal.SIGTERM
+    assert not result.ok
+    assert result.seconds < 8
+    assert any("cancelled: stopping process group" in line for line in runner_warnings(caplog))
+
+
+def test_a_command_that_ends_is_not_stopped_and_its_background_child_lives_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="sqsjkr.runner")
+    pid_file = tmp_path / "pid"
+    # As under cron: a child that closed its output outlives the command that started it.
+    command = f"sleep 300 >/dev/null 2>&1 & echo $! > {shlex.quote(str(pid_file))}"
+    stop = StopSwitch()
+    with background_pid(pid_file) as child_pid:
+        result = ShellRunner(kill_grace=0.3).run(job(command), timeout=5, stop=stop)
+        assert result.stopped is None
+        assert result.exit_code == 0 and result.ok
+        assert result.seconds < 3  # its end is seen at once, not at the timeout
+        assert stop.wait(0) is StopReason.ENDED
+        assert alive(child_pid())
+    assert runner_warnings(caplog) == []
+
+
+def test_stop_switch_first_reason_wins() -> None:
+    stop = StopSwitch()
+    assert stop.wait(0) is None
+    assert stop.wait(0.01) is None  # not tripped: the timeout passes
+    stop.trip(StopReason.CANCELLED)
+    stop.trip(StopReason.TIMED_OUT)
+    stop.trip(StopReason.ENDED)
+    assert stop.wait(0) is StopReason.CANCELLED
+    assert stop.wait(None) is StopReason.CANCELLED
+
+
+def test_stopped_result_is_never_ok() -> None:
+    assert RunResult(exit_code=0, seconds=1.0).ok
+    assert not RunResult(exit_code=0, seconds=1.0, stopped=StopReason.TIMED_OUT).ok
+    assert not RunResult(exit_code=0, seconds=1.0, stopped=StopReason.CANCELLED).ok
 
 
 # --- run_shell: bounded memory ----------------------------------------------------------------
@@ -184,8 +355,8 @@ def test_job_path_without_sh_still_runs(caplog: pytest.LogCaptureFixture, tmp_pa
     # Go: exec.Command("sh", ...) looks sh up in the daemon's PATH; cmd.Env (with the job's
     # PATH) applies only to what sh runs. A job setting PATH to its own bin dir worked there.
     caplog.set_level(logging.INFO, logger="sqsjkr.output")
-    result = ShellRunner(base_env=dict(os.environ)).run(
-        job('echo "$PATH"', envs={"PATH": str(tmp_path)})
+    result = run(
+        ShellRunner(base_env=dict(os.environ)), job('echo "$PATH"', envs={"PATH": str(tmp_path)})
     )
     assert result.ok
     assert output_lines(caplog) == [f"[ev-1 msg-1] {tmp_path}"]
