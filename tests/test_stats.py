@@ -387,7 +387,13 @@ def test_v2_over_unix_socket(stats: Stats, sock_path: Path) -> None:
         assert headers["Content-Type"] == "application/json"
         assert json.loads(body) == {
             "workers": {"busy": 0, "idle": 3},
-            "invocations": {"succeeded": 0, "failed": 0, "errored": 1, "duplicates": 0, "timed_out": 0},
+            "invocations": {
+                "succeeded": 0,
+                "failed": 0,
+                "errored": 1,
+                "duplicates": 0,
+                "timed_out": 0,
+            },
         }
         status, _, body = fetch(UnixHTTPConnection(sock_path), "/stats/metrics")
         assert (status, body) == (200, b'{"idle_worker":3,"busy_worker":0}\n')
