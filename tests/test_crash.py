@@ -95,6 +95,9 @@ def test_a_lock_held_by_a_killed_daemon_is_taken_over_after_its_lease(
     first, _ = start_with(start_daemon, tmp_path, aws, delete_message="on_receive")
     aws.send({"command": f"echo $$ > pids; {WAIT_FOR_RELEASE}", "lock_id": "L"})
     wait_until(lambda: aws.item("L", "lock"), what="lock taken")
+    # Due once the first daemon is gone: sent later, the killed daemon's abandoned long poll
+    # (1 s) could still take it.
+    aws.send({"command": "touch ran", "lock_id": "L"}, delay=3)
     first.kill()
     kill_group(tmp_path / "pids")
     lock = aws.item("L", "lock")
@@ -103,7 +106,6 @@ def test_a_lock_held_by_a_killed_daemon_is_taken_over_after_its_lease(
     )
 
     second, port = start_with(start_daemon, tmp_path, aws)
-    aws.send({"command": "touch ran", "lock_id": "L"})
     wait_until(counted(port, succeeded=1), what="the next job of the lock ran")
     assert (tmp_path / "ran").exists()
     assert f'lock "L" taken over from {lock["Owner"]["S"]}' in second.log
