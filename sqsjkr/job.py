@@ -14,6 +14,9 @@ from fractions import Fraction
 from sqsjkr.duration import Duration, duration_value
 from sqsjkr.errors import DurationError, InvalidJobError, quote
 
+#: DynamoDB's limit on a partition key, which a lock_id becomes.
+MAX_LOCK_ID_BYTES = 2048
+
 # The Go README documents "env" and the Go code reads "envs": merging in this order lets "envs" win.
 _ENV_FIELDS = ("env", "envs")
 
@@ -55,7 +58,7 @@ def parse_job(body: str | bytes, *, message_id: str, sent_at: float) -> Job:
         command=_command(fields.get("command")),
         event_id=_optional_text(fields, "event_id"),
         envs=_envs(fields),
-        lock_id=_optional_text(fields, "lock_id"),
+        lock_id=_lock_id(fields),
         life_time=_duration_field(fields, "life_time"),
         timeout=_duration_field(fields, "timeout"),
         abort_if_locked=_flag(fields, "abort_if_locked"),
@@ -175,6 +178,15 @@ def _command(value: object) -> str:
 def _optional_text(fields: Mapping[str, object], name: str) -> str:
     value = fields.get(name)
     return "" if value is None else _text(name, value)
+
+
+def _lock_id(fields: Mapping[str, object]) -> str:
+    lock_id = _optional_text(fields, "lock_id")
+    # It becomes a DynamoDB partition key: refused here, rather than failing at every delivery.
+    size = len(lock_id.encode("utf-8"))
+    if size > MAX_LOCK_ID_BYTES:
+        raise _field_error("lock_id", f"must be at most {MAX_LOCK_ID_BYTES} bytes, got {size}")
+    return lock_id
 
 
 def _flag(fields: Mapping[str, object], name: str) -> bool:

@@ -449,3 +449,13 @@ def test_trigger_line_uses_local_zone(local_tz: None, zone: str, stamp: str) -> 
 def test_trigger_line_has_no_newline(local_tz: None) -> None:
     set_tz("UTC")
     assert "\n" not in trigger_line(Job(message_id="m", command="true"))
+
+
+def test_a_lock_id_longer_than_a_dynamodb_key_is_refused() -> None:
+    assert parse_job(
+        json.dumps({"command": "x", "lock_id": "é" * 1024}), message_id="m", sent_at=0
+    ).lock_id
+    with pytest.raises(
+        InvalidJobError, match=r'field "lock_id": must be at most 2048 bytes, got 2050'
+    ):
+        parse_job(json.dumps({"command": "x", "lock_id": "é" * 1025}), message_id="m", sent_at=0)
