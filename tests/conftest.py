@@ -230,3 +230,30 @@ def http_get_json(port: int, path: str) -> Any:
         return json.loads(response.read())
     finally:
         conn.close()
+
+
+Start = Callable[..., Daemon]
+
+
+def run_daemon(
+    start: Start, tmp_path: Path, aws: Aws, *, lease: str | None = None, **kicker: Any
+) -> tuple[Daemon, int]:
+    """`sqsjkr run` on a config for aws with these [kicker] keys (and [lock] lease); returns
+    the daemon, once receiving, and its stats port."""
+    port = free_port()
+    conf = tmp_path / f"config-{port}.toml"
+    text = config_text(aws, stats=f"stats_port = {port}", **kicker)
+    if lease is not None:
+        text = text.replace("[lock]\n", f'[lock]\nlease = "{lease}"\n')
+    conf.write_text(text)
+    return start("run", "-c", str(conf)), port
+
+
+def invocations(port: int) -> dict[str, int]:
+    """The invocation counters of the daemon whose stats listen on port."""
+    return dict(http_get_json(port, "/stats/metrics/v2")["invocations"])
+
+
+def counted(port: int, **expected: int) -> Callable[[], bool]:
+    """A wait_until predicate: the daemon's counters have these values."""
+    return lambda: all(invocations(port)[k] == n for k, n in expected.items())

@@ -10,9 +10,8 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
@@ -20,30 +19,17 @@ from moto.server import ThreadedMotoServer
 
 from sqsjkr.local import create_table
 
-from .conftest import REGION, Aws, Daemon, config_text, free_port, http_get_json, wait_until
-
-Start = Callable[..., Daemon]
+from .conftest import (
+    REGION,
+    Aws,
+    Start,
+    counted,
+    free_port,
+    run_daemon,
+    wait_until,
+)
 
 WAIT_FOR_RELEASE = "while [ ! -f release ]; do sleep 0.05; done"
-
-
-def start_with(
-    start: Start, tmp_path: Path, aws: Aws, *, lease: str = "2s", **kicker: Any
-) -> tuple[Daemon, int]:
-    """A daemon with a short lease; returns it and its stats port."""
-    port = free_port()
-    conf = tmp_path / f"config-{port}.toml"
-    text = config_text(aws, stats=f"stats_port = {port}", **kicker)
-    conf.write_text(text.replace("[lock]\n", f'[lock]\nlease = "{lease}"\n'))
-    return start("run", "-c", str(conf)), port
-
-
-def invocations(port: int) -> dict[str, int]:
-    return dict(http_get_json(port, "/stats/metrics/v2")["invocations"])
-
-
-def counted(port: int, **expected: int) -> Callable[[], bool]:
-    return lambda: all(invocations(port)[k] == n for k, n in expected.items())
 
 
 def alive(pid: int) -> bool:
@@ -69,7 +55,7 @@ def lines(path: Path) -> list[str]:
 def test_a_job_whose_daemon_is_killed_runs_again_on_another_daemon(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    first, _ = start_with(start_daemon, tmp_path, aws)
+    first, _ = run_daemon(start_daemon, tmp_path, aws, lease="2s")
     message_id = aws.send({"command": f"echo $$ >> pids; echo run >> runs; {WAIT_FOR_RELEASE}"})
     wait_until(lambda: lines(tmp_path / "runs") == ["run"], what="job running")
     first.kill()
@@ -77,7 +63,7 @@ def test_a_job_whose_daemon_is_killed_runs_again_on_another_daemon(
     assert aws.queue_counts() == (0, 1)  # not deleted: in flight until its visibility ends
     (tmp_path / "release").touch()
 
-    second, port = start_with(start_daemon, tmp_path, aws)
+    second, port = run_daemon(start_daemon, tmp_path, aws, lease="2s")
     wait_until(counted(port, succeeded=1), what="job run again")
     assert lines(tmp_path / "runs") == ["run", "run"]
     assert f"message {message_id} delivered again (receive 2)" in second.log
@@ -92,7 +78,7 @@ def test_a_lock_held_by_a_killed_daemon_is_taken_over_after_its_lease(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
     # Deleted on receive, so that only the lock is left behind by the crash.
-    first, _ = start_with(start_daemon, tmp_path, aws, delete_message="on_receive")
+    first, _ = run_daemon(start_daemon, tmp_path, aws, lease="2s", delete_message="on_receive")
     aws.send({"command": f"echo $$ > pids; {WAIT_FOR_RELEASE}", "lock_id": "L"})
     wait_until(lambda: aws.item("L", "lock"), what="lock taken")
     # Due once the first daemon is gone: sent later, the killed daemon's abandoned long poll
@@ -105,7 +91,7 @@ def test_a_lock_held_by_a_killed_daemon_is_taken_over_after_its_lease(
         f"{socket.gethostname()}:{first.proc.pid}:"
     )
 
-    second, port = start_with(start_daemon, tmp_path, aws)
+    second, port = run_daemon(start_daemon, tmp_path, aws, lease="2s")
     wait_until(counted(port, succeeded=1), what="the next job of the lock ran")
     assert (tmp_path / "ran").exists()
     assert f'lock "L" taken over from {lock["Owner"]["S"]}' in second.log
@@ -121,7 +107,7 @@ def test_a_lock_of_the_go_daemon_is_respected_however_old(
         TableName=aws.table,
         Item={"Id": {"S": "L"}, "Type": {"S": "lock"}, "EventId": {"S": "go-job"}},
     )
-    daemon, port = start_with(start_daemon, tmp_path, aws, lease="1s")
+    daemon, port = run_daemon(start_daemon, tmp_path, aws, lease="1s")
     aws.send({"command": "touch ran", "lock_id": "L", "abort_if_locked": True})
     wait_until(counted(port, failed=1), what="aborted")
     aws.send({"command": "touch ran", "lock_id": "L"})
@@ -136,7 +122,7 @@ def test_a_lock_of_the_go_daemon_is_respected_however_old(
 def test_sigterm_does_not_sit_out_a_long_poll_and_leaves_new_messages_queued(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    daemon, _ = start_with(start_daemon, tmp_path, aws)
+    daemon, _ = run_daemon(start_daemon, tmp_path, aws, lease="2s")
     conf = next(tmp_path.glob("config-*.toml"))
     conf.write_text(conf.read_text().replace("wait_time_seconds = 1", "wait_time_seconds = 20"))
     daemon.stop()
@@ -154,7 +140,9 @@ def test_sigterm_does_not_sit_out_a_long_poll_and_leaves_new_messages_queued(
 def test_shutdown_timeout_stops_a_long_job_and_keeps_its_message(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    daemon, port = start_with(start_daemon, tmp_path, aws, shutdown_timeout="1s", kill_grace="5s")
+    daemon, port = run_daemon(
+        start_daemon, tmp_path, aws, lease="2s", shutdown_timeout="1s", kill_grace="5s"
+    )
     message_id = aws.send(
         {"command": f"echo $$ > pids; touch started; {WAIT_FOR_RELEASE}", "lock_id": "L"}
     )
@@ -170,7 +158,7 @@ def test_shutdown_timeout_stops_a_long_job_and_keeps_its_message(
     assert aws.item(message_id, "throttle") is None
     assert not (tmp_path / "release").exists()
 
-    second, port = start_with(start_daemon, tmp_path, aws)
+    second, port = run_daemon(start_daemon, tmp_path, aws, lease="2s")
     (tmp_path / "release").touch()
     wait_until(counted(port, succeeded=1), what="re-run elsewhere")
     assert second.stop() == 0
@@ -179,7 +167,7 @@ def test_shutdown_timeout_stops_a_long_job_and_keeps_its_message(
 def test_a_second_signal_stops_running_jobs_without_waiting(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    daemon, _ = start_with(start_daemon, tmp_path, aws)  # no shutdown_timeout: no limit
+    daemon, _ = run_daemon(start_daemon, tmp_path, aws, lease="2s")  # no shutdown_timeout: no limit
     aws.send({"command": f"touch started; {WAIT_FOR_RELEASE}"})
     wait_until(lambda: (tmp_path / "started").exists(), what="job running")
     daemon.proc.send_signal(signal.SIGTERM)
@@ -192,7 +180,9 @@ def test_a_second_signal_stops_running_jobs_without_waiting(
 def test_a_job_timeout_stops_the_whole_process_group(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    daemon, port = start_with(start_daemon, tmp_path, aws, job_timeout="1s", kill_grace="1s")
+    daemon, port = run_daemon(
+        start_daemon, tmp_path, aws, lease="2s", job_timeout="1s", kill_grace="1s"
+    )
     # One job with its own timeout field, one under [kicker] job_timeout; each leaves a grandchild.
     aws.send({"command": "sleep 300 & echo $! > own.pid; wait", "timeout": "500ms", "lock_id": "L"})
     aws.send({"command": "sleep 300 & echo $! > default.pid; wait"})
@@ -246,7 +236,7 @@ def test_an_endpoint_outage_under_running_jobs_loses_none_and_runs_none_twice(
     create_table(dynamodb, f"outage-{suffix}")
     aws = Aws(sqs, dynamodb, f"outage-{suffix}", queue_url, f"outage-{suffix}")
     # The outage is shorter than the lease: nothing may expire or run twice.
-    daemon, port = start_with(start_daemon, tmp_path, aws, lease="20s", max_concurrent_num=3)
+    daemon, port = run_daemon(start_daemon, tmp_path, aws, lease="20s", max_concurrent_num=3)
     jobs = [f"j{i}" for i in range(6)]
     for job in jobs:
         aws.send(

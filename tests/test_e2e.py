@@ -12,7 +12,6 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +20,22 @@ from sqsjkr.dedupe import MemoryDedupe
 from sqsjkr.locks import MemoryLocker
 from sqsjkr.service import serve
 
-from .conftest import REGION, Aws, Daemon, config_text, free_port, http_get_json, wait_until
-
-Start = Callable[..., Daemon]
-
-
-def run_daemon(start: Start, tmp_path: Path, aws: Aws, **kicker: Any) -> tuple[Daemon, int]:
-    port = free_port()
-    conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats=f"stats_port = {port}", **kicker))
-    return start("run", "-c", str(conf)), port
+from .conftest import (
+    REGION,
+    Aws,
+    Daemon,
+    Start,
+    config_text,
+    counted,
+    free_port,
+    http_get_json,
+    run_daemon,
+    wait_until,
+)
 
 
 def v2(port: int) -> dict[str, Any]:
     return http_get_json(port, "/stats/metrics/v2")
-
-
-def invocations(port: int, **expected: int) -> Callable[[], bool]:
-    return lambda: all(v2(port)["invocations"][k] == n for k, n in expected.items())
 
 
 def test_job_runs_with_its_env_and_leaves_a_throttle_item(
@@ -49,7 +46,7 @@ def test_job_runs_with_its_env_and_leaves_a_throttle_item(
     message_id = aws.send(
         {"command": 'printf "%s" "$GREETING" > out.txt', "envs": {"GREETING": "hi there"}}
     )
-    wait_until(invocations(port, succeeded=1), what="job succeeded")
+    wait_until(counted(port, succeeded=1), what="job succeeded")
     assert (tmp_path / "out.txt").read_text() == "hi there"
     assert v2(port) == {
         "workers": {"busy": 0, "idle": 4},
@@ -70,7 +67,7 @@ def test_output_is_streamed_to_the_log_tagged_with_ids(
 ) -> None:
     daemon, port = run_daemon(start_daemon, tmp_path, aws)
     message_id = aws.send({"command": "echo line-one; echo line-two >&2; exit 4", "event_id": "ev"})
-    wait_until(invocations(port, errored=1), what="job errored")
+    wait_until(counted(port, errored=1), what="job errored")
     assert f"[ev {message_id}] line-one" in daemon.log
     assert f"[ev {message_id}] line-two" in daemon.log
     assert "errored with exit code 4" in daemon.log
@@ -100,7 +97,7 @@ def test_lock_item_is_held_while_the_job_runs_and_removed_after(
         "EventId": {"S": "nightly-report"},
     }
     (tmp_path / "release").touch()
-    wait_until(invocations(port, succeeded=1), what="job succeeded")
+    wait_until(counted(port, succeeded=1), what="job succeeded")
     assert aws.item("nightly", "lock") is None
 
 
@@ -115,7 +112,7 @@ def test_jobs_sharing_a_lock_id_never_overlap(
                 "lock_id": "L",
             }
         )
-    wait_until(invocations(port, succeeded=3), timeout=30, what="three jobs")
+    wait_until(counted(port, succeeded=3), timeout=30, what="three jobs")
     lines = (tmp_path / "trace").read_text().split()
     pairs = [lines[i : i + 4] for i in range(0, len(lines), 4)]
     assert len(pairs) == 3
@@ -131,11 +128,11 @@ def test_abort_if_locked_fails_at_once_and_waiting_job_runs_later(
     wait_until(lambda: (tmp_path / "held").exists(), what="lock holder running")
     aws.send({"command": "touch aborted-ran", "lock_id": "L", "abort_if_locked": True})
     aws.send({"command": "touch waiter-ran", "lock_id": "L"})
-    wait_until(invocations(port, failed=1), what="abort counted failed")
+    wait_until(counted(port, failed=1), what="abort counted failed")
     wait_until(lambda: 'waits for lock "L"' in daemon.log, what="waiter waiting")
     assert not (tmp_path / "waiter-ran").exists()
     (tmp_path / "release").touch()
-    wait_until(invocations(port, succeeded=2), what="holder and waiter done")
+    wait_until(counted(port, succeeded=2), what="holder and waiter done")
     assert (tmp_path / "waiter-ran").exists()
     assert not (tmp_path / "aborted-ran").exists()
     assert 'aborted: lock "L" is held' in daemon.log
@@ -150,7 +147,7 @@ def test_late_job_is_cancelled_and_the_trigger_gets_the_go_line(
         {"command": "touch quiet-ran", "life_time": 1, "disable_life_time_trigger": True}, delay=2
     )
     aws.send({"command": "touch fresh-ran", "life_time": "1h"}, delay=2)
-    wait_until(invocations(port, failed=2, succeeded=1), what="two cancelled, one run")
+    wait_until(counted(port, failed=2, succeeded=1), what="two cancelled, one run")
     assert not (tmp_path / "late-ran").exists() and not (tmp_path / "quiet-ran").exists()
     assert (tmp_path / "fresh-ran").exists()
     line = (tmp_path / "trigger.txt").read_text()
@@ -174,7 +171,7 @@ def test_never_more_than_max_concurrent_jobs(start_daemon: Start, tmp_path: Path
     # Two in flight until their jobs finish, three left on the queue.
     wait_until(lambda: aws.queue_counts() == (3, 2), what="three jobs left on the queue")
     (tmp_path / "release").touch()
-    wait_until(invocations(port, succeeded=5), timeout=30, what="all jobs")
+    wait_until(counted(port, succeeded=5), timeout=30, what="all jobs")
     counts = [int(n) for n in (tmp_path / "counts").read_text().split()]
     assert max(counts) == 2
 
@@ -216,9 +213,9 @@ def test_garbage_messages_are_counted_failed_deleted_and_logged(
         aws.send({"envs": {"A": "b"}}): 'field "command": required',
         aws.send({"command": "true", "life_time": "1d"}): 'field "life_time"',
     }
-    wait_until(invocations(port, failed=5), what="five failed")
+    wait_until(counted(port, failed=5), what="five failed")
     aws.send({"command": "touch ok"})
-    wait_until(invocations(port, succeeded=1), what="a good job after the bad ones")
+    wait_until(counted(port, succeeded=1), what="a good job after the bad ones")
     for message_id, reason in bad.items():
         assert re.search(
             rf"invalid message {message_id} deleted \(the queue has no dead-letter queue\): "
@@ -239,7 +236,7 @@ def test_duplicate_message_is_skipped_and_counted(
         Item={"Id": {"S": message_id}, "Type": {"S": "throttle"}, "Expired": {"N": "9999999999"}},
     )
     daemon, port = run_daemon(start_daemon, tmp_path, aws)
-    wait_until(invocations(port, duplicates=1), what="duplicate counted")
+    wait_until(counted(port, duplicates=1), what="duplicate counted")
     assert not (tmp_path / "ran").exists()
     assert f"duplicate message {message_id}" in daemon.log
 
@@ -282,7 +279,7 @@ def test_go_style_flags_run_the_daemon_and_override_the_file(
         "debug",
     )
     message_id = aws.send({"command": "true", "lock_id": "go"})
-    wait_until(invocations(port, succeeded=1), what="job via Go flags")
+    wait_until(counted(port, succeeded=1), what="job via Go flags")
     assert aws.item(message_id, "throttle") is not None
     assert daemon.stop() == 0
 
@@ -327,7 +324,7 @@ def test_none_backends_write_nothing_to_dynamodb(
     wait_until(lambda: (tmp_path / "started").exists(), what="job started")
     assert aws.item("L", "lock") is None
     (tmp_path / "release").touch()
-    wait_until(invocations(port, succeeded=1), what="job done")
+    wait_until(counted(port, succeeded=1), what="job done")
     assert aws.item(message_id, "throttle") is None
 
 

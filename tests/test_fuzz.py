@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from sqsjkr.duration import Duration, parse_duration
 from sqsjkr.errors import InvalidJobError
 from sqsjkr.job import Job, build_body, parse_job
 
-from .conftest import Aws, Daemon, config_text, free_port, http_get_json, wait_until
+from .conftest import Aws, Start, invocations, run_daemon, wait_until
 
 MESSAGE_ID = "fuzz-message-id"
 SENT_AT = 1_700_000_000.25
@@ -425,19 +424,6 @@ def test_duration_strings_round_trip_at_the_edges() -> None:
 
 
 # --- the daemon over hundreds of invalid messages --------------------------------------------------
-
-Start = Callable[..., Daemon]
-
-
-def run_daemon(start: Start, tmp_path: Path, aws: Aws, **kicker: Any) -> tuple[Daemon, int]:
-    port = free_port()
-    conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats=f"stats_port = {port}", **kicker))
-    return start("run", "-c", str(conf)), port
-
-
-def invocations(port: int) -> dict[str, int]:
-    return dict(http_get_json(port, "/stats/metrics/v2")["invocations"])
 
 
 def sqs_safe(text: str) -> str:
