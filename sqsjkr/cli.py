@@ -29,14 +29,13 @@ from .eventbridge import (
     DstChoice,
     convert_crontab,
     load_zone,
-    render_hcl,
-    render_json,
 )
 from .job import build_body, parse_job
 from .local import run_local
 from .notify import SystemdNotifier
 from .service import serve
 from .sqs import resolve_queue_url
+from .tfvars import render_hcl, render_json
 
 log = logging.getLogger("sqsjkr.cli")
 

@@ -1,4 +1,4 @@
-"""Crontab jobs as EventBridge cron schedules in UTC, rendered as terraform's `jobs` variable.
+"""Crontab jobs as EventBridge cron schedules in UTC, as the entries of terraform's `jobs` variable.
 
 Exact or refused: a line whose local-time schedule has no exact UTC equivalent raises CrontabError.
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,9 +32,6 @@ ZONE_CHECK_STEP = timedelta(hours=6)
 MAIL_SETTINGS = ("MAILTO", "MAILFROM")
 WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 MINUTES_PER_DAY = 24 * 60
-
-_HCL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_HCL_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 @dataclass(frozen=True)
@@ -680,65 +676,3 @@ def _utc_offset(minutes: int) -> str:
 def _duration(minutes: int) -> str:
     hours, rest = divmod(minutes, 60)
     return (f"{hours}h" if hours else "") + (f"{rest}m" if rest else "")
-
-
-def render_json(conversion: Conversion) -> str:
-    """A .tfvars.json file: {"jobs": {...}}; terraform reads its strings verbatim."""
-    jobs = {job.key: job.fields() for job in conversion.jobs}
-    return json.dumps({"jobs": jobs}, indent=2, ensure_ascii=False) + "\n"
-
-
-def render_hcl(conversion: Conversion, timezone: str) -> str:
-    """A .tfvars file setting `jobs`, formatted as `terraform fmt` formats it."""
-    lines = [
-        "# The `jobs` variable of the sqsjkr schedule module, from `sqsjkr crontab2tf`:",
-        f"# EventBridge schedules in UTC for a crontab whose times are in {timezone}.",
-    ]
-    if not conversion.jobs:
-        return "\n".join([*lines, "jobs = {}", ""])
-    lines.append("jobs = {")
-    for job in conversion.jobs:
-        lines.append(f"  {hcl_string(job.key, ascii_only=True)} = {{")
-        fields = job.fields()
-        envs = fields.pop("envs", None)
-        lines += _hcl_attributes(
-            [(name, hcl_string(str(value))) for name, value in fields.items()], "    "
-        )
-        if isinstance(envs, dict):
-            lines.append("    envs = {")
-            lines += _hcl_attributes(
-                [(hcl_key(name), hcl_string(value)) for name, value in envs.items()], "      "
-            )
-            lines.append("    }")
-        lines.append("  }")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-def _hcl_attributes(pairs: list[tuple[str, str]], indent: str) -> list[str]:
-    # terraform fmt lines up the "=" of consecutive one-line attributes.
-    width = max(len(key) for key, _ in pairs)
-    return [f"{indent}{key.ljust(width)} = {value}" for key, value in pairs]
-
-
-def hcl_key(name: str) -> str:
-    """An object key: bare when it is a plain identifier, else a quoted string."""
-    if _HCL_IDENTIFIER.fullmatch(name) and name not in ("true", "false", "null"):
-        return name
-    return hcl_string(name, ascii_only=True)
-
-
-def hcl_string(text: str, *, ascii_only: bool = False) -> str:
-    """text as an HCL quoted string literal, template sequences escaped: its value is text."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch in _HCL_ESCAPES:
-            out.append(_HCL_ESCAPES[ch])
-        elif code < 0x20 or 0x7F <= code < 0xA0 or (ascii_only and code > 0x7E):
-            # ASCII keys keep terraform fmt's column count equal to ours.
-            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    escaped = "".join(out).replace("${", "$${").replace("%{", "%%{")
-    return f'"{escaped}"'

@@ -39,10 +39,10 @@ from sqsjkr.eventbridge import (
     TerraformJob,
     convert_crontab,
     convert_job,
-    hcl_string,
     zone_offsets,
 )
 from sqsjkr.job import parse_job
+from sqsjkr.tfvars import hcl_string
 
 # Conversions look at the zones' offsets from this instant on, so results do not depend on today.
 NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)
