@@ -16,6 +16,7 @@ from typing import Any
 
 from sqsjkr.duration import Duration, duration_value
 from sqsjkr.errors import ConfigError, DurationError
+from sqsjkr.sqs import MAX_VISIBILITY_SECONDS
 from sqsjkr.template import render_template
 
 if sys.version_info >= (3, 11):
@@ -26,7 +27,6 @@ else:
 DEFAULT_CONFIG_PATH = "/etc/sqsjkr/config.toml"
 _DEFAULT_STATS_PORT = 8061  # the port mackerel-plugin-sqsjkr reads
 _POSITIVE = Duration(1)  # the least duration that is not zero: 1 ns
-_MAX_VISIBILITY = 43200  # SQS's limit, 12 hours
 # A lease renews every third of itself: under a second that is a storm of writes. Its message's
 # visibility outlasts it, and SQS caps visibility at 12 hours.
 _MIN_LEASE = Duration.of_seconds(1)
@@ -337,7 +337,7 @@ def parse_config(
         queue_name=sqs.string("queue_name", required=True),
         wait_time_seconds=sqs.integer("wait_time_seconds", SqsConfig.wait_time_seconds, 0, 20),
         visibility_timeout=(
-            sqs.integer("visibility_timeout", 0, 0, _MAX_VISIBILITY)
+            sqs.integer("visibility_timeout", 0, 0, MAX_VISIBILITY_SECONDS)
             if "visibility_timeout" in sqs.values
             else None
         ),

@@ -19,12 +19,10 @@ from .job import Job, is_expired
 from .lease import Lease
 from .locks import Locker
 from .runner import JobRunner, RunResult, StopReason
+from .sqs import MAX_VISIBILITY_SECONDS
 from .stats import Outcome
 
 log = logging.getLogger("sqsjkr.worker")
-
-#: SQS's longest visibility timeout.
-_MAX_VISIBILITY = 43200
 
 
 @dataclass(frozen=True)
@@ -95,7 +93,7 @@ class Worker:
             return DELETE, (Outcome.DUPLICATE,)
         if claim.state is ClaimState.RUNNING:
             held_for = (claim.held_until or 0) - self._clock()
-            hide = int(min(_MAX_VISIBILITY, max(1, held_for + self._settings.hide_margin)))
+            hide = int(min(MAX_VISIBILITY_SECONDS, max(1, held_for + self._settings.hide_margin)))
             log.info(
                 "message %s (event %s) is in progress on another daemon: hidden for %ds",
                 job.message_id,
