@@ -111,8 +111,7 @@ class Kicker:
         self._free_changed = threading.Condition()
         self._deletes = PendingDeletes(source, settings.delete_window)
         self._in_flight = InFlightJobs()
-        # Set by the main thread once stopping: the receiver then gives back what it receives.
-        self._closed = False
+        # Held while received jobs are handed to workers, so that stopping never cuts in halfway.
         self._intake = threading.Lock()
         self._stopping = threading.Event()
         self._pause = _Pause()
@@ -165,9 +164,9 @@ class Kicker:
                 receiver.start()
                 stop.wait()
                 self._notifier.stopping()
-                self._stopping.set()
+                # After a hand-over under way, so that the drain sees every job taken before.
                 with self._intake:
-                    self._closed = True
+                    self._stopping.set()
                 with self._free_changed:
                     self._free_changed.notify_all()
                 self._drain(force)
@@ -224,7 +223,8 @@ class Kicker:
                 stop.wait(delay)
                 continue
             with self._intake:
-                if self._closed:
+                # Whatever a receive returns after the stop request is given back, never started.
+                if stop.is_set():
                     self._give_back(messages)
                     return
                 for entry in self._accept(messages):
