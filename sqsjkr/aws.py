@@ -14,10 +14,10 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from .errors import ResourceMissingError
+from .errors import ResourceMissingError, StoreError
 
 #: Errors of an AWS call that the daemon survives: it logs them and tries again later.
-AWS_ERRORS = (BotoCoreError, ClientError, ResourceMissingError)
+AWS_ERRORS = (BotoCoreError, ClientError, ResourceMissingError, StoreError)
 
 #: Error codes that mean "try again later" rather than "this request is wrong".
 TRANSIENT_CODES = frozenset(
@@ -41,14 +41,20 @@ def make_session(*, region: str, profile: str | None = None) -> boto3.session.Se
     return boto3.session.Session(profile_name=profile or None, region_name=region)
 
 
+#: SQS long polls hold a connection for up to 20 s; its read timeout must outlast them.
+SQS_READ_TIMEOUT = 40
+#: DynamoDB answers in milliseconds: a call that hangs longer than this is retried (standard
+#: mode: three attempts), so that one hung call cannot outlast a lease renewal.
+DYNAMODB_READ_TIMEOUT = 5
+
+
 def make_client(session: boto3.session.Session, service: str, *, max_pool: int = 10) -> Any:
     """A client whose connection pool fits every worker, with botocore's standard retries."""
     config = BotoConfig(
         retries={"mode": "standard"},  # three attempts in all, with jittered backoff
         max_pool_connections=max(10, max_pool),
         connect_timeout=5,
-        # Long polls hold a connection for up to 20 s; the read timeout must outlast them.
-        read_timeout=40,
+        read_timeout=DYNAMODB_READ_TIMEOUT if service == "dynamodb" else SQS_READ_TIMEOUT,
     )
     return session.client(service, config=config)
 

@@ -118,7 +118,7 @@ def install_stop_signals(stop: threading.Event, force: threading.Event) -> Calla
             force.set()
         else:
             log.info("%s received: stopping (a second signal stops running jobs)", name)
-        stop.set()
+            stop.set()
 
     previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
 

@@ -17,12 +17,13 @@ from .dedupe import DedupeStore
 from .errors import InvalidJobError, ReceiverFailed
 from .heartbeat import Heartbeat, InFlight, InFlightJobs
 from .job import Job, parse_job
+from .lease import lease_timing
 from .locks import Locker
 from .notify import Notifier, NullNotifier
-from .runner import JobRunner, RunResult, StopReason, run_trigger
+from .runner import JobRunner, RunResult, StopReason, StopSwitch, run_trigger
 from .sqs import MAX_BATCH, Message, MessageSource
 from .stats import Outcome, Stats
-from .worker import Settle, Worker, WorkerSettings
+from .worker import LEAVE, Settle, Worker, WorkerSettings
 
 log = logging.getLogger("sqsjkr.daemon")
 
@@ -46,10 +47,10 @@ class KickerSettings:
     delete_window: float = 10.0
     #: True: delete every message as soon as it is received (the Go daemon's at-most-once).
     delete_on_receive: bool = False
-    #: The lease of locks and dedupe claims (renewed every third of it), and the visibility
-    #: timeout that in-flight messages get on receipt and at each heartbeat.
+    #: The lease of locks and dedupe claims, and the visibility timeout that in-flight messages
+    #: get on receipt and at each heartbeat (lease.lease_timing gives both their relation).
     lease: float = 60.0
-    visibility: int = 75
+    visibility: int = lease_timing(60.0)[1]
     job_timeout: float | None = None
     shutdown_timeout: float | None = None  # None: wait for running jobs without limit
 
@@ -99,7 +100,7 @@ class Kicker:
         stats: Stats,
         settings: KickerSettings = KickerSettings(),
         clock: Callable[[], float] = time.time,
-        trigger: Callable[[str, Job], RunResult] = run_trigger,
+        trigger: Callable[[str, Job, StopSwitch], RunResult] = run_trigger,
         notifier: Notifier | None = None,
     ) -> None:
         self._source = source
@@ -120,8 +121,9 @@ class Kicker:
             source=source,
             dedupe=dedupe,
             locker=locker,
-            interval=settings.lease / 3,
+            interval=lease_timing(settings.lease)[0],
             visibility=None if settings.delete_on_receive else settings.visibility,
+            flush_deletes=self._deletes.flush,
         )
         self._worker = Worker(
             dedupe=dedupe,
@@ -201,7 +203,8 @@ class Kicker:
         while not stop.is_set():
             # The watchdog hears from the loop only while it turns; outages included, since
             # restarting the daemon would not end them.
-            self._notifier.watchdog()
+            if self._notifier.watchdog_interval is not None:
+                self._notifier.watchdog()
             # Without a backlog the next receive may long-poll: delete what is pending first.
             self._deletes.flush(force=not backlog)
             free = self._wait_for_free_workers(stop, backlog)
@@ -222,12 +225,13 @@ class Kicker:
                 )
                 stop.wait(delay)
                 continue
+            entries = self._accept(messages)
             with self._intake:
                 # Whatever a receive returns after the stop request is given back, never started.
                 if stop.is_set():
-                    self._give_back(messages)
+                    self._give_back([entry.message for entry in entries])
                     return
-                for entry in self._accept(messages):
+                for entry in entries:
                     self._take_worker()
                     self._in_flight.add(entry)
                     pool.submit(self._work, entry)
@@ -279,7 +283,9 @@ class Kicker:
                 continue
             accepted.append(InFlight(message, job))
         if self._settings.delete_on_receive:
+            # At once: a crash between here and a later batch would run these jobs again.
             self._deletes.add([entry.message for entry in accepted])
+            self._deletes.flush(force=True)
         return accepted
 
     def _reject(self, message: Message, reason: str) -> None:
@@ -315,22 +321,27 @@ class Kicker:
 
     def _work(self, entry: InFlight) -> None:
         self._stats.job_started()
+        # Should handle() fail, the message is left to reappear: its job runs again.
+        settle: Settle = LEAVE
+        outcomes: tuple[Outcome, ...] = (Outcome.FAILED,)
         try:
             settle, outcomes = self._worker.handle(entry)
-            self._settle(entry, settle)
-            if settle.store_failed:
-                self._pause.fail()
-            else:
-                self._pause.reset()
         except Exception:
             log.exception(
                 "job %s (event %s) failed unexpectedly", entry.job.message_id, entry.job.event_id
             )
-            outcomes = (Outcome.FAILED,)
         finally:
+            # Out of the heartbeat's set before settling, or a beat could hide it again.
             self._in_flight.discard(entry)
-            self._stats.job_finished()
-            self._give_worker_back()
+            try:
+                self._settle(entry, settle)
+            finally:
+                self._stats.job_finished()
+                self._give_worker_back()
+        if settle.store_failed:
+            self._pause.fail()
+        else:
+            self._pause.reset()
         for outcome in outcomes:
             self._stats.count(outcome)
 
@@ -341,7 +352,9 @@ class Kicker:
         if settle.delete:
             self._deletes.add([entry.message])
         elif settle.visible_in is not None:
-            self._set_visibility([entry.message], settle.visible_in)
+            # A beat under way may still be hiding this message: let it finish first.
+            with self._heartbeat.hiding:
+                self._set_visibility([entry.message], settle.visible_in)
 
     # -- stopping ---------------------------------------------------------------------------------
 

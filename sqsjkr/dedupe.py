@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .aws import conditional_write, write_if_owner
+from .errors import StoreError
 from .lease import Lease, new_owner
 
 #: The Type attribute of dedupe items, shared with the Go daemon's table.
@@ -152,6 +153,14 @@ class DynamoDedupe:
         if claimed or old.get("Owner", {}).get("S") == lease.owner:
             # The second case: our own write, retried after its response was lost.
             return Claim(ClaimState.CLAIMED, lease)
+        if not old:
+            # The condition can only fail on an item that exists: an endpoint that does not
+            # return it (ReturnValuesOnConditionCheckFailure) leaves the state unknown, and
+            # calling it finished would delete the message unrun.
+            raise StoreError(
+                f"the claim of message {message_id} failed its condition, and the table "
+                f"{self._table!r} did not return the item that failed it"
+            )
         if "LeaseUntil" not in old:
             return Claim(ClaimState.FINISHED)
         return Claim(ClaimState.RUNNING, held_until=float(old["LeaseUntil"]["N"]))

@@ -29,6 +29,10 @@ class ResourceMissingError(SqsjkrError):
     """A queue or table named in the config does not exist."""
 
 
+class StoreError(SqsjkrError):
+    """A lock or dedupe store gave an answer sqsjkr cannot act on safely."""
+
+
 class StartupError(SqsjkrError):
     """The daemon cannot start: bad credentials, an unknown profile, access denied."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -65,7 +66,9 @@ class InFlightJobs:
 
 
 class Heartbeat:
-    """Renews leases and message visibility every interval, on a thread that run() blocks."""
+    """Keeps in-flight jobs alive: one beat renews their leases in the lock and dedupe stores,
+    another hides their messages again (and sends pending deletes), each on a thread of its own
+    so that a hung call to one service cannot hold up the other."""
 
     def __init__(
         self,
@@ -76,6 +79,7 @@ class Heartbeat:
         locker: Locker,
         interval: float,
         visibility: int | None,
+        flush_deletes: Callable[[], None] = lambda: None,
     ) -> None:
         """visibility: seconds to hide in-flight messages for at each beat; None to leave them
         alone (they were deleted on receive)."""
@@ -85,32 +89,55 @@ class Heartbeat:
         self._locker = locker
         self._interval = interval
         self._visibility = visibility
+        self._flush_deletes = flush_deletes
+        #: Held while a beat hides messages. Taken after removing a job from the set, it
+        #: guarantees that no beat hides that job's message again after the caller settles it.
+        self.hiding = threading.Lock()
 
     def run(self, stop: threading.Event) -> None:
         """Beat every interval until stop is set."""
-        while not stop.wait(self._interval):
+        hider = threading.Thread(
+            target=self._every, args=(stop, self.hide), name="sqsjkr-heartbeat-sqs"
+        )
+        hider.start()
+        try:
+            self._every(stop, self.renew)
+        finally:
+            hider.join()
+
+    def _every(self, stop: threading.Event, beat: Callable[[], None]) -> None:
+        # From start to start: a slow beat must not push the next one back by its own length.
+        due = time.monotonic() + self._interval
+        while not stop.wait(max(0.0, due - time.monotonic())):
+            due = max(due + self._interval, time.monotonic())
             try:
-                self.beat()
+                beat()
             except Exception:
                 # A bug must not end the heartbeat: every lease would lapse behind it.
                 log.exception("heartbeat failed; beating again in %.1fs", self._interval)
 
-    def beat(self) -> None:
-        entries = self._jobs.snapshot()
-        if not entries:
-            return
-        if self._visibility is not None:
-            try:
-                self._source.set_visibility([e.message for e in entries], self._visibility)
-            except AWS_ERRORS as exc:
-                # Kept short of the visibility timeout by the lease timing: the next beat retries.
-                log.error(
-                    "could not extend the visibility of in-flight messages: %s", describe(exc)
-                )
+    def hide(self) -> None:
+        """Hide every in-flight message again for the visibility timeout; send due deletes."""
+        with self.hiding:
+            entries = self._jobs.snapshot()
+            if entries and self._visibility is not None:
+                try:
+                    self._source.set_visibility([e.message for e in entries], self._visibility)
+                except AWS_ERRORS as exc:
+                    # The lease timing leaves room for a missed beat: the next one retries.
+                    log.error(
+                        "could not extend the visibility of in-flight messages: %s", describe(exc)
+                    )
+        # Finished jobs' messages wait in a batch; sending it from here too bounds their wait
+        # even while the receive loop sits in a long poll or a backoff.
+        self._flush_deletes()
+
+    def renew(self) -> None:
+        """Renew the lease of every lock and claim of the in-flight jobs."""
         # Once a store fails, the rest of this beat leaves it alone: behind a dead network each
-        # call would wait out its timeouts and hold up the next beat.
+        # call would wait out its timeouts.
         failed: set[str] = set()
-        for entry in entries:
+        for entry in self._jobs.snapshot():
             self._renew(entry, "claim", self._dedupe.renew, "claim on message", failed)
             self._renew(entry, "lock", self._locker.renew, "lock", failed)
 

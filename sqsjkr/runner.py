@@ -119,13 +119,23 @@ class ShellRunner:
         )
 
 
-def run_trigger(trigger: str, job: Job, *, env: Mapping[str, str] | None = None) -> RunResult:
-    """The life_time trigger: `sh -c TRIGGER` with the Go daemon's line about job on its stdin."""
+def run_trigger(
+    trigger: str,
+    job: Job,
+    stop: StopSwitch | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> RunResult:
+    """The life_time trigger: `sh -c TRIGGER` with the Go daemon's line about job on its stdin.
+
+    stop ends it as it ends a job, so that a hanging trigger cannot hold up a shutdown.
+    """
     return run_shell(
         trigger,
         env=os.environ if env is None else env,
         emit=lambda line: output_log.info("[life_time_trigger %s] %s", job.message_id, line),
         stdin=trigger_line(job) + "\n",
+        stop=stop,
     )
 
 

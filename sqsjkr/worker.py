@@ -18,7 +18,7 @@ from .heartbeat import InFlight
 from .job import Job, is_expired
 from .lease import Lease
 from .locks import Locker
-from .runner import JobRunner, RunResult, StopReason
+from .runner import JobRunner, RunResult, StopReason, StopSwitch
 from .sqs import MAX_VISIBILITY_SECONDS
 from .stats import Outcome
 
@@ -64,7 +64,7 @@ class Worker:
         stopping: threading.Event,
         settings: WorkerSettings,
         clock: Callable[[], float] = time.time,
-        trigger: Callable[[str, Job], RunResult],
+        trigger: Callable[[str, Job, StopSwitch], RunResult],
     ) -> None:
         self._dedupe = dedupe
         self._locker = locker
@@ -102,15 +102,18 @@ class Worker:
             )
             return Settle(visible_in=hide), (Outcome.DUPLICATE,)
         entry.claim = claim.lease
-        settle, outcomes = self._claimed(entry)
-        lease, entry.claim = entry.claim, None
-        if lease is not None:
-            self._end_claim(lease, finished=settle.delete)
+        settle = LEAVE  # should _claimed raise: the claim is given up, the job runs again later
+        try:
+            settle, outcomes = self._claimed(entry)
+        finally:
+            lease, entry.claim = entry.claim, None
+            if lease is not None:
+                self._end_claim(lease, finished=settle.delete)
         return settle, outcomes
 
     def _claimed(self, entry: InFlight) -> Ending:
         job = entry.job
-        if self._expired(job):
+        if self._expired(entry):
             return DELETE, (Outcome.FAILED,)
         if job.lock_id:
             refused = self._lock(entry)
@@ -161,7 +164,8 @@ class Worker:
         )
         return DELETE, (Outcome.ERRORED,)
 
-    def _expired(self, job: Job) -> bool:
+    def _expired(self, entry: InFlight) -> bool:
+        job = entry.job
         now = self._clock()
         if not is_expired(job, now):
             return False
@@ -174,7 +178,7 @@ class Worker:
         )
         trigger = self._settings.life_time_trigger
         if trigger and not job.disable_life_time_trigger:
-            result = self._trigger(trigger, job)
+            result = self._trigger(trigger, job, entry.stop)
             if not result.ok:
                 log.error("life_time_trigger exited with %d", result.exit_code)
         return True
@@ -212,7 +216,7 @@ class Worker:
                     "could not take lock %s (%s); retrying", quote(job.lock_id), describe(exc)
                 )
             self._stopping.wait(self._settings.lock_retry_interval)
-            if self._expired(job):
+            if self._expired(entry):
                 return DELETE, (Outcome.FAILED,)
 
     def _unlock(self, entry: InFlight) -> None:

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 
 from sqsjkr.aws import error_code, is_transient, make_client, make_session
 from sqsjkr.dedupe import ClaimState, DedupeStore, DynamoDedupe, MemoryDedupe, NoopDedupe
-from sqsjkr.errors import ResourceMissingError
+from sqsjkr.errors import ResourceMissingError, StoreError
 from sqsjkr.lease import Lease, new_owner
 from sqsjkr.local import LOCAL_ACCOUNT
 from sqsjkr.locks import DynamoLocker, Locker, MemoryLocker, NoopLocker
@@ -791,3 +791,16 @@ def client_error(code: str, status: int) -> ClientError:
 )
 def test_is_transient(exc: BaseException, transient: bool) -> None:
     assert is_transient(exc) is transient
+
+
+def test_a_failed_claim_without_the_item_that_failed_it_is_a_store_error() -> None:
+    class Forgetful:
+        """An endpoint that ignores ReturnValuesOnConditionCheckFailure."""
+
+        def put_item(self, **request: Any) -> None:
+            error = {"Code": "ConditionalCheckFailedException", "Message": "failed"}
+            raise ClientError({"Error": error}, "PutItem")
+
+    store = DynamoDedupe(Forgetful(), "t", retention_seconds=60, lease_seconds=60)
+    with pytest.raises(StoreError, match="did not return the item"):
+        store.claim("m1")

@@ -180,7 +180,8 @@ def test_a_message_is_deleted_only_once_its_job_has_finished() -> None:
 def test_delete_on_receive_deletes_before_the_job_runs() -> None:
     source = FakeSource([{"command": "x"}])
     runner = GateRunner()
-    settings = KickerSettings(max_workers=2, delete_on_receive=True, delete_window=0)
+    # A window no test reaches: deleting on receive does not wait for a batch.
+    settings = KickerSettings(max_workers=2, delete_on_receive=True, delete_window=3600)
     kicker, _ = make_kicker(source, runner, settings=settings)
     running = Running(kicker)
     wait_until(lambda: runner.running and source.deleted == ["m0"], what="deleted while running")
@@ -283,7 +284,7 @@ def test_expired_job_is_cancelled_and_trigger_runs_unless_disabled() -> None:
         runner,
         workers=3,
         clock=lambda: 1011.0,
-        trigger=lambda cmd, job: triggered.append((cmd, job.event_id)) or RunResult(0, 0.0),
+        trigger=lambda cmd, job, stop: triggered.append((cmd, job.event_id)) or RunResult(0, 0.0),
         settings=KickerSettings(max_workers=3, life_time_trigger="alert"),
     )
     run_until(kicker, lambda: stats.snapshot().failed == 2 and len(runner.ran) == 1)
@@ -577,3 +578,44 @@ def test_an_unexpected_receive_error_does_not_stop_the_loop(
     kicker, _ = make_kicker(source, runner)
     run_until(kicker, lambda: runner.ran == ["m0"], timeout=20)
     assert "receive failed (KeyError: 'MessageId')" in caplog.text
+
+
+def test_a_message_given_back_is_not_hidden_again_by_a_late_heartbeat() -> None:
+    source = FakeSource([{"command": "x"}])
+    runner = GateRunner()
+    # Beats every 10 ms, so that one is likely under way as the job gives its message back.
+    settings = KickerSettings(max_workers=2, lease=0.03, visibility=2, shutdown_timeout=0.2)
+    kicker, _ = make_kicker(source, runner, settings=settings)
+    running = Running(kicker)
+    wait_until(lambda: ("m0", 2) in source.visibility, what="heartbeat hiding the message")
+    running.finish()
+    assert source.visibility[-1] == ("m0", 0)
+
+
+def test_a_runner_that_raises_gives_the_claim_up_and_leaves_the_message() -> None:
+    class Broken(GateRunner):
+        def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
+            raise RuntimeError("can't start new thread")
+
+    dedupe, locker = MemoryDedupe(), MemoryLocker()
+    source = FakeSource([{"command": "x", "lock_id": "L"}])
+    kicker, stats = make_kicker(source, Broken(), dedupe=dedupe, locker=locker)
+    run_until(kicker, lambda: stats.snapshot().failed == 1)
+    assert dedupe.seen == set() and locker.held == {}
+    assert source.deleted == [] and source.visibility == []  # reappears, to run again
+
+
+def test_a_hanging_life_time_trigger_is_stopped_by_the_shutdown() -> None:
+    source = FakeSource([{"command": "x", "life_time": 1}], sent_at=1000.0)
+    reasons: list[StopReason | None] = []
+
+    def trigger(command: str, job: Job, stop: StopSwitch) -> RunResult:
+        reasons.append(stop.wait(10))  # an alert endpoint that never answers
+        return RunResult(-15, 0.0, stopped=reasons[-1])
+
+    settings = KickerSettings(max_workers=2, life_time_trigger="alert", shutdown_timeout=0.1)
+    kicker, _ = make_kicker(
+        source, GateRunner(), clock=lambda: 2000.0, trigger=trigger, settings=settings
+    )
+    run_until(kicker, lambda: len(source.asked) > 1)
+    assert reasons == [StopReason.CANCELLED]

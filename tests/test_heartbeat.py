@@ -78,10 +78,16 @@ def heartbeat(
     )
 
 
+def beat(hb: Heartbeat) -> None:
+    """One beat of each kind."""
+    hb.renew()
+    hb.hide()
+
+
 def test_a_beat_hides_every_in_flight_message_and_renews_every_lease() -> None:
     jobs, source, dedupe, locker = InFlightJobs(), Source(), MemoryDedupe(), CountingLocker()
     in_flight(jobs, dedupe, locker, 3)
-    heartbeat(jobs, source, dedupe, locker).beat()
+    beat(heartbeat(jobs, source, dedupe, locker))
     assert len(source.calls) == 1  # one batch for all messages
     ids, seconds = source.calls[0]
     assert sorted(ids) == ["m0", "m1", "m2"] and seconds == 75
@@ -91,7 +97,7 @@ def test_a_beat_hides_every_in_flight_message_and_renews_every_lease() -> None:
 def test_without_visibility_messages_are_left_alone() -> None:
     jobs, source, dedupe, locker = InFlightJobs(), Source(), MemoryDedupe(), CountingLocker()
     in_flight(jobs, dedupe, locker, 1)
-    heartbeat(jobs, source, dedupe, locker, visibility=None).beat()
+    beat(heartbeat(jobs, source, dedupe, locker, visibility=None))
     assert source.calls == [] and locker.renewals == ["L0"]
 
 
@@ -100,7 +106,7 @@ def test_a_lost_lock_is_reported_loudly_and_dropped(caplog: pytest.LogCaptureFix
     (entry,) = in_flight(jobs, dedupe, locker, 1)
     assert entry.lock is not None
     locker.unlock(entry.lock)  # as if another daemon had taken it over
-    heartbeat(jobs, source, dedupe, locker).beat()
+    beat(heartbeat(jobs, source, dedupe, locker))
     assert entry.lock is None
     assert 'LOST the lock "L0" of job m0' in caplog.text
 
@@ -118,7 +124,7 @@ def test_a_lease_given_back_during_the_beat_is_not_reported(
             locker.unlock(lease)
             return locker.renew(lease)
 
-    heartbeat(jobs, source, dedupe, Releasing()).beat()
+    beat(heartbeat(jobs, source, dedupe, Releasing()))
     assert "LOST" not in caplog.text
 
 
@@ -129,13 +135,13 @@ def test_a_failing_store_is_skipped_for_the_rest_of_the_beat(
     jobs, source, dedupe, locker = InFlightJobs(), Source(), MemoryDedupe(), CountingLocker(down)
     entries = in_flight(jobs, dedupe, locker, 3)
     source.errors.append(down)
-    beat = heartbeat(jobs, source, dedupe, locker)
-    beat.beat()
+    hb = heartbeat(jobs, source, dedupe, locker)
+    beat(hb)
     assert len(locker.renewals) == 1  # not once per entry behind a dead endpoint
     assert all(e.lock is not None for e in entries)  # an error is not a loss
     assert "could not extend the visibility" in caplog.text
     assert "could not renew the lock" in caplog.text
-    beat.beat()
+    beat(hb)
     assert len(locker.renewals) == 4 and len(source.calls) == 1  # the next beat tries again
 
 
@@ -168,3 +174,51 @@ def test_in_flight_jobs_wait_until_empty() -> None:
     assert jobs.wait_empty(0.01) is False
     threading.Timer(0.05, jobs.discard, args=(entry,)).start()
     assert jobs.wait_empty(5) is True
+
+
+def test_a_hung_sqs_call_does_not_hold_up_the_lease_renewals() -> None:
+    jobs, dedupe, locker = InFlightJobs(), MemoryDedupe(), CountingLocker()
+    in_flight(jobs, dedupe, locker, 1)
+    release = threading.Event()
+
+    class Hung(Source):
+        def set_visibility(self, messages: Sequence[Message], seconds: int) -> None:
+            release.wait(10)  # SQS accepts the connection and never answers
+
+    stop = threading.Event()
+    thread = threading.Thread(target=heartbeat(jobs, Hung(), dedupe, locker).run, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: len(locker.renewals) >= 5, what="renewals go on")
+    finally:
+        stop.set()
+        release.set()
+        thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_hiding_holds_the_lock_that_settling_waits_for_and_flushes_deletes() -> None:
+    jobs, dedupe, locker = InFlightJobs(), MemoryDedupe(), CountingLocker()
+    in_flight(jobs, dedupe, locker, 1)
+    flushed: list[bool] = []
+    holder: list[Heartbeat] = []
+
+    class Checking(Source):
+        def set_visibility(self, messages: Sequence[Message], seconds: int) -> None:
+            assert holder[0].hiding.locked()
+            super().set_visibility(messages, seconds)
+
+    source = Checking()
+    hb = Heartbeat(
+        jobs,
+        source=source,
+        dedupe=dedupe,
+        locker=locker,
+        interval=0.01,
+        visibility=75,
+        flush_deletes=lambda: flushed.append(holder[0].hiding.locked()),
+    )
+    holder.append(hb)
+    hb.hide()
+    assert len(source.calls) == 1
+    assert flushed == [False]  # deletes go out after the lock is let go
