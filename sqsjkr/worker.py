@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .aws import AWS_ERRORS, Backoff, describe, is_transient
 from .dedupe import ClaimState, DedupeStore
@@ -23,6 +24,8 @@ from .sqs import MAX_VISIBILITY_SECONDS
 from .stats import Outcome
 
 log = logging.getLogger("sqsjkr.worker")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -223,51 +226,36 @@ class Worker:
         lease, entry.lock = entry.lock, None
         if lease is None:
             return
-        try:
-            if not self._locker.unlock(lease):
-                log.error(
-                    "lock %s was no longer ours when job %s released it: its lease had passed "
-                    "and another daemon took it",
-                    quote(lease.key),
-                    entry.job.message_id,
-                )
-        except AWS_ERRORS as exc:
+        what = f"release lock {quote(lease.key)} of job {entry.job.message_id}"
+        if self._until_answered(lambda: self._locker.unlock(lease), what) is False:
             log.error(
-                "could not release lock %s of job %s (%s): it frees itself when its lease ends",
+                "lock %s was no longer ours when job %s released it: its lease had passed "
+                "and another daemon took it",
                 quote(lease.key),
                 entry.job.message_id,
-                describe(exc),
             )
 
     def _end_claim(self, lease: Lease, *, finished: bool) -> None:
-        """Finish or release the claim, retrying while the store is out of reach: a claim left
-        unfinished would let a redelivery of the message run the job again once its lease ends.
-        The message stays in flight (and hidden by the heartbeat) meanwhile."""
+        """Finish or release the claim: a claim left unfinished would let a redelivery of the
+        message run the job again once its lease ends."""
+        end = self._dedupe.finish if finished else self._dedupe.release
         action = "finish" if finished else "release"
+        self._until_answered(
+            lambda: end(lease), f"{action} the dedupe record of message {lease.key}"
+        )
+
+    def _until_answered(self, call: Callable[[], T], what: str) -> T | None:
+        """call, retried while the store is out of reach; None if it never answered. The
+        message stays in flight (hidden by the heartbeat) meanwhile. Once stopping, or for an
+        error that retrying cannot mend, it gives up: the lease then ends by itself."""
         backoff = Backoff(first=0.5, cap=10.0)
         while True:
             try:
-                if finished:
-                    self._dedupe.finish(lease)
-                else:
-                    self._dedupe.release(lease)
-                return
+                return call()
             except AWS_ERRORS as exc:
                 if not is_transient(exc) or self._stopping.is_set():
-                    log.error(
-                        "could not %s the dedupe record of message %s (%s); its lease ends by "
-                        "itself",
-                        action,
-                        lease.key,
-                        describe(exc),
-                    )
-                    return
+                    log.error("could not %s (%s); its lease ends by itself", what, describe(exc))
+                    return None
                 delay = backoff.next_delay()
-                log.error(
-                    "could not %s the dedupe record of message %s (%s); retrying in %.1fs",
-                    action,
-                    lease.key,
-                    describe(exc),
-                    delay,
-                )
+                log.error("could not %s (%s); retrying in %.1fs", what, describe(exc), delay)
                 self._stopping.wait(delay)

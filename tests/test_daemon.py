@@ -619,3 +619,28 @@ def test_a_hanging_life_time_trigger_is_stopped_by_the_shutdown() -> None:
     )
     run_until(kicker, lambda: len(source.asked) > 1)
     assert reasons == [StopReason.CANCELLED]
+
+
+def test_an_unlock_that_fails_on_an_outage_is_retried_until_the_store_answers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Outage(MemoryLocker):
+        def __init__(self) -> None:
+            super().__init__()
+            self.failures = 2
+
+        def unlock(self, lease: Lease) -> bool:
+            if self.failures:
+                self.failures -= 1
+                raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
+            return super().unlock(lease)
+
+    locker = Outage()
+    source = FakeSource([{"command": "x", "lock_id": "L"}])
+    runner = GateRunner()
+    runner.open()
+    kicker, stats = make_kicker(source, runner, locker=locker)
+    run_until(kicker, lambda: stats.snapshot().succeeded == 1, timeout=20)
+    assert locker.held == {} and locker.failures == 0
+    assert 'could not release lock "L" of job m0 (EndpointConnectionError' in caplog.text
+    assert "retrying in" in caplog.text
