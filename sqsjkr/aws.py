@@ -125,6 +125,19 @@ def write_if_owner(
     )
 
 
+def renew_lease(client: Any, table: str, key: dict[str, Any], owner: str, until: float) -> bool:
+    """Move a leased item's LeaseUntil on to until, while owner holds it: False if it does not."""
+    renewed, _ = write_if_owner(
+        client.update_item,
+        table,
+        key,
+        owner,
+        UpdateExpression="SET LeaseUntil = :until",
+        ExpressionAttributeValues={":until": {"N": str(int(until))}},
+    )
+    return renewed
+
+
 class Backoff:
     """Capped exponential delays with jitter, so a fleet does not retry in step."""
 

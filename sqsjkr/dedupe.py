@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .aws import conditional_write, write_if_owner
+from .aws import conditional_write, renew_lease, write_if_owner
 from .errors import StoreError
 from .lease import Lease, new_owner
 
@@ -166,16 +166,8 @@ class DynamoDedupe:
         return Claim(ClaimState.RUNNING, held_until=float(old["LeaseUntil"]["N"]))
 
     def renew(self, lease: Lease) -> bool:
-        until = int(self._clock() + self._lease_seconds)
-        renewed, _ = write_if_owner(
-            self._client.update_item,
-            self._table,
-            _key(lease.key),
-            lease.owner,
-            UpdateExpression="SET LeaseUntil = :until",
-            ExpressionAttributeValues={":until": {"N": str(until)}},
-        )
-        return renewed
+        until = self._clock() + self._lease_seconds
+        return renew_lease(self._client, self._table, _key(lease.key), lease.owner, until)
 
     def finish(self, lease: Lease) -> None:
         write_if_owner(

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .aws import conditional_write, write_if_owner
+from .aws import conditional_write, renew_lease, write_if_owner
 from .errors import quote
 from .lease import Lease, new_owner
 
@@ -129,16 +129,8 @@ class DynamoLocker:
         return None
 
     def renew(self, lease: Lease) -> bool:
-        until = int(self._clock() + self._lease_seconds)
-        renewed, _ = write_if_owner(
-            self._client.update_item,
-            self._table,
-            _key(lease.key),
-            lease.owner,
-            UpdateExpression="SET LeaseUntil = :until",
-            ExpressionAttributeValues={":until": {"N": str(until)}},
-        )
-        return renewed
+        until = self._clock() + self._lease_seconds
+        return renew_lease(self._client, self._table, _key(lease.key), lease.owner, until)
 
     def unlock(self, lease: Lease) -> bool:
         deleted, left = write_if_owner(
