@@ -24,11 +24,9 @@ from typing import Any
 
 import boto3
 
-import sqsjkr.aws
-import sqsjkr.service
-from sqsjkr.config import load_config
-from sqsjkr.job import build_body
-from sqsjkr.local import (
+import sqsjkr.backends.aws
+import sqsjkr.daemon.service
+from sqsjkr.commands.local import (
     LOCAL_ACCOUNT,
     LOCAL_REGION,
     create_queue,
@@ -36,6 +34,8 @@ from sqsjkr.local import (
     local_endpoint,
     use_endpoint,
 )
+from sqsjkr.contract.config import load_config
+from sqsjkr.contract.job import build_body
 
 REGION = LOCAL_REGION
 
@@ -122,20 +122,20 @@ class CallCounter:
 @contextmanager
 def counting_clients(counter: CallCounter) -> Iterator[None]:
     """Make every client the daemon builds (through make_client) report to counter."""
-    original = sqsjkr.aws.make_client
+    original = sqsjkr.backends.aws.make_client
 
     def make_client(session: Any, service: str, *, max_pool: int = 10) -> Any:
         client = original(session, service, max_pool=max_pool)
         counter.attach(client)
         return client
 
-    sqsjkr.aws.make_client = make_client
-    sqsjkr.service.make_client = make_client  # the name service.py imported
+    sqsjkr.backends.aws.make_client = make_client
+    sqsjkr.daemon.service.make_client = make_client  # the name service.py imported
     try:
         yield
     finally:
-        sqsjkr.aws.make_client = original
-        sqsjkr.service.make_client = original
+        sqsjkr.backends.aws.make_client = original
+        sqsjkr.daemon.service.make_client = original
 
 
 @dataclass
@@ -306,7 +306,7 @@ def run_scenario(scenario: Scenario, *, jobs: int, workers: int, workdir: Path) 
 
     def serve() -> None:
         try:
-            sqsjkr.service.serve(config, stop)
+            sqsjkr.daemon.service.serve(config, stop)
         except Exception as exc:  # reported with the result
             errors.append(f"daemon failed: {type(exc).__name__}: {exc}")
 

@@ -9,7 +9,7 @@ import argparse
 import resource
 import time
 
-from sqsjkr.runner import run_shell
+from sqsjkr.daemon.runner import run_shell
 
 
 def peak_rss_mib() -> float:

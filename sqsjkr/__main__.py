@@ -3,6 +3,6 @@
 Tests start the daemon this way so they run the interpreter they were started with.
 """
 
-from .cli import main
+from sqsjkr.commands.cli import main
 
 main()

@@ -1,7 +1,7 @@
 """The error tree of sqsjkr.
 
 Every error an operator may see derives from SqsjkrError and says what to fix. Transient AWS
-failures stay botocore's own exceptions; sqsjkr.aws.is_transient tells them apart.
+failures stay botocore's own exceptions; sqsjkr.backends.aws.is_transient tells them apart.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from sqsjkr.local import LOCAL_ACCOUNT, create_table
+from sqsjkr.commands.local import LOCAL_ACCOUNT, create_table
 
 REGION = "us-east-1"
 

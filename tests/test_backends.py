@@ -17,13 +17,11 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
-from sqsjkr.aws import error_code, is_transient, make_client, make_session
-from sqsjkr.dedupe import ClaimState, DedupeStore, DynamoDedupe, MemoryDedupe, NoopDedupe
-from sqsjkr.errors import ResourceMissingError, StoreError
-from sqsjkr.lease import Lease, new_owner
-from sqsjkr.local import LOCAL_ACCOUNT
-from sqsjkr.locks import DynamoLocker, Locker, MemoryLocker, NoopLocker
-from sqsjkr.sqs import (
+from sqsjkr.backends.aws import error_code, is_transient, make_client, make_session
+from sqsjkr.backends.dedupe import ClaimState, DedupeStore, DynamoDedupe, MemoryDedupe, NoopDedupe
+from sqsjkr.backends.lease import Lease, new_owner
+from sqsjkr.backends.locks import DynamoLocker, Locker, MemoryLocker, NoopLocker
+from sqsjkr.backends.sqs import (
     REJECT_REASON_ATTRIBUTE,
     Message,
     SqsSource,
@@ -31,6 +29,8 @@ from sqsjkr.sqs import (
     queue_settings,
     resolve_queue_url,
 )
+from sqsjkr.commands.local import LOCAL_ACCOUNT
+from sqsjkr.errors import ResourceMissingError, StoreError
 
 from .conftest import REGION, Aws, free_port, wait_until
 

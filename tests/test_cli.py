@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sqsjkr import __version__
-from sqsjkr.cli import UsageFailure, translate_go_args
+from sqsjkr.commands.cli import UsageFailure, translate_go_args
 
 from .conftest import (
     SQSJKR_COMMAND,

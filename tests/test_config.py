@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sqsjkr.config import (
+from sqsjkr.contract.config import (
     DEFAULT_CONFIG_PATH,
     AccountConfig,
     Config,
@@ -25,9 +25,9 @@ from sqsjkr.config import (
     load_config,
     parse_config,
 )
-from sqsjkr.duration import Duration, duration_value
+from sqsjkr.contract.duration import Duration, duration_value
+from sqsjkr.contract.template import render_template
 from sqsjkr.errors import ConfigError
-from sqsjkr.template import render_template
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -17,7 +17,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from sqsjkr.local import create_table
+from sqsjkr.commands.local import create_table
 
 from .conftest import (
     REGION,

@@ -21,8 +21,17 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sqsjkr.cli import cli, main
-from sqsjkr.crontab import (
+from sqsjkr.commands.cli import cli, main
+from sqsjkr.contract.job import parse_job
+from sqsjkr.crontab.eventbridge import (
+    Conversion,
+    ConvertOptions,
+    TerraformJob,
+    convert_crontab,
+    convert_job,
+    zone_offsets,
+)
+from sqsjkr.crontab.parse import (
     FIELDS,
     CronJob,
     EnvSetting,
@@ -32,17 +41,8 @@ from sqsjkr.crontab import (
     parse_field,
     split_percent,
 )
+from sqsjkr.crontab.tfvars import hcl_string
 from sqsjkr.errors import CrontabError
-from sqsjkr.eventbridge import (
-    Conversion,
-    ConvertOptions,
-    TerraformJob,
-    convert_crontab,
-    convert_job,
-    zone_offsets,
-)
-from sqsjkr.job import parse_job
-from sqsjkr.tfvars import hcl_string
 
 # Conversions look at the zones' offsets from this instant on, so results do not depend on today.
 NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)

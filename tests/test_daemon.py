@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from sqsjkr.daemon import Kicker, KickerSettings, PendingDeletes
-from sqsjkr.dedupe import Claim, ClaimState, MemoryDedupe
+from sqsjkr.backends.dedupe import Claim, ClaimState, MemoryDedupe
+from sqsjkr.backends.lease import Lease
+from sqsjkr.backends.locks import MemoryLocker
+from sqsjkr.backends.sqs import Message
+from sqsjkr.contract.job import Job
+from sqsjkr.daemon.loop import Kicker, KickerSettings, PendingDeletes
+from sqsjkr.daemon.runner import RunResult, StopReason, StopSwitch
 from sqsjkr.errors import ResourceMissingError
-from sqsjkr.job import Job
-from sqsjkr.lease import Lease
-from sqsjkr.locks import MemoryLocker
-from sqsjkr.runner import RunResult, StopReason, StopSwitch
-from sqsjkr.sqs import Message
-from sqsjkr.stats import Stats
+from sqsjkr.observability.stats import Stats
 
 from .conftest import wait_until
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sqsjkr.duration import Duration, duration_value, parse_duration
+from sqsjkr.contract.duration import Duration, duration_value, parse_duration
 from sqsjkr.errors import DurationError
 
 NS = 1

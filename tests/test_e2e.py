@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqsjkr.config import load_config
-from sqsjkr.dedupe import MemoryDedupe
-from sqsjkr.locks import MemoryLocker
-from sqsjkr.service import serve
+from sqsjkr.backends.dedupe import MemoryDedupe
+from sqsjkr.backends.locks import MemoryLocker
+from sqsjkr.contract.config import load_config
+from sqsjkr.daemon.service import serve
 
 from .conftest import (
     REGION,

@@ -17,9 +17,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sqsjkr.duration import Duration, parse_duration
+from sqsjkr.contract.duration import Duration, parse_duration
+from sqsjkr.contract.job import Job, build_body, parse_job
 from sqsjkr.errors import InvalidJobError
-from sqsjkr.job import Job, build_body, parse_job
 
 from .conftest import Aws, Start, invocations, run_daemon, wait_until
 

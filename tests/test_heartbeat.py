@@ -8,12 +8,12 @@ from collections.abc import Sequence
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from sqsjkr.dedupe import MemoryDedupe
-from sqsjkr.heartbeat import Heartbeat, InFlight, InFlightJobs
-from sqsjkr.job import Job
-from sqsjkr.lease import Lease, lease_timing
-from sqsjkr.locks import MemoryLocker
-from sqsjkr.sqs import Message
+from sqsjkr.backends.dedupe import MemoryDedupe
+from sqsjkr.backends.lease import Lease, lease_timing
+from sqsjkr.backends.locks import MemoryLocker
+from sqsjkr.backends.sqs import Message
+from sqsjkr.contract.job import Job
+from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
 
 from .conftest import wait_until
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from sqsjkr.duration import Duration, parse_duration
+from sqsjkr.contract.duration import Duration, parse_duration
+from sqsjkr.contract.job import Job, build_body, is_expired, parse_job, trigger_line
 from sqsjkr.errors import InvalidJobError
-from sqsjkr.job import Job, build_body, is_expired, parse_job, trigger_line
 
 SENT_AT = 1_614_600_000.123  # 2021-03-01 12:00:00.123 UTC
 

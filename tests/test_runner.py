@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sqsjkr.job import Job, trigger_line
-from sqsjkr.runner import (
+from sqsjkr.contract.job import Job, trigger_line
+from sqsjkr.daemon.runner import (
     MAX_LINE_BYTES,
     RunResult,
     ShellRunner,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sqsjkr.errors import SqsjkrError, StatsServerError
-from sqsjkr.stats import Outcome, Stats, StatsServer, StatsSnapshot
+from sqsjkr.observability.stats import Outcome, Stats, StatsServer, StatsSnapshot
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from sqsjkr.duration import parse_duration
-from sqsjkr.notify import NullNotifier, SystemdNotifier
+from sqsjkr.contract.duration import parse_duration
+from sqsjkr.observability.notify import NullNotifier, SystemdNotifier
 
 from .conftest import Aws, Daemon, config_text, free_port
 

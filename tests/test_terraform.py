@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sqsjkr.duration import parse_duration
+from sqsjkr.contract.duration import parse_duration
+from sqsjkr.contract.job import parse_job
 from sqsjkr.errors import DurationError
-from sqsjkr.job import parse_job
 
 TERRAFORM_DIR = Path(__file__).resolve().parent.parent / "terraform"
 EXAMPLE_FILE = TERRAFORM_DIR / "examples" / "multi-job" / "main.tf"

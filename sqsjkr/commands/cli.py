@@ -18,24 +18,24 @@ from typing import IO, Any
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import __version__
-from .aws import describe, make_client, make_session
-from .config import DEFAULT_CONFIG_PATH, Config, Overrides, load_config
-from .crontab import decode_crontab, parse_crontab
-from .errors import ConfigError, InvalidJobError, SqsjkrError
-from .eventbridge import (
+from sqsjkr import __version__
+from sqsjkr.backends.aws import describe, make_client, make_session
+from sqsjkr.backends.sqs import resolve_queue_url
+from sqsjkr.commands.local import run_local
+from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config, Overrides, load_config
+from sqsjkr.contract.job import build_body, parse_job
+from sqsjkr.crontab.eventbridge import (
     DST_CHOICES,
     ConvertOptions,
     DstChoice,
     convert_crontab,
     load_zone,
 )
-from .job import build_body, parse_job
-from .local import run_local
-from .notify import SystemdNotifier
-from .service import serve
-from .sqs import resolve_queue_url
-from .tfvars import render_hcl, render_json
+from sqsjkr.crontab.parse import decode_crontab, parse_crontab
+from sqsjkr.crontab.tfvars import render_hcl, render_json
+from sqsjkr.daemon.service import serve
+from sqsjkr.errors import ConfigError, InvalidJobError, SqsjkrError
+from sqsjkr.observability.notify import SystemdNotifier
 
 log = logging.getLogger("sqsjkr.cli")
 

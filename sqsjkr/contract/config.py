@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqsjkr.duration import Duration, duration_value
+from sqsjkr.contract.duration import Duration, duration_value
+from sqsjkr.contract.limits import MAX_VISIBILITY_SECONDS
+from sqsjkr.contract.template import render_template
 from sqsjkr.errors import ConfigError, DurationError
-from sqsjkr.sqs import MAX_VISIBILITY_SECONDS
-from sqsjkr.template import render_template
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from .eventbridge import Conversion
+from sqsjkr.crontab.eventbridge import Conversion
 
 _HCL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HCL_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}

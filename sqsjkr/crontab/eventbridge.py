@@ -14,8 +14,8 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .crontab import CronJob, Entry, EnvSetting, Line, Schedule
-from .errors import CrontabError
+from sqsjkr.crontab.parse import CronJob, Entry, EnvSetting, Line, Schedule
+from sqsjkr.errors import CrontabError
 
 DstChoice = Literal["standard", "daylight"]
 DST_CHOICES: tuple[DstChoice, ...] = ("standard", "daylight")

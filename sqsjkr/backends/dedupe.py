@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .aws import conditional_write, renew_lease, write_if_owner
-from .errors import StoreError
-from .lease import Lease, new_owner
+from sqsjkr.backends.aws import conditional_write, renew_lease, write_if_owner
+from sqsjkr.backends.lease import Lease, new_owner
+from sqsjkr.errors import StoreError
 
 #: The Type attribute of dedupe items, shared with the Go daemon's table.
 THROTTLE_TYPE = "throttle"

@@ -21,8 +21,8 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import __version__
-from .errors import StatsServerError
+from sqsjkr import __version__
+from sqsjkr.errors import StatsServerError
 
 __all__ = ["Outcome", "Stats", "StatsServer", "StatsServerError", "StatsSnapshot"]
 

@@ -10,7 +10,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .errors import CrontabError, quote
+from sqsjkr.errors import CrontabError, quote
 
 MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 #: Index = crontab's day-of-week number: 0 and 7 are both Sunday.

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from sqsjkr.duration import Duration, duration_value
+from sqsjkr.contract.duration import Duration, duration_value
 from sqsjkr.errors import DurationError, InvalidJobError, quote
 
 #: DynamoDB's limit on a partition key, which a lock_id becomes.

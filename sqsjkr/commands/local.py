@@ -17,11 +17,11 @@ from typing import Any
 
 import click
 
-from .aws import make_client, make_session
-from .config import load_config
-from .errors import LocalModeError
-from .job import build_body
-from .service import serve
+from sqsjkr.backends.aws import make_client, make_session
+from sqsjkr.contract.config import load_config
+from sqsjkr.contract.job import build_body
+from sqsjkr.daemon.service import serve
+from sqsjkr.errors import LocalModeError
 
 log = logging.getLogger("sqsjkr.local")
 

@@ -13,18 +13,18 @@ from typing import TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .aws import Backoff, describe, is_transient, make_client, make_session
-from .config import Config
-from .daemon import Kicker, KickerSettings
-from .dedupe import DedupeStore, DynamoDedupe, NoopDedupe
-from .duration import Duration
-from .errors import StartupError
-from .lease import lease_timing
-from .locks import DynamoLocker, Locker, NoopLocker
-from .notify import Notifier
-from .runner import ShellRunner
-from .sqs import SqsSource, dead_letter_queue_url, queue_settings, resolve_queue_url
-from .stats import Stats, StatsServer
+from sqsjkr.backends.aws import Backoff, describe, is_transient, make_client, make_session
+from sqsjkr.backends.dedupe import DedupeStore, DynamoDedupe, NoopDedupe
+from sqsjkr.backends.lease import lease_timing
+from sqsjkr.backends.locks import DynamoLocker, Locker, NoopLocker
+from sqsjkr.backends.sqs import SqsSource, dead_letter_queue_url, queue_settings, resolve_queue_url
+from sqsjkr.contract.config import Config
+from sqsjkr.contract.duration import Duration
+from sqsjkr.daemon.loop import Kicker, KickerSettings
+from sqsjkr.daemon.runner import ShellRunner
+from sqsjkr.errors import StartupError
+from sqsjkr.observability.notify import Notifier
+from sqsjkr.observability.stats import Stats, StatsServer
 
 log = logging.getLogger("sqsjkr.service")
 

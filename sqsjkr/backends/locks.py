@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .aws import conditional_write, renew_lease, write_if_owner
-from .errors import quote
-from .lease import Lease, new_owner
+from sqsjkr.backends.aws import conditional_write, renew_lease, write_if_owner
+from sqsjkr.backends.lease import Lease, new_owner
+from sqsjkr.errors import quote
 
 log = logging.getLogger("sqsjkr.locks")
 

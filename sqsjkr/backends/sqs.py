@@ -13,15 +13,13 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from .aws import error_code
-from .errors import ResourceMissingError, quote
+from sqsjkr.backends.aws import error_code
+from sqsjkr.errors import ResourceMissingError, quote
 
 log = logging.getLogger("sqsjkr.sqs")
 
 #: SQS accepts at most ten messages per ReceiveMessage and per batch call.
 MAX_BATCH = 10
-#: SQS's longest visibility timeout: 12 hours.
-MAX_VISIBILITY_SECONDS = 43200
 #: SQS allows ten message attributes; a dead-lettered message gets one more saying why, if room.
 _MAX_MESSAGE_ATTRIBUTES = 10
 REJECT_REASON_ATTRIBUTE = "sqsjkr_error"

@@ -11,14 +11,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .aws import AWS_ERRORS, describe
-from .dedupe import DedupeStore
-from .errors import quote
-from .job import Job
-from .lease import Lease
-from .locks import Locker
-from .runner import StopSwitch
-from .sqs import Message, MessageSource
+from sqsjkr.backends.aws import AWS_ERRORS, describe
+from sqsjkr.backends.dedupe import DedupeStore
+from sqsjkr.backends.lease import Lease
+from sqsjkr.backends.locks import Locker
+from sqsjkr.backends.sqs import Message, MessageSource
+from sqsjkr.contract.job import Job
+from sqsjkr.daemon.runner import StopSwitch
+from sqsjkr.errors import quote
 
 log = logging.getLogger("sqsjkr.heartbeat")
 

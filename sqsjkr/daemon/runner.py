@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Protocol
 
-from .job import Job, trigger_line
+from sqsjkr.contract.job import Job, trigger_line
 
 log = logging.getLogger("sqsjkr.runner")
 output_log = logging.getLogger("sqsjkr.output")

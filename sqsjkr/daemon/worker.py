@@ -12,16 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .aws import AWS_ERRORS, Backoff, describe, is_transient
-from .dedupe import ClaimState, DedupeStore
-from .errors import quote
-from .heartbeat import InFlight
-from .job import Job, is_expired
-from .lease import Lease
-from .locks import Locker
-from .runner import JobRunner, RunResult, StopReason, StopSwitch
-from .sqs import MAX_VISIBILITY_SECONDS
-from .stats import Outcome
+from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe, is_transient
+from sqsjkr.backends.dedupe import ClaimState, DedupeStore
+from sqsjkr.backends.lease import Lease
+from sqsjkr.backends.locks import Locker
+from sqsjkr.contract.job import Job, is_expired
+from sqsjkr.contract.limits import MAX_VISIBILITY_SECONDS
+from sqsjkr.daemon.heartbeat import InFlight
+from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch
+from sqsjkr.errors import quote
+from sqsjkr.observability.stats import Outcome
 
 log = logging.getLogger("sqsjkr.worker")
 

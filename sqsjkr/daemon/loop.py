@@ -12,18 +12,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .aws import AWS_ERRORS, Backoff, describe
-from .dedupe import DedupeStore
-from .errors import InvalidJobError, ReceiverFailed
-from .heartbeat import Heartbeat, InFlight, InFlightJobs
-from .job import Job, parse_job
-from .lease import lease_timing
-from .locks import Locker
-from .notify import Notifier, NullNotifier
-from .runner import JobRunner, RunResult, StopReason, StopSwitch, run_trigger
-from .sqs import MAX_BATCH, Message, MessageSource
-from .stats import Outcome, Stats
-from .worker import LEAVE, Settle, Worker, WorkerSettings
+from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe
+from sqsjkr.backends.dedupe import DedupeStore
+from sqsjkr.backends.lease import lease_timing
+from sqsjkr.backends.locks import Locker
+from sqsjkr.backends.sqs import MAX_BATCH, Message, MessageSource
+from sqsjkr.contract.job import Job, parse_job
+from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
+from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, run_trigger
+from sqsjkr.daemon.worker import LEAVE, Settle, Worker, WorkerSettings
+from sqsjkr.errors import InvalidJobError, ReceiverFailed
+from sqsjkr.observability.notify import Notifier, NullNotifier
+from sqsjkr.observability.stats import Outcome, Stats
 
 log = logging.getLogger("sqsjkr.daemon")
 

@@ -14,7 +14,7 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from .errors import ResourceMissingError, StoreError
+from sqsjkr.errors import ResourceMissingError, StoreError
 
 #: Errors of an AWS call that the daemon survives: it logs them and tries again later.
 AWS_ERRORS = (BotoCoreError, ClientError, ResourceMissingError, StoreError)

@@ -1,0 +1,8 @@
+"""The daemon core: the receive loop, one job's path on a worker, the heartbeat and the runner.
+
+service.serve() wires a Config into a running Kicker.
+"""
+
+from sqsjkr.daemon.loop import Kicker, KickerSettings
+
+__all__ = ["Kicker", "KickerSettings"]
