@@ -20,7 +20,7 @@ test: $(BIN)/sqsjkr
 	$(BIN)/ruff check sqsjkr tests benchmarks
 	$(BIN)/ruff format --check sqsjkr tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n 4
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache
