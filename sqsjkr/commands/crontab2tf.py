@@ -1,0 +1,97 @@
+"""`sqsjkr crontab2tf`: a crontab converted to the terraform module's jobs variable.
+
+The conversion itself lives in sqsjkr.crontab; this is its command line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO
+
+import click
+
+from sqsjkr.commands.options import UsageFailure
+from sqsjkr.crontab.eventbridge import (
+    DST_CHOICES,
+    ConvertOptions,
+    DstChoice,
+    convert_crontab,
+    load_zone,
+)
+from sqsjkr.crontab.parse import decode_crontab, parse_crontab
+from sqsjkr.crontab.tfvars import render_hcl, render_json
+
+
+@click.command("crontab2tf")
+@click.argument("crontab", type=click.File("rb"))
+@click.option(
+    "--timezone",
+    "zone",
+    metavar="ZONE",
+    help="IANA zone of the crontab's times (required): Asia/Tokyo, Europe/Berlin, UTC, ...",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["hcl", "json"]),
+    default="hcl",
+    show_default=True,
+    help="hcl: a .tfvars file; json: a .tfvars.json file.",
+)
+@click.option("--output", "-o", metavar="FILE", help="Write here instead of stdout.")
+@click.option(
+    "--accept-dst-shift",
+    type=click.Choice(DST_CHOICES),
+    help="Convert a zone with daylight saving time with its standard or daylight offset; "
+    "runs drift by the difference part of the year (said in each description).",
+)
+@click.option(
+    "--split-dom-dow",
+    is_flag=True,
+    help="A line restricting day-of-month and day-of-week (cron: either matches) becomes two "
+    "rules sharing a lock_id; they both run on days matching both.",
+)
+@click.option(
+    "--system", is_flag=True, help="System crontab (/etc/crontab, cron.d): a user column."
+)
+def crontab2tf(
+    crontab: IO[bytes],
+    zone: str | None,
+    output_format: str,
+    output: str | None,
+    accept_dst_shift: DstChoice | None,
+    split_dom_dow: bool,
+    system: bool,
+) -> None:
+    """Convert a crontab (a file, or - for stdin) to terraform's `jobs` variable.
+
+    Each job line becomes an EventBridge schedule in UTC (keyed by a stable id made of its
+    command and a hash) with the sqsjkr job it sends: the command (a `%` stdin part becomes a
+    printf piped into `/bin/sh -c`), the env lines above it, and the line as its description.
+    A line with no exact UTC equivalent is refused with the reason. Jobs run with the daemon's
+    environment and working directory, not cron's (PATH=/usr/bin:/bin and the user's home).
+    """
+    if zone is None:
+        raise UsageFailure(
+            "--timezone is required: the IANA zone the crontab's times are in (e.g. "
+            "Asia/Tokyo, or UTC); EventBridge runs schedules in UTC"
+        )
+    try:
+        load_zone(zone)
+    except ValueError as exc:
+        raise UsageFailure(f"--timezone: {exc}") from exc
+    entries = parse_crontab(decode_crontab(crontab.read()), system=system)
+    conversion = convert_crontab(
+        entries,
+        ConvertOptions(zone, accept_dst_shift=accept_dst_shift, split_dom_dow=split_dom_dow),
+    )
+    for warning in conversion.warnings:
+        click.echo(f"sqsjkr: warning: {warning}", err=True)
+    text = render_json(conversion) if output_format == "json" else render_hcl(conversion, zone)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise click.FileError(output, hint=exc.strerror) from exc

@@ -1,0 +1,48 @@
+"""What the commands share: one-line usage errors, loading the config, and the common options.
+
+A command module takes its options from here, so every command spells --conf or --region alike.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config, Overrides, load_config
+from sqsjkr.errors import ConfigError
+from sqsjkr.observability.logs import LOG_LEVELS
+
+
+class UsageFailure(click.UsageError):
+    """A bad command line, reported on one line."""
+
+
+def load(conf: str, overrides: Overrides | None = None) -> Config:
+    try:
+        return load_config(conf, overrides=overrides or Overrides())
+    except ConfigError as exc:
+        hint = ""
+        if conf == DEFAULT_CONFIG_PATH and not os.path.exists(conf):
+            hint = " (pass --conf PATH; try `sqsjkr --help` or `sqsjkr local --demo`)"
+        raise UsageFailure(f"{exc}{hint}") from exc
+
+
+conf_option = click.option(
+    "--conf",
+    "-c",
+    default=DEFAULT_CONFIG_PATH,
+    show_default=True,
+    metavar="PATH",
+    help="Config file (TOML, the Go sqsjkr format).",
+)
+log_level_option = click.option(
+    "--log-level",
+    type=click.Choice(list(LOG_LEVELS), case_sensitive=False),
+    default="info",
+    show_default=True,
+)
+profile_option = click.option(
+    "--profile", help="AWS credentials profile (overrides [account] profile)."
+)
+region_option = click.option("--region", help="AWS region (overrides [account] region).")

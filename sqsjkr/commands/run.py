@@ -1,0 +1,98 @@
+"""`sqsjkr run`: the daemon, until a stop signal; and `sqsjkr local`, the daemon on an embedded endpoint.
+
+Both set up logging and signals here, then hand over to daemon.service.serve().
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+import click
+
+from sqsjkr import __version__
+from sqsjkr.commands.local import run_local
+from sqsjkr.commands.options import (
+    conf_option,
+    load,
+    log_level_option,
+    profile_option,
+    region_option,
+)
+from sqsjkr.commands.signals import install_stop_signals
+from sqsjkr.contract.config import Overrides
+from sqsjkr.daemon.service import serve
+from sqsjkr.observability.logs import setup_logging
+from sqsjkr.observability.notify import SystemdNotifier
+
+log = logging.getLogger("sqsjkr.cli")
+
+
+@click.command()
+@conf_option
+@click.option("--lock-table", metavar="NAME", help="DynamoDB table (overrides [lock] table).")
+@log_level_option
+@profile_option
+@region_option
+@click.option(
+    "--stats-port", type=click.IntRange(0, 65535), help="Stats HTTP port (overrides the file)."
+)
+@click.option("--stats-socket", metavar="PATH", help="Serve stats on this unix socket instead.")
+@click.option(
+    "--shutdown-timeout",
+    metavar="DURATION",
+    help='How long a stop waits for running jobs, e.g. "10m" (overrides [kicker] shutdown_timeout).',
+)
+def run(
+    conf: str,
+    lock_table: str | None,
+    log_level: str,
+    profile: str | None,
+    region: str | None,
+    stats_port: int | None,
+    stats_socket: str | None,
+    shutdown_timeout: str | None,
+) -> None:
+    """Run the daemon."""
+    setup_logging(log_level.lower())
+    config = load(
+        conf,
+        Overrides(
+            lock_table=lock_table,
+            profile=profile,
+            region=region,
+            stats_port=stats_port,
+            stats_socket=stats_socket,
+            shutdown_timeout=shutdown_timeout,
+        ),
+    )
+    # Before any job can start: jobs copy the daemon's environment, and systemd's variables
+    # are not meant for them.
+    notifier = SystemdNotifier.from_environment(os.environ, unset=True)
+    stop, force = threading.Event(), threading.Event()
+    restore = install_stop_signals(stop, force)
+    try:
+        log.info("sqsjkr %s starting with %s", __version__, conf)
+        serve(config, stop, force=force, notifier=notifier)
+    finally:
+        restore()
+
+
+@click.command()
+@click.option("--demo", is_flag=True, help="Also send sample jobs and watch them run.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=0, help="Port of the embedded AWS endpoint."
+)
+@click.option("--stats-port", type=click.IntRange(0, 65535), default=8061, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 1000), default=4, show_default=True)
+@log_level_option
+def local(demo: bool, port: int, stats_port: int, workers: int, log_level: str) -> None:
+    """Run the daemon on an embedded local AWS endpoint (moto), with its queue and table."""
+    setup_logging(log_level.lower())
+    stop, force = threading.Event(), threading.Event()
+    restore = install_stop_signals(stop, force)
+    try:
+        run_local(stop, force, demo=demo, port=port, stats_port=stats_port, workers=workers)
+    finally:
+        restore()

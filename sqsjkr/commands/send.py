@@ -1,0 +1,105 @@
+"""`sqsjkr send`: check a job with the daemon's own parser and put it on the queue.
+
+What the daemon would refuse is never sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import click
+
+from sqsjkr.backends.aws import make_client, make_session
+from sqsjkr.backends.sqs import resolve_queue_url
+from sqsjkr.commands.options import UsageFailure, conf_option, load, profile_option, region_option
+from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.job import build_body, parse_job
+from sqsjkr.errors import InvalidJobError
+
+
+def parse_env(values: Sequence[str]) -> dict[str, str]:
+    envs = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageFailure(f"--env {item!r}: expected KEY=VALUE")
+        envs[key] = value
+    return envs
+
+
+def duration_option(text: str | None) -> int | str | None:
+    """A --life-time or --timeout as the message carries it: int seconds or Go syntax."""
+    if text is None:
+        return None
+    return int(text) if text.isdigit() else text
+
+
+@click.command()
+@conf_option
+@profile_option
+@region_option
+@click.option("--command", help="Shell command to run (sh -c).")
+@click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Job environment; repeat.")
+@click.option("--event-id", help="Name of the schedule (default: the message id).")
+@click.option("--lock-id", help="Jobs with one lock_id never run at once.")
+@click.option("--life-time", help='Cancel when older: seconds or a duration ("90s", "1h30m").')
+@click.option("--timeout", help='Stop the job after this long: seconds or a duration ("30m").')
+@click.option("--abort-if-locked", is_flag=True, help="Give up at once when the lock is held.")
+@click.option("--disable-life-time-trigger", is_flag=True)
+@click.option("--delay", type=click.IntRange(0, 900), default=0, help="SQS DelaySeconds.")
+@click.option("--body", help="The whole message as JSON, instead of the options above.")
+def send(
+    conf: str,
+    profile: str | None,
+    region: str | None,
+    command: str | None,
+    envs: tuple[str, ...],
+    event_id: str | None,
+    lock_id: str | None,
+    life_time: str | None,
+    timeout: str | None,
+    abort_if_locked: bool,
+    disable_life_time_trigger: bool,
+    delay: int,
+    body: str | None,
+) -> None:
+    """Validate a job and put it on the queue; prints the message id."""
+    built_from_options = any(
+        [
+            command,
+            envs,
+            event_id,
+            lock_id,
+            life_time,
+            timeout,
+            abort_if_locked,
+            disable_life_time_trigger,
+        ]
+    )
+    if body is not None and built_from_options:
+        raise UsageFailure("give either --body or the job options (--command, ...), not both")
+    if body is None and command is None:
+        raise UsageFailure("--command or --body is required")
+    try:
+        if body is None:
+            assert command is not None
+            body = build_body(
+                command,
+                envs=parse_env(envs),
+                event_id=event_id,
+                lock_id=lock_id,
+                life_time=duration_option(life_time),
+                timeout=duration_option(timeout),
+                abort_if_locked=abort_if_locked,
+                disable_life_time_trigger=disable_life_time_trigger,
+            )
+        # The daemon's own parser: what it would refuse is never sent.
+        parse_job(body, message_id="(not sent)", sent_at=0.0)
+    except InvalidJobError as exc:
+        raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
+    config = load(conf, Overrides(profile=profile, region=region))
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    sqs = make_client(session, "sqs")
+    queue_url = resolve_queue_url(sqs, config.sqs.queue_name, config.account.id)
+    response = sqs.send_message(QueueUrl=queue_url, MessageBody=body, DelaySeconds=delay)
+    click.echo(response["MessageId"])
