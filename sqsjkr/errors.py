@@ -33,6 +33,17 @@ class StoreError(SqsjkrError):
     """A lock or dedupe store gave an answer sqsjkr cannot act on safely."""
 
 
+class StoreTooSlow(StoreError):
+    """A store answers, but too slowly to keep a lease fresh; worth trying again later."""
+
+
+class HostFault(SqsjkrError):
+    """The host could not start a job (no file descriptors, no memory, no processes left).
+
+    Not the job's fault: its claim and lock are released and its message is left to run later.
+    """
+
+
 class StartupError(SqsjkrError):
     """The daemon cannot start: bad credentials, an unknown profile, access denied."""
 

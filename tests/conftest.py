@@ -112,6 +112,11 @@ class Aws:
         )
         return response.get("Item")
 
+    def lock_free(self, lock_id: str) -> bool:
+        """No one holds lock_id: its item is gone, or released (no EventId, to Go either)."""
+        item = self.item(lock_id, "lock")
+        return item is None or "EventId" not in item
+
     def queue_counts(self) -> tuple[int, int]:
         """(visible, in flight) messages."""
         attrs = self.sqs.get_queue_attributes(

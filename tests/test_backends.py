@@ -90,6 +90,9 @@ class LostResponses:
     def delete_item(self, **request: Any) -> Any:
         return self._twice("delete_item", request)
 
+    def update_item(self, **request: Any) -> Any:
+        return self._twice("update_item", request)
+
 
 def lock_item(aws: Aws, lock_id: str = "report") -> dict[str, Any] | None:
     return aws.item(lock_id, "lock")
@@ -135,8 +138,9 @@ def test_try_lock_writes_the_go_lock_item_with_owner_and_lease(aws: Aws) -> None
         "Type": {"S": "lock"},
         "EventId": {"S": "ev-1"},
         "Owner": {"S": lease.owner},
-        "LeaseUntil": {"N": str(int(T0) + 60)},
+        "LeaseUntil": {"N": "1700000060.75"},  # to the millisecond: a lease may be short
     }
+    assert lease.until == T0 + 0.75 + 60
 
 
 def test_a_live_lease_blocks_and_keeps_the_holder(aws: Aws) -> None:
@@ -150,13 +154,23 @@ def test_a_live_lease_blocks_and_keeps_the_holder(aws: Aws) -> None:
     assert lock_item(aws) == held
 
 
-def test_unlock_deletes_the_item_and_frees_the_lock(aws: Aws) -> None:
+def released_mark(owner: str, now: float = T0) -> dict[str, Any]:
+    """What a released lock leaves: no EventId (free, to the Go daemon too), who released it."""
+    return {
+        "Id": {"S": "report"},
+        "Type": {"S": "lock"},
+        "ReleasedBy": {"S": owner},
+        "Expired": {"N": str(int(now) + 86400)},
+    }
+
+
+def test_unlock_frees_the_lock_and_marks_who_released_it(aws: Aws) -> None:
     locker = dynamo_locker(Clock(), aws.table)
     lease = locker.try_lock("report", "ev-1")
     assert lease is not None
     assert locker.unlock(lease) is True
-    assert lock_item(aws) is None
-    assert locker.unlock(lease) is True  # already gone: a retried unlock is no loss
+    assert lock_item(aws) == released_mark(lease.owner)
+    assert locker.unlock(lease) is True  # our own mark: a retried unlock is no loss
     again = locker.try_lock("report", "ev-2")
     assert again is not None and again.owner != lease.owner
     assert lock_item(aws)["EventId"] == {"S": "ev-2"}  # type: ignore[index]
@@ -171,6 +185,19 @@ def test_a_go_lock_blocks_forever_and_is_never_deleted(aws: Aws) -> None:
     assert locker.renew(Lease("report", "")) is False
     assert locker.unlock(Lease("report", "")) is False
     assert lock_item(aws) == {k: {"S": v} for k, v in go_item.items()}
+
+
+def test_a_released_lock_is_free_to_the_go_daemon(aws: Aws) -> None:
+    locker = dynamo_locker(Clock(), aws.table)
+    lease = locker.try_lock("report", "ev-1")
+    assert lease is not None and locker.unlock(lease)
+    # The Go daemon's own lock write: a PutItem on the condition that no EventId is there.
+    aws.dynamodb.put_item(
+        TableName=aws.table,
+        Item={"Id": {"S": "report"}, "Type": {"S": "lock"}, "EventId": {"S": "go"}},
+        ConditionExpression="attribute_not_exists(EventId)",
+    )
+    assert locker.try_lock("report", "ev-2") is None  # and the Go lock holds it
 
 
 def test_an_expired_lease_is_taken_over_and_the_takeover_logged(
@@ -230,10 +257,22 @@ def test_a_stale_owner_can_neither_renew_nor_unlock(aws: Aws) -> None:
     assert stale_locker.unlock(stale) is False
     assert lock_item(aws) == held
     assert new_locker.unlock(current) is True
-    assert lock_item(aws) is None
+    assert lock_item(aws) == released_mark(current.owner, T0 + 110)
+    # Released by the new holder since: the stale holder's unlock still learns it lost it.
+    assert stale_locker.unlock(stale) is False
 
 
-def test_unlock_deletes_only_our_item(aws: Aws) -> None:
+def test_unlock_of_a_lock_that_is_gone_is_a_loss(aws: Aws) -> None:
+    locker = dynamo_locker(Clock(), aws.table)
+    lease = locker.try_lock("report", "ev-1")
+    assert lease is not None
+    # A Go daemon or an operator removed it meanwhile: not our own release.
+    key = {"Id": {"S": "report"}, "Type": {"S": "lock"}}
+    aws.dynamodb.delete_item(TableName=aws.table, Key=key)
+    assert locker.unlock(lease) is False
+
+
+def test_unlock_releases_only_our_item(aws: Aws) -> None:
     locker = dynamo_locker(Clock(), aws.table)
     ours = locker.try_lock("a", "ev-a")
     theirs = locker.try_lock("b", "ev-b")
@@ -243,7 +282,7 @@ def test_unlock_deletes_only_our_item(aws: Aws) -> None:
     assert lock_item(aws, "a") is not None
     b_item = lock_item(aws, "b")
     assert locker.unlock(ours) is True
-    assert lock_item(aws, "a") is None
+    assert "EventId" not in lock_item(aws, "a")  # type: ignore[operator]
     assert lock_item(aws, "b") == b_item
 
 
@@ -275,7 +314,9 @@ def test_unlock_survives_a_lost_response(aws: Aws) -> None:
     dynamodb = LostResponses(client("dynamodb"))
     locker = DynamoLocker(dynamodb, aws.table, lease_seconds=60, clock=Clock())
     assert locker.unlock(lease) is True
-    assert lock_item(aws) is None
+    # The retry failed its condition on our own release, and knew it by the mark.
+    assert dynamodb.retry_errors == ["ConditionalCheckFailedException"]
+    assert lock_item(aws) == released_mark(lease.owner)
 
 
 # --- DynamoDedupe ------------------------------------------------------------------------------
@@ -304,7 +345,7 @@ def test_claim_writes_the_go_throttle_item_with_owner_and_lease(aws: Aws) -> Non
         "Type": {"S": "throttle"},
         "Expired": {"N": str(int(T0) + 345_600)},  # now + the queue's retention
         "Owner": {"S": claim.lease.owner},
-        "LeaseUntil": {"N": str(int(T0) + 30)},
+        "LeaseUntil": {"N": "1700000030.75"},
     }
 
 
@@ -327,7 +368,7 @@ def test_a_finished_claim_stops_every_later_delivery(aws: Aws) -> None:
     claim = dedupe.claim("msg-1")
     assert claim.lease is not None
     clock.now = T0 + 10
-    dedupe.finish(claim.lease)
+    assert dedupe.finish(claim.lease) is True
     assert throttle_item(aws) == {
         "Id": {"S": "msg-1"},
         "Type": {"S": "throttle"},
@@ -359,7 +400,7 @@ def test_an_expired_claim_is_taken_over(aws: Aws) -> None:
     }
     # The dead daemon, come back, can no longer touch the new holder's claim.
     assert dead.renew(stale.lease) is False
-    dead.finish(stale.lease)
+    assert dead.finish(stale.lease) is False  # lost: the job may have run twice
     dead.release(stale.lease)
     assert throttle_item(aws) == held
 
@@ -408,8 +449,18 @@ def test_release_by_another_owner_keeps_the_claim(aws: Aws) -> None:
     assert claim.lease is not None
     held = throttle_item(aws)
     dedupe.release(Lease("msg-1", new_owner()))
-    dedupe.finish(Lease("msg-1", new_owner()))
+    assert dedupe.finish(Lease("msg-1", new_owner())) is False
     assert throttle_item(aws) == held
+
+
+def test_finish_survives_a_lost_response(aws: Aws) -> None:
+    claim = dynamo_dedupe(Clock(), aws.table).claim("msg-1")
+    assert claim.lease is not None
+    dynamodb = LostResponses(client("dynamodb"))
+    dedupe = DynamoDedupe(dynamodb, aws.table, retention_seconds=600, lease_seconds=30)
+    assert dedupe.finish(claim.lease) is True
+    assert dynamodb.retry_errors == ["ConditionalCheckFailedException"]
+    assert "LeaseUntil" not in throttle_item(aws)  # type: ignore[operator]
 
 
 def test_claim_survives_a_lost_response(aws: Aws) -> None:
@@ -453,7 +504,7 @@ def test_locker_protocol(locker: Locker) -> None:
     assert locker.renew(Lease("report", "not-the-owner")) is False
     assert locker.unlock(Lease("report", "not-the-owner")) is False
     assert locker.unlock(lease) is True
-    assert locker.unlock(lease) is True  # gone, as after a retried delete
+    assert locker.unlock(lease) is True  # our own release, as after a retried one
     assert locker.renew(lease) is False
     assert locker.try_lock("report", "ev-4") is not None
 
@@ -464,11 +515,12 @@ def test_dedupe_protocol(dedupe: DedupeStore) -> None:
     assert dedupe.claim("msg-1").state is ClaimState.RUNNING
     assert dedupe.renew(first.lease) is True
     assert dedupe.renew(Lease("msg-1", "not-the-owner")) is False
-    dedupe.finish(Lease("msg-1", "not-the-owner"))
+    assert dedupe.finish(Lease("msg-1", "not-the-owner")) is False
     dedupe.release(Lease("msg-1", "not-the-owner"))
     assert dedupe.claim("msg-1").state is ClaimState.RUNNING  # still ours
     assert dedupe.renew(first.lease) is True
-    dedupe.finish(first.lease)
+    assert dedupe.finish(first.lease) is True
+    assert dedupe.finish(first.lease) is True  # our own, as after a retried one
     assert dedupe.claim("msg-1").state is ClaimState.FINISHED
     assert dedupe.renew(first.lease) is False
     second = dedupe.claim("msg-2")

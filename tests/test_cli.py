@@ -222,7 +222,7 @@ def test_local_demo_shows_every_behaviour(
              "AWS_SECRET_ACCESS_KEY": "local"},
     )  # fmt: skip
     assert sent.returncode == 0, sent.stderr
-    daemon.wait_for_log("] sent-by-the-hint")
+    daemon.wait_for_log("| sent-by-the-hint")
     assert daemon.stop(signal.SIGINT) == 0
 
 

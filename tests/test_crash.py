@@ -95,7 +95,7 @@ def test_a_lock_held_by_a_killed_daemon_is_taken_over_after_its_lease(
     wait_until(counted(port, succeeded=1), what="the next job of the lock ran")
     assert (tmp_path / "ran").exists()
     assert f'lock "L" taken over from {lock["Owner"]["S"]}' in second.log
-    assert aws.item("L", "lock") is None
+    assert aws.lock_free("L")
     assert second.stop() == 0
 
 
@@ -154,7 +154,7 @@ def test_shutdown_timeout_stops_a_long_job_and_keeps_its_message(
     assert "by the shutdown; its message is given back to run again" in daemon.log
     # Visible again at once, for another daemon; nothing left held.
     assert aws.queue_counts() == (1, 0)
-    assert aws.item("L", "lock") is None
+    assert aws.lock_free("L")
     assert aws.item(message_id, "throttle") is None
     assert not (tmp_path / "release").exists()
 
@@ -190,7 +190,7 @@ def test_a_job_timeout_stops_the_whole_process_group(
     for name in ("own.pid", "default.pid"):
         grandchild = int((tmp_path / name).read_text())
         wait_until(lambda pid=grandchild: not alive(pid), what=f"grandchild of {name} gone")
-    assert aws.item("L", "lock") is None
+    assert aws.lock_free("L")
     wait_until(lambda: aws.queue_counts() == (0, 0), what="timed-out jobs' messages deleted")
     assert "timed out after" in daemon.log
     assert daemon.stop() == 0
@@ -259,4 +259,4 @@ def test_an_endpoint_outage_under_running_jobs_loses_none_and_runs_none_twice(
     assert daemon.proc.poll() is None
     assert daemon.stop() == 0
     for job in jobs:
-        assert aws.item(job, "lock") is None
+        assert aws.lock_free(job)

@@ -68,8 +68,8 @@ def test_output_is_streamed_to_the_log_tagged_with_ids(
     daemon, port = run_daemon(start_daemon, tmp_path, aws)
     message_id = aws.send({"command": "echo line-one; echo line-two >&2; exit 4", "event_id": "ev"})
     wait_until(counted(port, errored=1), what="job errored")
-    assert f"[ev {message_id}] line-one" in daemon.log
-    assert f"[ev {message_id}] line-two" in daemon.log
+    assert f"job {message_id} (event ev) | line-one" in daemon.log
+    assert f"job {message_id} (event ev) | line-two" in daemon.log
     assert "errored with exit code 4" in daemon.log
     assert daemon.stop() == 0
 
@@ -90,7 +90,7 @@ def test_lock_item_is_held_while_the_job_runs_and_removed_after(
     assert item is not None
     # The Go daemon's item, plus who holds it and until when.
     assert item.pop("Owner")["S"].startswith(f"{socket.gethostname()}:{daemon.proc.pid}:")
-    assert time.time() + 50 < int(item.pop("LeaseUntil")["N"]) <= time.time() + 60
+    assert time.time() + 50 < float(item.pop("LeaseUntil")["N"]) <= time.time() + 60
     assert item == {
         "Id": {"S": "nightly"},
         "Type": {"S": "lock"},
@@ -98,7 +98,7 @@ def test_lock_item_is_held_while_the_job_runs_and_removed_after(
     }
     (tmp_path / "release").touch()
     wait_until(counted(port, succeeded=1), what="job succeeded")
-    assert aws.item("nightly", "lock") is None
+    assert aws.lock_free("nightly")
 
 
 def test_jobs_sharing_a_lock_id_never_overlap(
@@ -238,7 +238,7 @@ def test_duplicate_message_is_skipped_and_counted(
     daemon, port = run_daemon(start_daemon, tmp_path, aws)
     wait_until(counted(port, duplicates=1), what="duplicate counted")
     assert not (tmp_path / "ran").exists()
-    assert f"duplicate message {message_id}" in daemon.log
+    assert f"job {message_id} duplicate message deleted" in daemon.log
 
 
 def test_stats_on_a_unix_socket(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:
@@ -322,7 +322,7 @@ def test_none_backends_write_nothing_to_dynamodb(
         {"command": "touch started; while [ ! -f release ]; do sleep 0.05; done", "lock_id": "L"}
     )
     wait_until(lambda: (tmp_path / "started").exists(), what="job started")
-    assert aws.item("L", "lock") is None
+    assert aws.lock_free("L")
     (tmp_path / "release").touch()
     wait_until(counted(port, succeeded=1), what="job done")
     assert aws.item(message_id, "throttle") is None

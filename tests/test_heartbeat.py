@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from botocore.exceptions import EndpointConnectionError
@@ -72,9 +72,16 @@ def heartbeat(
     dedupe: MemoryDedupe,
     locker: MemoryLocker,
     visibility: int | None = 75,
+    lease_lost: Callable[[], None] = lambda: None,
 ) -> Heartbeat:
     return Heartbeat(
-        jobs, source=source, dedupe=dedupe, locker=locker, interval=0.01, visibility=visibility
+        jobs,
+        source=source,
+        dedupe=dedupe,
+        locker=locker,
+        interval=0.01,
+        visibility=visibility,
+        lease_lost=lease_lost,
     )
 
 
@@ -106,9 +113,11 @@ def test_a_lost_lock_is_reported_loudly_and_dropped(caplog: pytest.LogCaptureFix
     (entry,) = in_flight(jobs, dedupe, locker, 1)
     assert entry.lock is not None
     locker.unlock(entry.lock)  # as if another daemon had taken it over
-    beat(heartbeat(jobs, source, dedupe, locker))
+    lost: list[bool] = []
+    beat(heartbeat(jobs, source, dedupe, locker, lease_lost=lambda: lost.append(True)))
     assert entry.lock is None
-    assert 'LOST the lock "L0" of job m0' in caplog.text
+    assert 'job m0 LOST its lock "L0"' in caplog.text
+    assert lost == [True]  # counted
 
 
 def test_a_lease_given_back_during_the_beat_is_not_reported(

@@ -92,7 +92,7 @@ def test_command_runs_with_daemon_env_plus_job_envs_job_wins(
         job('echo "$FROM_DAEMON $FROM_JOB $SHARED"', envs={"FROM_JOB": "job", "SHARED": "job"}),
     )
     assert result.ok
-    assert output_lines(caplog) == ["[ev-1 msg-1] daemon job job"]
+    assert output_lines(caplog) == ["job msg-1 (event ev-1) | daemon job job"]
 
 
 def test_default_base_env_is_the_daemon_environment(
@@ -102,7 +102,7 @@ def test_default_base_env_is_the_daemon_environment(
     monkeypatch.setenv("SQSJKR_TEST_DAEMON_VAR", "inherited")
     result = run(ShellRunner(), job('echo "$SQSJKR_TEST_DAEMON_VAR"'))
     assert result.ok
-    assert output_lines(caplog) == ["[ev-1 msg-1] inherited"]
+    assert output_lines(caplog) == ["job msg-1 (event ev-1) | inherited"]
 
 
 def test_exit_codes() -> None:
@@ -127,7 +127,10 @@ def test_stdout_and_stderr_both_logged_with_tag(caplog: pytest.LogCaptureFixture
     )
     assert result.ok
     lines = output_lines(caplog)
-    assert sorted(lines) == ["[nightly abc-123] to-stderr", "[nightly abc-123] to-stdout"]
+    assert sorted(lines) == [
+        "job abc-123 (event nightly) | to-stderr",
+        "job abc-123 (event nightly) | to-stdout",
+    ]
     assert all(r.levelno == logging.INFO for r in caplog.records if r.name == "sqsjkr.output")
 
 
@@ -136,7 +139,7 @@ def test_job_envs_never_logged(caplog: pytest.LogCaptureFixture) -> None:
     secret = "s3cr3t-value-7f1c"
     result = run(ShellRunner(), job("echo done; exit 2", envs={"API_TOKEN": secret}))
     assert result.exit_code == 2
-    assert "[ev-1 msg-1] done" in output_lines(caplog)
+    assert "job msg-1 (event ev-1) | done" in output_lines(caplog)
     assert secret not in caplog.text
 
 
@@ -212,8 +215,8 @@ def test_a_command_ignoring_sigterm_gets_sigkill_after_kill_grace(
     assert not result.ok
     assert 0.8 <= result.seconds < 4  # timeout + grace, not the command's own five seconds
     lines = output_lines(caplog)
-    assert "[ev-1 msg-1] got-term" in lines
-    assert "[ev-1 msg-1] survived" not in lines
+    assert "job msg-1 (event ev-1) | got-term" in lines
+    assert "job msg-1 (event ev-1) | survived" not in lines
     warned = runner_warnings(caplog)
     assert any("SIGTERM" in line for line in warned)
     assert any(line.endswith("SIGKILL") for line in warned)
@@ -345,7 +348,9 @@ def test_sh_not_found_gives_127_and_logs(
     caplog.set_level(logging.ERROR, logger="sqsjkr.runner")
     lines: list[str] = []
     result = run_shell("echo never", env={"PATH": str(empty)}, emit=lines.append)
-    assert result == RunResult(exit_code=127, seconds=result.seconds)
+    assert result == RunResult(
+        exit_code=127, seconds=result.seconds, start_error="No such file or directory"
+    )
     assert not result.ok
     assert lines == []
     assert "could not start sh" in caplog.text
@@ -359,7 +364,7 @@ def test_job_path_without_sh_still_runs(caplog: pytest.LogCaptureFixture, tmp_pa
         ShellRunner(base_env=dict(os.environ)), job('echo "$PATH"', envs={"PATH": str(tmp_path)})
     )
     assert result.ok
-    assert output_lines(caplog) == [f"[ev-1 msg-1] {tmp_path}"]
+    assert output_lines(caplog) == [f"job msg-1 (event ev-1) | {tmp_path}"]
 
 
 # --- run_trigger ------------------------------------------------------------------------------
@@ -378,7 +383,7 @@ def test_trigger_gets_the_go_line_on_stdin_and_the_given_env(
     )
     assert result.ok
     assert stdin_file.read_bytes() == (trigger_line(the_job) + "\n").encode()
-    assert output_lines(caplog) == ["[life_time_trigger m-42] alert ops"]
+    assert output_lines(caplog) == ["job m-42 (event ev-42) life_time_trigger | alert ops"]
 
 
 def test_trigger_default_env_is_the_daemon_environment(
@@ -388,7 +393,7 @@ def test_trigger_default_env_is_the_daemon_environment(
     monkeypatch.setenv("SQSJKR_TEST_TRIGGER_VAR", "from-daemon")
     result = run_trigger('echo "$SQSJKR_TEST_TRIGGER_VAR"', job("true"))
     assert result.ok
-    assert output_lines(caplog) == ["[life_time_trigger msg-1] from-daemon"]
+    assert output_lines(caplog) == ["job msg-1 (event ev-1) life_time_trigger | from-daemon"]
 
 
 def test_trigger_that_ignores_stdin_does_not_raise() -> None:

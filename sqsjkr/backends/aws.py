@@ -14,7 +14,7 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from sqsjkr.errors import ResourceMissingError, StoreError
+from sqsjkr.errors import ResourceMissingError, StoreError, StoreTooSlow
 
 #: Errors of an AWS call that the daemon survives: it logs them and tries again later.
 AWS_ERRORS = (BotoCoreError, ClientError, ResourceMissingError, StoreError)
@@ -43,18 +43,30 @@ def make_session(*, region: str, profile: str | None = None) -> boto3.session.Se
 
 #: SQS long polls hold a connection for up to 20 s; its read timeout must outlast them.
 SQS_READ_TIMEOUT = 40
-#: DynamoDB answers in milliseconds: a call that hangs longer than this is retried (standard
-#: mode: three attempts), so that one hung call cannot outlast a lease renewal.
-DYNAMODB_READ_TIMEOUT = 5
+SQS_CONNECT_TIMEOUT = 5
+#: DynamoDB answers in milliseconds: a call that hangs longer than this is retried, so that one
+#: hung call cannot outlast a lease. A connect of 2 s allows one lost SYN to be sent again.
+DYNAMODB_CONNECT_TIMEOUT = 2
+DYNAMODB_READ_TIMEOUT = 3
+#: botocore's standard retry mode: three attempts in all, with jittered waits between them of
+#: at most 1 s and 2 s (the throttling base; other errors wait far less).
+ATTEMPTS = 3
+BACKOFF_SECONDS = 1 + 2
+#: The longest one DynamoDB call can take, retries included, before it fails:
+#: 3 x (2 s + 3 s) + 3 s = 18 s. lease.MIN_SAFE_LEASE_SECONDS follows from it.
+DYNAMODB_CALL_SECONDS = (
+    ATTEMPTS * (DYNAMODB_CONNECT_TIMEOUT + DYNAMODB_READ_TIMEOUT) + BACKOFF_SECONDS
+)
 
 
 def make_client(session: boto3.session.Session, service: str, *, max_pool: int = 10) -> Any:
     """A client whose connection pool fits every worker, with botocore's standard retries."""
+    dynamodb = service == "dynamodb"
     config = BotoConfig(
-        retries={"mode": "standard"},  # three attempts in all, with jittered backoff
+        retries={"mode": "standard", "total_max_attempts": ATTEMPTS},
         max_pool_connections=max(10, max_pool),
-        connect_timeout=5,
-        read_timeout=DYNAMODB_READ_TIMEOUT if service == "dynamodb" else SQS_READ_TIMEOUT,
+        connect_timeout=DYNAMODB_CONNECT_TIMEOUT if dynamodb else SQS_CONNECT_TIMEOUT,
+        read_timeout=DYNAMODB_READ_TIMEOUT if dynamodb else SQS_READ_TIMEOUT,
     )
     return session.client(service, config=config)
 
@@ -72,7 +84,7 @@ def is_transient(exc: BaseException) -> bool:
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         return error_code(exc) in TRANSIENT_CODES or int(status or 0) >= 500
     # Missing credentials or an unknown profile are BotoCoreErrors too, but retrying will not help.
-    return isinstance(exc, (BotoConnectionError, HTTPClientError))
+    return isinstance(exc, (BotoConnectionError, HTTPClientError, StoreTooSlow))
 
 
 def describe(exc: BaseException) -> str:
@@ -125,6 +137,17 @@ def write_if_owner(
     )
 
 
+def lease_time(unix_seconds: float) -> dict[str, str]:
+    """A LeaseUntil value (or a time compared with one), to the millisecond: whole seconds would
+    cut up to a second off leases of a few seconds."""
+    return {"N": f"{unix_seconds:.3f}".rstrip("0").rstrip(".")}
+
+
+def owner_of(item: dict[str, Any]) -> str | None:
+    """The Owner attribute of a leased item, as write_if_owner checks it; None if it has none."""
+    return item.get("Owner", {}).get("S")
+
+
 def renew_lease(client: Any, table: str, key: dict[str, Any], owner: str, until: float) -> bool:
     """Move a leased item's LeaseUntil on to until, while owner holds it: False if it does not."""
     renewed, _ = write_if_owner(
@@ -133,7 +156,7 @@ def renew_lease(client: Any, table: str, key: dict[str, Any], owner: str, until:
         key,
         owner,
         UpdateExpression="SET LeaseUntil = :until",
-        ExpressionAttributeValues={":until": {"N": str(int(until))}},
+        ExpressionAttributeValues={":until": lease_time(until)},
     )
     return renewed
 

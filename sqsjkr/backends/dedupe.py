@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqsjkr.backends.aws import conditional_write, renew_lease, write_if_owner
+from sqsjkr.backends.aws import conditional_write, lease_time, owner_of, renew_lease, write_if_owner
 from sqsjkr.backends.lease import Lease, new_owner
 from sqsjkr.errors import StoreError
 
@@ -46,8 +46,9 @@ class DedupeStore(Protocol):
     def renew(self, lease: Lease) -> bool:
         """Extend the claim's lease: False if it is no longer ours."""
 
-    def finish(self, lease: Lease) -> None:
-        """Mark the job finished for good: later deliveries are FINISHED."""
+    def finish(self, lease: Lease) -> bool:
+        """Mark the job finished for good (later deliveries are FINISHED): False if the claim
+        was no longer ours (its lease had passed and another daemon took it over)."""
 
     def release(self, lease: Lease) -> None:
         """Give the claim up unfinished, so that a later delivery runs the job."""
@@ -62,8 +63,8 @@ class NoopDedupe:
     def renew(self, lease: Lease) -> bool:
         return True
 
-    def finish(self, lease: Lease) -> None:
-        return None
+    def finish(self, lease: Lease) -> bool:
+        return True
 
     def release(self, lease: Lease) -> None:
         return None
@@ -76,6 +77,7 @@ class MemoryDedupe:
         self._mutex = threading.Lock()
         self.running: dict[str, str] = {}  # message id -> owner
         self.finished: set[str] = set()
+        self._finished_by: dict[str, str] = {}  # message id -> the owner that finished it
 
     def claim(self, message_id: str) -> Claim:
         with self._mutex:
@@ -91,11 +93,14 @@ class MemoryDedupe:
         with self._mutex:
             return self.running.get(lease.key) == lease.owner
 
-    def finish(self, lease: Lease) -> None:
+    def finish(self, lease: Lease) -> bool:
         with self._mutex:
-            if self.running.get(lease.key) == lease.owner:
-                del self.running[lease.key]
-                self.finished.add(lease.key)
+            if self.running.get(lease.key) != lease.owner:
+                return self._finished_by.get(lease.key) == lease.owner
+            del self.running[lease.key]
+            self.finished.add(lease.key)
+            self._finished_by[lease.key] = lease.owner
+            return True
 
     def release(self, lease: Lease) -> None:
         with self._mutex:
@@ -135,8 +140,8 @@ class DynamoDedupe:
         self._clock = clock
 
     def claim(self, message_id: str) -> Claim:
-        lease = Lease(message_id, new_owner())
         now = self._clock()
+        lease = Lease(message_id, new_owner(), until=now + self._lease_seconds)
         claimed, old = conditional_write(
             self._client.put_item,
             self._table,
@@ -144,13 +149,13 @@ class DynamoDedupe:
                 **_key(message_id),
                 "Expired": {"N": str(int(now) + self._retention_seconds)},
                 "Owner": {"S": lease.owner},
-                "LeaseUntil": {"N": str(int(now + self._lease_seconds))},
+                "LeaseUntil": lease_time(lease.until),
             },
             # A claim whose lease has passed belongs to a daemon that died: take it over.
             ConditionExpression="attribute_not_exists(Expired) OR LeaseUntil < :now",
-            ExpressionAttributeValues={":now": {"N": str(int(now))}},
+            ExpressionAttributeValues={":now": lease_time(now)},
         )
-        if claimed or old.get("Owner", {}).get("S") == lease.owner:
+        if claimed or owner_of(old) == lease.owner:
             # The second case: our own write, retried after its response was lost.
             return Claim(ClaimState.CLAIMED, lease)
         if not old:
@@ -169,14 +174,16 @@ class DynamoDedupe:
         until = self._clock() + self._lease_seconds
         return renew_lease(self._client, self._table, _key(lease.key), lease.owner, until)
 
-    def finish(self, lease: Lease) -> None:
-        write_if_owner(
+    def finish(self, lease: Lease) -> bool:
+        finished, old = write_if_owner(
             self._client.update_item,
             self._table,
             _key(lease.key),
             lease.owner,
             UpdateExpression="REMOVE LeaseUntil",
         )
+        # Ours and finished already: this write, retried after its response was lost.
+        return finished or (owner_of(old) == lease.owner and "LeaseUntil" not in old)
 
     def release(self, lease: Lease) -> None:
         write_if_owner(self._client.delete_item, self._table, _key(lease.key), lease.owner)

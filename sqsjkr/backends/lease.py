@@ -5,18 +5,31 @@ A holder renews its leases while it lives; a lease it stops renewing ends, so a 
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import socket
 from dataclasses import dataclass
 
+from sqsjkr.backends.aws import DYNAMODB_CALL_SECONDS
+
+#: The shortest lease that one slow store call cannot eat. A job starts with at least two
+#: thirds of its lease left; the heartbeat renews within a third of a lease from then, and that
+#: renewal may take a whole call's retry budget to land. So a third of the lease must cover the
+#: budget: lease >= 3 x 18 s = 54 s (docs/semantics.md has the arithmetic).
+MIN_SAFE_LEASE_SECONDS = 3 * DYNAMODB_CALL_SECONDS
+#: The share of its lease a lock or claim must have left for its job to start.
+FRESH_LEASE_SHARE = 2 / 3
+
 
 @dataclass(frozen=True)
 class Lease:
-    """One hold on a store item: the item's key and the owner id written into it."""
+    """One hold on a store item: the item's key, the owner id written into it, and the unix time
+    its lease was written to end at (infinite for stores without leases)."""
 
     key: str
     owner: str
+    until: float = math.inf
 
 
 def new_owner() -> str:

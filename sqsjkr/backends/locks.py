@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from sqsjkr.backends.aws import conditional_write, renew_lease, write_if_owner
+from sqsjkr.backends.aws import conditional_write, lease_time, owner_of, renew_lease, write_if_owner
 from sqsjkr.backends.lease import Lease, new_owner
 from sqsjkr.errors import quote
 
@@ -19,6 +19,9 @@ log = logging.getLogger("sqsjkr.locks")
 
 #: The Type attribute of lock items, shared with the Go daemon's table.
 LOCK_TYPE = "lock"
+#: A released lock keeps a mark of who released it for this long (then DynamoDB's TTL on
+#: Expired removes it), so that a release retried after a lost response knows it was its own.
+RELEASE_MARK_SECONDS = 86400
 
 
 class Locker(Protocol):
@@ -31,7 +34,8 @@ class Locker(Protocol):
         """Extend a held lock's lease: False if the lock is no longer ours."""
 
     def unlock(self, lease: Lease) -> bool:
-        """Give the lock back: False if another holder has it now (ours had lapsed)."""
+        """Give the lock back: False if it was no longer ours (our lease had passed, and another
+        holder took it over, or it is gone)."""
 
 
 class NoopLocker:
@@ -54,6 +58,7 @@ class MemoryLocker:
         self._mutex = threading.Lock()
         self.held: dict[str, str] = {}  # lock_id -> event_id
         self._owners: dict[str, str] = {}
+        self._released_by: dict[str, str] = {}  # lock_id -> the owner that released it last
 
     def try_lock(self, lock_id: str, event_id: str) -> Lease | None:
         with self._mutex:
@@ -70,12 +75,10 @@ class MemoryLocker:
 
     def unlock(self, lease: Lease) -> bool:
         with self._mutex:
-            owner = self._owners.get(lease.key)
-            if owner is None:
-                return True
-            if owner != lease.owner:
-                return False
+            if self._owners.get(lease.key) != lease.owner:
+                return self._released_by.get(lease.key) == lease.owner
             del self.held[lease.key], self._owners[lease.key]
+            self._released_by[lease.key] = lease.owner
             return True
 
 
@@ -84,6 +87,9 @@ class DynamoLocker:
 
     Our items add Owner and LeaseUntil (unix seconds). A lock whose lease has passed may be taken
     over; a Go item has no LeaseUntil and counts as held, so both daemons can share a table.
+    Releasing removes EventId, Owner and LeaseUntil and leaves ReleasedBy (and an Expired for the
+    TTL): an item without EventId is a free lock to both daemons, and the mark tells a retried
+    release its own work from a lock lost to another holder.
     """
 
     def __init__(
@@ -100,8 +106,8 @@ class DynamoLocker:
         self._clock = clock
 
     def try_lock(self, lock_id: str, event_id: str) -> Lease | None:
-        lease = Lease(lock_id, new_owner())
         now = self._clock()
+        lease = Lease(lock_id, new_owner(), until=now + self._lease_seconds)
         taken, old = conditional_write(
             self._client.put_item,
             self._table,
@@ -109,22 +115,22 @@ class DynamoLocker:
                 **_key(lock_id),
                 "EventId": {"S": event_id},
                 "Owner": {"S": lease.owner},
-                "LeaseUntil": {"N": str(int(now + self._lease_seconds))},
+                "LeaseUntil": lease_time(lease.until),
             },
             ConditionExpression="attribute_not_exists(EventId) OR LeaseUntil < :now",
-            ExpressionAttributeValues={":now": {"N": str(int(now))}},
+            ExpressionAttributeValues={":now": lease_time(now)},
             ReturnValues="ALL_OLD",
         )
         if taken:
-            if old:
+            if "EventId" in old:
                 log.warning(
                     "lock %s taken over from %s, whose lease ended at %s",
                     quote(lock_id),
-                    _owner(old),
+                    owner_of(old),
                     old.get("LeaseUntil", {}).get("N"),
                 )
             return lease
-        if _owner(old) == lease.owner:
+        if owner_of(old) == lease.owner:
             return lease  # our own write, retried after its response was lost
         return None
 
@@ -133,16 +139,20 @@ class DynamoLocker:
         return renew_lease(self._client, self._table, _key(lease.key), lease.owner, until)
 
     def unlock(self, lease: Lease) -> bool:
-        deleted, left = write_if_owner(
-            self._client.delete_item, self._table, _key(lease.key), lease.owner
+        released, old = write_if_owner(
+            self._client.update_item,
+            self._table,
+            _key(lease.key),
+            lease.owner,
+            UpdateExpression="REMOVE EventId, LeaseUntil, #owner "
+            "SET ReleasedBy = :owner, Expired = :expired",
+            ExpressionAttributeValues={
+                ":expired": {"N": str(int(self._clock()) + RELEASE_MARK_SECONDS)}
+            },
         )
-        # Nothing left: our own delete, retried after its response was lost.
-        return deleted or not left
+        # Our own mark: this release, retried after its response was lost.
+        return released or old.get("ReleasedBy", {}).get("S") == lease.owner
 
 
 def _key(lock_id: str) -> dict[str, Any]:
     return {"Id": {"S": lock_id}, "Type": {"S": LOCK_TYPE}}
-
-
-def _owner(item: dict[str, Any]) -> str | None:
-    return item.get("Owner", {}).get("S")

@@ -19,6 +19,7 @@ from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.job import Job
 from sqsjkr.daemon.runner import StopSwitch
 from sqsjkr.errors import quote
+from sqsjkr.observability.logs import JobLog
 
 log = logging.getLogger("sqsjkr.heartbeat")
 
@@ -80,6 +81,7 @@ class Heartbeat:
         interval: float,
         visibility: int | None,
         flush_deletes: Callable[[], None] = lambda: None,
+        lease_lost: Callable[[], None] = lambda: None,
     ) -> None:
         """visibility: seconds to hide in-flight messages for at each beat; None to leave them
         alone (they were deleted on receive)."""
@@ -90,6 +92,7 @@ class Heartbeat:
         self._interval = interval
         self._visibility = visibility
         self._flush_deletes = flush_deletes
+        self._lease_lost = lease_lost
         #: Held while a beat hides messages. Taken after removing a job from the set, it
         #: guarantees that no beat hides that job's message again after the caller settles it.
         self.hiding = threading.Lock()
@@ -138,7 +141,7 @@ class Heartbeat:
         # call would wait out its timeouts.
         failed: set[str] = set()
         for entry in self._jobs.snapshot():
-            self._renew(entry, "claim", self._dedupe.renew, "claim on message", failed)
+            self._renew(entry, "claim", self._dedupe.renew, "claim on its message", failed)
             self._renew(entry, "lock", self._locker.renew, "lock", failed)
 
     def _renew(
@@ -166,13 +169,12 @@ class Heartbeat:
         if kept or getattr(entry, name) is not lease:
             return
         setattr(entry, name, None)
+        self._lease_lost()
         # Its lease passed unrenewed (an endpoint outage longer than the lease, a frozen host)
         # and another daemon took it over: the job may now run twice.
-        log.error(
-            "LOST the %s %s of job %s (event %s): its lease passed and another daemon took it "
-            "over; the job keeps running here",
+        JobLog(log, entry.job).error(
+            "LOST its %s %s: its lease passed and another daemon took it over; the job keeps "
+            "running here",
             what,
             quote(lease.key),
-            entry.job.message_id,
-            entry.job.event_id,
         )

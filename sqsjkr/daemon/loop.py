@@ -124,6 +124,7 @@ class Kicker:
             interval=lease_timing(settings.lease)[0],
             visibility=None if settings.delete_on_receive else settings.visibility,
             flush_deletes=self._deletes.flush,
+            lease_lost=stats.lease_lost,
         )
         self._worker = Worker(
             dedupe=dedupe,
@@ -135,9 +136,11 @@ class Kicker:
                 lock_retry_interval=settings.lock_retry_interval,
                 job_timeout=settings.job_timeout,
                 hide_margin=max(1, int(settings.visibility - settings.lease)),
+                lease=settings.lease,
             ),
             clock=clock,
             trigger=trigger,
+            lease_lost=stats.lease_lost,
         )
 
     def run(self, stop: threading.Event, force: threading.Event | None = None) -> None:
@@ -338,7 +341,7 @@ class Kicker:
             finally:
                 self._stats.job_finished()
                 self._give_worker_back()
-        if settle.store_failed:
+        if settle.pause_intake:
             self._pause.fail()
         else:
             self._pause.reset()
@@ -384,8 +387,8 @@ class Kicker:
 
 
 class _Pause:
-    """Holds back receiving while the dedupe store fails: a message that cannot be claimed is
-    left to reappear, and receiving more would only spend their receive counts."""
+    """Holds back receiving while the dedupe store or the host fails: a message that cannot be
+    claimed or started is left to reappear, and receiving more would only spend receive counts."""
 
     def __init__(self) -> None:
         self._mutex = threading.Lock()
@@ -407,6 +410,6 @@ class _Pause:
             left = self._until - time.monotonic()
         if left <= 0:
             return False
-        log.info("receiving paused for %.1fs while the dedupe store fails", left)
+        log.info("receiving paused for %.1fs: jobs could not be claimed or started", left)
         stop.wait(left)
         return True

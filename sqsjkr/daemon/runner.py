@@ -8,6 +8,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import enum
+import errno
 import logging
 import os
 import shutil
@@ -20,9 +21,14 @@ from dataclasses import dataclass
 from typing import IO, Protocol
 
 from sqsjkr.contract.job import Job, trigger_line
+from sqsjkr.contract.limits import bounded_wait
+from sqsjkr.errors import HostFault
+from sqsjkr.observability.logs import JobLog, shorten_command
 
 log = logging.getLogger("sqsjkr.runner")
 output_log = logging.getLogger("sqsjkr.output")
+
+Log = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
 
 #: Longest piece of output logged as one line; longer lines are split, so memory stays bounded
 #: whatever a job prints.
@@ -31,6 +37,11 @@ MAX_LINE_BYTES = 16 * 1024
 
 #: How long a stopped job's process group has between SIGTERM and SIGKILL, unless configured.
 DEFAULT_KILL_GRACE = 10.0
+
+#: Failures to start a command that say the host is short of something (descriptors, memory,
+#: processes): the job is not at fault, and runs later. Any other failure to start (sh missing,
+#: E2BIG: a command too long for execve) would fail again anywhere, and is the job's own.
+HOST_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
 
 
 class StopReason(enum.Enum):
@@ -48,6 +59,7 @@ class RunResult:
     exit_code: int  # negative: killed by that signal; 127 when it could not be started
     seconds: float
     stopped: StopReason | None = None  # TIMED_OUT or CANCELLED when the runner stopped it
+    start_error: str | None = None  # why the command could not be started at all
 
     @property
     def ok(self) -> bool:
@@ -73,7 +85,7 @@ class StopSwitch:
     def wait(self, timeout: float | None) -> StopReason | None:
         """The reason once tripped, or None when timeout passes first."""
         with self._changed:
-            self._changed.wait_for(lambda: self._reason is not None, timeout)
+            self._changed.wait_for(lambda: self._reason is not None, bounded_wait(timeout))
             return self._reason
 
 
@@ -81,7 +93,10 @@ class JobRunner(Protocol):
     """Runs a job to completion, or until its timeout or the daemon stops it."""
 
     def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
-        """Run job and wait for it to end; stop.trip(CANCELLED) from another thread ends it."""
+        """Run job and wait for it to end; stop.trip(CANCELLED) from another thread ends it.
+
+        Raises HostFault when the host cannot start it (the job is not at fault).
+        """
 
 
 def stream_lines(stream: IO[bytes], emit: Callable[[str], None]) -> None:
@@ -108,14 +123,15 @@ class ShellRunner:
         self._kill_grace = kill_grace
 
     def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
-        tag = f"[{job.event_id} {job.message_id}]"
+        output = JobLog(output_log, job)
         return run_shell(
             job.command,
             env={**self._base_env, **job.envs},
-            emit=lambda line: output_log.info("%s %s", tag, line),
+            emit=lambda line: output.info("| %s", line),
             timeout=timeout,
             stop=stop,
             kill_grace=self._kill_grace,
+            log=JobLog(log, job),
         )
 
 
@@ -130,12 +146,14 @@ def run_trigger(
 
     stop ends it as it ends a job, so that a hanging trigger cannot hold up a shutdown.
     """
+    output = JobLog(output_log, job)
     return run_shell(
         trigger,
         env=os.environ if env is None else env,
-        emit=lambda line: output_log.info("[life_time_trigger %s] %s", job.message_id, line),
+        emit=lambda line: output.info("life_time_trigger | %s", line),
         stdin=trigger_line(job) + "\n",
         stop=stop,
+        log=JobLog(log, job),
     )
 
 
@@ -146,37 +164,67 @@ def _feed(pipe: IO[bytes] | None, data: bytes) -> None:
         pipe.write(data)
 
 
-def _stop_group(
-    proc: subprocess.Popen[bytes],
-    stop: StopSwitch,
-    timeout: float | None,
-    grace: float,
-) -> None:
-    """Wait for the stop switch or the timeout; then SIGTERM the job's process group, and
-    SIGKILL whatever of it is left after grace."""
-    if stop.wait(timeout) is None:
-        stop.trip(StopReason.TIMED_OUT)
-    reason = stop.wait(0)
-    if reason is None or reason is StopReason.ENDED:
-        return
-    # The job is the leader of its own session, so its group id is its pid. The group outlives
-    # sh while any child of it lives; children that left the group are not ours to chase.
-    pgid = proc.pid
-    log.warning("%s: stopping process group %d (SIGTERM)", reason.value, pgid)
-    _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    # Rare path (a stopped job), so a short poll of the group is fine here. A group of one sh
-    # that has exited ends as soon as the worker reaps it.
-    while _group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if _group_alive(pgid):
-        log.warning("process group %d still alive %gs after SIGTERM: SIGKILL", pgid, grace)
-        _signal_group(pgid, signal.SIGKILL)
+class _GroupStopper:
+    """Stops a command's process group once its stop switch trips or its timeout passes: SIGTERM,
+    then SIGKILL to whatever of it is left after grace. Runs on a thread of its own."""
+
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        stop: StopSwitch,
+        timeout: float | None,
+        grace: float,
+        log: Log,
+    ) -> None:
+        self._proc = proc
+        self._stop = stop
+        self._timeout = timeout
+        self._grace = grace
+        self._log = log
+        #: Whether a signal reached the group: only then did the stop cut the command short.
+        self.signalled = False
+
+    def run(self) -> None:
+        try:
+            self._wait_and_stop()
+        except BaseException:
+            # A stopper that died would leave its job unstoppable (and the daemon's stop
+            # waiting for it for ever): end the job now instead.
+            self._log.critical(
+                "the stopper of process group %d failed: SIGKILL", self._proc.pid, exc_info=True
+            )
+            self.signalled |= _signal_group(self._proc.pid, signal.SIGKILL)
+
+    def _wait_and_stop(self) -> None:
+        if self._stop.wait(self._timeout) is None:
+            self._stop.trip(StopReason.TIMED_OUT)
+        reason = self._stop.wait(0)
+        if reason is None or reason is StopReason.ENDED:
+            return
+        # The job is the leader of its own session, so its group id is its pid. The group
+        # outlives sh while any child of it lives; children that left the group are not ours.
+        pgid = self._proc.pid
+        self._log.warning("%s: stopping process group %d (SIGTERM)", reason.value, pgid)
+        self.signalled = _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self._grace
+        # Rare path (a stopped job), so a short poll of the group is fine here. A group of one
+        # sh that has exited ends as soon as the worker reaps it.
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _group_alive(pgid):
+            self._log.warning(
+                "process group %d still alive %gs after SIGTERM: SIGKILL", pgid, self._grace
+            )
+            _signal_group(pgid, signal.SIGKILL)
 
 
-def _signal_group(pgid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Signal a process group: False if it no longer exists."""
+    try:
         os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _group_alive(pgid: int) -> bool:
@@ -215,55 +263,74 @@ def run_shell(
     timeout: float | None = None,
     stop: StopSwitch | None = None,
     kill_grace: float = DEFAULT_KILL_GRACE,
+    log: Log = log,
 ) -> RunResult:
     """Run command under sh, streaming its stdout and stderr (merged, as the Go daemon did) to emit.
 
     After timeout seconds, or when stop is tripped, the command's whole process group gets
-    SIGTERM, and SIGKILL kill_grace seconds later.
+    SIGTERM, and SIGKILL kill_grace seconds later. HostFault when the host cannot start it.
     """
     started = time.monotonic()
     try:
-        # A session of its own: a Ctrl-C aimed at the daemon's terminal must not kill the
-        # jobs it is draining.
-        proc = subprocess.Popen(
-            ["sh", "-c", command],
-            # sh is found on the daemon's PATH, not on a PATH the job sets for itself.
-            executable=shutil.which("sh"),
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            start_new_session=True,
-        )
+        proc = _spawn(command, env, with_stdin=stdin is not None)
     except OSError as exc:
-        log.error("could not start sh for command %r: %s", command, exc)
-        return RunResult(exit_code=127, seconds=time.monotonic() - started)
+        if exc.errno in HOST_ERRNOS:
+            raise HostFault(f"could not start sh: {exc.strerror or exc}") from exc
+        log.error("could not start sh for command %s: %s", shorten_command(command), exc)
+        return RunResult(127, time.monotonic() - started, start_error=exc.strerror or str(exc))
     assert proc.stdout is not None
     stop = stop or StopSwitch()
-    stopper = threading.Thread(
-        target=_stop_group,
-        args=(proc, stop, timeout, kill_grace),
-        name="sqsjkr-stopper",
-    )
-    stopper.start()
-    feeder = None
+    stopper = _GroupStopper(proc, stop, timeout, kill_grace, log)
+    threads = [threading.Thread(target=stopper.run, name="sqsjkr-stopper")]
     if stdin is not None:
         # Fed from a thread of its own: a command that prints a lot before reading its input
         # must not block on a full stdout pipe while we block on a full stdin pipe.
-        feeder = threading.Thread(
-            target=_feed, args=(proc.stdin, stdin.encode()), name="sqsjkr-stdin"
+        threads.append(
+            threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), name="sqsjkr-stdin")
         )
-        feeder.start()
+    _start_or_kill(threads, proc)
     with proc.stdout:
         stream_lines(proc.stdout, emit)
-    if feeder is not None:
-        feeder.join()
     exit_code = proc.wait()
     stop.trip(StopReason.ENDED)
-    stopper.join()
+    for thread in threads:
+        thread.join()
     reason = stop.wait(0)
     return RunResult(
         exit_code=exit_code,
         seconds=time.monotonic() - started,
-        stopped=None if reason is StopReason.ENDED else reason,
+        stopped=reason if stopper.signalled and reason is not StopReason.ENDED else None,
     )
+
+
+def _spawn(command: str, env: Mapping[str, str], *, with_stdin: bool) -> subprocess.Popen[bytes]:
+    # A session of its own: a Ctrl-C aimed at the daemon's terminal must not kill the jobs it
+    # is draining.
+    return subprocess.Popen(
+        ["sh", "-c", command],
+        # sh is found on the daemon's PATH, not on a PATH the job sets for itself.
+        executable=shutil.which("sh"),
+        stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=dict(env),
+        start_new_session=True,
+    )
+
+
+def _start_or_kill(threads: list[threading.Thread], proc: subprocess.Popen[bytes]) -> None:
+    """Start the threads that watch a command; if the host cannot start them, the command is
+    killed before it has done much, and HostFault says the job is to run later."""
+    started = []
+    try:
+        for thread in threads:
+            thread.start()
+            started.append(thread)
+    except RuntimeError as exc:  # "can't start new thread"
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        for thread in started:
+            thread.join()
+        raise HostFault(f"could not start a thread to watch the command: {exc}") from exc

@@ -14,18 +14,23 @@ from typing import TypeVar
 
 from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe, is_transient
 from sqsjkr.backends.dedupe import ClaimState, DedupeStore
-from sqsjkr.backends.lease import Lease
+from sqsjkr.backends.lease import FRESH_LEASE_SHARE, Lease
 from sqsjkr.backends.locks import Locker
 from sqsjkr.contract.job import Job, is_expired
-from sqsjkr.contract.limits import MAX_VISIBILITY_SECONDS
+from sqsjkr.contract.limits import MAX_VISIBILITY_SECONDS, bounded_wait
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch
-from sqsjkr.errors import quote
+from sqsjkr.errors import HostFault, StoreTooSlow, quote
+from sqsjkr.observability.logs import JobLog, shorten_command
 from sqsjkr.observability.stats import Outcome
 
 log = logging.getLogger("sqsjkr.worker")
 
 T = TypeVar("T")
+
+#: Renewals tried to bring a stale lease back to a fresh share before the store counts as too
+#: slow to hold one.
+FRESHEN_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,8 @@ class Settle:
 
     delete: bool = False  # the job finished (succeeded, errored or cancelled)
     visible_in: int | None = None  # make the message visible again in this many seconds
-    store_failed: bool = False  # the dedupe store could not be reached
+    #: The dedupe store or the host failed: receiving pauses a while, as more would fail too.
+    pause_intake: bool = False
 
     # Neither delete nor visible_in: leave the message to reappear when its visibility ends.
 
@@ -42,6 +48,7 @@ class Settle:
 DELETE = Settle(delete=True)
 GIVE_BACK = Settle(visible_in=0)
 LEAVE = Settle()
+PAUSE = Settle(pause_intake=True)
 
 Ending = tuple[Settle, tuple[Outcome, ...]]
 
@@ -53,6 +60,8 @@ class WorkerSettings:
     job_timeout: float | None = None
     #: A message whose job runs elsewhere is hidden until that lease ends plus this margin.
     hide_margin: int = 15
+    #: The lease of locks and claims: a job starts only with FRESH_LEASE_SHARE of it left.
+    lease: float = 60.0
 
 
 class Worker:
@@ -68,6 +77,7 @@ class Worker:
         settings: WorkerSettings,
         clock: Callable[[], float] = time.time,
         trigger: Callable[[str, Job, StopSwitch], RunResult],
+        lease_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self._dedupe = dedupe
         self._locker = locker
@@ -76,175 +86,224 @@ class Worker:
         self._settings = settings
         self._clock = clock
         self._trigger = trigger
+        self._lease_lost = lease_lost
 
     def handle(self, entry: InFlight) -> Ending:
         job = entry.job
+        jlog = JobLog(log, job)
         try:
             claim = self._dedupe.claim(job.message_id)
         except AWS_ERRORS as exc:
             # Not run: unlike the Go daemon, a job that may be a duplicate waits for a later try.
-            log.error(
-                "job %s (event %s) not started: its dedupe record could not be written (%s); "
-                "the message stays on the queue for a later try",
-                job.message_id,
-                job.event_id,
+            jlog.error(
+                "not started: its dedupe record could not be written (%s); the message stays "
+                "on the queue for a later try",
                 describe(exc),
             )
-            return Settle(store_failed=True), ()
+            return PAUSE, ()
         if claim.state is ClaimState.FINISHED:
-            log.info("duplicate message %s (event %s) deleted", job.message_id, job.event_id)
+            jlog.info("duplicate message deleted: its job has run")
             return DELETE, (Outcome.DUPLICATE,)
         if claim.state is ClaimState.RUNNING:
             held_for = (claim.held_until or 0) - self._clock()
             hide = int(min(MAX_VISIBILITY_SECONDS, max(1, held_for + self._settings.hide_margin)))
-            log.info(
-                "message %s (event %s) is in progress on another daemon: hidden for %ds",
-                job.message_id,
-                job.event_id,
-                hide,
-            )
+            jlog.info("is in progress on another daemon: message hidden for %ds", hide)
             return Settle(visible_in=hide), (Outcome.DUPLICATE,)
+        assert claim.lease is not None
+        jlog.debug("claimed its message (lease until %.3f)", claim.lease.until)
         entry.claim = claim.lease
         settle = LEAVE  # should _claimed raise: the claim is given up, the job runs again later
         try:
-            settle, outcomes = self._claimed(entry)
+            settle, outcomes = self._claimed(entry, jlog)
         finally:
             lease, entry.claim = entry.claim, None
             if lease is not None:
-                self._end_claim(lease, finished=settle.delete)
+                self._end_claim(lease, jlog, finished=settle.delete)
         return settle, outcomes
 
-    def _claimed(self, entry: InFlight) -> Ending:
+    def _claimed(self, entry: InFlight, jlog: JobLog) -> Ending:
         job = entry.job
-        if self._expired(entry):
+        assert entry.claim is not None
+        try:
+            if not self._fresh(entry.claim, self._dedupe.renew, "claim on its message", jlog):
+                entry.claim = None  # another daemon has it now, and runs the job
+                return LEAVE, ()
+        except AWS_ERRORS as exc:
+            jlog.error("not started: its claim could not be renewed (%s)", describe(exc))
+            return PAUSE, ()
+        if self._expired(entry, jlog):
             return DELETE, (Outcome.FAILED,)
         if job.lock_id:
-            refused = self._lock(entry)
+            refused = self._lock(entry, jlog)
             if refused is not None:
                 return refused
         try:
-            return self._run(entry)
+            return self._run(entry, jlog)
         finally:
-            self._unlock(entry)
+            self._unlock(entry, jlog)
 
-    def _run(self, entry: InFlight) -> Ending:
+    def _run(self, entry: InFlight, jlog: JobLog) -> Ending:
         job = entry.job
         if self._stopping.is_set():
-            log.info("job %s (event %s) not started: stopping", job.message_id, job.event_id)
+            jlog.info("not started: stopping")
             return GIVE_BACK, ()
         timeout = job.timeout.seconds if job.timeout is not None else self._settings.job_timeout
-        log.info("job %s (event %s) started: %s", job.message_id, job.event_id, job.command)
-        result = self._runner.run(job, timeout=timeout, stop=entry.stop)
+        jlog.info("started: %s", shorten_command(job.command))
+        try:
+            result = self._runner.run(job, timeout=timeout, stop=entry.stop)
+        except HostFault as exc:
+            # Not the job's fault: it runs later, here or elsewhere, and receiving pauses.
+            jlog.error(
+                "not started: %s; its claim and lock are released and its message is left "
+                "to run later",
+                exc,
+            )
+            return PAUSE, ()
+        return self._ended(result, timeout, jlog)
+
+    @staticmethod
+    def _ended(result: RunResult, timeout: float | None, jlog: JobLog) -> Ending:
+        if result.start_error is not None:
+            jlog.error("failed: its command cannot be started (%s)", result.start_error)
+            return DELETE, (Outcome.FAILED,)
         if result.stopped is StopReason.CANCELLED:
-            log.warning(
-                "job %s (event %s) stopped after %.1fs by the shutdown; its message is given "
-                "back to run again",
-                job.message_id,
-                job.event_id,
+            jlog.warning(
+                "stopped after %.1fs by the shutdown; its message is given back to run again",
                 result.seconds,
             )
             return GIVE_BACK, ()
         if result.stopped is StopReason.TIMED_OUT:
-            log.warning(
-                "job %s (event %s) timed out after %.1fs (timeout %gs)",
-                job.message_id,
-                job.event_id,
-                result.seconds,
-                timeout,
-            )
+            jlog.warning("timed out after %.1fs (timeout %gs)", result.seconds, timeout)
             return DELETE, (Outcome.ERRORED, Outcome.TIMED_OUT)
         if result.ok:
-            log.info(
-                "job %s (event %s) succeeded in %.1fs", job.message_id, job.event_id, result.seconds
-            )
+            jlog.info("succeeded in %.1fs", result.seconds)
             return DELETE, (Outcome.SUCCEEDED,)
-        log.warning(
-            "job %s (event %s) errored with exit code %d after %.1fs",
-            job.message_id,
-            job.event_id,
-            result.exit_code,
-            result.seconds,
-        )
+        jlog.warning("errored with exit code %d after %.1fs", result.exit_code, result.seconds)
         return DELETE, (Outcome.ERRORED,)
 
-    def _expired(self, entry: InFlight) -> bool:
+    def _expired(self, entry: InFlight, jlog: JobLog) -> bool:
         job = entry.job
         now = self._clock()
         if not is_expired(job, now):
             return False
-        log.warning(
-            "job %s (event %s) cancelled: sent %.1fs ago, life_time is %s",
-            job.message_id,
-            job.event_id,
-            now - job.sent_at,
-            job.life_time,
-        )
+        jlog.warning("cancelled: sent %.1fs ago, life_time is %s", now - job.sent_at, job.life_time)
         trigger = self._settings.life_time_trigger
         if trigger and not job.disable_life_time_trigger:
             result = self._trigger(trigger, job, entry.stop)
             if not result.ok:
-                log.error("life_time_trigger exited with %d", result.exit_code)
+                jlog.error("life_time_trigger exited with %d", result.exit_code)
         return True
 
-    def _lock(self, entry: InFlight) -> Ending | None:
+    def _lock(self, entry: InFlight, jlog: JobLog) -> Ending | None:
         """Wait for the job's lock, re-checking life_time between tries: None once taken."""
         job = entry.job
         assert job.lock_id is not None
-        what = f"job {job.message_id} (event {job.event_id})"
+        lock = quote(job.lock_id)
+        waiting = False
         while True:
             if self._stopping.is_set():
-                log.info("%s gave up waiting for lock %s: stopping", what, quote(job.lock_id))
+                jlog.info("gave up waiting for lock %s: stopping", lock)
                 return GIVE_BACK, ()
             try:
-                lease = self._locker.try_lock(job.lock_id, job.event_id)
-                if lease is not None:
-                    entry.lock = lease
+                if self._take_lock(entry, jlog):
                     return None
                 if job.abort_if_locked:
-                    log.warning("%s aborted: lock %s is held", what, quote(job.lock_id))
+                    jlog.warning("aborted: lock %s is held", lock)
                     return DELETE, (Outcome.FAILED,)
-                log.info("%s waits for lock %s", what, quote(job.lock_id))
+                # Once at INFO; every try after that at DEBUG only.
+                jlog.log(logging.DEBUG if waiting else logging.INFO, "waits for lock %s", lock)
+                waiting = True
             except AWS_ERRORS as exc:
+                self._drop_lock(entry)
                 if job.abort_if_locked or not is_transient(exc):
                     # Left on the queue: it comes back to be tried again, and a RedrivePolicy
                     # keeps it in the end.
-                    log.error(
-                        "%s failed: could not take lock %s (%s)",
-                        what,
-                        quote(job.lock_id),
-                        describe(exc),
-                    )
+                    jlog.error("failed: could not take lock %s (%s)", lock, describe(exc))
                     return LEAVE, (Outcome.FAILED,)
-                log.error(
-                    "could not take lock %s (%s); retrying", quote(job.lock_id), describe(exc)
-                )
-            self._stopping.wait(self._settings.lock_retry_interval)
-            if self._expired(entry):
+                jlog.error("could not take lock %s (%s); retrying", lock, describe(exc))
+            self._stopping.wait(bounded_wait(self._settings.lock_retry_interval))
+            if self._expired(entry, jlog):
                 return DELETE, (Outcome.FAILED,)
 
-    def _unlock(self, entry: InFlight) -> None:
+    def _take_lock(self, entry: InFlight, jlog: JobLog) -> bool:
+        """One try at the job's lock: True once it is ours with a fresh lease."""
+        job = entry.job
+        assert job.lock_id is not None
+        lease = self._locker.try_lock(job.lock_id, job.event_id)
+        if lease is None:
+            return False
+        entry.lock = lease
+        jlog.debug("took lock %s (lease until %.3f)", quote(lease.key), lease.until)
+        if self._fresh(lease, self._locker.renew, "lock", jlog):
+            return True
+        entry.lock = None  # lost to another holder while we were taking it: held, so wait
+        return False
+
+    def _drop_lock(self, entry: InFlight) -> None:
+        """Give up a lock taken in a try that then failed, so it does not stay held for its lease."""
         lease, entry.lock = entry.lock, None
         if lease is None:
             return
-        what = f"release lock {quote(lease.key)} of job {entry.job.message_id}"
-        if self._until_answered(lambda: self._locker.unlock(lease), what) is False:
-            log.error(
-                "lock %s was no longer ours when job %s released it: its lease had passed "
-                "and another daemon took it",
-                quote(lease.key),
-                entry.job.message_id,
-            )
+        try:
+            self._locker.unlock(lease)
+        except AWS_ERRORS as exc:
+            log.debug("could not release lock %s (%s)", quote(lease.key), describe(exc))
 
-    def _end_claim(self, lease: Lease, *, finished: bool) -> None:
-        """Finish or release the claim: a claim left unfinished would let a redelivery of the
-        message run the job again once its lease ends."""
-        end = self._dedupe.finish if finished else self._dedupe.release
-        action = "finish" if finished else "release"
-        self._until_answered(
-            lambda: end(lease), f"{action} the dedupe record of message {lease.key}"
+    def _fresh(self, lease: Lease, renew: Callable[[Lease], bool], what: str, jlog: JobLog) -> bool:
+        """Whether lease has FRESH_LEASE_SHARE of its length left, renewing it if not: a slow
+        write can leave a lease nearly spent by the time it returns, and the job must not start
+        on it. False if it was lost (logged and counted); AWS errors and StoreTooSlow raise."""
+        needed = self._settings.lease * FRESH_LEASE_SHARE
+        left = lease.until - self._clock()
+        for _ in range(FRESHEN_TRIES):
+            if left >= needed:
+                return True
+            jlog.info(
+                "%s %s has %.1fs of its lease left: renewing it first", what, quote(lease.key), left
+            )
+            started = self._clock()
+            if not renew(lease):
+                self._lost(what, lease, jlog)
+                return False
+            left = started + self._settings.lease - self._clock()
+        raise StoreTooSlow(
+            f"the {what} {quote(lease.key)} cannot be renewed to {needed:.1f}s of lease: each "
+            "renewal takes too long"
         )
 
-    def _until_answered(self, call: Callable[[], T], what: str) -> T | None:
+    def _unlock(self, entry: InFlight, jlog: JobLog) -> None:
+        lease, entry.lock = entry.lock, None
+        if lease is None:
+            return
+        what = f"release lock {quote(lease.key)}"
+        if self._until_answered(lambda: self._locker.unlock(lease), what, jlog) is False:
+            self._lost("lock", lease, jlog)
+
+    def _end_claim(self, lease: Lease, jlog: JobLog, *, finished: bool) -> None:
+        """Finish or release the claim: a claim left unfinished would let a redelivery of the
+        message run the job again once its lease ends."""
+        if not finished:
+            self._until_answered(
+                lambda: self._dedupe.release(lease), "release the claim on its message", jlog
+            )
+            return
+        ended = self._until_answered(
+            lambda: self._dedupe.finish(lease), "mark its claim finished", jlog
+        )
+        if ended is False:
+            self._lost("claim on its message", lease, jlog)
+
+    def _lost(self, what: str, lease: Lease, jlog: JobLog) -> None:
+        # Its lease passed unrenewed (an endpoint outage, a frozen host, a slow write) and
+        # another daemon took it over: the job may have run twice.
+        self._lease_lost()
+        jlog.error(
+            "LOST its %s %s: its lease had passed and another daemon took it over",
+            what,
+            quote(lease.key),
+        )
+
+    def _until_answered(self, call: Callable[[], T], what: str, jlog: JobLog) -> T | None:
         """call, retried while the store is out of reach; None if it never answered. The
         message stays in flight (hidden by the heartbeat) meanwhile. Once stopping, or for an
         error that retrying cannot mend, it gives up: the lease then ends by itself."""
@@ -254,8 +313,8 @@ class Worker:
                 return call()
             except AWS_ERRORS as exc:
                 if not is_transient(exc) or self._stopping.is_set():
-                    log.error("could not %s (%s); its lease ends by itself", what, describe(exc))
+                    jlog.error("could not %s (%s); its lease ends by itself", what, describe(exc))
                     return None
                 delay = backoff.next_delay()
-                log.error("could not %s (%s); retrying in %.1fs", what, describe(exc), delay)
+                jlog.error("could not %s (%s); retrying in %.1fs", what, describe(exc), delay)
                 self._stopping.wait(delay)

@@ -16,6 +16,8 @@ import socketserver
 import stat
 import sys
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -32,6 +34,14 @@ _log = logging.getLogger("sqsjkr.stats")
 _POLL_INTERVAL_SECONDS = 0.05
 # Probing a socket path that a wedged process listens on must not hang start().
 _PROBE_TIMEOUT_SECONDS = 1.0
+#: Connections served at once. More are closed as soon as they are accepted, so that a flood of
+#: clients holding connections open cannot take the file descriptors that jobs need; a scrape
+#: takes milliseconds, so monitoring never needs more.
+MAX_CONNECTIONS = 16
+#: A connection is cut after this long in all, however slowly its client keeps sending.
+MAX_CONNECTION_SECONDS = 10.0
+#: Connections the kernel keeps waiting for accept(); beyond it, it refuses them itself.
+LISTEN_BACKLOG = 64
 
 
 class Outcome(enum.Enum):
@@ -55,6 +65,7 @@ class StatsSnapshot:
     errored: int
     duplicates: int
     timed_out: int = 0
+    leases_lost: int = 0
 
     def v1(self) -> dict[str, int]:
         """The body of GET /stats/metrics, the shape mackerel-plugin-sqsjkr reads."""
@@ -84,6 +95,7 @@ class Stats:
         self._lock = threading.Lock()
         self._busy = 0
         self._counts = dict.fromkeys(Outcome, 0)
+        self._leases_lost = 0
 
     @property
     def workers(self) -> int:
@@ -107,6 +119,11 @@ class Stats:
         with self._lock:
             self._counts[outcome] += 1
 
+    def lease_lost(self) -> None:
+        """A lock or claim turned out to be held by another daemon while its job ran here."""
+        with self._lock:
+            self._leases_lost += 1
+
     def snapshot(self) -> StatsSnapshot:
         with self._lock:
             return StatsSnapshot(
@@ -117,6 +134,7 @@ class Stats:
                 errored=self._counts[Outcome.ERRORED],
                 duplicates=self._counts[Outcome.DUPLICATE],
                 timed_out=self._counts[Outcome.TIMED_OUT],
+                leases_lost=self._leases_lost,
             )
 
 
@@ -183,33 +201,50 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads keeps its default of False.
     """
 
+    request_queue_size = LISTEN_BACKLOG
+
     def __init__(self, family: socket.AddressFamily, address: Any, stats: Stats) -> None:
         # TCPServer creates and binds its socket from these, so they must be set first.
         self.address_family = family
         self.allow_reuse_address = family != socket.AF_UNIX  # restart despite TIME_WAIT
         self.stats = stats
-        self._clients: set[Any] = set()
+        self._clients: dict[Any, float] = {}  # connection -> when it was accepted
         self._clients_lock = threading.Lock()
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._clients_lock:
-            self._clients.add(request)
+            full = len(self._clients) >= MAX_CONNECTIONS
+            if not full:
+                self._clients[request] = time.monotonic()
+        if full:
+            _log.debug("stats connection refused: %d already open", MAX_CONNECTIONS)
+            self.close_request(request)
+            return
         super().process_request(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
-        # Forgotten under the lock before it is closed, so abort_clients() never touches a
-        # closed socket (whose descriptor number may already belong to another).
+        # Forgotten under the lock before it is closed, so _cut() never touches a closed
+        # socket (whose descriptor number may already belong to another).
         with self._clients_lock:
-            self._clients.discard(request)
+            self._clients.pop(request, None)
         super().shutdown_request(request)
+
+    def service_actions(self) -> None:
+        """Between two polls of the listening socket: cut connections open for too long."""
+        oldest = time.monotonic() - MAX_CONNECTION_SECONDS
+        self._cut(lambda accepted: accepted < oldest)
 
     def abort_clients(self) -> None:
         """Wake handlers blocked on idle clients, so server_close() need not wait out timeout."""
+        self._cut(lambda accepted: True)
+
+    def _cut(self, which: Callable[[float], bool]) -> None:
         with self._clients_lock:
-            for conn in self._clients:
-                with contextlib.suppress(OSError):  # the client hung up already
-                    conn.shutdown(socket.SHUT_RDWR)
+            for conn, accepted in self._clients.items():
+                if which(accepted):
+                    with contextlib.suppress(OSError):  # the client hung up already
+                        conn.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # BaseServer prints tracebacks to stderr. A client hanging up mid-response (or close()
