@@ -116,6 +116,28 @@ def conditional_write(
     return True, dict(response.get("Attributes") or {})
 
 
+def check_table(client: Any, table: str) -> bool:
+    """Fail with a clear error unless table exists with the Id/Type keys sqsjkr writes.
+
+    A read of an item that no one writes: harmless, and allowed by the hosts' IAM policy.
+    """
+    try:
+        client.get_item(TableName=table, Key={"Id": {"S": "sqsjkr-probe"}, "Type": {"S": "probe"}})
+    except ClientError as exc:
+        if error_code(exc) == "ResourceNotFoundException":
+            raise ResourceMissingError(
+                f"DynamoDB table {table!r} not found (check [lock] table or --lock-table, "
+                "and the region)"
+            ) from exc
+        if error_code(exc) == "ValidationException":
+            raise ResourceMissingError(
+                f"DynamoDB table {table!r} does not have the keys sqsjkr needs (hash key Id and "
+                f"range key Type, both strings): {describe(exc)}"
+            ) from exc
+        raise
+    return True
+
+
 def write_if_owner(
     call: Callable[..., Any], table: str, key: dict[str, Any], owner: str, **request: Any
 ) -> tuple[bool, dict[str, Any]]:

@@ -23,6 +23,9 @@ MAX_BATCH = 10
 #: SQS allows ten message attributes; a dead-lettered message gets one more saying why, if room.
 _MAX_MESSAGE_ATTRIBUTES = 10
 REJECT_REASON_ATTRIBUTE = "sqsjkr_error"
+#: The id and receive count the message had on the source queue, to match it with the log.
+ORIGINAL_ID_ATTRIBUTE = "sqsjkr_message_id"
+RECEIVE_COUNT_ATTRIBUTE = "sqsjkr_receive_count"
 #: How much of an invalid body is logged when there is no dead-letter queue to keep it.
 _LOGGED_BODY_BYTES = 4096
 
@@ -167,8 +170,18 @@ class SqsSource:
             )
         else:
             attributes = dict(message.attributes)
-            if len(attributes) < _MAX_MESSAGE_ATTRIBUTES:
-                attributes[REJECT_REASON_ATTRIBUTE] = {"DataType": "String", "StringValue": reason}
+            ours = {
+                REJECT_REASON_ATTRIBUTE: {"DataType": "String", "StringValue": reason},
+                ORIGINAL_ID_ATTRIBUTE: {"DataType": "String", "StringValue": message.message_id},
+                RECEIVE_COUNT_ATTRIBUTE: {
+                    "DataType": "Number",
+                    "StringValue": str(message.receive_count),
+                },
+            }
+            # As many of ours as there is room for, in this order, after the message's own.
+            for name, value in ours.items():
+                if len(attributes) < _MAX_MESSAGE_ATTRIBUTES:
+                    attributes[name] = value
             self._client.send_message(
                 QueueUrl=self.dead_letter_url,
                 MessageBody=message.body,

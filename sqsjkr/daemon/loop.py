@@ -80,6 +80,9 @@ class PendingDeletes:
             if not force and len(self._messages) < MAX_BATCH and waited < self._window:
                 return
             messages, self._messages = self._messages, []
+        log.debug(
+            "deleting %d message(s): %s", len(messages), " ".join(m.message_id for m in messages)
+        )
         try:
             self._source.delete(messages)
         except AWS_ERRORS as exc:
@@ -215,6 +218,7 @@ class Kicker:
                 continue
             try:
                 messages = self._source.receive(free)
+                log.debug("received %d message(s), asked for at most %d", len(messages), free)
                 backoff.reset()
                 backlog = len(messages) >= free
             except Exception as exc:

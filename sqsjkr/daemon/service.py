@@ -13,9 +13,16 @@ from typing import TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from sqsjkr.backends.aws import Backoff, describe, is_transient, make_client, make_session
+from sqsjkr.backends.aws import (
+    Backoff,
+    check_table,
+    describe,
+    is_transient,
+    make_client,
+    make_session,
+)
 from sqsjkr.backends.dedupe import DedupeStore, DynamoDedupe, NoopDedupe
-from sqsjkr.backends.lease import lease_timing
+from sqsjkr.backends.lease import MIN_SAFE_LEASE_SECONDS, lease_timing
 from sqsjkr.backends.locks import DynamoLocker, Locker, NoopLocker
 from sqsjkr.backends.sqs import SqsSource, dead_letter_queue_url, queue_settings, resolve_queue_url
 from sqsjkr.contract.config import Config
@@ -48,6 +55,7 @@ def serve(
     locker and dedupe replace the backends the config selects (for embedding sqsjkr in Python);
     notifier tells a service manager (systemd) how the daemon is doing.
     """
+    _warn_on_short_lease(config)
     stats = Stats(config.kicker.max_concurrent_num)
     # Stats first: a taken port fails before any AWS call, and monitoring sees a daemon that is
     # still waiting for AWS as up with all workers idle.
@@ -113,6 +121,19 @@ class Timing:
         return cls(on_receive, visibility, max(0.0, left / 3))
 
 
+def _warn_on_short_lease(config: Config) -> None:
+    lease = config.lock.lease.seconds
+    uses_leases = "dynamodb" in (config.lock.backend, config.dedupe.backend)
+    if uses_leases and lease < MIN_SAFE_LEASE_SECONDS:
+        log.warning(
+            "[lock] lease %s is shorter than the smallest safe lease (%ds): one slow DynamoDB "
+            "call, retries included, could let a lock or claim lapse while its job runs "
+            '(docs/semantics.md, "Lease timing")',
+            config.lock.lease,
+            MIN_SAFE_LEASE_SECONDS,
+        )
+
+
 def _seconds(duration: Duration | None) -> float | None:
     return None if duration is None else duration.seconds
 
@@ -157,6 +178,15 @@ def _connect(
     )
     dynamodb = make_client(session, "dynamodb", max_pool=pool)
     lease = config.lock.lease.seconds
+    uses_table = (dedupe is None and config.dedupe.backend == "dynamodb") or (
+        locker is None and config.lock.backend == "dynamodb"
+    )
+    # Checked now, not when the first job arrives and cannot be claimed.
+    table = config.lock.table
+    if uses_table and not _retry_at_startup(
+        lambda: check_table(dynamodb, table), f"checking DynamoDB table {table!r}", stop
+    ):
+        return None
     if dedupe is None:
         dedupe = (
             DynamoDedupe(
