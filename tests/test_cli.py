@@ -14,6 +14,8 @@ import pytest
 
 from sqsjkr import __version__
 from sqsjkr.commands.cli import UsageFailure, translate_go_args
+from sqsjkr.contract.job import MESSAGE_FIELDS, parse_job
+from sqsjkr.errors import InvalidJobError
 
 from .conftest import (
     SQSJKR_COMMAND,
@@ -27,13 +29,16 @@ from .conftest import (
 )
 
 
-def sqsjkr(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def sqsjkr(
+    *args: str, env: dict[str, str] | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
     import os
 
     return subprocess.run(
         sqsjkr_argv(*args),
         capture_output=True,
         text=True,
+        input=stdin,
         timeout=60,
         env={**os.environ, **(env or {})},
     )
@@ -186,6 +191,89 @@ def test_send_refuses_invalid_jobs_and_sends_nothing(
     assert result.returncode == 2
     assert text in one_line_error(result)
     assert aws.queue_counts() == (0, 0)
+
+
+def test_send_reads_the_body_from_standard_input(tmp_path: Path, aws: Aws) -> None:
+    body = '{"command": "echo from-stdin", "event_id": "piped"}\n'
+    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", "-", stdin=body)
+    assert result.returncode == 0, result.stderr
+    assert receive_bodies(aws) == [json.loads(body)]
+
+
+def test_send_reads_the_body_from_a_file(tmp_path: Path, aws: Aws) -> None:
+    job = tmp_path / "job.json"
+    job.write_text('{"command": "echo from-a-file", "lock_id": "L"}')
+    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", f"@{job}")
+    assert result.returncode == 0, result.stderr
+    assert receive_bodies(aws) == [json.loads(job.read_text())]
+
+
+def test_send_refuses_a_body_from_stdin_that_is_not_utf8(tmp_path: Path, aws: Aws) -> None:
+    result = subprocess.run(
+        sqsjkr_argv("send", "-c", str(write_conf(tmp_path, aws)), "--body", "-"),
+        input=b'{"command": "echo \xff"}',
+        capture_output=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert b"invalid job, nothing sent: body is not valid UTF-8" in result.stderr
+    assert aws.queue_counts() == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ("@{tmp}/missing.json", "--body @{tmp}/missing.json: cannot read {tmp}/missing.json: "),
+        ("@", "--body @: expected a file name after @"),
+        ("@{tmp}", "cannot read {tmp}: Is a directory"),
+    ],
+    ids=["missing", "no-name", "directory"],
+)
+def test_send_refuses_a_body_file_it_cannot_read(
+    tmp_path: Path, aws: Aws, body: str, text: str
+) -> None:
+    result = sqsjkr(
+        "send", "-c", str(write_conf(tmp_path, aws)), "--body", body.format(tmp=tmp_path)
+    )
+    assert result.returncode == 2
+    assert text.format(tmp=tmp_path) in one_line_error(result)
+    assert aws.queue_counts() == (0, 0)
+
+
+def test_send_warns_of_unknown_fields_with_the_closest_known_name(tmp_path: Path, aws: Aws) -> None:
+    body = '{"command": "true", "lock_id": "L", "abort_if_lock": true, "colour": "red"}'
+    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", body)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        'sqsjkr: warning: field "abort_if_lock" is not a job field and the daemon ignores it; '
+        'did you mean "abort_if_locked"?',
+        'sqsjkr: warning: field "colour" is not a job field and the daemon ignores it',
+    ]
+    # Sent all the same, as the Go daemon ignores unknown fields too.
+    assert receive_bodies(aws) == [json.loads(body)]
+
+
+def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws) -> None:
+    body = json.dumps(
+        {
+            "command": "true", "env": {"A": "1"}, "envs": {"B": "2"}, "event_id": "e",
+            "lock_id": "L", "life_time": "1h", "timeout": 60, "abort_if_locked": True,
+            "disable_life_time_trigger": True,
+        }
+    )  # fmt: skip
+    assert set(json.loads(body)) == MESSAGE_FIELDS
+    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", body)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("field", sorted(MESSAGE_FIELDS))
+def test_every_known_message_field_is_read_by_the_parser(field: str) -> None:
+    """MESSAGE_FIELDS, which `send` checks against, lists only fields the daemon reads: a wrong
+    type in any of them is refused, naming it."""
+    body = {"command": "true", field: [1]} if field != "command" else {"command": [1]}
+    with pytest.raises(InvalidJobError, match=f'field "{field}"'):
+        parse_job(json.dumps(body), message_id="m", sent_at=0.0)
 
 
 def test_local_demo_shows_every_behaviour(
