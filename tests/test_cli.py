@@ -1,13 +1,13 @@
-"""The `sqsjkr` command line: Go flag spelling, exit codes and one-line errors, `send`, `local --demo`."""
+"""The `sqsjkr` command line: Go flag spelling, exit codes and one-line errors, and `send`.
+
+`sqsjkr local` has tests/test_local.py.
+"""
 
 from __future__ import annotations
 
 import json
-import re
-import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,10 +20,7 @@ from sqsjkr.errors import InvalidJobError
 from .conftest import (
     SQSJKR_COMMAND,
     Aws,
-    Daemon,
     config_text,
-    free_port,
-    http_get_json,
     sqsjkr_argv,
     wait_until,
 )
@@ -274,44 +271,6 @@ def test_every_known_message_field_is_read_by_the_parser(field: str) -> None:
     body = {"command": "true", field: [1]} if field != "command" else {"command": [1]}
     with pytest.raises(InvalidJobError, match=f'field "{field}"'):
         parse_job(json.dumps(body), message_id="m", sent_at=0.0)
-
-
-def test_local_demo_shows_every_behaviour(
-    start_daemon: Callable[..., Daemon], tmp_path: Path
-) -> None:
-    port = free_port()
-    daemon = start_daemon("local", "--demo", "--stats-port", str(port), wait_ready=False)
-    for line in (
-        "Send a job from another shell",
-        "hello, newcomer",
-        'waits for lock "report"',
-        'aborted: lock "report" is held',
-        "report 2: ran once report 1 released the lock",
-        "ALERT life_time exceeded: job_id:",
-        "moved to the dead-letter queue",
-        "errored with exit code 3",
-        "timed out after",
-    ):
-        daemon.wait_for_log(line, timeout=30)
-    wait_until(
-        lambda: (
-            http_get_json(port, "/stats/metrics/v2")["invocations"]
-            == {"succeeded": 3, "failed": 3, "errored": 2, "duplicates": 0, "timed_out": 1}
-        ),
-        what="demo stats",
-    )
-    # The newcomer's next step, exactly as printed.
-    hint = re.search(r"(AWS_ENDPOINT_URL=\S+) .*\n\s+sqsjkr send -c (\S+) ", daemon.log)
-    assert hint, daemon.log
-    endpoint = hint.group(1).split("=", 1)[1]
-    sent = sqsjkr(
-        "send", "-c", hint.group(2), "--command", "echo sent-by-the-hint",
-        env={"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "local",
-             "AWS_SECRET_ACCESS_KEY": "local"},
-    )  # fmt: skip
-    assert sent.returncode == 0, sent.stderr
-    daemon.wait_for_log("] sent-by-the-hint")
-    assert daemon.stop(signal.SIGINT) == 0
 
 
 def test_bare_sqsjkr_runs_the_daemon_with_the_default_config_and_hints_when_missing() -> None:
