@@ -1,6 +1,6 @@
-"""The commands README.md gives a newcomer in the checkout: they work when pasted.
+"""The commands the READMEs give a newcomer: they work when pasted, and the install steps are one.
 
-They are run in a fresh shell, from the top of the checkout, with no virtualenv on the PATH.
+README.md's checkout commands are run in a fresh shell; the host install lives in systemd/README.md.
 """
 
 from __future__ import annotations
@@ -92,3 +92,49 @@ def test_make_demo_takes_the_documented_options() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == ".venv/bin/sqsjkr local --demo --stats-port 0"
+
+
+def test_the_host_install_steps_live_in_systemd_readme_only() -> None:
+    """README.md links to them instead of repeating them, so the two cannot disagree again."""
+    readme = README.read_text()
+    assert "systemd/README.md#install" in readme
+    for line in commands(readme):
+        assert program(line) not in ("useradd", "install", "ln", "systemctl"), line
+    install = sections(SYSTEMD_README)["Install"]
+    assert "useradd" in install and "systemctl enable" in install
+
+
+def systemd_install_commands() -> list[list[str]]:
+    return [
+        shlex.split(line, comments=True)[1:]
+        for line in commands(sections(SYSTEMD_README)["Install"])
+        if line.startswith("sudo ")
+    ]
+
+
+def test_the_daemon_user_has_no_login_shell_and_a_home() -> None:
+    (useradd,) = [argv for argv in systemd_install_commands() if argv[0] == "useradd"]
+    assert useradd[-1] == "sqsjkr"
+    assert "--system" in useradd and "--create-home" in useradd
+    assert useradd[useradd.index("--shell") + 1] == "/usr/sbin/nologin"
+    assert useradd[useradd.index("--home-dir") + 1] == "/var/lib/sqsjkr"
+
+
+@pytest.mark.parametrize(
+    ("target", "mode", "owner"),
+    [
+        # The config may hold secrets (a trigger's webhook token); the daemon reads it as sqsjkr.
+        ("/etc/sqsjkr/config.toml", "0640", ("root", "sqsjkr")),
+        # Read by systemd; its values reach every job, and other users have no business in it.
+        ("/etc/sqsjkr/sqsjkr.env", "0640", ("root", "sqsjkr")),
+        ("/etc/systemd/system/sqsjkr.service", "0644", ("root", "root")),
+    ],
+)
+def test_installed_files_get_their_mode_and_owner(
+    target: str, mode: str, owner: tuple[str, str]
+) -> None:
+    (argv,) = [a for a in systemd_install_commands() if a[0] == "install" and a[-1] == target]
+    assert argv[argv.index("-m") + 1] == mode
+    assert (argv[argv.index("-o") + 1], argv[argv.index("-g") + 1]) == owner
+    # The source is a file of the checkout, and the steps run from its top directory.
+    assert (CHECKOUT / argv[-2]).is_file(), argv
