@@ -13,8 +13,11 @@ $(BIN)/sqsjkr: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
+# More options for `sqsjkr local`, e.g. make demo DEMO_ARGS='--stats-port 0' when 8061 is taken.
+DEMO_ARGS ?=
+
 demo: $(BIN)/sqsjkr
-	$(BIN)/sqsjkr local --demo
+	$(BIN)/sqsjkr local --demo $(DEMO_ARGS)
 
 test: $(BIN)/sqsjkr
 	$(BIN)/ruff check sqsjkr tests benchmarks

@@ -694,10 +694,28 @@ def test_reject_moves_the_message_to_the_dead_letter_queue(
     assert got == {
         **attributes,
         REJECT_REASON_ATTRIBUTE: {"DataType": "String", "StringValue": "command: not a string"},
+        # To find the message in the daemon's log.
+        "sqsjkr_message_id": {"DataType": "String", "StringValue": message.message_id},
+        "sqsjkr_receive_count": {"DataType": "Number", "StringValue": "1"},
     }
     wait_until(lambda: counts(aws, url) == (0, 0), what="an empty source queue")
     assert message.message_id in caplog.text
     assert "dead-letter queue" in caplog.text
+
+
+def test_reject_adds_what_room_allows_reason_first(aws: Aws) -> None:
+    url, dlq_url, _ = queue_with_dead_letter_queue(aws)
+    attributes = {f"a{i}": {"DataType": "String", "StringValue": str(i)} for i in range(8)}
+    aws.sqs.send_message(QueueUrl=url, MessageBody="not json", MessageAttributes=attributes)
+    source = SqsSource(client("sqs"), url, wait_time_seconds=0, dead_letter_url=dlq_url)
+    [message] = receive_all(source, 1)
+    source.reject(message, "not JSON")
+    [dead] = receive_raw(aws, dlq_url)
+    assert {k: v["StringValue"] for k, v in dead["MessageAttributes"].items()} == {
+        **{k: v["StringValue"] for k, v in attributes.items()},
+        REJECT_REASON_ATTRIBUTE: "not JSON",
+        "sqsjkr_message_id": message.message_id,
+    }
 
 
 def test_reject_keeps_ten_attributes_without_adding_the_reason(aws: Aws) -> None:

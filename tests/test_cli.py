@@ -1,39 +1,41 @@
-"""The `sqsjkr` command line: Go flag spelling, exit codes and one-line errors, `send`, `local --demo`."""
+"""The `sqsjkr` command line: Go flag spelling, exit codes and one-line errors, and `send`.
+
+`sqsjkr local` has tests/test_local.py.
+"""
 
 from __future__ import annotations
 
 import json
-import re
-import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from sqsjkr import __version__
 from sqsjkr.commands.cli import UsageFailure, translate_go_args
+from sqsjkr.contract.job import MESSAGE_FIELDS, parse_job
+from sqsjkr.errors import InvalidJobError
 
 from .conftest import (
     SQSJKR_COMMAND,
     Aws,
-    Daemon,
     config_text,
-    free_port,
-    http_get_json,
     sqsjkr_argv,
     wait_until,
 )
 
 
-def sqsjkr(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def sqsjkr(
+    *args: str, env: dict[str, str] | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
     import os
 
     return subprocess.run(
         sqsjkr_argv(*args),
         capture_output=True,
         text=True,
+        input=stdin,
         timeout=60,
         env={**os.environ, **(env or {})},
     )
@@ -188,42 +190,87 @@ def test_send_refuses_invalid_jobs_and_sends_nothing(
     assert aws.queue_counts() == (0, 0)
 
 
-def test_local_demo_shows_every_behaviour(
-    start_daemon: Callable[..., Daemon], tmp_path: Path
-) -> None:
-    port = free_port()
-    daemon = start_daemon("local", "--demo", "--stats-port", str(port), wait_ready=False)
-    for line in (
-        "Send a job from another shell",
-        "hello, newcomer",
-        'waits for lock "report"',
-        'aborted: lock "report" is held',
-        "report 2: ran once report 1 released the lock",
-        "ALERT life_time exceeded: job_id:",
-        "moved to the dead-letter queue",
-        "errored with exit code 3",
-        "timed out after",
-    ):
-        daemon.wait_for_log(line, timeout=30)
-    wait_until(
-        lambda: (
-            http_get_json(port, "/stats/metrics/v2")["invocations"]
-            == {"succeeded": 3, "failed": 3, "errored": 2, "duplicates": 0, "timed_out": 1}
-        ),
-        what="demo stats",
+def test_send_reads_the_body_from_standard_input(tmp_path: Path, aws: Aws) -> None:
+    body = '{"command": "echo from-stdin", "event_id": "piped"}\n'
+    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", "-", stdin=body)
+    assert result.returncode == 0, result.stderr
+    assert receive_bodies(aws) == [json.loads(body)]
+
+
+def test_send_reads_the_body_from_a_file(tmp_path: Path, aws: Aws) -> None:
+    job = tmp_path / "job.json"
+    job.write_text('{"command": "echo from-a-file", "lock_id": "L"}')
+    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", f"@{job}")
+    assert result.returncode == 0, result.stderr
+    assert receive_bodies(aws) == [json.loads(job.read_text())]
+
+
+def test_send_refuses_a_body_from_stdin_that_is_not_utf8(tmp_path: Path, aws: Aws) -> None:
+    result = subprocess.run(
+        sqsjkr_argv("send", "-c", str(write_conf(tmp_path, aws)), "--body", "-"),
+        input=b'{"command": "echo \xff"}',
+        capture_output=True,
+        timeout=60,
     )
-    # The newcomer's next step, exactly as printed.
-    hint = re.search(r"(AWS_ENDPOINT_URL=\S+) .*\n\s+sqsjkr send -c (\S+) ", daemon.log)
-    assert hint, daemon.log
-    endpoint = hint.group(1).split("=", 1)[1]
-    sent = sqsjkr(
-        "send", "-c", hint.group(2), "--command", "echo sent-by-the-hint",
-        env={"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "local",
-             "AWS_SECRET_ACCESS_KEY": "local"},
+    assert result.returncode == 2
+    assert b"invalid job, nothing sent: body is not valid UTF-8" in result.stderr
+    assert aws.queue_counts() == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ("@{tmp}/missing.json", "--body @{tmp}/missing.json: cannot read {tmp}/missing.json: "),
+        ("@", "--body @: expected a file name after @"),
+        ("@{tmp}", "cannot read {tmp}: Is a directory"),
+    ],
+    ids=["missing", "no-name", "directory"],
+)
+def test_send_refuses_a_body_file_it_cannot_read(
+    tmp_path: Path, aws: Aws, body: str, text: str
+) -> None:
+    result = sqsjkr(
+        "send", "-c", str(write_conf(tmp_path, aws)), "--body", body.format(tmp=tmp_path)
+    )
+    assert result.returncode == 2
+    assert text.format(tmp=tmp_path) in one_line_error(result)
+    assert aws.queue_counts() == (0, 0)
+
+
+def test_send_warns_of_unknown_fields_with_the_closest_known_name(tmp_path: Path, aws: Aws) -> None:
+    body = '{"command": "true", "lock_id": "L", "abort_if_lock": true, "colour": "red"}'
+    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", body)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        'sqsjkr: warning: field "abort_if_lock" is not a job field and the daemon ignores it; '
+        'did you mean "abort_if_locked"?',
+        'sqsjkr: warning: field "colour" is not a job field and the daemon ignores it',
+    ]
+    # Sent all the same, as the Go daemon ignores unknown fields too.
+    assert receive_bodies(aws) == [json.loads(body)]
+
+
+def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws) -> None:
+    body = json.dumps(
+        {
+            "command": "true", "env": {"A": "1"}, "envs": {"B": "2"}, "event_id": "e",
+            "lock_id": "L", "life_time": "1h", "timeout": 60, "abort_if_locked": True,
+            "disable_life_time_trigger": True,
+        }
     )  # fmt: skip
-    assert sent.returncode == 0, sent.stderr
-    daemon.wait_for_log("| sent-by-the-hint")
-    assert daemon.stop(signal.SIGINT) == 0
+    assert set(json.loads(body)) == MESSAGE_FIELDS
+    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", body)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("field", sorted(MESSAGE_FIELDS))
+def test_every_known_message_field_is_read_by_the_parser(field: str) -> None:
+    """MESSAGE_FIELDS, which `send` checks against, lists only fields the daemon reads: a wrong
+    type in any of them is refused, naming it."""
+    body = {"command": "true", field: [1]} if field != "command" else {"command": [1]}
+    with pytest.raises(InvalidJobError, match=f'field "{field}"'):
+        parse_job(json.dumps(body), message_id="m", sent_at=0.0)
 
 
 def test_bare_sqsjkr_runs_the_daemon_with_the_default_config_and_hints_when_missing() -> None:

@@ -536,7 +536,58 @@ def test_unknown_keys_warn(caplog: pytest.LogCaptureFixture) -> None:
     assert any("unknown config key [kicker] max_concurent_num" in m for m in messages)
     assert any("unknown config section [extra]" in m for m in messages)
     assert any("unknown config key top" in m for m in messages)
-    assert all(m.endswith("(ignored)") for m in messages)
+    assert all("(ignored" in m for m in messages)
+
+
+def config_warnings(text: str, caplog: pytest.LogCaptureFixture) -> list[str]:
+    with caplog.at_level(logging.WARNING, logger="sqsjkr.config"):
+        parse(text)
+    return [r.getMessage() for r in caplog.records if r.name == "sqsjkr.config"]
+
+
+@pytest.mark.parametrize(
+    ("text", "warning"),
+    [
+        (
+            with_section("kicker", "max_concurent_num = 3"),
+            "unknown config key [kicker] max_concurent_num in /etc/sqsjkr/test.toml "
+            "(ignored; did you mean max_concurrent_num?)",
+        ),
+        (
+            with_section("lock", "retry_intreval = '1s'"),
+            "[lock] retry_intreval in /etc/sqsjkr/test.toml (ignored; did you mean retry_interval?)",
+        ),
+        (
+            MINIMAL + "[lcok]\ntable = 't'\n",
+            "unknown config section [lcok] in /etc/sqsjkr/test.toml (ignored; did you mean [lock]?)",
+        ),
+        # A key of another section, or outside any section, is pointed to where it belongs.
+        (
+            with_section("kicker", "table = 't'"),
+            "[kicker] table in /etc/sqsjkr/test.toml (ignored; did you mean [lock] table?)",
+        ),
+        (
+            "stats_prot = 9000\n" + MINIMAL,
+            "key stats_prot in /etc/sqsjkr/test.toml (ignored; did you mean [kicker] stats_port?)",
+        ),
+    ],
+    ids=["misspelt-key", "misspelt-duration-key", "misspelt-section", "other-section", "top-level"],
+)
+def test_unknown_keys_suggest_the_closest_known_name(
+    caplog: pytest.LogCaptureFixture, text: str, warning: str
+) -> None:
+    messages = config_warnings(text, caplog)
+    assert len(messages) == 1, messages
+    assert messages[0].endswith(warning), messages
+
+
+def test_unknown_keys_with_nothing_close_get_no_suggestion(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    text = with_section("kicker", "zzz = 1") + "[extra]\na = 1\n"
+    messages = config_warnings(text, caplog)
+    assert len(messages) == 2, messages
+    assert all(m.endswith("(ignored)") for m in messages), messages
 
 
 def test_known_keys_do_not_warn(caplog: pytest.LogCaptureFixture) -> None:

@@ -284,16 +284,40 @@ def test_go_style_flags_run_the_daemon_and_override_the_file(
     assert daemon.stop() == 0
 
 
-def test_missing_table_is_named_in_the_log(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:
+def test_a_missing_table_fails_the_start_naming_it(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
     port = free_port()
     conf = tmp_path / "config.toml"
     conf.write_text(
         config_text(aws, stats=f"stats_port = {port}").replace(aws.table, "no-such-table")
     )
-    daemon = start_daemon("run", "-c", str(conf))
     aws.send({"command": "true"})
-    daemon.wait_for_log("DynamoDB table 'no-such-table' not found")
-    assert daemon.stop() == 0
+    daemon = start_daemon("run", "-c", str(conf), wait_ready=False)
+    assert daemon.proc.wait(20) == 1
+    assert "DynamoDB table 'no-such-table' not found" in daemon.log
+    assert "receiving with" not in daemon.log
+    assert aws.queue_counts() == (1, 0)  # not received: the job waits for a daemon that can run it
+
+
+def test_a_table_without_the_id_and_type_keys_fails_the_start(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    aws.dynamodb.create_table(
+        TableName=f"{aws.table}-wrong",
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    conf = tmp_path / "config.toml"
+    conf.write_text(
+        config_text(aws, stats=f"stats_port = {free_port()}").replace(
+            aws.table, f"{aws.table}-wrong"
+        )
+    )
+    daemon = start_daemon("run", "-c", str(conf), wait_ready=False)
+    assert daemon.proc.wait(20) == 1
+    assert f"DynamoDB table '{aws.table}-wrong' does not have the keys sqsjkr needs" in daemon.log
 
 
 def test_missing_queue_fails_fast_naming_it(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:

@@ -650,7 +650,7 @@ def test_invalid_messages_go_to_the_dead_letter_queue_with_body_attributes_and_r
             attributes["blob"] = {"DataType": "Binary", "BinaryValue": bytes([i, 0, 255])}
         sent[f"case-{i}"] = (attributes, reason)
         entries.append({"MessageBody": body, "MessageAttributes": attributes})
-    send_batches(aws, entries)
+    message_ids = {f"case-{i}": id_ for i, id_ in enumerate(send_batches(aws, entries))}
     expected_bodies = {f"case-{i}": body for i, (body, _) in enumerate(bodies)}
 
     wait_until(lambda: invocations(port)["failed"] == 20, timeout=30, what="20 counted failed")
@@ -680,8 +680,14 @@ def test_invalid_messages_go_to_the_dead_letter_queue_with_body_attributes_and_r
             for name, value in message["MessageAttributes"].items()
         }
         want = dict(attributes)
-        if len(attributes) < 10:
-            want["sqsjkr_error"] = {"DataType": "String", "StringValue": reason}
+        ours = {
+            "sqsjkr_error": {"DataType": "String", "StringValue": reason},
+            "sqsjkr_message_id": {"DataType": "String", "StringValue": message_ids[case]},
+            "sqsjkr_receive_count": {"DataType": "Number", "StringValue": "1"},
+        }
+        for name, value in ours.items():
+            if len(want) < 10:
+                want[name] = value
         assert got == want, case
     assert "sqsjkr_error" not in received["case-19"]["MessageAttributes"]
     dlq_counts = aws.sqs.get_queue_attributes(

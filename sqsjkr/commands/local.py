@@ -8,20 +8,27 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
+import shutil
+import socket
+import sys
 import tempfile
 import threading
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
+from botocore.exceptions import BotoCoreError, ClientError
 
-from sqsjkr.backends.aws import make_client, make_session
+from sqsjkr.backends.aws import describe, make_client, make_session
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.job import build_body
 from sqsjkr.daemon.service import serve
-from sqsjkr.errors import LocalModeError
+from sqsjkr.errors import LocalModeError, StatsServerError
 
 log = logging.getLogger("sqsjkr.local")
 
@@ -31,16 +38,28 @@ LOCAL_ACCOUNT = "123456789012"
 LOCAL_QUEUE = "sqsjkr-local"
 LOCAL_TABLE = "sqsjkr"
 
-#: (what it shows, body, DelaySeconds). The lock jobs share lock_id "report": the delays make sure
-#: report 1 holds it (for 5 s) before report 2 waits for it and the abort job gives up on it. The
-#: late job is delayed past its life_time, so it is cancelled and the trigger prints an alert.
+
+@dataclass(frozen=True)
+class DemoJob:
+    """One message of the demo: what it shows, its body, its DelaySeconds and how it should end."""
+
+    what: str
+    body: str
+    delay: int
+    outcome: str  # the invocations counter it should add to
+
+
+#: The lock jobs share lock_id "report": the delays make sure report 1 holds it (for 5 s) before
+#: report 2 waits for it and the abort job gives up on it. The late job is delayed past its
+#: life_time, so it is cancelled and the trigger prints an alert.
 DEMO_JOBS = [
-    (
+    DemoJob(
         "a plain job with an env",
         build_body('echo "hello, $WHO"', envs={"WHO": "newcomer"}, event_id="demo-hello"),
         0,
+        "succeeded",
     ),
-    (
+    DemoJob(
         "a job holding lock 'report' for 5s",
         build_body(
             'echo "report 1: started, holding the lock for 5s"; sleep 5; echo "report 1: done"',
@@ -48,8 +67,9 @@ DEMO_JOBS = [
             lock_id="report",
         ),
         0,
+        "succeeded",
     ),
-    (
+    DemoJob(
         "a job waiting for lock 'report'",
         build_body(
             'echo "report 2: ran once report 1 released the lock"',
@@ -57,21 +77,29 @@ DEMO_JOBS = [
             lock_id="report",
         ),
         1,
+        "succeeded",
     ),
-    (
+    DemoJob(
         "a job giving up because 'report' is locked",
         build_body(
             'echo "never printed"', event_id="demo-abort", lock_id="report", abort_if_locked=True
         ),
         2,
+        "failed",
     ),
-    (
+    DemoJob(
         "a job arriving after its 1s life_time",
         build_body('echo "never printed"', event_id="demo-late", life_time="1s"),
         3,
+        "failed",
     ),
-    ("a job that fails", build_body('echo "about to fail" >&2; exit 3', event_id="demo-fail"), 0),
-    (
+    DemoJob(
+        "a job that fails",
+        build_body('echo "about to fail" >&2; exit 3', event_id="demo-fail"),
+        0,
+        "errored",
+    ),
+    DemoJob(
         "a job stopped by its 2s timeout",
         build_body(
             'echo "sleeping 60s under a 2s timeout"; sleep 60',
@@ -79,9 +107,21 @@ DEMO_JOBS = [
             timeout="2s",
         ),
         0,
+        "errored",
     ),
-    ("a message that is not a job (moved to the dead-letter queue)", "this is not JSON", 0),
+    DemoJob(
+        "a message that is not a job (moved to the dead-letter queue)",
+        "this is not JSON",
+        0,
+        "failed",
+    ),
 ]
+
+
+#: How often the demo reads the stats endpoint while its jobs run.
+_DEMO_POLL_SECONDS = 0.25
+#: The invocation counters of which each message adds to exactly one; timed_out is part of errored.
+_OUTCOMES = ("succeeded", "errored", "failed", "duplicates")
 
 
 @contextmanager
@@ -91,6 +131,8 @@ def local_endpoint(port: int = 0) -> Iterator[str]:
         from moto.server import ThreadedMotoServer
     except ImportError as exc:
         raise LocalModeError("local mode needs moto: pip install 'sqsjkr[local]'") from exc
+    if port:
+        _check_port_free(port)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     try:
         server.start()
@@ -101,6 +143,24 @@ def local_endpoint(port: int = 0) -> Iterator[str]:
         yield f"http://{host}:{bound}"
     finally:
         server.stop()
+
+
+def _check_port_free(port: int) -> None:
+    """LocalModeError if 127.0.0.1:port is taken.
+
+    moto's server binds in its own thread, which exits on a taken port and leaves start()
+    waiting for ever; a port taken in the instant between this check and that bind still hangs.
+    """
+    with socket.socket() as probe:
+        # As the server will: a port in TIME_WAIT after a previous run is free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise LocalModeError(
+                f"cannot start the local AWS endpoint on 127.0.0.1:{port}: {exc.strerror}; "
+                "pass another --port, or leave it out for any free port"
+            ) from exc
 
 
 def use_endpoint(endpoint: str) -> None:
@@ -184,6 +244,37 @@ retry_interval = "1s"
     return path
 
 
+@dataclass(frozen=True)
+class LocalSite:
+    """What `sqsjkr local` set up, for the lines it prints."""
+
+    endpoint: str
+    queue_url: str
+    dead_letter_url: str
+    conf: Path
+
+
+def sqsjkr_command() -> str:
+    """This sqsjkr's own command, by absolute path: its virtualenv need not be on PATH."""
+    beside = shutil.which("sqsjkr", path=os.path.dirname(sys.executable))
+    if beside is not None:
+        return shlex.quote(os.path.abspath(beside))
+    return shlex.join([sys.executable, "-m", "sqsjkr"])
+
+
+def banner(site: LocalSite, stats_address: str) -> str:
+    """What local mode prints once it listens: where everything is, and how to send a job."""
+    return (
+        f"sqsjkr local: AWS endpoint {site.endpoint} (moto), queue {LOCAL_QUEUE} "
+        f"(dead letters: {LOCAL_QUEUE}-dlq), table {LOCAL_TABLE}\n"
+        f"Stats: curl -s http://{stats_address}/stats/metrics/v2\n"
+        "Send a job from another shell:\n"
+        f"  AWS_ENDPOINT_URL={site.endpoint} AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local \\\n"
+        f"    {sqsjkr_command()} send -c {shlex.quote(str(site.conf))} --command 'echo hello'\n"
+        "Stop: Ctrl-C"
+    )
+
+
 def run_local(
     stop: threading.Event,
     force: threading.Event,
@@ -193,26 +284,128 @@ def run_local(
     stats_port: int,
     workers: int,
 ) -> None:
-    """Start the endpoint, create the queue and table, optionally send the demo, serve until stop."""
+    """Start the endpoint, create the queue and table, serve until stop.
+
+    The banner (and the demo) wait for the stats server to listen, so a taken stats port fails
+    before anything is printed or sent.
+    """
     with local_endpoint(port) as endpoint, tempfile.TemporaryDirectory(prefix="sqsjkr-") as tmp:
         use_endpoint(endpoint)
         session = make_session(region=LOCAL_REGION)
         sqs = make_client(session, "sqs")
         queue_url = create_queue(sqs, LOCAL_QUEUE, dead_letter=True)
+        dead_letter_url = str(sqs.get_queue_url(QueueName=f"{LOCAL_QUEUE}-dlq")["QueueUrl"])
         create_table(make_client(session, "dynamodb"), LOCAL_TABLE)
         conf = write_config(Path(tmp), stats_port=stats_port, workers=workers)
-        config = load_config(conf)
-        click.echo(
-            f"sqsjkr local: AWS endpoint {endpoint} (moto), queue {LOCAL_QUEUE}, "
-            f"table {LOCAL_TABLE}\n"
-            "Send a job from another shell:\n"
-            f"  AWS_ENDPOINT_URL={endpoint} AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local \\\n"
-            f"    sqsjkr send -c {conf} --command 'echo hello'\n"
-            f"Stats: curl http://127.0.0.1:{stats_port}/stats/metrics/v2\n"
-            "Stop: Ctrl-C",
+        site = LocalSite(endpoint, queue_url, dead_letter_url, conf)
+        watch = DemoWatch(sqs, site)
+
+        def listening(stats_address: str) -> None:
+            click.echo(banner(site, stats_address))
+            if demo:
+                send_demo(sqs, queue_url)
+                watch.start(stats_address)
+
+        try:
+            serve(load_config(conf), stop, force=force, on_listening=listening)
+        except StatsServerError as exc:
+            raise LocalModeError(
+                f"{exc}; pass another --stats-port, or --stats-port 0 for any free port"
+            ) from exc
+        finally:
+            watch.close()
+
+
+def send_demo(sqs: Any, queue_url: str) -> None:
+    for job in DEMO_JOBS:
+        sent = sqs.send_message(QueueUrl=queue_url, MessageBody=job.body, DelaySeconds=job.delay)
+        log.info("demo: sent %s as message %s", job.what, sent["MessageId"])
+
+
+class DemoWatch:
+    """Polls the stats endpoint until every demo message has an outcome, then prints a summary.
+
+    Its thread is started by start() and joined by close(), both called by run_local.
+    """
+
+    def __init__(self, sqs: Any, site: LocalSite) -> None:
+        self._sqs = sqs
+        self._site = site
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, stats_address: str) -> None:
+        self._thread = threading.Thread(
+            target=self._watch, args=(stats_address,), name="sqsjkr-demo-watch"
         )
-        if demo:
-            for what, body, delay in DEMO_JOBS:
-                sent = sqs.send_message(QueueUrl=queue_url, MessageBody=body, DelaySeconds=delay)
-                log.info("demo: sent %s as message %s", what, sent["MessageId"])
-        serve(config, stop, force=force)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _watch(self, stats_address: str) -> None:
+        url = f"http://{stats_address}/stats/metrics/v2"
+        while not self._done.wait(_DEMO_POLL_SECONDS):
+            counts = _invocations(url)
+            if counts is not None and sum(counts[k] for k in _OUTCOMES) >= len(DEMO_JOBS):
+                dead = _peek_dead_letters(self._sqs, self._site.dead_letter_url)
+                click.echo(demo_summary(counts, self._site, stats_address, dead))
+                return
+
+
+def _invocations(url: str) -> dict[str, int] | None:
+    """The invocation counters at the stats url; None while it cannot be read."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return dict(json.load(response)["invocations"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _peek_dead_letters(sqs: Any, url: str) -> list[tuple[str, str]]:
+    """(body, sqsjkr_error) of the messages in the dead-letter queue, leaving them there."""
+    try:
+        # The failed counter goes up just before the message is moved: wait for it a little.
+        response = sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            MessageAttributeNames=["All"],
+            VisibilityTimeout=0,
+            WaitTimeSeconds=2,
+        )
+    except (BotoCoreError, ClientError) as exc:
+        log.warning("demo: cannot read the dead-letter queue: %s", describe(exc))
+        return []
+    return [
+        (
+            message["Body"],
+            message.get("MessageAttributes", {}).get("sqsjkr_error", {}).get("StringValue", ""),
+        )
+        for message in response.get("Messages", [])
+    ]
+
+
+def demo_summary(
+    counts: dict[str, int], site: LocalSite, stats_address: str, dead: list[tuple[str, str]]
+) -> str:
+    """What the demo did: the counters with the demo jobs behind each, and where to look next."""
+    lines = [f"Demo done: all {len(DEMO_JOBS)} messages have an outcome. Invocations counted:"]
+    for outcome in _OUTCOMES:
+        whats = [job.what for job in DEMO_JOBS if job.outcome == outcome]
+        count = f"{counts[outcome]}"
+        if outcome == "errored":
+            count += f" (timed_out {counts.get('timed_out', 0)})"
+        lines.append(f"  {outcome:<10} {count}")
+        lines.extend(f"      - {what}" for what in whats)
+    lines.append(f"Dead-letter queue {LOCAL_QUEUE}-dlq ({site.dead_letter_url}):")
+    if not dead:
+        lines.append("  (no message there yet)")
+    lines.extend(f"  body {body!r}, sqsjkr_error {error!r}" for body, error in dead)
+    lines += [
+        "Each job's output is in the log above, tagged [event_id message_id].",
+        f"Stats: curl -s http://{stats_address}/stats/metrics/v2",
+        "The daemon keeps running: send it jobs as shown above; stop it with Ctrl-C.",
+    ]
+    return "\n".join(lines)

@@ -80,11 +80,22 @@ def run(
 
 
 @click.command()
-@click.option("--demo", is_flag=True, help="Also send sample jobs and watch them run.")
 @click.option(
-    "--port", type=click.IntRange(0, 65535), default=0, help="Port of the embedded AWS endpoint."
+    "--demo", is_flag=True, help="Also send sample jobs, and sum up once they have all ended."
 )
-@click.option("--stats-port", type=click.IntRange(0, 65535), default=8061, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="Port of the embedded AWS endpoint (default: any free port).",
+)
+@click.option(
+    "--stats-port",
+    type=click.IntRange(0, 65535),
+    default=8061,
+    show_default=True,
+    help="Stats HTTP port (0: any free port).",
+)
 @click.option("--workers", type=click.IntRange(1, 1000), default=4, show_default=True)
 @log_level_option
 def local(demo: bool, port: int, stats_port: int, workers: int, log_level: str) -> None:

@@ -5,7 +5,11 @@ What the daemon would refuse is never sent.
 
 from __future__ import annotations
 
+import difflib
+import json
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import click
 
@@ -13,8 +17,8 @@ from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.backends.sqs import resolve_queue_url
 from sqsjkr.commands.options import UsageFailure, conf_option, load, profile_option, region_option
 from sqsjkr.contract.config import Overrides
-from sqsjkr.contract.job import build_body, parse_job
-from sqsjkr.errors import InvalidJobError
+from sqsjkr.contract.job import MESSAGE_FIELDS, build_body, parse_job
+from sqsjkr.errors import InvalidJobError, quote
 
 
 def parse_env(values: Sequence[str]) -> dict[str, str]:
@@ -34,6 +38,50 @@ def duration_option(text: str | None) -> int | str | None:
     return int(text) if text.isdigit() else text
 
 
+def read_body(value: str) -> str | bytes:
+    """--body: the JSON itself, "-" for standard input, or "@PATH" for a file's contents.
+
+    What is read stays bytes, so that the daemon's parser reports a body that is not UTF-8.
+    """
+    if value == "-":
+        return sys.stdin.buffer.read()
+    if value.startswith("@"):
+        path = value[1:]
+        if not path:
+            raise UsageFailure("--body @: expected a file name after @ (--body @job.json)")
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise UsageFailure(f"--body {value}: cannot read {path}: {exc.strerror}") from exc
+    return value
+
+
+def checked_body(value: str) -> str:
+    """The --body message, checked with the daemon's own parser; warns of fields it ignores."""
+    raw = read_body(value)
+    # What the daemon would refuse is never sent.
+    parse_job(raw, message_id="(not sent)", sent_at=0.0)
+    body = raw.decode() if isinstance(raw, bytes) else raw
+    for warning in unknown_fields(body):
+        click.echo(f"sqsjkr: warning: {warning}", err=True)
+    return body
+
+
+def unknown_fields(body: str) -> list[str]:
+    """A warning for each field the daemon ignores, with the known name it is closest to."""
+    warnings = []
+    # Called once parse_job accepted the body, so it is a JSON object.
+    for name in json.loads(body):
+        if name in MESSAGE_FIELDS:
+            continue
+        warning = f"field {quote(name)} is not a job field and the daemon ignores it"
+        close = difflib.get_close_matches(name, sorted(MESSAGE_FIELDS), n=1)
+        if close:
+            warning += f"; did you mean {quote(close[0])}?"
+        warnings.append(warning)
+    return warnings
+
+
 @click.command()
 @conf_option
 @profile_option
@@ -47,7 +95,12 @@ def duration_option(text: str | None) -> int | str | None:
 @click.option("--abort-if-locked", is_flag=True, help="Give up at once when the lock is held.")
 @click.option("--disable-life-time-trigger", is_flag=True)
 @click.option("--delay", type=click.IntRange(0, 900), default=0, help="SQS DelaySeconds.")
-@click.option("--body", help="The whole message as JSON, instead of the options above.")
+@click.option(
+    "--body",
+    metavar="JSON|-|@PATH",
+    help="The whole message as JSON instead of the options above; - reads it from standard "
+    "input, @PATH from a file.",
+)
 def send(
     conf: str,
     profile: str | None,
@@ -81,7 +134,9 @@ def send(
     if body is None and command is None:
         raise UsageFailure("--command or --body is required")
     try:
-        if body is None:
+        if body is not None:
+            body = checked_body(body)
+        else:
             assert command is not None
             body = build_body(
                 command,
@@ -92,9 +147,7 @@ def send(
                 timeout=duration_option(timeout),
                 abort_if_locked=abort_if_locked,
                 disable_life_time_trigger=disable_life_time_trigger,
-            )
-        # The daemon's own parser: what it would refuse is never sent.
-        parse_job(body, message_id="(not sent)", sent_at=0.0)
+            )  # checked with the daemon's parser, too
     except InvalidJobError as exc:
         raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
     config = load(conf, Overrides(profile=profile, region=region))

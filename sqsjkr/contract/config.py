@@ -6,6 +6,7 @@ Every invalid value is a ConfigError that starts with `config <source>: ` and na
 from __future__ import annotations
 
 import datetime
+import difflib
 import json
 import logging
 import os
@@ -241,18 +242,39 @@ def _tables(source: str, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         dataclass_type = _SECTIONS.get(name)
         if dataclass_type is None:
             if isinstance(value, dict):
-                log.warning("unknown config section [%s] in %s (ignored)", name, source)
+                hint = _did_you_mean(name, {section: f"[{section}]" for section in _SECTIONS})
+                log.warning("unknown config section [%s] in %s (ignored%s)", name, source, hint)
             else:
-                log.warning("unknown config key %s in %s (ignored)", name, source)
+                hint = _did_you_mean(name, _keys_of_sections())
+                log.warning("unknown config key %s in %s (ignored%s)", name, source, hint)
             continue
         if not isinstance(value, dict):
             raise ConfigError(f"config {source}: [{name}] must be a table, got {_show(value)}")
-        known = {f.name for f in fields(dataclass_type)}
+        known = {f.name: f.name for f in fields(dataclass_type)}
         for key in value:
             if key not in known:
-                log.warning("unknown config key [%s] %s in %s (ignored)", name, key, source)
+                # A misspelling of this section's keys, else a key of another section exactly.
+                hint = _did_you_mean(key, known) or _did_you_mean(
+                    key, _keys_of_sections(), cutoff=1.0
+                )
+                log.warning("unknown config key [%s] %s in %s (ignored%s)", name, key, source, hint)
         tables[name] = dict(value)
     return tables
+
+
+def _keys_of_sections() -> dict[str, str]:
+    """Each key of the known sections, spelled "[section] key"."""
+    return {
+        f.name: f"[{section}] {f.name}"
+        for section, dataclass_type in _SECTIONS.items()
+        for f in fields(dataclass_type)
+    }
+
+
+def _did_you_mean(name: str, spellings: Mapping[str, str], cutoff: float = 0.6) -> str:
+    """ "; did you mean X?" with the spelling of the known name closest to name, or ""."""
+    close = difflib.get_close_matches(name, list(spellings), n=1, cutoff=cutoff)
+    return f"; did you mean {spellings[close[0]]}?" if close else ""
 
 
 def _apply_overrides(

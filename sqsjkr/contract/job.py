@@ -20,6 +20,20 @@ MAX_LOCK_ID_BYTES = 2048
 # The Go README documents "env" and the Go code reads "envs": merging in this order lets "envs" win.
 _ENV_FIELDS = ("env", "envs")
 
+#: Every field a message may carry; the daemon ignores any other (as the Go daemon did).
+MESSAGE_FIELDS = frozenset(
+    {
+        "command",
+        *_ENV_FIELDS,
+        "event_id",
+        "lock_id",
+        "life_time",
+        "abort_if_locked",
+        "disable_life_time_trigger",
+        "timeout",
+    }
+)
+
 
 @dataclass(frozen=True)
 class Job:

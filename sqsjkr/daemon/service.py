@@ -49,11 +49,13 @@ def serve(
     locker: Locker | None = None,
     dedupe: DedupeStore | None = None,
     notifier: Notifier | None = None,
+    on_listening: Callable[[str], None] | None = None,
 ) -> None:
     """Run the daemon until stop is set and its in-flight jobs are done (force: stop them now).
 
     locker and dedupe replace the backends the config selects (for embedding sqsjkr in Python);
-    notifier tells a service manager (systemd) how the daemon is doing.
+    notifier tells a service manager (systemd) how the daemon is doing; on_listening is called
+    with the stats server's bound address ("127.0.0.1:8061", "unix:/path") once it listens.
     """
     _warn_on_short_lease(config)
     stats = Stats(config.kicker.max_concurrent_num)
@@ -61,6 +63,8 @@ def serve(
     # still waiting for AWS as up with all workers idle.
     server = _start_stats_server(config, stats)
     try:
+        if on_listening is not None:
+            on_listening(server.address)
         timing = Timing.of(config)
         parts = _connect(config, timing, stop, locker, dedupe)
         if parts is None:

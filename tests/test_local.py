@@ -1,0 +1,124 @@
+"""`sqsjkr local` as a newcomer meets it: the demo, its banner and summary, and taken ports.
+
+The daemon runs as a real subprocess; what it prints is pasted into a fresh shell, as a person would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import Daemon, http_get_json, sqsjkr_argv
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+DEMO_COUNTS = {"succeeded": 3, "failed": 3, "errored": 2, "duplicates": 0, "timed_out": 1}
+
+
+def paste(text: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """Run text in a fresh shell at the top of the checkout: no virtualenv on the PATH, no AWS
+    variables but those the text sets."""
+    return subprocess.run(
+        ["sh"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=CHECKOUT,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home)},
+    )
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that something else listens on."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        yield int(other.getsockname()[1])
+
+
+def run_local(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(sqsjkr_argv("local", *args), capture_output=True, text=True, timeout=60)
+
+
+def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
+    start_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    daemon = start_daemon("local", "--demo", "--stats-port", "0", wait_ready=False)
+    daemon.wait_for_log("Stop: Ctrl-C")
+    stats = re.search(
+        r"^Stats: curl (?:-s )?http://127\.0\.0\.1:(\d+)/stats/metrics/v2$", daemon.log, re.M
+    )
+    assert stats, daemon.log
+    port = int(stats.group(1))
+    assert port != 0
+    for line in (
+        "hello, newcomer",
+        'waits for lock "report"',
+        'aborted: lock "report" is held',
+        "report 2: ran once report 1 released the lock",
+        "ALERT life_time exceeded: job_id:",
+        "moved to the dead-letter queue",
+        "errored with exit code 3",
+        "timed out after",
+    ):
+        daemon.wait_for_log(line, timeout=30)
+    daemon.wait_for_log("The daemon keeps running", timeout=30)
+    assert http_get_json(port, "/stats/metrics/v2")["invocations"] == DEMO_COUNTS
+    summary = daemon.log[daemon.log.index("Demo done: all 8 messages have an outcome") :]
+    for line in (
+        "  succeeded  3\n",
+        "  errored    2 (timed_out 1)\n",
+        "  failed     3\n",
+        "  duplicates 0\n",
+        "      - a message that is not a job (moved to the dead-letter queue)\n",
+        "/123456789012/sqsjkr-local-dlq):\n"
+        "  body 'this is not JSON', sqsjkr_error 'body is not JSON: Expecting value",
+        f"Stats: curl -s http://127.0.0.1:{port}/stats/metrics/v2\n",
+    ):
+        assert line in summary, summary
+    if shutil.which("curl"):
+        pasted = paste(summary.split("Stats: ", 1)[1].splitlines()[0], tmp_path)
+        assert json.loads(pasted.stdout)["invocations"] == DEMO_COUNTS, pasted
+    assert daemon.stop(signal.SIGINT) == 0
+
+
+def test_the_printed_send_command_works_pasted_into_a_fresh_shell(
+    start_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    daemon = start_daemon("local", "--stats-port", "0", wait_ready=False)
+    daemon.wait_for_log("receiving with")
+    hint = re.search(r"^Send a job from another shell:\n((?:  .*\n)+)", daemon.log, re.M)
+    assert hint, daemon.log
+    sent = paste(hint.group(1), tmp_path)
+    assert sent.returncode == 0, sent.stderr
+    assert re.fullmatch(r"[0-9a-f-]{36}\n", sent.stdout), sent.stdout
+    daemon.wait_for_log(f"job {sent.stdout.strip()} | hello")
+    assert daemon.stop(signal.SIGINT) == 0
+
+
+def test_a_taken_stats_port_fails_before_the_banner_and_names_the_option(taken_port: int) -> None:
+    result = run_local("--stats-port", str(taken_port))
+    assert result.returncode == 1
+    assert result.stdout == ""  # no banner pointing at someone else's port
+    (line,) = result.stderr.strip().splitlines()
+    assert f"cannot serve stats on 127.0.0.1:{taken_port}" in line
+    assert "pass another --stats-port, or --stats-port 0 for any free port" in line
+
+
+def test_a_taken_endpoint_port_fails_and_names_the_option(taken_port: int) -> None:
+    result = run_local("--port", str(taken_port), "--stats-port", "0")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert f"cannot start the local AWS endpoint on 127.0.0.1:{taken_port}" in line
+    assert "pass another --port" in line
