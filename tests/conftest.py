@@ -167,7 +167,13 @@ retry_interval = "0.1s"
 class Daemon:
     """`sqsjkr` started as a real subprocess; its log goes to a file the test can poll."""
 
-    def __init__(self, args: list[str], env: dict[str, str], workdir: Path) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        workdir: Path,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
         self.log_path = workdir / f"daemon-{uuid.uuid4().hex[:6]}.log"
         self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - outlives __init__; closed in stop()/kill()
         self.proc = subprocess.Popen(
@@ -176,6 +182,7 @@ class Daemon:
             env={**os.environ, **env},
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
+            preexec_fn=preexec_fn,
         )
 
     @property
@@ -214,8 +221,10 @@ class Daemon:
 def start_daemon(tmp_path: Path, aws_env: dict[str, str]) -> Iterator[Callable[..., Daemon]]:
     started: list[Daemon] = []
 
-    def start(*args: str, wait_ready: bool = True) -> Daemon:
-        daemon = Daemon(list(args), aws_env, tmp_path)
+    def start(
+        *args: str, wait_ready: bool = True, preexec_fn: Callable[[], None] | None = None
+    ) -> Daemon:
+        daemon = Daemon(list(args), aws_env, tmp_path, preexec_fn)
         started.append(daemon)
         if wait_ready:
             daemon.wait_for_log("receiving with")
@@ -241,7 +250,13 @@ Start = Callable[..., Daemon]
 
 
 def run_daemon(
-    start: Start, tmp_path: Path, aws: Aws, *, lease: str | None = None, **kicker: Any
+    start: Start,
+    tmp_path: Path,
+    aws: Aws,
+    *,
+    lease: str | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+    **kicker: Any,
 ) -> tuple[Daemon, int]:
     """`sqsjkr run` on a config for aws with these [kicker] keys (and [lock] lease); returns
     the daemon, once receiving, and its stats port."""
@@ -251,7 +266,7 @@ def run_daemon(
     if lease is not None:
         text = text.replace("[lock]\n", f'[lock]\nlease = "{lease}"\n')
     conf.write_text(text)
-    return start("run", "-c", str(conf)), port
+    return start("run", "-c", str(conf), preexec_fn=preexec_fn), port
 
 
 def invocations(port: int) -> dict[str, int]:

@@ -104,6 +104,12 @@ def test_systemd_seconds_reads_time_spans(span: str, seconds: float) -> None:
     assert systemd_seconds(span) == seconds
 
 
+def test_open_files_are_not_left_at_systemds_default_of_1024() -> None:
+    settings = service_settings(UNIT.read_text())
+    soft, _, hard = settings["LimitNOFILE"].partition(":")
+    assert int(soft) >= 65536 and int(hard or soft) >= int(soft)
+
+
 def test_stop_timeout_outlasts_the_daemons_own_stop() -> None:
     settings = service_settings(UNIT.read_text())
     shutdown = parse_duration(

@@ -1,0 +1,155 @@
+"""A fault-injecting HTTP proxy in front of moto: holds, fails or drops chosen AWS calls.
+
+A daemon pointed at it (AWS_ENDPOINT_URL) sees what a slow or flaky network would show it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import socketserver
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+
+@dataclass(frozen=True)
+class Call:
+    """One AWS request as the proxy saw it."""
+
+    action: str  # "PutItem", "ReceiveMessage", ...
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body or b"{}")
+        except ValueError:
+            return {}
+
+    def item_type(self) -> str | None:
+        """The Type key of the DynamoDB item the call writes or reads, if any."""
+        request = self.json
+        item = request.get("Item") or request.get("Key") or {}
+        return item.get("Type", {}).get("S")
+
+
+@dataclass
+class Fault:
+    """What to do with calls that match: hold the response for hold seconds after the call took
+    effect; or answer with an error without forwarding; `times` calls at most (None: all)."""
+
+    matches: Callable[[Call], bool]
+    hold: float = 0.0
+    error: tuple[int, str] | None = None  # (HTTP status, AWS error code)
+    times: int | None = None
+    hits: int = field(default=0)
+
+
+class FaultProxy:
+    """Forwards every request to upstream, applying the first Fault that matches it."""
+
+    def __init__(self, upstream: str) -> None:
+        self._upstream = urlsplit(upstream)
+        self._lock = threading.Lock()
+        self._faults: list[Fault] = []
+        self.calls: list[Call] = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                proxy._handle(self)
+
+            do_GET = do_POST
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def add(self, fault: Fault) -> Fault:
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def remove(self, fault: Fault) -> None:
+        with self._lock:
+            self._faults.remove(fault)
+
+    def __enter__(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _fault_for(self, call: Call) -> Fault | None:
+        with self._lock:
+            self.calls.append(call)
+            for fault in self._faults:
+                if (fault.times is None or fault.hits < fault.times) and fault.matches(call):
+                    fault.hits += 1
+                    return fault
+        return None
+
+    def _handle(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length)
+        target = handler.headers.get("X-Amz-Target", "")
+        call = Call(target.rpartition(".")[2], body)
+        fault = self._fault_for(call)
+        if fault is not None and fault.error is not None:
+            status, code = fault.error
+            self._reply(handler, status, {"Content-Type": "application/x-amz-json-1.0"},
+                        json.dumps({"__type": code, "message": "injected"}).encode())  # fmt: skip
+            return
+        connection = http.client.HTTPConnection(
+            self._upstream.hostname, self._upstream.port, timeout=60
+        )
+        try:
+            headers = {k: v for k, v in handler.headers.items() if k.lower() != "host"}
+            connection.request(handler.command, handler.path, body=body, headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+            reply_headers = {
+                k: v
+                for k, v in response.getheaders()
+                if k.lower() not in ("transfer-encoding", "connection", "content-length")
+            }
+        finally:
+            connection.close()
+        if fault is not None and fault.hold:
+            time.sleep(fault.hold)  # the call took effect; its answer is late
+        self._reply(handler, response.status, reply_headers, data)
+
+    @staticmethod
+    def _reply(
+        handler: http.server.BaseHTTPRequestHandler,
+        status: int,
+        headers: dict[str, str],
+        data: bytes,
+    ) -> None:
+        try:
+            handler.send_response(status)
+            for name, value in headers.items():
+                handler.send_header(name, value)
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+        except OSError:
+            handler.close_connection = True  # the client gave up waiting
