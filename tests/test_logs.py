@@ -1,0 +1,108 @@
+"""The daemon's log: one line per record whatever a message holds, job ids on every job line, and
+the decisions that --log-level debug shows.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sqsjkr.contract.job import Job
+from sqsjkr.observability.logs import MAX_LOGGED_COMMAND, escape, job_label, shorten_command
+
+from .conftest import Aws, Start, config_text, counted, free_port, run_daemon, wait_until
+
+#: How every line of the daemon's text log starts.
+LINE_START = re.compile(
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "escaped"),
+    [
+        ("plain text, ünïcödé", "plain text, ünïcödé"),
+        ("a\nb\r\nc\td", "a\\nb\\r\\nc\\td"),
+        ("\x1b[31mred\x00\x7f", "\\x1b[31mred\\x00\\x7f"),
+        ("line\u2028separator\x85", "line\\x2028separator\\x85"),
+    ],
+)
+def test_escape_leaves_no_control_character(text: str, escaped: str) -> None:
+    assert escape(text) == escaped
+
+
+def test_commands_are_shortened_to_a_documented_length() -> None:
+    assert shorten_command("x" * MAX_LOGGED_COMMAND) == "x" * MAX_LOGGED_COMMAND
+    long = shorten_command("y" * (MAX_LOGGED_COMMAND + 1000))
+    assert long == "y" * MAX_LOGGED_COMMAND + "... (1000 more characters)"
+
+
+def test_a_job_is_named_once_when_it_has_no_event_id_of_its_own() -> None:
+    assert job_label(Job(message_id="m1", command="x")) == "job m1"
+    assert job_label(Job(message_id="m1", command="x", event_id="nightly")) == (
+        "job m1 (event nightly)"
+    )
+
+
+def test_no_field_of_a_message_can_forge_a_log_line(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    forged = "2026-01-01 00:00:00,000 INFO sqsjkr.worker: job forged succeeded"
+    message_id = aws.send(
+        {
+            "event_id": f"ev\n{forged}",
+            "lock_id": f"L\r\n{forged}",
+            "command": f"printf 'out\\n\\033[31mred\\r{forged}\\n'\n# {forged}\n#" + "y" * 120_000,
+        }
+    )
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    wait_until(counted(port, succeeded=1), what="the job run")
+    assert daemon.stop() == 0
+    lines = daemon.log.splitlines()
+    assert [line for line in lines if not LINE_START.match(line)] == []
+    assert not [line for line in lines if line.startswith(forged)]
+    assert f"job {message_id} (event ev\\n{forged})" in daemon.log
+    assert f'waits for lock "L\\r\\n{forged}"' not in daemon.log  # no one held it
+    assert "| \\x1b[31mred\\r" + forged in daemon.log
+    # The 120 KB command is shown cut, with its length said.
+    [started] = [line for line in lines if " started: " in line]
+    assert started.endswith("more characters)") and len(started) < 600
+
+
+def test_every_job_line_names_the_job_and_debug_shows_the_decisions(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    first = aws.send({"command": "echo one", "lock_id": "L"})
+    second = aws.send({"command": "echo two; exit 3", "event_id": "nightly"})
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    wait_until(counted(port, succeeded=1, errored=1), what="both jobs run")
+    assert daemon.stop() == 0
+    job_lines = [line for line in daemon.log.splitlines() if " sqsjkr.worker: " in line]
+    job_lines += [line for line in daemon.log.splitlines() if " sqsjkr.output: " in line]
+    assert job_lines
+    for line in job_lines:
+        assert f"job {first} " in line or f"job {second} (event nightly) " in line, line
+    assert f"(event {first})" not in daemon.log  # no event_id: its id is not shown twice
+
+
+def test_debug_shows_receives_claims_lock_tries_and_deletes(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    port = free_port()
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats=f"stats_port = {port}"))
+    daemon = start_daemon("run", "-c", str(conf), "--log-level", "debug")
+    message_id = aws.send({"command": "true", "lock_id": "L"})
+    wait_until(counted(port, succeeded=1), what="the job run")
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="its message deleted")
+    assert daemon.stop() == 0
+    for decision in (
+        "received 1 message(s), asked for at most 4",
+        f"job {message_id} claimed its message (lease until ",
+        f'job {message_id} took lock "L" (lease until ',
+        f"deleting 1 message(s): {message_id}",
+    ):
+        assert decision in daemon.log, decision
+    assert "botocore" not in daemon.log  # its debug lines would show job environments
