@@ -317,6 +317,7 @@ def test_occupied_port_raises_naming_it(stats: Stats) -> None:
             server.start()
         assert isinstance(info.value, SqsjkrError)
         assert "in use" in str(info.value)
+        assert "--stats-port" in str(info.value)
         server.close()
 
 

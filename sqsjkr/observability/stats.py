@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import http.server
 import json
 import logging
@@ -349,7 +350,10 @@ class StatsServer:
         try:
             return _Server(family, sockaddr, self._stats)
         except OSError as exc:
-            raise self._error(_reason(exc)) from exc
+            hint = ""
+            if exc.errno == errno.EADDRINUSE:
+                hint = " (choose another with [kicker] stats_port or --stats-port; 0 takes any free port)"
+            raise self._error(_reason(exc) + hint) from exc
 
     def _bind_unix(self, path: str) -> _Server:
         self._remove_stale_socket(path)
