@@ -383,6 +383,28 @@ def test_day_shifts_with_no_exact_equivalent_are_refused(zone: str, line: str) -
     assert "no exact EventBridge equivalent" in message
 
 
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Tokyo", "America/Sao_Paulo"])
+@pytest.mark.parametrize(
+    "line", ["0 0 31 4 * x", "0 0 30 2 * x", "0 0 31 4,6 * x", "0 0 30,31 2 * x"]
+)
+def test_dates_that_never_occur_are_refused_naming_the_line(zone: str, line: str) -> None:
+    with pytest.raises(CrontabError) as caught:
+        convert(f"# header\n{line}\n", zone)
+    message = str(caught.value)
+    assert message.startswith(f'crontab line 2 ("{line}"): day-of-month ')
+    assert "never runs it" in message
+
+
+def test_a_split_line_whose_days_of_the_month_never_occur_is_refused() -> None:
+    with pytest.raises(CrontabError, match="write \\* as its day-of-month"):
+        convert("0 0 31 4 mon x\n", split=True)
+
+
+def test_february_29_is_a_date() -> None:
+    assert expressions("0 0 29 2 * x") == ["cron(0 0 29 2 ? *)"]
+    assert expressions("0 0 29-31 2 * x") == ["cron(0 0 29 2 ? *)"]
+
+
 def test_both_day_fields_are_refused_unless_split() -> None:
     with pytest.raises(CrontabError, match=r"crontab line 1 .*either.*--split-dom-dow"):
         convert("0 9 1,15 * mon report\n")

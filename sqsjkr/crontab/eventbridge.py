@@ -31,6 +31,8 @@ ZONE_CHECK_STEP = timedelta(hours=6)
 #: cron settings that mean nothing to sqsjkr; they are kept out of the jobs' envs.
 MAIL_SETTINGS = ("MAILTO", "MAILFROM")
 WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+#: The most days each month has (February in a leap year).
+MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 MINUTES_PER_DAY = 24 * 60
 
 
@@ -285,6 +287,27 @@ Expressions = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 def _day_parts(job: CronJob, split: bool) -> Parts:
+    parts = _day_filters(job, split)
+    for _, days in parts:
+        if days.days is not None and not any(
+            day <= MONTH_DAYS[month - 1] for month in days.months for day in days.days
+        ):
+            raise job.line.error(_no_such_date(job.schedule))
+    return parts
+
+
+def _no_such_date(schedule: Schedule) -> str:
+    fields = schedule.text.split()
+    reason = (
+        f"day-of-month {fields[2]} never occurs in month(s) {fields[3]}: cron "
+        "accepts the line but never runs it"
+    )
+    if schedule.day_or:
+        return f"{reason} on those days (only on its days of the week); write * as its day-of-month"
+    return f"{reason}; fix the date or remove the line"
+
+
+def _day_filters(job: CronJob, split: bool) -> Parts:
     schedule = job.schedule
     months = schedule.months
     if schedule.all_days and schedule.all_weekdays:
