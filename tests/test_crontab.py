@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -320,6 +321,54 @@ def test_system_crontab_drops_the_user_column_and_warns() -> None:
         convert("0 0 * * * root\n", system=True)
     with pytest.raises(CrontabError, match="no user and command after the schedule"):
         convert("@daily\n", system=True)
+
+
+def test_system_crontab_without_system_is_refused_on_every_user_column() -> None:
+    text = "SHELL=/bin/sh\n17 * * * * root cd / && run-parts --report /etc/cron.hourly\n"
+    with pytest.raises(CrontabError) as caught:
+        convert(text)
+    message = str(caught.value)
+    assert message.startswith('crontab line 2 ("17 * * * * root cd / && run-parts')
+    assert "the command starts with 'root', a user name" in message
+    assert "Pass --system" in message
+    # Written with a path, a command called root is a command.
+    assert convert("0 0 * * * ./root x\n").jobs[0].command == "./root x"
+
+
+def passwd_user(on_path: bool) -> str:
+    """A user of this host other than root, on PATH as a command or not."""
+    for entry in pwd.getpwall():
+        name = entry.pw_name
+        usable = name != "root" and re.fullmatch(r"[a-z_][a-z0-9_-]*", name)
+        if usable and (shutil.which(name) is not None) is on_path:
+            return name
+    pytest.skip(f"this host has no user that is {'' if on_path else 'not '}a command on PATH")
+
+
+def test_a_user_of_this_host_in_the_command_column_warns() -> None:
+    user = passwd_user(on_path=False)  # www-data, backup, mail without mailutils, ...
+    conversion = convert(f"# header\n0 0 * * * {user} /usr/local/bin/job\n")
+    assert conversion.jobs[0].command == f"{user} /usr/local/bin/job"
+    (warning,) = conversion.warnings
+    assert warning.startswith(f"crontab line 2: the command starts with {user!r}, a user")
+    assert "pass --system" in warning
+    # A user column is followed by a command: a word alone is the command.
+    assert convert(f"0 0 * * * {user}\n").warnings == ()
+    assert convert(f"0 0 * * * {user} x\n", system=True).jobs[0].command == "x"
+
+
+def test_a_user_name_that_is_also_a_command_is_a_command() -> None:
+    command = passwd_user(on_path=True)  # sync, man, ... on most hosts
+    conversion = convert(f"0 0 * * * {command} -x\n")
+    assert conversion.jobs[0].command == f"{command} -x"
+    assert conversion.warnings == ()
+
+
+def test_system_flag_on_a_user_crontab_is_refused() -> None:
+    with pytest.raises(CrontabError) as caught:
+        convert("0 2 * * * /usr/local/bin/backup.sh --full\n", system=True)
+    assert "'/usr/local/bin/backup.sh' is not a user name" in str(caught.value)
+    assert "drop --system" in str(caught.value)
 
 
 # --- conversion ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqsjkr.crontab.parse import CronJob, Entry, EnvSetting, Line, Schedule
+from sqsjkr.crontab.parse import CronJob, Entry, EnvSetting, Line, Schedule, looks_like_user
 from sqsjkr.errors import CrontabError
 
 DstChoice = Literal["standard", "daylight"]
@@ -180,6 +180,13 @@ def convert_crontab(entries: Sequence[Entry], options: ConvertOptions) -> Conver
             warnings.append(
                 f"crontab line {entry.line.number}: cron ran the jobs of user {entry.user!r} as "
                 "that user; sqsjkr runs every job as the daemon's user"
+            )
+        if entry.user is None and (user := looks_like_user(entry.written)):
+            warnings.append(
+                f"crontab line {entry.line.number}: the command starts with {user!r}, a user "
+                "of this host and not a command on PATH: if this is a system crontab "
+                "(/etc/crontab, /etc/cron.d/*), whose lines name the user before the command, "
+                "pass --system"
             )
         base = job_id(entry)
         if base in seen:

@@ -5,8 +5,10 @@ The result is what cron would run, and when in the crontab's local time; sqsjkr.
 
 from __future__ import annotations
 
+import pwd
 import re
 import shlex
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -35,6 +37,8 @@ _BLANKS = " \t"
 _SPACE = " \t\n\v\f\r"
 _TOKEN = re.compile(r"([^ \t]+)[ \t]*")
 _NUMBER = re.compile(r"[0-9]+")
+# What a user name may look like (the portable set, plus the trailing $ of Samba machine accounts).
+_USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
 # The states of cronie's env-line parser, in the order it moves through them.
 _NAME_START, _NAME, _EQ1, _EQ2, _VALUE_START, _VALUE, _DONE, _ERROR = range(8)
 
@@ -379,6 +383,18 @@ def _parse_job(line: Line, text: str, *, system: bool, envs: dict[str, str]) -> 
         user, rest = _take(rest)
         if not user:
             raise line.error("no user and command after the schedule (--system reads a user)")
+        if not _USER_NAME.fullmatch(user):
+            raise line.error(
+                f"{user!r} is not a user name: with --system the word after the schedule is the "
+                "user to run as. Is this a user crontab (crontab -e)? Then drop --system"
+            )
+    elif _take(rest)[0] == "root" and shutil.which("root") is None:
+        # Other user names are often commands too (mail, backup): see looks_like_user.
+        raise line.error(
+            "the command starts with 'root', a user name: this looks like a system crontab "
+            "(/etc/crontab, /etc/cron.d/*), whose lines name the user before the command. Pass "
+            "--system (or, if root really is a command, write its path)"
+        )
     if not rest:
         raise line.error(f"no command after the user {user!r}" if user else "no command")
     if rest.startswith("*"):
@@ -396,6 +412,19 @@ def _parse_job(line: Line, text: str, *, system: bool, envs: dict[str, str]) -> 
         user=user,
         envs=envs,
     )
+
+
+def looks_like_user(command: str) -> str | None:
+    """The first word of command when it is followed by more and names a user of this host's
+    passwd database that is not a command on PATH: perhaps a system crontab's user column."""
+    word, rest = _take(command)
+    if not rest or not _USER_NAME.fullmatch(word):
+        return None
+    try:
+        pwd.getpwnam(word)
+    except KeyError:
+        return None
+    return word if shutil.which(word) is None else None
 
 
 def _take(text: str) -> tuple[str, str]:
