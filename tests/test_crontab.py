@@ -35,11 +35,13 @@ from sqsjkr.crontab.eventbridge import (
 from sqsjkr.crontab.parse import (
     FIELDS,
     CronJob,
+    CrontabProblems,
     EnvSetting,
     decode_crontab,
     parse_crontab,
     parse_env_line,
     parse_field,
+    read_crontab,
     split_percent,
 )
 from sqsjkr.crontab.tfvars import hcl_string
@@ -60,7 +62,8 @@ def convert(
     system: bool = False,
 ) -> Conversion:
     options = ConvertOptions(zone, accept_dst_shift=dst, split_dom_dow=split, now=NOW)
-    return convert_crontab(parse_crontab(text, system=system), options)
+    entries, problems = read_crontab(text, system=system)
+    return convert_crontab(entries, options, problems=problems)
 
 
 def expressions(line: str, zone: str = "UTC", **kwargs: Any) -> list[str]:
@@ -693,6 +696,61 @@ def test_cli_errors_are_one_line(
     assert captured.out == ""
     assert captured.err.startswith(message)
     assert captured.err.count("\n") == 1
+
+
+MANY_PROBLEMS = """\
+A=1
+0 0 31 4 * never
+61 * * * * bad-minute
+0 3 * * * fine
+CRON_TZ=Mars/Olympus
+0 1 * * * below-a-bad-zone
+CRON_TZ=Europe/Berlin
+0 2 * * * dst
+@reboot boot
+0 3 * * * fine
+"""
+
+
+def test_every_problem_line_is_reported_in_line_order() -> None:
+    with pytest.raises(CrontabProblems) as caught:
+        convert(MANY_PROBLEMS)
+    problems = caught.value.problems
+    # Line 6 is left out: its zone is line 5's problem.
+    assert [p.line.number for p in problems] == [2, 3, 5, 8, 9, 10]
+    assert "never runs it" in str(problems[0])
+    assert "bad minute field" in str(problems[1])
+    assert "CRON_TZ" in str(problems[2])
+    assert "Europe/Berlin changes its UTC offset" in str(problems[3])
+    assert "@reboot" in str(problems[4])
+    assert "same schedule and command as line 4" in str(problems[5])
+    assert str(caught.value).splitlines() == [str(p) for p in problems]
+
+
+def test_cli_reports_every_problem_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crontab = tmp_path / "crontab"
+    crontab.write_text(MANY_PROBLEMS)
+    out = tmp_path / "jobs.tfvars"
+    with pytest.raises(SystemExit) as exited:
+        main(["crontab2tf", str(crontab), "--timezone", "UTC", "-o", str(out)])
+    assert exited.value.code == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert [re.match(r"sqsjkr: error: crontab line (\d+) ", line)[1] for line in lines[:-1]] == [  # type: ignore[index]
+        "2",
+        "3",
+        "5",
+        "8",
+        "9",
+        "10",
+    ]
+    assert (
+        lines[-1] == "sqsjkr: error: 6 crontab lines cannot be converted (above); nothing written"
+    )
+    assert not out.exists()
 
 
 needs_terraform = pytest.mark.skipif(TERRAFORM is None, reason="terraform is not on PATH")

@@ -18,8 +18,9 @@ from sqsjkr.crontab.eventbridge import (
     convert_crontab,
     load_zone,
 )
-from sqsjkr.crontab.parse import decode_crontab, parse_crontab
+from sqsjkr.crontab.parse import CrontabProblems, decode_crontab, read_crontab
 from sqsjkr.crontab.tfvars import render_hcl, render_json
+from sqsjkr.errors import CrontabError
 
 
 @click.command("crontab2tf")
@@ -68,7 +69,8 @@ def crontab2tf(
     Each job line becomes an EventBridge schedule in UTC (keyed by a stable id made of its
     command and a hash) with the sqsjkr job it sends: the command (a `%` stdin part becomes a
     printf piped into `/bin/sh -c`), the env lines above it, and the line as its description.
-    A line with no exact UTC equivalent is refused with the reason. Jobs run with the daemon's
+    A line with no exact UTC equivalent is refused with the reason; every such line is
+    reported, and then nothing is written. Jobs run with the daemon's
     environment and working directory, not cron's (PATH=/usr/bin:/bin and the user's home).
     """
     if zone is None:
@@ -80,11 +82,18 @@ def crontab2tf(
         load_zone(zone)
     except ValueError as exc:
         raise UsageFailure(f"--timezone: {exc}") from exc
-    entries = parse_crontab(decode_crontab(crontab.read()), system=system)
-    conversion = convert_crontab(
-        entries,
-        ConvertOptions(zone, accept_dst_shift=accept_dst_shift, split_dom_dow=split_dom_dow),
-    )
+    entries, problems = read_crontab(decode_crontab(crontab.read()), system=system)
+    options = ConvertOptions(zone, accept_dst_shift=accept_dst_shift, split_dom_dow=split_dom_dow)
+    try:
+        conversion = convert_crontab(entries, options, problems=problems)
+    except CrontabProblems as exc:
+        if len(exc.problems) == 1:
+            raise
+        for problem in exc.problems:
+            click.echo(f"sqsjkr: error: {problem}", err=True)
+        raise CrontabError(
+            f"{len(exc.problems)} crontab lines cannot be converted (above); nothing written"
+        ) from exc
     for warning in conversion.warnings:
         click.echo(f"sqsjkr: warning: {warning}", err=True)
     text = render_json(conversion) if output_format == "json" else render_hcl(conversion, zone)

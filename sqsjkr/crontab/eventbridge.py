@@ -14,7 +14,16 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqsjkr.crontab.parse import CronJob, Entry, EnvSetting, Line, Schedule, looks_like_user
+from sqsjkr.crontab.parse import (
+    CronJob,
+    CrontabProblems,
+    Entry,
+    EnvSetting,
+    Line,
+    LineError,
+    Schedule,
+    looks_like_user,
+)
 from sqsjkr.errors import CrontabError
 
 DstChoice = Literal["standard", "daylight"]
@@ -162,53 +171,85 @@ def zone_offsets(name: str, now: datetime) -> ZoneOffsets:
     return ZoneOffsets(name, tuple(sorted(standard)), tuple(sorted(daylight)))
 
 
-def convert_crontab(entries: Sequence[Entry], options: ConvertOptions) -> Conversion:
-    """The terraform jobs of a parsed crontab; CrontabError names a line that cannot be converted."""
+@dataclass
+class _Progress:
+    """What converting a crontab has met so far."""
+
+    warnings: list[str] = field(default_factory=list)
+    seen: dict[str, Line] = field(default_factory=dict)  # the line of each job id
+    users: set[str] = field(default_factory=set)
+
+    def warn(self, warning: str) -> None:
+        if warning not in self.warnings:
+            self.warnings.append(warning)
+
+
+def convert_crontab(
+    entries: Sequence[Entry], options: ConvertOptions, *, problems: Sequence[LineError] = ()
+) -> Conversion:
+    """The terraform jobs of a parsed crontab.
+
+    CrontabProblems names every line that cannot be converted, with the problems given (those
+    of the lines that did not parse).
+    """
     now = options.now or datetime.now(timezone.utc)
     zones = {options.timezone: zone_offsets(options.timezone, now)}
-    zone_name = options.timezone
-    warnings: list[str] = []
+    # None below a CRON_TZ line that names no zone: that line is the problem of the jobs below.
+    zone_name: str | None = options.timezone
+    progress = _Progress()
     jobs: list[TerraformJob] = []
-    seen: dict[str, Line] = {}
-    users: set[str] = set()
+    found = list(problems)
     for entry in entries:
-        if isinstance(entry, EnvSetting):
-            zone_name = _apply_setting(entry, zone_name, zones, now, warnings)
-            continue
-        if entry.user is not None and entry.user not in users:
-            users.add(entry.user)
-            warnings.append(
-                f"crontab line {entry.line.number}: cron ran the jobs of user {entry.user!r} as "
-                "that user; sqsjkr runs every job as the daemon's user"
-            )
-        if entry.user is None and (user := looks_like_user(entry.written)):
-            warnings.append(
-                f"crontab line {entry.line.number}: the command starts with {user!r}, a user "
-                "of this host and not a command on PATH: if this is a system crontab "
-                "(/etc/crontab, /etc/cron.d/*), whose lines name the user before the command, "
-                "pass --system"
-            )
-        base = job_id(entry)
-        if base in seen:
-            raise entry.line.error(
-                f"the same schedule and command as line {seen[base].number}: cron runs both, "
-                "one EventBridge rule cannot; remove one"
-            )
-        seen[base] = entry.line
-        converted, warning = convert_job(entry, zones[zone_name], options)
-        if warning and warning not in warnings:
-            warnings.append(warning)
-        jobs.extend(converted)
-    return Conversion(tuple(jobs), tuple(warnings))
+        try:
+            if isinstance(entry, EnvSetting):
+                zone_name = _apply_setting(entry, zone_name, zones, now, progress.warnings)
+            elif zone_name is not None:
+                jobs += _convert_entry(entry, zones[zone_name], options, progress)
+        except LineError as problem:
+            found.append(problem)
+            if isinstance(entry, EnvSetting) and entry.name == "CRON_TZ":
+                zone_name = None
+    if found:
+        raise CrontabProblems(found)
+    return Conversion(tuple(jobs), tuple(progress.warnings))
+
+
+def _convert_entry(
+    entry: CronJob, zone: ZoneOffsets, options: ConvertOptions, progress: _Progress
+) -> list[TerraformJob]:
+    where = f"crontab line {entry.line.number}"
+    if entry.user is not None and entry.user not in progress.users:
+        progress.users.add(entry.user)
+        progress.warn(
+            f"{where}: cron ran the jobs of user {entry.user!r} as that user; sqsjkr runs "
+            "every job as the daemon's user"
+        )
+    if entry.user is None and (user := looks_like_user(entry.written)):
+        progress.warn(
+            f"{where}: the command starts with {user!r}, a user of this host and not a command "
+            "on PATH: if this is a system crontab (/etc/crontab, /etc/cron.d/*), whose lines "
+            "name the user before the command, pass --system"
+        )
+    base = job_id(entry)
+    if base in progress.seen:
+        raise entry.line.error(
+            f"the same schedule and command as line {progress.seen[base].number}: cron runs "
+            "both, one EventBridge rule cannot; remove one"
+        )
+    progress.seen[base] = entry.line
+    converted, warning = convert_job(entry, zone, options)
+    if warning:
+        progress.warn(warning)
+    return converted
 
 
 def _apply_setting(
     entry: EnvSetting,
-    zone_name: str,
+    zone_name: str | None,
     zones: dict[str, ZoneOffsets],
     now: datetime,
     warnings: list[str],
-) -> str:
+) -> str | None:
     """Act on a cron setting; returns the zone of the jobs below it."""
     where = f"crontab line {entry.line.number}"
     if entry.name == "CRON_TZ":

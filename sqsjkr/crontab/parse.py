@@ -9,7 +9,7 @@ import pwd
 import re
 import shlex
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sqsjkr.errors import CrontabError, quote
@@ -50,8 +50,24 @@ class Line:
     number: int
     text: str
 
-    def error(self, reason: str) -> CrontabError:
-        return CrontabError(f"crontab line {self.number} ({quote(self.text.strip())}): {reason}")
+    def error(self, reason: str) -> LineError:
+        return LineError(self, reason)
+
+
+class LineError(CrontabError):
+    """One line that cannot be converted; the message names it."""
+
+    def __init__(self, line: Line, reason: str) -> None:
+        super().__init__(f"crontab line {line.number} ({quote(line.text.strip())}): {reason}")
+        self.line = line
+
+
+class CrontabProblems(CrontabError):
+    """Every line of a crontab that cannot be converted, in line order, one per line of str()."""
+
+    def __init__(self, problems: Iterable[LineError]) -> None:
+        self.problems = tuple(sorted(problems, key=lambda problem: problem.line.number))
+        super().__init__("\n".join(str(problem) for problem in self.problems))
 
 
 @dataclass(frozen=True)
@@ -144,30 +160,51 @@ def decode_crontab(data: bytes) -> str:
 def parse_crontab(text: str, *, system: bool = False) -> tuple[Entry, ...]:
     """The env settings and jobs of a crontab, in order; system=True reads a user column.
 
-    CrontabError names the first line cron would refuse or that has no exact meaning here.
+    CrontabProblems names every line cron would refuse or that has no exact meaning here.
     """
+    entries, problems = read_crontab(text, system=system)
+    if problems:
+        raise CrontabProblems(problems)
+    return entries
+
+
+def read_crontab(
+    text: str, *, system: bool = False
+) -> tuple[tuple[Entry, ...], tuple[LineError, ...]]:
+    """The entries of the lines that parse, and the problem of each line that does not."""
     entries: list[Entry] = []
+    problems: list[LineError] = []
     envs: dict[str, str] = {}
     for number, raw in enumerate(text.split("\n"), start=1):
-        line = Line(number, raw)
-        stripped = raw.lstrip(_BLANKS)
-        if not stripped or stripped.startswith("#"):
+        try:
+            entry = _parse_line(Line(number, raw), system=system, envs=envs)
+        except LineError as problem:
+            problems.append(problem)
             continue
-        if "\0" in raw:
-            raise line.error("contains a NUL character")
-        setting = parse_env_line(stripped)
-        if setting is not None:
-            name, value = setting
-            if not name:
-                raise line.error("environment setting with an empty name")
-            envs[name] = value
-            entries.append(EnvSetting(line, name, value))
-            continue
-        if "\r" in raw:
-            # cron would pass the carriage return to the shell as part of the command.
-            raise line.error("contains a carriage return (DOS line endings?): run dos2unix")
-        entries.append(_parse_job(line, stripped, system=system, envs=dict(envs)))
-    return tuple(entries)
+        if isinstance(entry, EnvSetting):
+            envs[entry.name] = entry.value
+        if entry is not None:
+            entries.append(entry)
+    return tuple(entries), tuple(problems)
+
+
+def _parse_line(line: Line, *, system: bool, envs: Mapping[str, str]) -> Entry | None:
+    """The entry of one line, None for a comment or a blank line."""
+    stripped = line.text.lstrip(_BLANKS)
+    if not stripped or stripped.startswith("#"):
+        return None
+    if "\0" in line.text:
+        raise line.error("contains a NUL character")
+    setting = parse_env_line(stripped)
+    if setting is not None:
+        name, value = setting
+        if not name:
+            raise line.error("environment setting with an empty name")
+        return EnvSetting(line, name, value)
+    if "\r" in line.text:
+        # cron would pass the carriage return to the shell as part of the command.
+        raise line.error("contains a carriage return (DOS line endings?): run dos2unix")
+    return _parse_job(line, stripped, system=system, envs=dict(envs))
 
 
 def parse_env_line(text: str) -> tuple[str, str] | None:
