@@ -571,6 +571,69 @@ def test_keys_are_short_rule_names_even_for_long_split_lines() -> None:
     assert convert("* * * * * !!!\n").jobs[0].key.startswith("job-")
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.text("abcdefghij-_", min_size=1, max_size=50),
+    prefix=st.text("abc0._-", max_size=6),
+    command=st.sampled_from(["x", "/opt/a-very-long-directory/bin/the-job --with --options"]),
+)
+def test_keys_keep_rule_names_within_64_characters(name: str, prefix: str, command: str) -> None:
+    # What the module names a rule or schedule: <name>-<key>.
+    max_length = 63 - len(name)
+    if len(prefix) + 14 > max_length:
+        return  # too short for a split line's keys: refused, see the next test
+    text = f"0,30 9 1,15 * mon {command}\n0 2 * * * {command}\n"
+    options = ConvertOptions(
+        "Asia/Kolkata", split_dom_dow=True, now=NOW, key_prefix=prefix, max_key_length=max_length
+    )
+    jobs = convert_crontab(parse_crontab(text), options).jobs
+    keys = [job.key for job in jobs]
+    assert len(set(keys)) == len(keys) == 5
+    for job in jobs:
+        assert job.key.startswith(prefix) and job.lock_id.startswith(prefix)
+        assert len(f"{name}-{job.key}") <= 64, job.key
+        assert re.fullmatch(r"[0-9A-Za-z._-]{1,62}", job.key)
+
+
+def test_keys_that_cannot_fit_are_refused_naming_the_line() -> None:
+    options = ConvertOptions("Asia/Kolkata", split_dom_dow=True, now=NOW, max_key_length=13)
+    entries = parse_crontab("0 2 * * * fits\n0,30 9 1,15 * mon split\n")
+    with pytest.raises(CrontabError) as caught:
+        convert_crontab(entries, options)
+    message = str(caught.value)
+    assert message.startswith('crontab line 2 ("0,30 9 1,15 * mon split"): its keys need 14')
+    assert "--max-key-length 13" in message
+    short = convert_crontab(entries[:1], options).jobs[0].key
+    assert len(short) == 13 and short.startswith("fits-")
+
+
+def test_cli_key_prefix_and_max_key_length(tmp_path: Path) -> None:
+    result = run_cli(
+        "crontab2tf",
+        "-",
+        "--timezone",
+        "UTC",
+        "--format",
+        "json",
+        "--key-prefix",
+        "web1-",
+        "--max-key-length",
+        "20",
+        input="0 2 * * * /usr/local/bin/backup.sh --full\n",
+    )
+    assert result.exit_code == 0, result.output
+    (key,) = json.loads(result.stdout)["jobs"]
+    assert re.fullmatch(r"web1-backup-[0-9a-f]{8}", key)
+    for args, message in [
+        (["--key-prefix", "web 1"], "--key-prefix 'web 1': only letters"),
+        (["--key-prefix", "a-long-prefix-", "--max-key-length", "20"], "leaves no room"),
+        (["--max-key-length", "63"], "63 is not in the range 1<=x<=62"),
+    ]:
+        refused = run_cli("crontab2tf", "-", "--timezone", "UTC", *args, input="@daily x\n")
+        assert refused.exit_code == 2
+        assert message in refused.output
+
+
 def test_duplicate_lines_are_refused_naming_both() -> None:
     with pytest.raises(CrontabError, match=r"crontab line 3 .*same schedule and command as line 1"):
         convert("0 0 * * * x\nA=1\n0 0 * * * x\n")

@@ -12,7 +12,11 @@ import click
 
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.crontab.eventbridge import (
+    DIGEST_LENGTH,
     DST_CHOICES,
+    KEY_CHARACTERS,
+    MAX_KEY_LENGTH,
+    MAX_MODULE_KEY_LENGTH,
     ConvertOptions,
     DstChoice,
     convert_crontab,
@@ -55,6 +59,21 @@ from sqsjkr.errors import CrontabError
 @click.option(
     "--system", is_flag=True, help="System crontab (/etc/crontab, cron.d): a user column."
 )
+@click.option(
+    "--key-prefix",
+    default="",
+    metavar="PREFIX",
+    help="Start every job key with this (letters, digits, '.', '-', '_'), e.g. web1-.",
+)
+@click.option(
+    "--max-key-length",
+    type=click.IntRange(1, MAX_MODULE_KEY_LENGTH),
+    default=MAX_KEY_LENGTH,
+    show_default=True,
+    metavar="N",
+    help="Longest job key, prefix included. The module names rules <name>-<key>, at most 64 "
+    "characters: use 63 minus the length of its `name`.",
+)
 def crontab2tf(
     crontab: IO[bytes],
     zone: str | None,
@@ -63,6 +82,8 @@ def crontab2tf(
     accept_dst_shift: DstChoice | None,
     split_dom_dow: bool,
     system: bool,
+    key_prefix: str,
+    max_key_length: int,
 ) -> None:
     """Convert a crontab (a file, or - for stdin) to terraform's `jobs` variable.
 
@@ -82,8 +103,23 @@ def crontab2tf(
         load_zone(zone)
     except ValueError as exc:
         raise UsageFailure(f"--timezone: {exc}") from exc
+    if not KEY_CHARACTERS.fullmatch(key_prefix):
+        raise UsageFailure(
+            f"--key-prefix {key_prefix!r}: only letters, digits, '.', '-' and '_' may name a rule"
+        )
+    if len(key_prefix) + DIGEST_LENGTH > max_key_length:
+        raise UsageFailure(
+            f"--max-key-length {max_key_length} leaves no room after --key-prefix {key_prefix!r} "
+            f"for the {DIGEST_LENGTH}-character hash that tells the keys apart"
+        )
     entries, problems = read_crontab(decode_crontab(crontab.read()), system=system)
-    options = ConvertOptions(zone, accept_dst_shift=accept_dst_shift, split_dom_dow=split_dom_dow)
+    options = ConvertOptions(
+        zone,
+        accept_dst_shift=accept_dst_shift,
+        split_dom_dow=split_dom_dow,
+        key_prefix=key_prefix,
+        max_key_length=max_key_length,
+    )
     try:
         conversion = convert_crontab(entries, options, problems=problems)
     except CrontabProblems as exc:

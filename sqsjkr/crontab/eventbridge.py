@@ -29,8 +29,15 @@ from sqsjkr.errors import CrontabError
 DstChoice = Literal["standard", "daylight"]
 DST_CHOICES: tuple[DstChoice, ...] = ("standard", "daylight")
 
-#: Longest job key: it names the EventBridge rule (with a prefix) and the lock.
+#: Longest job key by default: the module names a rule or schedule <name>-<key>, which
+#: EventBridge limits to 64 characters, so this leaves 23 for the module's name.
 MAX_KEY_LENGTH = 40
+#: The longest key the module takes: a rule is named <name>-<key>, name one character or more.
+MAX_MODULE_KEY_LENGTH = 62
+#: A key's hash part, which is all of a key that has no room for a slug of its command.
+DIGEST_LENGTH = 8
+#: What the module takes as a job key.
+KEY_CHARACTERS = re.compile(r"[0-9A-Za-z._-]*")
 #: EventBridge's limit on a rule's description.
 MAX_DESCRIPTION_LENGTH = 512
 #: How far ahead a zone's UTC offsets are checked, and how often within that span.
@@ -73,6 +80,9 @@ class ConvertOptions:
     split_dom_dow: bool = False
     # Start of the span checked for offset changes; None: now.
     now: datetime | None = None
+    # Keys are key_prefix + a slug of the command + a hash, within max_key_length characters.
+    key_prefix: str = ""
+    max_key_length: int = MAX_KEY_LENGTH
 
 
 @dataclass(frozen=True)
@@ -283,14 +293,18 @@ def _apply_setting(
     return zone_name
 
 
-def job_id(job: CronJob) -> str:
-    """A stable id of a crontab line: a slug of its command and a hash of its schedule and command.
+def job_id(job: CronJob, prefix: str = "", max_length: int = MAX_KEY_LENGTH, tail: int = 0) -> str:
+    """A stable id of a crontab line: prefix, a slug of its command and a hash of its schedule
+    and command, leaving tail characters of max_length for a suffix (the slug gives way first).
 
     It depends on nothing else in the file, so adding or moving lines never changes it.
     """
     source = f"{job.user or ''}\n{job.schedule.text}\n{job.written}"
-    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:8]
-    return f"{_slug(job.command, MAX_KEY_LENGTH - len(digest) - 1)}-{digest}"
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:DIGEST_LENGTH]
+    room = max_length - tail - len(prefix) - len(digest) - 1
+    if room < 1:
+        return f"{prefix}{digest}"
+    return f"{prefix}{_slug(job.command, room)}-{digest}"
 
 
 def _slug(command: str, limit: int) -> str:
@@ -311,7 +325,7 @@ def _slug(command: str, limit: int) -> str:
         if len(candidate) > limit:
             break
         slug = candidate
-    return slug or (words[0][:limit] if words else "job")
+    return slug or (words[0] if words else "job")[:limit]
 
 
 def convert_job(
@@ -320,12 +334,14 @@ def convert_job(
     """The terraform jobs of one crontab line, and a warning to show once (a DST shift)."""
     parts = _day_parts(job, options.split_dom_dow)
     if zone.fixed:
-        return _terraform_jobs(job, _expressions_at(job, parts, zone.offsets[0]), zone.name), None
+        return _terraform_jobs(
+            job, _expressions_at(job, parts, zone.offsets[0]), zone.name, options
+        ), None
     unmoved = _expressions_across(job, parts, zone)
     if unmoved is not None:
-        return _terraform_jobs(job, unmoved, zone.name), None
+        return _terraform_jobs(job, unmoved, zone.name, options), None
     expressions, note, warning = _expressions_shifted(job, parts, zone, options)
-    return _terraform_jobs(job, expressions, zone.name, note), warning
+    return _terraform_jobs(job, expressions, zone.name, options, note), warning
 
 
 # The parts of a line: a suffix for its keys ("" for a whole line) and its local dates.
@@ -686,9 +702,12 @@ def _values(
 
 
 def _terraform_jobs(
-    job: CronJob, expressions: Expressions, zone_name: str, note: str | None = None
+    job: CronJob,
+    expressions: Expressions,
+    zone_name: str,
+    options: ConvertOptions,
+    note: str | None = None,
 ) -> list[TerraformJob]:
-    base = job_id(job)
     named = [
         (suffix, index, len(part), expression)
         for suffix, part in expressions
@@ -699,10 +718,14 @@ def _terraform_jobs(
         tail = (f"-{suffix}" if suffix else "") + (f"-{index}" if count > 1 else "")
         keys.append(tail)
     longest = max(len(tail) for tail in keys)
-    if longest:
-        # The slug gives way so that every key of the line stays within MAX_KEY_LENGTH.
-        digest = base.rsplit("-", 1)[1]
-        base = f"{_slug(job.command, MAX_KEY_LENGTH - len(digest) - 1 - longest)}-{digest}"
+    prefix, max_length = options.key_prefix, options.max_key_length
+    base = job_id(job, prefix, max_length, longest)
+    if len(base) + longest > max_length:
+        raise job.line.error(
+            f"its keys need {len(base) + longest} characters (the prefix {prefix!r}, a "
+            f"{DIGEST_LENGTH}-character hash and {max(keys, key=len)!r}), more than --max-key-length "
+            f"{max_length}"
+        )
     envs = {k: v for k, v in job.envs.items() if k not in (*MAIL_SETTINGS, "CRON_TZ")}
     result = []
     for (suffix, index, count, expression), tail in zip(named, keys, strict=True):
