@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,8 +24,14 @@ from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.job import parse_job
 from sqsjkr.errors import DurationError
 
+from .conftest import sqsjkr_argv
+
 TERRAFORM_DIR = Path(__file__).resolve().parent.parent / "terraform"
 EXAMPLE_FILE = TERRAFORM_DIR / "examples" / "multi-job" / "main.tf"
+TERRAFORM = shutil.which("terraform")
+#: A filesystem mirror of the hashicorp/aws provider (registry.terraform.io/hashicorp/aws/...),
+#: so that `terraform init` needs no network.
+PLUGIN_DIR = Path(os.environ.get("SQSJKR_TF_PLUGIN_DIR", "/opt/tf-plugins"))
 
 #: The attributes of var.jobs exactly as written in variables.tf: a crontab converter writes maps
 #: of this shape, so a renamed or retyped attribute breaks it.
@@ -268,7 +275,7 @@ def example_jobs() -> dict[str, dict[str, Any]]:
     """The jobs of the example, for parametrising; test_example_shows_every_kind_of_job fails on none."""
     if not EXAMPLE_FILE.exists():
         return {}
-    return dict(literal(example_call().get("jobs", {})))
+    return dict(literal(load_config(EXAMPLE_FILE.parent).locals.get("jobs", {})))
 
 
 # --- the module's message expression, evaluated in Python --------------------------------------
@@ -735,7 +742,11 @@ EXAMPLE_JOBS = example_jobs()
 
 
 def test_example_calls_the_module_and_attaches_the_host_policy(example: Config) -> None:
-    assert example_call()["jobs"]
+    # The example's own jobs, and those of a -var-file (crontab2tf's output) over them.
+    assert expr(example_call()["jobs"]) == "merge(local.jobs, var.jobs)"
+    assert example.locals["jobs"]
+    assert expr(example.variables["jobs"]["type"]) == "any"
+    assert example.variables["jobs"]["default"] == {}
     attachments = [
         body
         for address, body in example.resources.items()
@@ -805,3 +816,113 @@ def test_terraform_fmt_is_clean() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- terraform itself, offline ---------------------------------------------------------------
+
+needs_providers = pytest.mark.skipif(
+    TERRAFORM is None or not (PLUGIN_DIR / "registry.terraform.io" / "hashicorp" / "aws").is_dir(),
+    reason=f"needs terraform on PATH and the hashicorp/aws provider in a filesystem mirror at "
+    f"{PLUGIN_DIR} (set SQSJKR_TF_PLUGIN_DIR); without network, init cannot fetch it",
+)
+
+#: The example's provider, pointed at moto for the one call a plan makes (its caller identity).
+OFFLINE_PROVIDER = """\
+provider "aws" {
+  region                      = "us-east-1"
+  access_key                  = "testing"
+  secret_key                  = "testing"
+  skip_credentials_validation = true
+  skip_requesting_account_id  = true
+  skip_metadata_api_check     = true
+  endpoints {
+    sts = "%s"
+  }
+}
+"""
+
+
+def terraform(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """terraform ARGS in directory, with no user CLI config; fails the test on an error."""
+    env = {**os.environ, "TF_CLI_CONFIG_FILE": os.devnull, "TF_IN_AUTOMATION": "1"}
+    env.pop("TF_PLUGIN_CACHE_DIR", None)
+    result = subprocess.run(
+        [str(TERRAFORM), *args],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert result.returncode == 0, f"terraform {' '.join(args)}:\n{result.stdout}{result.stderr}"
+    return result
+
+
+def initialised_copy(tmp_path: Path, under: str = "") -> Path:
+    """A copy of the module, initialised offline in its directory `under` (the module: "")."""
+    copy = tmp_path / "terraform"
+    shutil.copytree(TERRAFORM_DIR, copy, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
+    directory = copy / under
+    terraform(directory, "init", "-backend=false", "-input=false", f"-plugin-dir={PLUGIN_DIR}")
+    return directory
+
+
+def planned(directory: Path, *args: str) -> dict[str, dict[str, Any]]:
+    """The resources a plan would create, by address, with their planned values."""
+    terraform(directory, "plan", "-input=false", "-lock=false", "-out=plan.bin", *args)
+    shown = json.loads(terraform(directory, "show", "-json", "plan.bin").stdout)
+    return {
+        change["address"]: change["change"]["after"] or {}
+        for change in shown["resource_changes"]
+        if "create" in change["change"]["actions"]
+    }
+
+
+@needs_providers
+def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
+    tmp_path: Path, moto_endpoint: str
+) -> None:
+    example = initialised_copy(tmp_path, "examples/multi-job")
+    (example / "offline_override.tf").write_text(OFFLINE_PROVIDER % moto_endpoint)
+    crontab = tmp_path / "crontab"
+    crontab.write_text("0 2 * * * /usr/local/bin/backup.sh --full\n*/5 * * * * poll\n")
+    tfvars = tmp_path / "crontab.tfvars"
+    converted = subprocess.run(
+        [*sqsjkr_argv("crontab2tf", str(crontab), "--timezone", "UTC", "-o", str(tfvars))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert converted.returncode == 0, converted.stderr
+    jobs = load_hcl(tfvars)["jobs"]
+    resources = planned(example, f"-var-file={tfvars}")
+    rules = {
+        address.split('"')[1]: values
+        for address, values in resources.items()
+        if address.startswith("module.sqsjkr.aws_cloudwatch_event_rule.job[")
+    }
+    assert set(rules) == set(EXAMPLE_JOBS) | set(jobs)
+    for key, job in jobs.items():
+        assert rules[key]["schedule_expression"] == job["schedule_expression"]
+        assert rules[key]["name"] == f"batch-jobs-{key}"
+
+
+def test_terraform_working_files_are_ignored_by_git() -> None:
+    root = TERRAFORM_DIR.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    leftovers = [
+        "terraform/.terraform/providers/x",
+        "terraform/examples/multi-job/.terraform/modules/modules.json",
+        "terraform/examples/multi-job/.terraform.lock.hcl",
+        "terraform/examples/multi-job/terraform.tfstate",
+        "terraform/examples/multi-job/terraform.tfstate.backup",
+    ]
+    checked = subprocess.run(
+        ["git", "check-ignore", "--no-index", *leftovers],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert checked.stdout.split() == leftovers

@@ -3,6 +3,11 @@
 #
 #   terraform init && terraform apply
 #   terraform output -raw sqsjkr_config   # the deployment's part of /etc/sqsjkr/config.toml
+#
+# Jobs converted from a crontab join the ones below:
+#
+#   sqsjkr crontab2tf /etc/crontab --system --timezone UTC -o crontab.tfvars
+#   terraform apply -var-file=crontab.tfvars
 
 terraform {
   required_version = ">= 1.3"
@@ -27,21 +32,20 @@ variable "batch_host_role_name" {
   default     = "batch-host"
 }
 
+variable "jobs" {
+  description = "More jobs, with the attributes of the module's jobs, merged over the ones below (a key of both takes these): the output of `sqsjkr crontab2tf ... -o crontab.tfvars`, given as `terraform apply -var-file=crontab.tfvars`."
+  # The module checks each job's attributes; `any` lets jobs with different attributes through.
+  type    = any
+  default = {}
+}
+
 provider "aws" {
   region = var.region
 }
 
 data "aws_caller_identity" "current" {}
 
-module "sqsjkr" {
-  source = "../.."
-
-  name = "batch-jobs"
-  tags = {
-    Service = "batch"
-    Owner   = "ops"
-  }
-
+locals {
   # EventBridge cron runs in UTC: 18:00 UTC is 03:00 in Tokyo.
   jobs = {
     nightly-db-backup = {
@@ -106,6 +110,18 @@ module "sqsjkr" {
       enabled             = false
     }
   }
+}
+
+module "sqsjkr" {
+  source = "../.."
+
+  name = "batch-jobs"
+  tags = {
+    Service = "batch"
+    Owner   = "ops"
+  }
+
+  jobs = merge(local.jobs, var.jobs)
 }
 
 # The hosts' role gets exactly what the daemon needs, from the module's policy.
