@@ -1,12 +1,12 @@
-# A batch fleet's schedule on sqsjkr: the queue, table and rules from the module, and the host
-# policy attached to the role the batch hosts already run with.
+# A batch fleet's schedule on sqsjkr: the queue, table and schedules from the module, and the
+# host policy attached to the role the batch hosts already run with.
 #
 #   terraform init && terraform apply
 #   terraform output -raw sqsjkr_config   # the deployment's part of /etc/sqsjkr/config.toml
 #
 # Jobs converted from a crontab join the ones below:
 #
-#   sqsjkr crontab2tf /etc/crontab --system --timezone UTC -o crontab.tfvars
+#   sqsjkr crontab2tf /etc/crontab --system --timezone Asia/Tokyo -o crontab.tfvars
 #   terraform apply -var-file=crontab.tfvars
 
 terraform {
@@ -46,11 +46,11 @@ provider "aws" {
 data "aws_caller_identity" "current" {}
 
 locals {
-  # EventBridge cron runs in UTC: 18:00 UTC is 03:00 in Tokyo.
+  # Times are Tokyo's (the module's schedule_expression_timezone below), unless a job says.
   jobs = {
     nightly-db-backup = {
       description         = "Nightly logical backup of the app database to S3"
-      schedule_expression = "cron(0 18 * * ? *)"
+      schedule_expression = "cron(0 3 * * ? *)"
       command             = "/opt/batch/bin/db-backup --database app --to \"s3://$BACKUP_BUCKET/app/$(date +%F)\""
       envs = {
         PGHOST        = "app-db.internal.example.com"
@@ -67,7 +67,7 @@ locals {
 
     weekly-db-vacuum = {
       description         = "VACUUM ANALYZE of the app database, Sunday 04:30 in Tokyo"
-      schedule_expression = "cron(30 19 ? * SAT *)"
+      schedule_expression = "cron(30 4 ? * SUN *)"
       command             = "/opt/batch/bin/db-vacuum --database app --analyze"
       envs = {
         PGHOST = "app-db.internal.example.com"
@@ -91,6 +91,8 @@ locals {
       abort_if_locked = true
       life_time       = "50m"
       timeout         = "55m"
+      # Any time in the first ten minutes will do: the scheduler spreads such jobs out.
+      flexible_time_window = 10
     }
 
     expire-upload-sessions = {
@@ -106,8 +108,10 @@ locals {
     legacy-partner-export = {
       description         = "Monthly export for the old partner API; off until they confirm the new endpoint"
       schedule_expression = "cron(0 0 1 * ? *)"
-      command             = "/opt/batch/bin/partner-export --month previous"
-      enabled             = false
+      # The partner's month ends at midnight UTC, not Tokyo's.
+      schedule_expression_timezone = "UTC"
+      command                      = "/opt/batch/bin/partner-export --month previous"
+      enabled                      = false
     }
   }
 }
@@ -120,6 +124,9 @@ module "sqsjkr" {
     Service = "batch"
     Owner   = "ops"
   }
+
+  # EventBridge Scheduler (the default engine) reads the jobs' times in Tokyo time.
+  schedule_expression_timezone = "Asia/Tokyo"
 
   jobs = merge(local.jobs, var.jobs)
 }
@@ -142,6 +149,11 @@ output "sqsjkr_config" {
     "",
     "[lock]",
     "table = \"${module.sqsjkr.table_name}\"",
+    "",
+    "[schedule]",
+    "role_arn = \"${module.sqsjkr.scheduler_role_arn}\"",
+    "group = \"${module.sqsjkr.schedule_group_name}\"",
+    "timezone = \"Asia/Tokyo\"",
     "",
   ])
 }
