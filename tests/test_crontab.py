@@ -60,8 +60,12 @@ def convert(
     dst: Any = None,
     split: bool = False,
     system: bool = False,
+    engine: Any = "rules",
 ) -> Conversion:
-    options = ConvertOptions(zone, accept_dst_shift=dst, split_dom_dow=split, now=NOW)
+    """Most tests here are of the UTC conversion for rules; test_crontab_dst.py has the scheduler's."""
+    options = ConvertOptions(
+        zone, engine=engine, accept_dst_shift=dst, split_dom_dow=split, now=NOW
+    )
     entries, problems = read_crontab(text, system=system)
     return convert_crontab(entries, options, problems=problems)
 
@@ -584,7 +588,12 @@ def test_keys_keep_rule_names_within_64_characters(name: str, prefix: str, comma
         return  # too short for a split line's keys: refused, see the next test
     text = f"0,30 9 1,15 * mon {command}\n0 2 * * * {command}\n"
     options = ConvertOptions(
-        "Asia/Kolkata", split_dom_dow=True, now=NOW, key_prefix=prefix, max_key_length=max_length
+        "Asia/Kolkata",
+        engine="rules",
+        split_dom_dow=True,
+        now=NOW,
+        key_prefix=prefix,
+        max_key_length=max_length,
     )
     jobs = convert_crontab(parse_crontab(text), options).jobs
     keys = [job.key for job in jobs]
@@ -596,7 +605,9 @@ def test_keys_keep_rule_names_within_64_characters(name: str, prefix: str, comma
 
 
 def test_keys_that_cannot_fit_are_refused_naming_the_line() -> None:
-    options = ConvertOptions("Asia/Kolkata", split_dom_dow=True, now=NOW, max_key_length=13)
+    options = ConvertOptions(
+        "Asia/Kolkata", engine="rules", split_dom_dow=True, now=NOW, max_key_length=13
+    )
     entries = parse_crontab("0 2 * * * fits\n0,30 9 1,15 * mon split\n")
     with pytest.raises(CrontabError) as caught:
         convert_crontab(entries, options)
@@ -705,6 +716,7 @@ def test_cli_hcl_and_json_hold_the_same_jobs(tmp_path: Path) -> None:
     echo = next(body for key, body in jobs.items() if key.startswith("echo-home"))
     assert echo == {
         "schedule_expression": "cron(0/15 * * * ? *)",
+        "schedule_expression_timezone": "Asia/Tokyo",
         "command": only_job(line).shell_command,
         "event_id": echo["event_id"],
         "lock_id": echo["event_id"],
@@ -741,7 +753,7 @@ def test_cli_empty_crontab_gives_empty_jobs() -> None:
         ([], 2, "sqsjkr: --timezone is required: the IANA zone the crontab's times are in"),
         (["--timezone", "Mars/Olympus"], 2, "sqsjkr: --timezone: 'Mars/Olympus' is not a known"),
         (
-            ["--timezone", "Europe/Berlin"],
+            ["--timezone", "Europe/Berlin", "--engine", "rules"],
             1,
             'sqsjkr: error: crontab line 2 ("0 2 * * * backup"): Europe/Berlin changes its UTC offset',
         ),
@@ -797,7 +809,7 @@ def test_cli_reports_every_problem_line_and_writes_nothing(
     crontab.write_text(MANY_PROBLEMS)
     out = tmp_path / "jobs.tfvars"
     with pytest.raises(SystemExit) as exited:
-        main(["crontab2tf", str(crontab), "--timezone", "UTC", "-o", str(out)])
+        main(["crontab2tf", str(crontab), "--timezone", "UTC", "--engine", "rules", "-o", str(out)])
     assert exited.value.code == 1
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -1013,7 +1025,7 @@ def test_utc_schedule_runs_exactly_when_cron_would(
     offset = offsets.offsets[0]
     (job,) = parse_crontab(" ".join(fields) + " x\n")
     assert isinstance(job, CronJob)
-    options = ConvertOptions(zone, split_dom_dow=True, now=NOW)
+    options = ConvertOptions(zone, engine="rules", split_dom_dow=True, now=NOW)
     try:
         converted, _ = convert_job(job, offsets, options)
     except CrontabError as refused:
@@ -1061,7 +1073,9 @@ def test_tricky_lines_run_exactly_when_cron_would_for_two_years(
     (job,) = parse_crontab(f"{line} x\n")
     assert isinstance(job, CronJob)
     offsets = zone_offsets(zone, NOW)
-    converted, _ = convert_job(job, offsets, ConvertOptions(zone, split_dom_dow=True, now=NOW))
+    converted, _ = convert_job(
+        job, offsets, ConvertOptions(zone, engine="rules", split_dom_dow=True, now=NOW)
+    )
     start = date(year, 1, 1)
     days = (date(year + 2, 1, 1) - start).days
     got: Counter[datetime] = Counter()
@@ -1081,6 +1095,7 @@ def test_terraform_job_fields_order_and_defaults() -> None:
     job = TerraformJob("k", "cron(0 0 * * ? *)", "x", "k", "d")
     assert list(job.fields()) == [
         "schedule_expression",
+        "schedule_expression_timezone",
         "command",
         "event_id",
         "lock_id",

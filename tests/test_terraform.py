@@ -1058,7 +1058,9 @@ def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
     example = initialised_copy(tmp_path, "examples/multi-job")
     (example / "offline_override.tf").write_text(OFFLINE_PROVIDER % moto_endpoint)
     crontab = tmp_path / "crontab"
-    crontab.write_text("0 2 * * * /usr/local/bin/backup.sh --full\n*/5 * * * * poll\n")
+    crontab.write_text(
+        "0 2 * * * /usr/local/bin/backup.sh --full\nCRON_TZ=Europe/Berlin\n*/5 * * * * poll\n"
+    )
     tfvars = tmp_path / "crontab.tfvars"
     converted = subprocess.run(
         [*sqsjkr_argv("crontab2tf", str(crontab), "--timezone", "UTC", "-o", str(tfvars))],
@@ -1074,6 +1076,9 @@ def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
     for key, job in jobs.items():
         assert schedules[key]["schedule_expression"] == job["schedule_expression"]
         assert schedules[key]["name"] == f"batch-jobs-{key}"
+    # Each line's own zone, over the example's default (Asia/Tokyo).
+    zones = {key: schedules[key]["schedule_expression_timezone"] for key in jobs}
+    assert sorted(zones.values()) == ["Europe/Berlin", "UTC"]
 
 
 def by_key(resources: dict[str, dict[str, Any]], address: str) -> dict[str, dict[str, Any]]:

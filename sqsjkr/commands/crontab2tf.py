@@ -14,11 +14,13 @@ from sqsjkr.commands.options import UsageFailure
 from sqsjkr.crontab.eventbridge import (
     DIGEST_LENGTH,
     DST_CHOICES,
+    ENGINES,
     KEY_CHARACTERS,
     MAX_KEY_LENGTH,
     MAX_MODULE_KEY_LENGTH,
     ConvertOptions,
     DstChoice,
+    Engine,
     convert_crontab,
     load_zone,
 )
@@ -45,10 +47,17 @@ from sqsjkr.errors import CrontabError
 )
 @click.option("--output", "-o", metavar="FILE", help="Write here instead of stdout.")
 @click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="scheduler",
+    show_default=True,
+    help="The module's schedule_engine: scheduler (in the crontab's zone) or rules (in UTC).",
+)
+@click.option(
     "--accept-dst-shift",
     type=click.Choice(DST_CHOICES),
-    help="Convert a zone with daylight saving time with its standard or daylight offset; "
-    "runs drift by the difference part of the year (said in each description).",
+    help="With --engine rules: convert a zone with daylight saving time with its standard or "
+    "daylight offset; runs drift by the difference part of the year (said in each description).",
 )
 @click.option(
     "--split-dom-dow",
@@ -79,6 +88,7 @@ def crontab2tf(
     zone: str | None,
     output_format: str,
     output: str | None,
+    engine: Engine,
     accept_dst_shift: DstChoice | None,
     split_dom_dow: bool,
     system: bool,
@@ -87,17 +97,24 @@ def crontab2tf(
 ) -> None:
     """Convert a crontab (a file, or - for stdin) to terraform's `jobs` variable.
 
-    Each job line becomes an EventBridge schedule in UTC (keyed by a stable id made of its
-    command and a hash) with the sqsjkr job it sends: the command (a `%` stdin part becomes a
-    printf piped into `/bin/sh -c`), the env lines above it, and the line as its description.
-    A line with no exact UTC equivalent is refused with the reason; every such line is
-    reported, and then nothing is written. Jobs run with the daemon's
+    Each job line becomes a schedule (keyed by a stable id made of its command and a hash) with
+    the sqsjkr job it sends: the command (a `%` stdin part becomes a printf piped into
+    `/bin/sh -c`), the env lines above it, and the line as its description. For EventBridge
+    Scheduler (the default) a schedule keeps the line's times in its zone (--timezone, or a
+    CRON_TZ line above it); for rules (--engine rules) it is converted to UTC, and a line with no
+    exact UTC equivalent is refused with the reason. Every refused line is reported, and then
+    nothing is written. Jobs run with the daemon's
     environment and working directory, not cron's (PATH=/usr/bin:/bin and the user's home).
     """
     if zone is None:
         raise UsageFailure(
             "--timezone is required: the IANA zone the crontab's times are in (e.g. "
-            "Asia/Tokyo, or UTC); EventBridge runs schedules in UTC"
+            "Asia/Tokyo, or UTC)"
+        )
+    if accept_dst_shift is not None and engine != "rules":
+        raise UsageFailure(
+            "--accept-dst-shift is for --engine rules, which run in UTC; EventBridge Scheduler "
+            "follows the zone's daylight saving time by itself"
         )
     try:
         load_zone(zone)
@@ -115,6 +132,7 @@ def crontab2tf(
     entries, problems = read_crontab(decode_crontab(crontab.read()), system=system)
     options = ConvertOptions(
         zone,
+        engine=engine,
         accept_dst_shift=accept_dst_shift,
         split_dom_dow=split_dom_dow,
         key_prefix=key_prefix,

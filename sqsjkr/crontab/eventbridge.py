@@ -1,6 +1,7 @@
-"""Crontab jobs as EventBridge cron schedules in UTC, as the entries of terraform's `jobs` variable.
+"""Crontab jobs as EventBridge cron schedules, as the entries of terraform's `jobs` variable.
 
-Exact or refused: a line whose local-time schedule has no exact UTC equivalent raises CrontabError.
+For EventBridge Scheduler in the crontab's own zone; for rules in UTC, exact or refused: a line
+whose local-time schedule has no exact UTC equivalent raises CrontabError.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from sqsjkr.crontab.dst import ZoneChange, scheduler_difference, zone_changes
 from sqsjkr.crontab.parse import (
     CronJob,
     CrontabProblems,
@@ -28,6 +30,9 @@ from sqsjkr.errors import CrontabError
 
 DstChoice = Literal["standard", "daylight"]
 DST_CHOICES: tuple[DstChoice, ...] = ("standard", "daylight")
+#: What runs the schedules: EventBridge Scheduler (in any zone) or EventBridge rules (in UTC).
+Engine = Literal["scheduler", "rules"]
+ENGINES: tuple[Engine, ...] = ("scheduler", "rules")
 
 #: Longest job key by default: the module names a rule or schedule <name>-<key>, which
 #: EventBridge limits to 64 characters, so this leaves 23 for the module's name.
@@ -59,6 +64,7 @@ class ZoneOffsets:
     name: str
     standard: tuple[int, ...]
     daylight: tuple[int, ...]
+    changes: tuple[ZoneChange, ...] = ()
 
     @property
     def offsets(self) -> tuple[int, ...]:
@@ -71,10 +77,11 @@ class ZoneOffsets:
 
 @dataclass(frozen=True)
 class ConvertOptions:
-    """How to convert: the crontab's zone, and the inexact conversions the user accepts."""
+    """How to convert: the crontab's zone, the engine, and the inexact conversions the user accepts."""
 
     timezone: str
-    # Convert a zone with daylight saving time with one of its offsets; runs then drift.
+    engine: Engine = "scheduler"
+    # Rules: convert a zone with daylight saving time with one of its offsets; runs then drift.
     accept_dst_shift: DstChoice | None = None
     # A line restricting both day fields becomes two rules; cron ran it once on days matching both.
     split_dom_dow: bool = False
@@ -95,11 +102,14 @@ class TerraformJob:
     lock_id: str
     description: str
     envs: Mapping[str, str] = field(default_factory=dict)
+    # Written even when UTC: the module's default zone may be another.
+    schedule_expression_timezone: str = "UTC"
 
     def fields(self) -> dict[str, object]:
         """The object's attributes in output order; empty envs are left to the default."""
         fields: dict[str, object] = {
             "schedule_expression": self.schedule_expression,
+            "schedule_expression_timezone": self.schedule_expression_timezone,
             "command": self.command,
             "event_id": self.key,
             "lock_id": self.lock_id,
@@ -116,6 +126,7 @@ class Conversion:
 
     jobs: tuple[TerraformJob, ...]
     warnings: tuple[str, ...]
+    engine: Engine = "scheduler"
 
 
 class Day(NamedTuple):
@@ -178,7 +189,8 @@ def zone_offsets(name: str, now: datetime) -> ZoneOffsets:
         minutes = int(offset.total_seconds()) // 60
         (daylight if local.dst() else standard).add(minutes)
         instant += ZONE_CHECK_STEP
-    return ZoneOffsets(name, tuple(sorted(standard)), tuple(sorted(daylight)))
+    changes = zone_changes(name, now, end) if len(standard | daylight) > 1 else ()
+    return ZoneOffsets(name, tuple(sorted(standard)), tuple(sorted(daylight)), changes)
 
 
 @dataclass
@@ -221,7 +233,7 @@ def convert_crontab(
                 zone_name = None
     if found:
         raise CrontabProblems(found)
-    return Conversion(tuple(jobs), tuple(progress.warnings))
+    return Conversion(tuple(jobs), tuple(progress.warnings), options.engine)
 
 
 def _convert_entry(
@@ -333,6 +345,10 @@ def convert_job(
 ) -> tuple[list[TerraformJob], str | None]:
     """The terraform jobs of one crontab line, and a warning to show once (a DST shift)."""
     parts = _day_parts(job, options.split_dom_dow)
+    if options.engine == "scheduler":
+        # The scheduler reads the expressions in the zone itself: local dates, no shift.
+        jobs = _terraform_jobs(job, _expressions_at(job, parts, 0), zone.name, options)
+        return jobs, scheduler_difference(job, zone.changes)
     if zone.fixed:
         return _terraform_jobs(
             job, _expressions_at(job, parts, zone.offsets[0]), zone.name, options
@@ -747,6 +763,9 @@ def _terraform_jobs(
                 lock_id=base,
                 description=_description(job.line.text.strip(), zone_name, notes),
                 envs=envs,
+                schedule_expression_timezone=(
+                    zone_name if options.engine == "scheduler" else "UTC"
+                ),
             )
         )
     return result
