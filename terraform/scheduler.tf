@@ -33,6 +33,13 @@ resource "aws_iam_role" "scheduler" {
   description        = "Assumed by EventBridge Scheduler to put sqsjkr jobs on queue ${var.name}."
   assume_role_policy = data.aws_iam_policy_document.scheduler_trust.json
   tags               = var.tags
+
+  lifecycle {
+    precondition {
+      condition     = length("${var.name}-scheduler") <= 64
+      error_message = "The role name ${var.name}-scheduler is longer than IAM's 64 characters: use a name of at most 54 characters."
+    }
+  }
 }
 
 data "aws_iam_policy_document" "scheduler" {

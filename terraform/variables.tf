@@ -1,10 +1,11 @@
 variable "name" {
-  description = "Name of the queue and the table, and prefix of the DLQ (<name>-dlq), the host policy (<name>-host) and every schedule rule (<name>-<job key>). Use it as [sqs] queue_name and [lock] table in the daemon's config."
+  description = "Name of the queue, the table and the schedule group, and prefix of the DLQ (<name>-dlq), the policies (<name>-host, <name>-sender), the scheduler role (<name>-scheduler) and every schedule or rule (<name>-<job key>). Use it as [sqs] queue_name, [lock] table and [schedule] group in the daemon's config."
   type        = string
   default     = "sqsjkr"
 
   validation {
-    # SQS queue names allow no dots, and a rule name (<name>-<job key>) stops at 64 characters.
+    # SQS queue names allow no dots (so no schedule of the module starts like sqsjkr send's
+    # "at." ones), and a schedule or rule name (<name>-<job key>) stops at 64 characters.
     condition     = can(regex("^[0-9A-Za-z_-]{1,62}$", var.name))
     error_message = "name must be 1 to 62 letters, digits, '-' or '_'."
   }

@@ -790,6 +790,14 @@ def test_only_the_modules_schedule_group_may_assume_the_role(module: Config) -> 
     assert [expr(v) for v in condition["values"]] == ["aws_scheduler_schedule_group.jobs.arn"]
 
 
+def test_scheduler_role_name_is_checked_against_iams_limit(module: Config) -> None:
+    role = module.resource("aws_iam_role.scheduler")
+    assert role["name"] == "${var.name}-scheduler"
+    [lifecycle] = role["lifecycle"]
+    [check] = lifecycle["precondition"]
+    assert expr(check["condition"]) == 'length("${var.name}-scheduler") <= 64'
+
+
 def test_scheduler_role_may_only_send_to_the_queue_and_its_dlq(module: Config) -> None:
     policy = module.resource("aws_iam_role_policy.scheduler")
     assert expr(policy["role"]) == "aws_iam_role.scheduler.id"
