@@ -1,5 +1,5 @@
-# The policy a batch host needs to run the daemon: attach it to the hosts' instance role.
-# Nothing here allows sending jobs to the queue; that is the schedule rules' privilege.
+# The policy a batch host needs to run the daemon (attach it to the hosts' instance role), and
+# the one a person or CI needs to send jobs by hand. Hosts may not send jobs to the queue.
 
 data "aws_iam_policy_document" "host" {
   statement {
@@ -43,5 +43,59 @@ resource "aws_iam_policy" "host" {
   name        = "${var.name}-host"
   description = "Lets a batch host run the sqsjkr daemon on queue ${var.name} and table ${var.name}."
   policy      = data.aws_iam_policy_document.host.json
+  tags        = var.tags
+}
+
+# What `sqsjkr send` needs, for whoever runs jobs by hand (people, CI): send a job now, or schedule
+# one for later (--at, --in), list those (--list-scheduled) and cancel one (--cancel).
+data "aws_iam_policy_document" "sender" {
+  statement {
+    sid    = "SendJobsNow"
+    effect = "Allow"
+    actions = [
+      "sqs:GetQueueUrl",        # the URL of [sqs] queue_name
+      "sqs:GetQueueAttributes", # --at: the queue's ARN and DLQ for the schedule's target
+      "sqs:SendMessage",        # the job
+    ]
+    resources = [aws_sqs_queue.jobs.arn]
+  }
+
+  statement {
+    sid    = "OneTimeSchedules"
+    effect = "Allow"
+    actions = [
+      "scheduler:CreateSchedule", # --at, --in
+      "scheduler:GetSchedule",    # --list-scheduled: when each runs, and its job
+      "scheduler:DeleteSchedule", # --cancel
+    ]
+    # sqsjkr names its one-time schedules at.<...>; the module's recurring ones stay out of reach.
+    resources = ["${replace(aws_scheduler_schedule_group.jobs.arn, ":schedule-group/", ":schedule/")}/at.*"]
+  }
+
+  statement {
+    sid       = "ListSchedules"
+    effect    = "Allow"
+    actions   = ["scheduler:ListSchedules"] # --list-scheduled; it takes no resource
+    resources = ["*"]
+  }
+
+  statement {
+    sid       = "LetTheSchedulesSend"
+    effect    = "Allow"
+    actions   = ["iam:PassRole"] # a schedule created with --at runs as the scheduler role
+    resources = [aws_iam_role.scheduler.arn]
+
+    condition {
+      test     = "StringEquals"
+      variable = "iam:PassedToService"
+      values   = ["scheduler.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_policy" "sender" {
+  name        = "${var.name}-sender"
+  description = "Lets its holder run sqsjkr send on queue ${var.name}: jobs now, and one-time schedules in group ${var.name}."
+  policy      = data.aws_iam_policy_document.sender.json
   tags        = var.tags
 }

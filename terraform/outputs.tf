@@ -39,13 +39,33 @@ output "host_policy_arn" {
 }
 
 output "rule_arns" {
-  description = "ARN of each job's EventBridge rule, by job key."
+  description = "ARN of each job's EventBridge rule, by job key (with schedule_engine = \"rules\")."
   value       = { for key, rule in aws_cloudwatch_event_rule.job : key => rule.arn }
 }
 
 output "job_messages" {
-  description = "The message body each rule sends, by job key (`terraform output -json job_messages`): pass one to `sqsjkr send --body` to run a job now."
+  description = "The message body each schedule or rule sends, by job key (`terraform output -json job_messages`): pass one to `sqsjkr send --body` to run a job now."
   value       = { for key, message in local.job_messages : key => jsonencode(message) }
   # Job envs may hold credentials; keep them out of plan and apply output.
   sensitive = true
+}
+
+output "schedule_arns" {
+  description = "ARN of each job's EventBridge Scheduler schedule, by job key (with schedule_engine = \"scheduler\")."
+  value       = { for key, schedule in aws_scheduler_schedule.job : key => schedule.arn }
+}
+
+output "schedule_group_name" {
+  description = "The schedule group of the jobs and of `sqsjkr send --at`: the daemon config's [schedule] group."
+  value       = aws_scheduler_schedule_group.jobs.name
+}
+
+output "scheduler_role_arn" {
+  description = "The role EventBridge Scheduler assumes to put jobs on the queue: the config's [schedule] role_arn, for `sqsjkr send --at`."
+  value       = aws_iam_role.scheduler.arn
+}
+
+output "sender_policy_arn" {
+  description = "ARN of the IAM policy `sqsjkr send` needs (now, --at, --list-scheduled, --cancel); attach it to whoever runs jobs by hand."
+  value       = aws_iam_policy.sender.arn
 }

@@ -1,6 +1,10 @@
-# One EventBridge rule per job, each putting its job message on the queue on schedule.
+# What puts each job's message on the queue: an EventBridge Scheduler schedule (scheduler.tf), or
+# with schedule_engine = "rules", an EventBridge rule and its target (here).
 
 locals {
+  rule_jobs      = var.schedule_engine == "rules" ? var.jobs : {}
+  scheduler_jobs = var.schedule_engine == "scheduler" ? var.jobs : {}
+
   # The message body of each job, in the daemon's format. Unset fields are left out rather than
   # sent as null or false: the daemon reads an absent field as its default, and a short body is
   # easier to read in the console. jsonencode sorts the keys, so plans show no spurious diffs.
@@ -21,7 +25,7 @@ locals {
 }
 
 resource "aws_cloudwatch_event_rule" "job" {
-  for_each = var.jobs
+  for_each = local.rule_jobs
 
   name                = "${var.name}-${each.key}"
   description         = coalesce(each.value.description, "sqsjkr job ${each.key}")
@@ -35,11 +39,20 @@ resource "aws_cloudwatch_event_rule" "job" {
       condition     = length("${var.name}-${each.key}") <= 64
       error_message = "The rule name ${var.name}-${each.key} is longer than EventBridge's 64 characters: shorten the module's name or the job's key."
     }
+    # Rules know neither time zones nor one-time schedules nor windows: refuse rather than drop.
+    precondition {
+      condition     = coalesce(each.value.schedule_expression_timezone, var.schedule_expression_timezone) == "UTC"
+      error_message = "Job ${each.key} has a time zone other than UTC, and EventBridge rules run in UTC: use schedule_engine = \"scheduler\", or convert its schedule to UTC."
+    }
+    precondition {
+      condition     = !startswith(each.value.schedule_expression, "at(") && each.value.flexible_time_window == null
+      error_message = "Job ${each.key} uses at() or flexible_time_window, which only EventBridge Scheduler has: use schedule_engine = \"scheduler\"."
+    }
   }
 }
 
 resource "aws_cloudwatch_event_target" "job" {
-  for_each = var.jobs
+  for_each = local.rule_jobs
 
   rule      = aws_cloudwatch_event_rule.job[each.key].name
   target_id = "sqsjkr-queue"

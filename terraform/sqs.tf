@@ -42,34 +42,53 @@ resource "aws_sqs_queue_redrive_allow_policy" "dlq" {
   })
 }
 
-# EventBridge may send to the queue only on behalf of this module's rules: another rule in the
-# account, or in someone else's, cannot start commands on the batch hosts.
+# Who may send to the queue: the role of this module's schedule group (its recurring schedules
+# and `sqsjkr send --at`), and EventBridge on behalf of this module's rules. Another rule or
+# schedule in the account, or in someone else's, cannot start commands on the batch hosts.
 data "aws_iam_policy_document" "queue" {
-  # An ArnEquals condition with no ARNs is refused, and with no jobs nobody needs to send.
-  count = length(var.jobs) > 0 ? 1 : 0
-
   statement {
-    sid       = "ScheduleRulesOfThisModule"
+    sid       = "SchedulerRoleOfThisModule"
     effect    = "Allow"
     actions   = ["sqs:SendMessage"]
     resources = [aws_sqs_queue.jobs.arn]
 
     principals {
-      type        = "Service"
-      identifiers = ["events.amazonaws.com"]
+      type        = "AWS"
+      identifiers = [aws_iam_role.scheduler.arn]
     }
+  }
 
-    condition {
-      test     = "ArnEquals"
-      variable = "aws:SourceArn"
-      values   = [for rule in aws_cloudwatch_event_rule.job : rule.arn]
+  # An ArnEquals condition with no ARNs is refused, and without rules nobody needs it.
+  dynamic "statement" {
+    for_each = length(local.rule_jobs) > 0 ? [1] : []
+
+    content {
+      sid       = "ScheduleRulesOfThisModule"
+      effect    = "Allow"
+      actions   = ["sqs:SendMessage"]
+      resources = [aws_sqs_queue.jobs.arn]
+
+      principals {
+        type        = "Service"
+        identifiers = ["events.amazonaws.com"]
+      }
+
+      condition {
+        test     = "ArnEquals"
+        variable = "aws:SourceArn"
+        values   = [for rule in aws_cloudwatch_event_rule.job : rule.arn]
+      }
     }
   }
 }
 
 resource "aws_sqs_queue_policy" "jobs" {
-  count = length(var.jobs) > 0 ? 1 : 0
-
   queue_url = aws_sqs_queue.jobs.id
-  policy    = data.aws_iam_policy_document.queue[0].json
+  policy    = data.aws_iam_policy_document.queue.json
+}
+
+# Before the scheduler, the policy existed only with jobs: keep it rather than replace it.
+moved {
+  from = aws_sqs_queue_policy.jobs[0]
+  to   = aws_sqs_queue_policy.jobs
 }

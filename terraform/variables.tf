@@ -1,10 +1,11 @@
 variable "name" {
-  description = "Name of the queue and the table, and prefix of the DLQ (<name>-dlq), the host policy (<name>-host) and every schedule rule (<name>-<job key>). Use it as [sqs] queue_name and [lock] table in the daemon's config."
+  description = "Name of the queue, the table and the schedule group, and prefix of the DLQ (<name>-dlq), the policies (<name>-host, <name>-sender), the scheduler role (<name>-scheduler) and every schedule or rule (<name>-<job key>). Use it as [sqs] queue_name, [lock] table and [schedule] group in the daemon's config."
   type        = string
   default     = "sqsjkr"
 
   validation {
-    # SQS queue names allow no dots, and a rule name (<name>-<job key>) stops at 64 characters.
+    # SQS queue names allow no dots (so no schedule of the module starts like sqsjkr send's
+    # "at." ones), and a schedule or rule name (<name>-<job key>) stops at 64 characters.
     condition     = can(regex("^[0-9A-Za-z_-]{1,62}$", var.name))
     error_message = "name must be 1 to 62 letters, digits, '-' or '_'."
   }
@@ -16,8 +17,49 @@ variable "tags" {
   default     = {}
 }
 
+variable "schedule_engine" {
+  description = "What puts the jobs on the queue: \"scheduler\" (EventBridge Scheduler, one schedule per job in the module's schedule group, in any IANA time zone) or \"rules\" (one EventBridge rule per job, in UTC: the module's engine before Scheduler, kept for migrating)."
+  type        = string
+  default     = "scheduler"
+
+  validation {
+    condition     = contains(["scheduler", "rules"], var.schedule_engine)
+    error_message = "schedule_engine must be \"scheduler\" or \"rules\"."
+  }
+}
+
+variable "schedule_expression_timezone" {
+  description = "IANA time zone of the jobs' cron() and at() expressions, unless a job sets its own (e.g. \"Asia/Tokyo\"); EventBridge Scheduler follows its daylight saving time. With schedule_engine = \"rules\" it must stay \"UTC\": rules run in UTC."
+  type        = string
+  default     = "UTC"
+
+  validation {
+    condition     = can(regex("^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$", var.schedule_expression_timezone))
+    error_message = "schedule_expression_timezone must be an IANA time zone name such as \"UTC\" or \"Asia/Tokyo\"."
+  }
+}
+
+variable "retry_policy" {
+  description = "How long, and how often, EventBridge Scheduler retries putting a job on the queue when SQS refuses it, before it gives up and sends a dead-letter event to the DLQ. A job is run by whichever daemon receives it, so a late retry still runs it (unless the job's life_time has passed by then)."
+  type = object({
+    maximum_event_age_in_seconds = optional(number, 86400) # 60 to 86400
+    maximum_retry_attempts       = optional(number, 185)   # 0 to 185
+  })
+  default = {}
+
+  validation {
+    condition     = var.retry_policy.maximum_event_age_in_seconds >= 60 && var.retry_policy.maximum_event_age_in_seconds <= 86400
+    error_message = "retry_policy.maximum_event_age_in_seconds must be between 60 and 86400 (24 hours)."
+  }
+
+  validation {
+    condition     = var.retry_policy.maximum_retry_attempts >= 0 && var.retry_policy.maximum_retry_attempts <= 185
+    error_message = "retry_policy.maximum_retry_attempts must be between 0 and 185."
+  }
+}
+
 variable "jobs" {
-  description = "The schedule: one EventBridge rule per entry, putting a job message on the queue. The map key names the rule (<name>-<key>) and is the job's event_id unless event_id is set. Durations use Go syntax (\"90s\", \"1h30m\")."
+  description = "The schedule: one EventBridge Scheduler schedule (or, with schedule_engine = \"rules\", one EventBridge rule) per entry, putting a job message on the queue. The map key names the schedule or rule (<name>-<key>) and is the job's event_id unless event_id is set. Durations use Go syntax (\"90s\", \"1h30m\")."
   type = map(object({
     schedule_expression       = string                    # "cron(0 3 * * ? *)" or "rate(5 minutes)"
     command                   = string                    # run as sh -c COMMAND
@@ -28,24 +70,44 @@ variable "jobs" {
     timeout                   = optional(string)          # kill the job after it has run this long
     abort_if_locked           = optional(bool, false)     # give up at once when the lock is held
     disable_life_time_trigger = optional(bool, false)     # no life_time trigger for this job
-    enabled                   = optional(bool, true)      # false keeps the rule, DISABLED
-    description               = optional(string)          # the rule's description
+    enabled                   = optional(bool, true)      # false keeps the schedule or rule, DISABLED
+    description               = optional(string)          # the schedule's or rule's description
+    # EventBridge Scheduler only:
+    schedule_expression_timezone = optional(string) # default: var.schedule_expression_timezone
+    flexible_time_window         = optional(number) # minutes it may run late, to spread load
   }))
   default = {}
 
   validation {
     # The rule name is <name>-<key>; EventBridge allows these characters in it.
     condition     = alltrue([for key, job in var.jobs : can(regex("^[0-9A-Za-z._-]{1,62}$", key))])
-    error_message = "Each jobs key must be 1 to 62 letters, digits, '.', '-' or '_' (it names an EventBridge rule)."
+    error_message = "Each jobs key must be 1 to 62 letters, digits, '.', '-' or '_' (it names a schedule or an EventBridge rule)."
   }
 
   validation {
-    # EventBridge wants a singular unit for 1 and a plural one above it, and six cron fields.
+    # EventBridge wants a singular unit for 1 and a plural one above it, and six cron fields;
+    # at() is a one-time schedule, for EventBridge Scheduler only.
     condition = alltrue([
       for key, job in var.jobs :
-      can(regex("^(rate\\((1 (minute|hour|day)|([2-9]|[1-9][0-9]+) (minutes|hours|days))\\)|cron\\([^ ()]+( [^ ()]+){5}\\))$", job.schedule_expression))
+      can(regex("^(rate\\((1 (minute|hour|day)|([2-9]|[1-9][0-9]+) (minutes|hours|days))\\)|cron\\([^ ()]+( [^ ()]+){5}\\)|at\\([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\))$", job.schedule_expression))
     ])
-    error_message = "Each schedule_expression must be \"rate(1 hour)\", \"rate(N minutes|hours|days)\" or \"cron(min hour day-of-month month day-of-week year)\"."
+    error_message = "Each schedule_expression must be \"rate(1 hour)\", \"rate(N minutes|hours|days)\", \"cron(min hour day-of-month month day-of-week year)\" or (EventBridge Scheduler only) \"at(yyyy-mm-ddThh:mm:ss)\"."
+  }
+
+  validation {
+    condition = alltrue([
+      for key, job in var.jobs :
+      job.schedule_expression_timezone == null || can(regex("^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$", job.schedule_expression_timezone))
+    ])
+    error_message = "schedule_expression_timezone, when set, must be an IANA time zone name such as \"UTC\" or \"Europe/Berlin\"."
+  }
+
+  validation {
+    condition = alltrue([
+      for key, job in var.jobs :
+      job.flexible_time_window == null || try(job.flexible_time_window >= 1 && job.flexible_time_window <= 1440 && floor(job.flexible_time_window) == job.flexible_time_window, false)
+    ])
+    error_message = "flexible_time_window, when set, must be a whole number of minutes between 1 and 1440."
   }
 
   validation {

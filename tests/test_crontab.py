@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -34,11 +35,13 @@ from sqsjkr.crontab.eventbridge import (
 from sqsjkr.crontab.parse import (
     FIELDS,
     CronJob,
+    CrontabProblems,
     EnvSetting,
     decode_crontab,
     parse_crontab,
     parse_env_line,
     parse_field,
+    read_crontab,
     split_percent,
 )
 from sqsjkr.crontab.tfvars import hcl_string
@@ -57,9 +60,14 @@ def convert(
     dst: Any = None,
     split: bool = False,
     system: bool = False,
+    engine: Any = "rules",
 ) -> Conversion:
-    options = ConvertOptions(zone, accept_dst_shift=dst, split_dom_dow=split, now=NOW)
-    return convert_crontab(parse_crontab(text, system=system), options)
+    """Most tests here are of the UTC conversion for rules; test_crontab_dst.py has the scheduler's."""
+    options = ConvertOptions(
+        zone, engine=engine, accept_dst_shift=dst, split_dom_dow=split, now=NOW
+    )
+    entries, problems = read_crontab(text, system=system)
+    return convert_crontab(entries, options, problems=problems)
 
 
 def expressions(line: str, zone: str = "UTC", **kwargs: Any) -> list[str]:
@@ -322,6 +330,54 @@ def test_system_crontab_drops_the_user_column_and_warns() -> None:
         convert("@daily\n", system=True)
 
 
+def test_system_crontab_without_system_is_refused_on_every_user_column() -> None:
+    text = "SHELL=/bin/sh\n17 * * * * root cd / && run-parts --report /etc/cron.hourly\n"
+    with pytest.raises(CrontabError) as caught:
+        convert(text)
+    message = str(caught.value)
+    assert message.startswith('crontab line 2 ("17 * * * * root cd / && run-parts')
+    assert "the command starts with 'root', a user name" in message
+    assert "Pass --system" in message
+    # Written with a path, a command called root is a command.
+    assert convert("0 0 * * * ./root x\n").jobs[0].command == "./root x"
+
+
+def passwd_user(on_path: bool) -> str:
+    """A user of this host other than root, on PATH as a command or not."""
+    for entry in pwd.getpwall():
+        name = entry.pw_name
+        usable = name != "root" and re.fullmatch(r"[a-z_][a-z0-9_-]*", name)
+        if usable and (shutil.which(name) is not None) is on_path:
+            return name
+    pytest.skip(f"this host has no user that is {'' if on_path else 'not '}a command on PATH")
+
+
+def test_a_user_of_this_host_in_the_command_column_warns() -> None:
+    user = passwd_user(on_path=False)  # www-data, backup, mail without mailutils, ...
+    conversion = convert(f"# header\n0 0 * * * {user} /usr/local/bin/job\n")
+    assert conversion.jobs[0].command == f"{user} /usr/local/bin/job"
+    (warning,) = conversion.warnings
+    assert warning.startswith(f"crontab line 2: the command starts with {user!r}, a user")
+    assert "pass --system" in warning
+    # A user column is followed by a command: a word alone is the command.
+    assert convert(f"0 0 * * * {user}\n").warnings == ()
+    assert convert(f"0 0 * * * {user} x\n", system=True).jobs[0].command == "x"
+
+
+def test_a_user_name_that_is_also_a_command_is_a_command() -> None:
+    command = passwd_user(on_path=True)  # sync, man, ... on most hosts
+    conversion = convert(f"0 0 * * * {command} -x\n")
+    assert conversion.jobs[0].command == f"{command} -x"
+    assert conversion.warnings == ()
+
+
+def test_system_flag_on_a_user_crontab_is_refused() -> None:
+    with pytest.raises(CrontabError) as caught:
+        convert("0 2 * * * /usr/local/bin/backup.sh --full\n", system=True)
+    assert "'/usr/local/bin/backup.sh' is not a user name" in str(caught.value)
+    assert "drop --system" in str(caught.value)
+
+
 # --- conversion ------------------------------------------------------------------------------
 
 
@@ -381,6 +437,28 @@ def test_day_shifts_with_no_exact_equivalent_are_refused(zone: str, line: str) -
     message = str(caught.value)
     assert message.startswith(f'crontab line 1 ("{line}"): ')
     assert "no exact EventBridge equivalent" in message
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Tokyo", "America/Sao_Paulo"])
+@pytest.mark.parametrize(
+    "line", ["0 0 31 4 * x", "0 0 30 2 * x", "0 0 31 4,6 * x", "0 0 30,31 2 * x"]
+)
+def test_dates_that_never_occur_are_refused_naming_the_line(zone: str, line: str) -> None:
+    with pytest.raises(CrontabError) as caught:
+        convert(f"# header\n{line}\n", zone)
+    message = str(caught.value)
+    assert message.startswith(f'crontab line 2 ("{line}"): day-of-month ')
+    assert "never runs it" in message
+
+
+def test_a_split_line_whose_days_of_the_month_never_occur_is_refused() -> None:
+    with pytest.raises(CrontabError, match="write \\* as its day-of-month"):
+        convert("0 0 31 4 mon x\n", split=True)
+
+
+def test_february_29_is_a_date() -> None:
+    assert expressions("0 0 29 2 * x") == ["cron(0 0 29 2 ? *)"]
+    assert expressions("0 0 29-31 2 * x") == ["cron(0 0 29 2 ? *)"]
 
 
 def test_both_day_fields_are_refused_unless_split() -> None:
@@ -497,6 +575,76 @@ def test_keys_are_short_rule_names_even_for_long_split_lines() -> None:
     assert convert("* * * * * !!!\n").jobs[0].key.startswith("job-")
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.text("abcdefghij-_", min_size=1, max_size=50),
+    prefix=st.text("abc0._-", max_size=6),
+    command=st.sampled_from(["x", "/opt/a-very-long-directory/bin/the-job --with --options"]),
+)
+def test_keys_keep_rule_names_within_64_characters(name: str, prefix: str, command: str) -> None:
+    # What the module names a rule or schedule: <name>-<key>.
+    max_length = 63 - len(name)
+    if len(prefix) + 14 > max_length:
+        return  # too short for a split line's keys: refused, see the next test
+    text = f"0,30 9 1,15 * mon {command}\n0 2 * * * {command}\n"
+    options = ConvertOptions(
+        "Asia/Kolkata",
+        engine="rules",
+        split_dom_dow=True,
+        now=NOW,
+        key_prefix=prefix,
+        max_key_length=max_length,
+    )
+    jobs = convert_crontab(parse_crontab(text), options).jobs
+    keys = [job.key for job in jobs]
+    assert len(set(keys)) == len(keys) == 5
+    for job in jobs:
+        assert job.key.startswith(prefix) and job.lock_id.startswith(prefix)
+        assert len(f"{name}-{job.key}") <= 64, job.key
+        assert re.fullmatch(r"[0-9A-Za-z._-]{1,62}", job.key)
+
+
+def test_keys_that_cannot_fit_are_refused_naming_the_line() -> None:
+    options = ConvertOptions(
+        "Asia/Kolkata", engine="rules", split_dom_dow=True, now=NOW, max_key_length=13
+    )
+    entries = parse_crontab("0 2 * * * fits\n0,30 9 1,15 * mon split\n")
+    with pytest.raises(CrontabError) as caught:
+        convert_crontab(entries, options)
+    message = str(caught.value)
+    assert message.startswith('crontab line 2 ("0,30 9 1,15 * mon split"): its keys need 14')
+    assert "--max-key-length 13" in message
+    short = convert_crontab(entries[:1], options).jobs[0].key
+    assert len(short) == 13 and short.startswith("fits-")
+
+
+def test_cli_key_prefix_and_max_key_length(tmp_path: Path) -> None:
+    result = run_cli(
+        "crontab2tf",
+        "-",
+        "--timezone",
+        "UTC",
+        "--format",
+        "json",
+        "--key-prefix",
+        "web1-",
+        "--max-key-length",
+        "20",
+        input="0 2 * * * /usr/local/bin/backup.sh --full\n",
+    )
+    assert result.exit_code == 0, result.output
+    (key,) = json.loads(result.stdout)["jobs"]
+    assert re.fullmatch(r"web1-backup-[0-9a-f]{8}", key)
+    for args, message in [
+        (["--key-prefix", "web 1"], "--key-prefix 'web 1': only letters"),
+        (["--key-prefix", "a-long-prefix-", "--max-key-length", "20"], "leaves no room"),
+        (["--max-key-length", "63"], "63 is not in the range 1<=x<=62"),
+    ]:
+        refused = run_cli("crontab2tf", "-", "--timezone", "UTC", *args, input="@daily x\n")
+        assert refused.exit_code == 2
+        assert message in refused.output
+
+
 def test_duplicate_lines_are_refused_naming_both() -> None:
     with pytest.raises(CrontabError, match=r"crontab line 3 .*same schedule and command as line 1"):
         convert("0 0 * * * x\nA=1\n0 0 * * * x\n")
@@ -568,6 +716,7 @@ def test_cli_hcl_and_json_hold_the_same_jobs(tmp_path: Path) -> None:
     echo = next(body for key, body in jobs.items() if key.startswith("echo-home"))
     assert echo == {
         "schedule_expression": "cron(0/15 * * * ? *)",
+        "schedule_expression_timezone": "Asia/Tokyo",
         "command": only_job(line).shell_command,
         "event_id": echo["event_id"],
         "lock_id": echo["event_id"],
@@ -604,7 +753,7 @@ def test_cli_empty_crontab_gives_empty_jobs() -> None:
         ([], 2, "sqsjkr: --timezone is required: the IANA zone the crontab's times are in"),
         (["--timezone", "Mars/Olympus"], 2, "sqsjkr: --timezone: 'Mars/Olympus' is not a known"),
         (
-            ["--timezone", "Europe/Berlin"],
+            ["--timezone", "Europe/Berlin", "--engine", "rules"],
             1,
             'sqsjkr: error: crontab line 2 ("0 2 * * * backup"): Europe/Berlin changes its UTC offset',
         ),
@@ -622,6 +771,61 @@ def test_cli_errors_are_one_line(
     assert captured.out == ""
     assert captured.err.startswith(message)
     assert captured.err.count("\n") == 1
+
+
+MANY_PROBLEMS = """\
+A=1
+0 0 31 4 * never
+61 * * * * bad-minute
+0 3 * * * fine
+CRON_TZ=Mars/Olympus
+0 1 * * * below-a-bad-zone
+CRON_TZ=Europe/Berlin
+0 2 * * * dst
+@reboot boot
+0 3 * * * fine
+"""
+
+
+def test_every_problem_line_is_reported_in_line_order() -> None:
+    with pytest.raises(CrontabProblems) as caught:
+        convert(MANY_PROBLEMS)
+    problems = caught.value.problems
+    # Line 6 is left out: its zone is line 5's problem.
+    assert [p.line.number for p in problems] == [2, 3, 5, 8, 9, 10]
+    assert "never runs it" in str(problems[0])
+    assert "bad minute field" in str(problems[1])
+    assert "CRON_TZ" in str(problems[2])
+    assert "Europe/Berlin changes its UTC offset" in str(problems[3])
+    assert "@reboot" in str(problems[4])
+    assert "same schedule and command as line 4" in str(problems[5])
+    assert str(caught.value).splitlines() == [str(p) for p in problems]
+
+
+def test_cli_reports_every_problem_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    crontab = tmp_path / "crontab"
+    crontab.write_text(MANY_PROBLEMS)
+    out = tmp_path / "jobs.tfvars"
+    with pytest.raises(SystemExit) as exited:
+        main(["crontab2tf", str(crontab), "--timezone", "UTC", "--engine", "rules", "-o", str(out)])
+    assert exited.value.code == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert [re.match(r"sqsjkr: error: crontab line (\d+) ", line)[1] for line in lines[:-1]] == [  # type: ignore[index]
+        "2",
+        "3",
+        "5",
+        "8",
+        "9",
+        "10",
+    ]
+    assert (
+        lines[-1] == "sqsjkr: error: 6 crontab lines cannot be converted (above); nothing written"
+    )
+    assert not out.exists()
 
 
 needs_terraform = pytest.mark.skipif(TERRAFORM is None, reason="terraform is not on PATH")
@@ -821,7 +1025,7 @@ def test_utc_schedule_runs_exactly_when_cron_would(
     offset = offsets.offsets[0]
     (job,) = parse_crontab(" ".join(fields) + " x\n")
     assert isinstance(job, CronJob)
-    options = ConvertOptions(zone, split_dom_dow=True, now=NOW)
+    options = ConvertOptions(zone, engine="rules", split_dom_dow=True, now=NOW)
     try:
         converted, _ = convert_job(job, offsets, options)
     except CrontabError as refused:
@@ -869,7 +1073,9 @@ def test_tricky_lines_run_exactly_when_cron_would_for_two_years(
     (job,) = parse_crontab(f"{line} x\n")
     assert isinstance(job, CronJob)
     offsets = zone_offsets(zone, NOW)
-    converted, _ = convert_job(job, offsets, ConvertOptions(zone, split_dom_dow=True, now=NOW))
+    converted, _ = convert_job(
+        job, offsets, ConvertOptions(zone, engine="rules", split_dom_dow=True, now=NOW)
+    )
     start = date(year, 1, 1)
     days = (date(year + 2, 1, 1) - start).days
     got: Counter[datetime] = Counter()
@@ -889,6 +1095,7 @@ def test_terraform_job_fields_order_and_defaults() -> None:
     job = TerraformJob("k", "cron(0 0 * * ? *)", "x", "k", "d")
     assert list(job.fields()) == [
         "schedule_expression",
+        "schedule_expression_timezone",
         "command",
         "event_id",
         "lock_id",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -23,8 +24,14 @@ from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.job import parse_job
 from sqsjkr.errors import DurationError
 
+from .conftest import sqsjkr_argv
+
 TERRAFORM_DIR = Path(__file__).resolve().parent.parent / "terraform"
 EXAMPLE_FILE = TERRAFORM_DIR / "examples" / "multi-job" / "main.tf"
+TERRAFORM = shutil.which("terraform")
+#: A filesystem mirror of the hashicorp/aws provider (registry.terraform.io/hashicorp/aws/...),
+#: so that `terraform init` needs no network.
+PLUGIN_DIR = Path(os.environ.get("SQSJKR_TF_PLUGIN_DIR", "/opt/tf-plugins"))
 
 #: The attributes of var.jobs exactly as written in variables.tf: a crontab converter writes maps
 #: of this shape, so a renamed or retyped attribute breaks it.
@@ -40,9 +47,11 @@ JOB_SCHEMA = {
     "disable_life_time_trigger": "optional(bool, false)",
     "enabled": "optional(bool, true)",
     "description": "optional(string)",
+    "schedule_expression_timezone": "optional(string)",
+    "flexible_time_window": "optional(number)",
 }
 
-#: The message fields the daemon reads; "enabled" and "description" belong to the rule only.
+#: The message fields the daemon reads; the other attributes belong to the schedule or rule.
 MESSAGE_FIELDS = {
     "command",
     "envs",
@@ -86,6 +95,7 @@ VALID_SCHEDULES = [
     "rate(5 minutes)",
     "rate(1 day)",
     "rate(12 hours)",
+    "at(2030-01-31T09:30:00)",
 ]
 #: Invalid in EventBridge and refused by the module's validation as well.
 INVALID_SCHEDULES = [
@@ -98,6 +108,8 @@ INVALID_SCHEDULES = [
     "rate(5 seconds)",
     "rate(5  minutes)",
     "rate(05 minutes)",
+    "at(2030-01-31 09:30:00)",
+    "at(2030-01-31T09:30)",
 ]
 #: Invalid in EventBridge but beyond a one-line regex: only this file's checker catches them.
 INVALID_CRON_DAYS = [
@@ -268,7 +280,7 @@ def example_jobs() -> dict[str, dict[str, Any]]:
     """The jobs of the example, for parametrising; test_example_shows_every_kind_of_job fails on none."""
     if not EXAMPLE_FILE.exists():
         return {}
-    return dict(literal(example_call().get("jobs", {})))
+    return dict(literal(load_config(EXAMPLE_FILE.parent).locals.get("jobs", {})))
 
 
 # --- the module's message expression, evaluated in Python --------------------------------------
@@ -362,9 +374,11 @@ def schedule_problem(expression: str) -> str | None:
         if singular != (rate.group(1) == "1"):
             return "rate() takes a singular unit for 1 and a plural one above"
         return None
+    if re.fullmatch(r"at\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\)", expression):
+        return None
     cron = re.fullmatch(r"cron\((.*)\)", expression)
     if not cron:
-        return "neither cron(...) nor rate(N unit)"
+        return "neither cron(...), rate(N unit) nor at(yyyy-mm-ddThh:mm:ss)"
     fields = cron.group(1).split(" ")
     if len(fields) != 6:
         return f"cron() needs 6 fields, got {len(fields)}"
@@ -406,6 +420,7 @@ def validation_regex(module: Config, subject: str) -> str:
         "sqs.tf",
         "dynamodb.tf",
         "schedules.tf",
+        "scheduler.tf",
         "iam.tf",
         "README.md",
         "examples/multi-job/main.tf",
@@ -506,24 +521,34 @@ def test_queue_retentions_come_from_variables(module: Config) -> None:
     assert 0 < module.default(queue["visibility_timeout_seconds"]) <= 43200
 
 
-def test_only_this_modules_rules_may_send_to_the_queue(module: Config) -> None:
+def test_only_this_modules_senders_may_send_to_the_queue(module: Config) -> None:
     policy = module.resource("aws_sqs_queue_policy.jobs")
+    assert "count" not in policy, "the scheduler role needs the policy even without jobs"
     assert expr(policy["queue_url"]) == "aws_sqs_queue.jobs.id"
-    assert re.fullmatch(
-        r"data\.aws_iam_policy_document\.queue(\[0\])?\.json", expr(policy["policy"])
-    )
-    statements = module.data["aws_iam_policy_document.queue"]["statement"]
-    assert len(statements) == 1, "the queue policy should allow the rules and nobody else"
-    statement = statements[0]
-    assert statement.get("effect", "Allow") == "Allow"
-    assert statement["actions"] == ["sqs:SendMessage"]
-    assert [expr(r) for r in statement["resources"]] == ["aws_sqs_queue.jobs.arn"]
-    assert statement["principals"] == [{"type": "Service", "identifiers": ["events.amazonaws.com"]}]
-    [condition] = statement["condition"]
+    assert expr(policy["policy"]) == "data.aws_iam_policy_document.queue.json"
+    document = module.data["aws_iam_policy_document.queue"]
+    [role] = document["statement"]
+    [dynamic] = document["dynamic"]
+    assert expr(dynamic["statement"]["for_each"]) == "length(local.rule_jobs) > 0 ? [1] : []"
+    [rules] = dynamic["statement"]["content"]
+    for statement in (role, rules):
+        assert statement.get("effect", "Allow") == "Allow"
+        assert statement["actions"] == ["sqs:SendMessage"]
+        assert [expr(r) for r in statement["resources"]] == ["aws_sqs_queue.jobs.arn"]
+    assert role["principals"] == [{"type": "AWS", "identifiers": ["${aws_iam_role.scheduler.arn}"]}]
+    assert rules["principals"] == [{"type": "Service", "identifiers": ["events.amazonaws.com"]}]
+    [condition] = rules["condition"]
     assert condition["variable"] == "aws:SourceArn"
     assert condition["test"] in ("ArnEquals", "ArnLike")
     assert "aws_cloudwatch_event_rule.job" in expr(condition["values"])
     assert "*" not in expr(condition["values"])
+
+
+def test_the_queue_policy_of_older_versions_is_moved_not_replaced(module: Config) -> None:
+    assert re.search(
+        r"moved \{\s*from = aws_sqs_queue_policy\.jobs\[0\]\s*to\s*= aws_sqs_queue_policy\.jobs\s*\}",
+        module.files["sqs.tf"],
+    )
 
 
 # --- DynamoDB --------------------------------------------------------------------------------
@@ -618,9 +643,21 @@ def test_every_host_action_says_why(module: Config) -> None:
 # --- schedule rules --------------------------------------------------------------------------
 
 
+def test_engine_is_the_scheduler_by_default_rules_on_request(module: Config) -> None:
+    engine = module.variables["schedule_engine"]
+    assert engine["default"] == "scheduler"
+    [validation] = engine["validation"]
+    assert expr(validation["condition"]) == 'contains(["scheduler", "rules"], var.schedule_engine)'
+    assert expr(module.locals["rule_jobs"]) == 'var.schedule_engine == "rules" ? var.jobs : {}'
+    assert expr(module.locals["scheduler_jobs"]) == (
+        'var.schedule_engine == "scheduler" ? var.jobs : {}'
+    )
+
+
 def test_one_rule_per_job_disabled_by_enabled_false(module: Config) -> None:
     rule = module.resource("aws_cloudwatch_event_rule.job")
-    assert expr(rule["for_each"]) == "var.jobs"
+    # The address of the old module's rules: users who keep them plan no change.
+    assert expr(rule["for_each"]) == "local.rule_jobs"
     assert expr(rule["schedule_expression"]) == "each.value.schedule_expression"
     assert expr(rule["state"]) == 'each.value.enabled ? "ENABLED" : "DISABLED"'
     assert "var.name" in rule["name"] and "each.key" in rule["name"]
@@ -628,7 +665,7 @@ def test_one_rule_per_job_disabled_by_enabled_false(module: Config) -> None:
 
 def test_each_target_puts_its_jobs_message_on_the_queue(module: Config) -> None:
     target = module.resource("aws_cloudwatch_event_target.job")
-    assert expr(target["for_each"]) == "var.jobs"
+    assert expr(target["for_each"]) == "local.rule_jobs"
     assert expr(target["arn"]) == "aws_sqs_queue.jobs.arn"
     assert expr(target["rule"]) == "aws_cloudwatch_event_rule.job[each.key].name"
     assert expr(target["input"]) == "jsonencode(local.job_messages[each.key])"
@@ -662,6 +699,154 @@ def test_message_keeps_every_set_field(module: Config) -> None:
     }
     expected = {k: v for k, v in job.items() if k in MESSAGE_FIELDS}
     assert build_message(module, "key", job) == expected
+
+
+def test_rules_refuse_what_only_the_scheduler_has(module: Config) -> None:
+    [lifecycle] = module.resource("aws_cloudwatch_event_rule.job")["lifecycle"]
+    conditions = [expr(p["condition"]) for p in lifecycle["precondition"]]
+    assert (
+        "coalesce(each.value.schedule_expression_timezone, var.schedule_expression_timezone)"
+        ' == "UTC"'
+    ) in conditions
+    assert (
+        '!startswith(each.value.schedule_expression, "at(") && '
+        "each.value.flexible_time_window == null"
+    ) in conditions
+
+
+# --- EventBridge Scheduler ---------------------------------------------------------------------
+
+
+def test_one_schedule_per_job_in_the_modules_group(module: Config) -> None:
+    group = module.resource("aws_scheduler_schedule_group.jobs")
+    assert expr(group["name"]) == "var.name"
+    schedule = module.resource("aws_scheduler_schedule.job")
+    assert expr(schedule["for_each"]) == "local.scheduler_jobs"
+    assert expr(schedule["group_name"]) == "aws_scheduler_schedule_group.jobs.name"
+    assert schedule["name"] == "${var.name}-${each.key}"
+    assert expr(schedule["schedule_expression"]) == "each.value.schedule_expression"
+    assert expr(schedule["state"]) == 'each.value.enabled ? "ENABLED" : "DISABLED"'
+    assert (
+        expr(schedule["description"])
+        == 'coalesce(each.value.description, "sqsjkr job ${each.key}")'
+    )
+    [lifecycle] = schedule["lifecycle"]
+    [name_check] = lifecycle["precondition"]
+    assert expr(name_check["condition"]) == 'length("${var.name}-${each.key}") <= 64'
+
+
+def test_each_job_has_its_zone_or_the_modules(module: Config) -> None:
+    schedule = module.resource("aws_scheduler_schedule.job")
+    assert expr(schedule["schedule_expression_timezone"]) == (
+        "coalesce(each.value.schedule_expression_timezone, var.schedule_expression_timezone)"
+    )
+    zone = module.variables["schedule_expression_timezone"]
+    assert zone["default"] == "UTC", "the old module's cron expressions are UTC"
+    [check] = zone["validation"]
+    pattern = hcl_string(re.findall(r'regex\("((?:[^"\\]|\\.)*)"', check["condition"])[0])
+    for good in ["UTC", "Asia/Tokyo", "America/Argentina/Buenos_Aires", "Etc/GMT+9"]:
+        assert re.fullmatch(pattern, good)
+    for bad in ["", "Asia/", "+09:00", "Asia Tokyo"]:
+        assert not re.fullmatch(pattern, bad)
+
+
+def test_flexible_time_window_is_off_unless_a_job_sets_minutes(module: Config) -> None:
+    [window] = module.resource("aws_scheduler_schedule.job")["flexible_time_window"]
+    assert expr(window["mode"]) == 'each.value.flexible_time_window == null ? "OFF" : "FLEXIBLE"'
+    assert expr(window["maximum_window_in_minutes"]) == "each.value.flexible_time_window"
+
+
+def test_each_schedule_puts_its_jobs_message_on_the_queue(module: Config) -> None:
+    [target] = module.resource("aws_scheduler_schedule.job")["target"]
+    assert expr(target["arn"]) == "aws_sqs_queue.jobs.arn"
+    assert expr(target["role_arn"]) == "aws_iam_role.scheduler.arn"
+    # The same body as the rules' targets: the daemon cannot tell the engines apart.
+    assert expr(target["input"]) == "jsonencode(local.job_messages[each.key])"
+    assert [expr(d["arn"]) for d in target["dead_letter_config"]] == ["aws_sqs_queue.dlq.arn"]
+    [retry] = target["retry_policy"]
+    assert expr(retry["maximum_event_age_in_seconds"]) == (
+        "var.retry_policy.maximum_event_age_in_seconds"
+    )
+    assert expr(retry["maximum_retry_attempts"]) == "var.retry_policy.maximum_retry_attempts"
+
+
+def test_retry_policy_defaults_are_schedulers_own(module: Config) -> None:
+    declared = expr(module.variables["retry_policy"]["type"])
+    assert "maximum_event_age_in_seconds = optional(number, 86400)" in declared
+    assert "maximum_retry_attempts = optional(number, 185)" in declared
+    assert module.variables["retry_policy"]["default"] == {}
+
+
+def test_only_the_modules_schedule_group_may_assume_the_role(module: Config) -> None:
+    role = module.resource("aws_iam_role.scheduler")
+    assert expr(role["assume_role_policy"]) == "data.aws_iam_policy_document.scheduler_trust.json"
+    [statement] = module.data["aws_iam_policy_document.scheduler_trust"]["statement"]
+    assert statement["actions"] == ["sts:AssumeRole"]
+    assert statement["principals"] == [
+        {"type": "Service", "identifiers": ["scheduler.amazonaws.com"]}
+    ]
+    [condition] = statement["condition"]
+    assert (condition["test"], condition["variable"]) == ("ArnEquals", "aws:SourceArn")
+    assert [expr(v) for v in condition["values"]] == ["aws_scheduler_schedule_group.jobs.arn"]
+
+
+def test_scheduler_role_name_is_checked_against_iams_limit(module: Config) -> None:
+    role = module.resource("aws_iam_role.scheduler")
+    assert role["name"] == "${var.name}-scheduler"
+    [lifecycle] = role["lifecycle"]
+    [check] = lifecycle["precondition"]
+    assert expr(check["condition"]) == 'length("${var.name}-scheduler") <= 64'
+
+
+def test_scheduler_role_may_only_send_to_the_queue_and_its_dlq(module: Config) -> None:
+    policy = module.resource("aws_iam_role_policy.scheduler")
+    assert expr(policy["role"]) == "aws_iam_role.scheduler.id"
+    assert expr(policy["policy"]) == "data.aws_iam_policy_document.scheduler.json"
+    statements = module.data["aws_iam_policy_document.scheduler"]["statement"]
+    granted = set()
+    for statement in statements:
+        assert statement.get("effect", "Allow") == "Allow"
+        assert statement["actions"] == ["sqs:SendMessage"]
+        granted |= {expr(r) for r in statement["resources"]}
+    assert granted == {"aws_sqs_queue.jobs.arn", "aws_sqs_queue.dlq.arn"}
+
+
+def test_senders_may_touch_only_sqsjkrs_one_time_schedules(module: Config) -> None:
+    statements = {s["sid"]: s for s in module.data["aws_iam_policy_document.sender"]["statement"]}
+    one_time = statements["OneTimeSchedules"]
+    assert set(one_time["actions"]) == {
+        "scheduler:CreateSchedule",
+        "scheduler:GetSchedule",
+        "scheduler:DeleteSchedule",
+    }
+    [resource] = one_time["resources"]
+    assert resource.endswith("/at.*")
+    assert "aws_scheduler_schedule_group.jobs.arn" in resource
+    pass_role = statements["LetTheSchedulesSend"]
+    assert pass_role["actions"] == ["iam:PassRole"]
+    assert [expr(r) for r in pass_role["resources"]] == ["aws_iam_role.scheduler.arn"]
+    assert pass_role["condition"][0]["values"] == ["scheduler.amazonaws.com"]
+    send = statements["SendJobsNow"]
+    assert [expr(r) for r in send["resources"]] == ["aws_sqs_queue.jobs.arn"]
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("schedule_group_name", "aws_scheduler_schedule_group.jobs.name"),
+        ("scheduler_role_arn", "aws_iam_role.scheduler.arn"),
+        ("sender_policy_arn", "aws_iam_policy.sender.arn"),
+    ],
+)
+def test_scheduler_outputs(module: Config, name: str, source: str) -> None:
+    assert expr(module.outputs[name]["value"]) == source
+
+
+def test_output_of_schedule_arns_covers_every_schedule(module: Config) -> None:
+    value = expr(module.outputs["schedule_arns"]["value"])
+    assert re.fullmatch(
+        r"\{for (\w+), (\w+) in aws_scheduler_schedule\.job : \1 => \2\.arn\}", value
+    )
 
 
 # --- validations -------------------------------------------------------------------------------
@@ -735,7 +920,11 @@ EXAMPLE_JOBS = example_jobs()
 
 
 def test_example_calls_the_module_and_attaches_the_host_policy(example: Config) -> None:
-    assert example_call()["jobs"]
+    # The example's own jobs, and those of a -var-file (crontab2tf's output) over them.
+    assert expr(example_call()["jobs"]) == "merge(local.jobs, var.jobs)"
+    assert example.locals["jobs"]
+    assert expr(example.variables["jobs"]["type"]) == "any"
+    assert example.variables["jobs"]["default"] == {}
     attachments = [
         body
         for address, body in example.resources.items()
@@ -805,3 +994,168 @@ def test_terraform_fmt_is_clean() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- terraform itself, offline ---------------------------------------------------------------
+
+needs_providers = pytest.mark.skipif(
+    TERRAFORM is None or not (PLUGIN_DIR / "registry.terraform.io" / "hashicorp" / "aws").is_dir(),
+    reason=f"needs terraform on PATH and the hashicorp/aws provider in a filesystem mirror at "
+    f"{PLUGIN_DIR} (set SQSJKR_TF_PLUGIN_DIR); without network, init cannot fetch it",
+)
+
+#: The example's provider, pointed at moto for the one call a plan makes (its caller identity).
+OFFLINE_PROVIDER = """\
+provider "aws" {
+  region                      = "us-east-1"
+  access_key                  = "testing"
+  secret_key                  = "testing"
+  skip_credentials_validation = true
+  skip_requesting_account_id  = true
+  skip_metadata_api_check     = true
+  endpoints {
+    sts = "%s"
+  }
+}
+"""
+
+
+def terraform(directory: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """terraform ARGS in directory, with no user CLI config; fails the test on an error."""
+    env = {**os.environ, "TF_CLI_CONFIG_FILE": os.devnull, "TF_IN_AUTOMATION": "1"}
+    env.pop("TF_PLUGIN_CACHE_DIR", None)
+    result = subprocess.run(
+        [str(TERRAFORM), *args],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    if check:
+        assert result.returncode == 0, (
+            f"terraform {' '.join(args)}:\n{result.stdout}{result.stderr}"
+        )
+    return result
+
+
+def initialised_copy(tmp_path: Path, under: str = "") -> Path:
+    """A copy of the module, initialised offline in its directory `under` (the module: "")."""
+    copy = tmp_path / "terraform"
+    shutil.copytree(TERRAFORM_DIR, copy, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
+    directory = copy / under
+    terraform(directory, "init", "-backend=false", "-input=false", f"-plugin-dir={PLUGIN_DIR}")
+    return directory
+
+
+def planned(directory: Path, *args: str) -> dict[str, dict[str, Any]]:
+    """The resources a plan would create, by address, with their planned values."""
+    terraform(directory, "plan", "-input=false", "-lock=false", "-out=plan.bin", *args)
+    shown = json.loads(terraform(directory, "show", "-json", "plan.bin").stdout)
+    return {
+        change["address"]: change["change"]["after"] or {}
+        for change in shown["resource_changes"]
+        if "create" in change["change"]["actions"]
+    }
+
+
+@needs_providers
+def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
+    tmp_path: Path, moto_endpoint: str
+) -> None:
+    example = initialised_copy(tmp_path, "examples/multi-job")
+    (example / "offline_override.tf").write_text(OFFLINE_PROVIDER % moto_endpoint)
+    crontab = tmp_path / "crontab"
+    crontab.write_text(
+        "0 2 * * * /usr/local/bin/backup.sh --full\nCRON_TZ=Europe/Berlin\n*/5 * * * * poll\n"
+    )
+    tfvars = tmp_path / "crontab.tfvars"
+    converted = subprocess.run(
+        [*sqsjkr_argv("crontab2tf", str(crontab), "--timezone", "UTC", "-o", str(tfvars))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert converted.returncode == 0, converted.stderr
+    jobs = load_hcl(tfvars)["jobs"]
+    resources = planned(example, f"-var-file={tfvars}")
+    schedules = by_key(resources, "module.sqsjkr.aws_scheduler_schedule.job")
+    assert set(schedules) == set(EXAMPLE_JOBS) | set(jobs)
+    for key, job in jobs.items():
+        assert schedules[key]["schedule_expression"] == job["schedule_expression"]
+        assert schedules[key]["name"] == f"batch-jobs-{key}"
+    # Each line's own zone, over the example's default (Asia/Tokyo).
+    zones = {key: schedules[key]["schedule_expression_timezone"] for key in jobs}
+    assert sorted(zones.values()) == ["Europe/Berlin", "UTC"]
+
+
+def by_key(resources: dict[str, dict[str, Any]], address: str) -> dict[str, dict[str, Any]]:
+    """The planned values of each instance of a for_each resource, by key."""
+    return {
+        name.split('"')[1]: values
+        for name, values in resources.items()
+        if name.startswith(f"{address}[")
+    }
+
+
+@needs_providers
+def test_terraform_validates_the_module_and_the_example(tmp_path: Path) -> None:
+    module = initialised_copy(tmp_path)
+    terraform(module, "validate", "-no-color")
+    example = module / "examples" / "multi-job"
+    terraform(example, "init", "-backend=false", "-input=false", f"-plugin-dir={PLUGIN_DIR}")
+    terraform(example, "validate", "-no-color")
+
+
+#: The module as a root configuration, with a provider that needs no account.
+MODULE_PROVIDER = OFFLINE_PROVIDER.replace('  endpoints {\n    sts = "%s"\n  }\n', "")
+
+
+@needs_providers
+def test_rules_engine_plans_the_old_modules_rules_and_refuses_time_zones(tmp_path: Path) -> None:
+    module = initialised_copy(tmp_path)
+    (module / "offline.tf").write_text(MODULE_PROVIDER)
+    jobs = 'jobs={nightly={schedule_expression="cron(0 3 * * ? *)", command="backup"}}'
+    resources = planned(module, "-var", "schedule_engine=rules", "-var", jobs)
+    assert set(by_key(resources, "aws_cloudwatch_event_rule.job")) == {"nightly"}
+    assert set(by_key(resources, "aws_cloudwatch_event_target.job")) == {"nightly"}
+    assert not by_key(resources, "aws_scheduler_schedule.job")
+    # The group and the role serve `sqsjkr send --at` with either engine.
+    assert {"aws_scheduler_schedule_group.jobs", "aws_iam_role.scheduler"} <= set(resources)
+    refused = terraform(
+        module,
+        "plan",
+        "-input=false",
+        "-lock=false",
+        "-no-color",
+        "-var",
+        "schedule_engine=rules",
+        "-var",
+        "schedule_expression_timezone=Asia/Tokyo",
+        "-var",
+        jobs,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert "Job nightly has a time zone other than UTC" in refused.stderr
+
+
+def test_terraform_working_files_are_ignored_by_git() -> None:
+    root = TERRAFORM_DIR.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    leftovers = [
+        "terraform/.terraform/providers/x",
+        "terraform/examples/multi-job/.terraform/modules/modules.json",
+        "terraform/examples/multi-job/.terraform.lock.hcl",
+        "terraform/examples/multi-job/terraform.tfstate",
+        "terraform/examples/multi-job/terraform.tfstate.backup",
+    ]
+    checked = subprocess.run(
+        ["git", "check-ignore", "--no-index", *leftovers],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert checked.stdout.split() == leftovers

@@ -12,14 +12,21 @@ import click
 
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.crontab.eventbridge import (
+    DIGEST_LENGTH,
     DST_CHOICES,
+    ENGINES,
+    KEY_CHARACTERS,
+    MAX_KEY_LENGTH,
+    MAX_MODULE_KEY_LENGTH,
     ConvertOptions,
     DstChoice,
+    Engine,
     convert_crontab,
     load_zone,
 )
-from sqsjkr.crontab.parse import decode_crontab, parse_crontab
+from sqsjkr.crontab.parse import CrontabProblems, decode_crontab, read_crontab
 from sqsjkr.crontab.tfvars import render_hcl, render_json
+from sqsjkr.errors import CrontabError
 
 
 @click.command("crontab2tf")
@@ -40,10 +47,17 @@ from sqsjkr.crontab.tfvars import render_hcl, render_json
 )
 @click.option("--output", "-o", metavar="FILE", help="Write here instead of stdout.")
 @click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="scheduler",
+    show_default=True,
+    help="The module's schedule_engine: scheduler (in the crontab's zone) or rules (in UTC).",
+)
+@click.option(
     "--accept-dst-shift",
     type=click.Choice(DST_CHOICES),
-    help="Convert a zone with daylight saving time with its standard or daylight offset; "
-    "runs drift by the difference part of the year (said in each description).",
+    help="With --engine rules: convert a zone with daylight saving time with its standard or "
+    "daylight offset; runs drift by the difference part of the year (said in each description).",
 )
 @click.option(
     "--split-dom-dow",
@@ -54,37 +68,86 @@ from sqsjkr.crontab.tfvars import render_hcl, render_json
 @click.option(
     "--system", is_flag=True, help="System crontab (/etc/crontab, cron.d): a user column."
 )
+@click.option(
+    "--key-prefix",
+    default="",
+    metavar="PREFIX",
+    help="Start every job key with this (letters, digits, '.', '-', '_'), e.g. web1-.",
+)
+@click.option(
+    "--max-key-length",
+    type=click.IntRange(1, MAX_MODULE_KEY_LENGTH),
+    default=MAX_KEY_LENGTH,
+    show_default=True,
+    metavar="N",
+    help="Longest job key, prefix included. The module names rules <name>-<key>, at most 64 "
+    "characters: use 63 minus the length of its `name`.",
+)
 def crontab2tf(
     crontab: IO[bytes],
     zone: str | None,
     output_format: str,
     output: str | None,
+    engine: Engine,
     accept_dst_shift: DstChoice | None,
     split_dom_dow: bool,
     system: bool,
+    key_prefix: str,
+    max_key_length: int,
 ) -> None:
     """Convert a crontab (a file, or - for stdin) to terraform's `jobs` variable.
 
-    Each job line becomes an EventBridge schedule in UTC (keyed by a stable id made of its
-    command and a hash) with the sqsjkr job it sends: the command (a `%` stdin part becomes a
-    printf piped into `/bin/sh -c`), the env lines above it, and the line as its description.
-    A line with no exact UTC equivalent is refused with the reason. Jobs run with the daemon's
+    Each job line becomes a schedule (keyed by a stable id made of its command and a hash) with
+    the sqsjkr job it sends: the command (a `%` stdin part becomes a printf piped into
+    `/bin/sh -c`), the env lines above it, and the line as its description. For EventBridge
+    Scheduler (the default) a schedule keeps the line's times in its zone (--timezone, or a
+    CRON_TZ line above it); for rules (--engine rules) it is converted to UTC, and a line with no
+    exact UTC equivalent is refused with the reason. Every refused line is reported, and then
+    nothing is written. Jobs run with the daemon's
     environment and working directory, not cron's (PATH=/usr/bin:/bin and the user's home).
     """
     if zone is None:
         raise UsageFailure(
             "--timezone is required: the IANA zone the crontab's times are in (e.g. "
-            "Asia/Tokyo, or UTC); EventBridge runs schedules in UTC"
+            "Asia/Tokyo, or UTC)"
+        )
+    if accept_dst_shift is not None and engine != "rules":
+        raise UsageFailure(
+            "--accept-dst-shift is for --engine rules, which run in UTC; EventBridge Scheduler "
+            "follows the zone's daylight saving time by itself"
         )
     try:
         load_zone(zone)
     except ValueError as exc:
         raise UsageFailure(f"--timezone: {exc}") from exc
-    entries = parse_crontab(decode_crontab(crontab.read()), system=system)
-    conversion = convert_crontab(
-        entries,
-        ConvertOptions(zone, accept_dst_shift=accept_dst_shift, split_dom_dow=split_dom_dow),
+    if not KEY_CHARACTERS.fullmatch(key_prefix):
+        raise UsageFailure(
+            f"--key-prefix {key_prefix!r}: only letters, digits, '.', '-' and '_' may name a rule"
+        )
+    if len(key_prefix) + DIGEST_LENGTH > max_key_length:
+        raise UsageFailure(
+            f"--max-key-length {max_key_length} leaves no room after --key-prefix {key_prefix!r} "
+            f"for the {DIGEST_LENGTH}-character hash that tells the keys apart"
+        )
+    entries, problems = read_crontab(decode_crontab(crontab.read()), system=system)
+    options = ConvertOptions(
+        zone,
+        engine=engine,
+        accept_dst_shift=accept_dst_shift,
+        split_dom_dow=split_dom_dow,
+        key_prefix=key_prefix,
+        max_key_length=max_key_length,
     )
+    try:
+        conversion = convert_crontab(entries, options, problems=problems)
+    except CrontabProblems as exc:
+        if len(exc.problems) == 1:
+            raise
+        for problem in exc.problems:
+            click.echo(f"sqsjkr: error: {problem}", err=True)
+        raise CrontabError(
+            f"{len(exc.problems)} crontab lines cannot be converted (above); nothing written"
+        ) from exc
     for warning in conversion.warnings:
         click.echo(f"sqsjkr: warning: {warning}", err=True)
     text = render_json(conversion) if output_format == "json" else render_hcl(conversion, zone)

@@ -16,6 +16,7 @@ import click
 from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.backends.sqs import resolve_queue_url
 from sqsjkr.commands.options import UsageFailure, conf_option, load, profile_option, region_option
+from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.job import MESSAGE_FIELDS, build_body, parse_job
 from sqsjkr.errors import InvalidJobError, quote
@@ -101,6 +102,24 @@ def unknown_fields(body: str) -> list[str]:
     help="The whole message as JSON instead of the options above; - reads it from standard "
     "input, @PATH from a file.",
 )
+@click.option(
+    "--at",
+    "at_time",
+    metavar="TIME",
+    help="Put the job on the queue once, at TIME (EventBridge Scheduler): RFC 3339 "
+    "(2030-01-31T09:30:00+09:00) or a local date and time (2030-01-31 09:30) in --timezone.",
+)
+@click.option(
+    "--in", "in_time", metavar="DURATION", help='As --at, this long from now ("90m", "2h").'
+)
+@click.option(
+    "--timezone",
+    "zone",
+    metavar="ZONE",
+    help="Zone of --at without an offset ([schedule] timezone).",
+)
+@click.option("--list-scheduled", is_flag=True, help="List the --at and --in jobs still to run.")
+@click.option("--cancel", metavar="NAME", help="Cancel an --at or --in job, by its name.")
 def send(
     conf: str,
     profile: str | None,
@@ -115,8 +134,17 @@ def send(
     disable_life_time_trigger: bool,
     delay: int,
     body: str | None,
+    at_time: str | None,
+    in_time: str | None,
+    zone: str | None,
+    list_scheduled: bool,
+    cancel: str | None,
 ) -> None:
-    """Validate a job and put it on the queue; prints the message id."""
+    """Validate a job and put it on the queue; prints the message id.
+
+    With --at or --in, EventBridge Scheduler puts it on the queue later instead; prints the
+    name of its one-time schedule.
+    """
     built_from_options = any(
         [
             command,
@@ -129,6 +157,16 @@ def send(
             disable_life_time_trigger,
         ]
     )
+    if list_scheduled or cancel is not None:
+        others = built_from_options or body or at_time or in_time or zone or delay
+        manage_scheduled(
+            lambda: load(conf, Overrides(profile=profile, region=region)),
+            listing=list_scheduled,
+            cancel=cancel,
+            other_options=bool(others),
+        )
+        return
+    later = check_timing(at_time, in_time, zone, delay)
     if body is not None and built_from_options:
         raise UsageFailure("give either --body or the job options (--command, ...), not both")
     if body is None and command is None:
@@ -151,8 +189,12 @@ def send(
     except InvalidJobError as exc:
         raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
     config = load(conf, Overrides(profile=profile, region=region))
+    when = when_of(config, at_time, in_time, zone) if later else None
     session = make_session(region=config.account.region, profile=config.account.profile)
     sqs = make_client(session, "sqs")
     queue_url = resolve_queue_url(sqs, config.sqs.queue_name, config.account.id)
+    if when is not None:
+        schedule_job(config, session, sqs, queue_url, body, when)
+        return
     response = sqs.send_message(QueueUrl=queue_url, MessageBody=body, DelaySeconds=delay)
     click.echo(response["MessageId"])

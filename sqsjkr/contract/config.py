@@ -10,7 +10,9 @@ import difflib
 import json
 import logging
 import os
+import re
 import sys
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -91,6 +93,15 @@ class DedupeConfig:
 
 
 @dataclass(frozen=True)
+class ScheduleConfig:
+    """[schedule]: one-time jobs through EventBridge Scheduler (`sqsjkr send --at`)."""
+
+    role_arn: str | None = None  # the module's scheduler_role_arn; required by --at and --in
+    group: str = "sqsjkr"  # the module's schedule group, named as the module (default "sqsjkr")
+    timezone: str = "UTC"  # of --at times written without a UTC offset
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole validated config."""
 
@@ -99,6 +110,7 @@ class Config:
     kicker: KickerConfig
     lock: LockConfig
     dedupe: DedupeConfig
+    schedule: ScheduleConfig = ScheduleConfig()
 
 
 @dataclass(frozen=True)
@@ -119,8 +131,11 @@ _SECTIONS: dict[str, type] = {
     "kicker": KickerConfig,
     "lock": LockConfig,
     "dedupe": DedupeConfig,
+    "schedule": ScheduleConfig,
 }
 _BACKENDS = ("dynamodb", "none")
+_ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+")
+_SCHEDULE_GROUP = re.compile(r"[0-9A-Za-z._-]{1,64}")
 
 
 # --- validation ------------------------------------------------------------------------------
@@ -415,7 +430,32 @@ def parse_config(
     dedupe = table("dedupe")
     dedupe_config = DedupeConfig(backend=dedupe.choice("backend", DedupeConfig.backend, _BACKENDS))
 
-    return Config(account_config, sqs_config, kicker_config, lock_config, dedupe_config)
+    schedule_config = _schedule_config(table("schedule"))
+    return Config(
+        account_config, sqs_config, kicker_config, lock_config, dedupe_config, schedule_config
+    )
+
+
+def _schedule_config(schedule: _Table) -> ScheduleConfig:
+    role_arn = schedule.optional_string("role_arn")
+    if role_arn is not None and not _ROLE_ARN.fullmatch(role_arn):
+        raise schedule.fail(
+            "role_arn",
+            f"must be an IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME), got {_show(role_arn)}",
+        )
+    group = schedule.string("group", ScheduleConfig.group)
+    if not _SCHEDULE_GROUP.fullmatch(group):
+        raise schedule.fail(
+            "group", f"must be 1 to 64 letters, digits, '.', '-' or '_', got {_show(group)}"
+        )
+    zone = schedule.string("timezone", ScheduleConfig.timezone)
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise schedule.fail(
+            "timezone", f'must be an IANA time zone such as "Asia/Tokyo", got {_show(zone)}'
+        ) from None
+    return ScheduleConfig(role_arn=role_arn, group=group, timezone=zone)
 
 
 def load_config(

@@ -1,6 +1,7 @@
-"""Crontab jobs as EventBridge cron schedules in UTC, as the entries of terraform's `jobs` variable.
+"""Crontab jobs as EventBridge cron schedules, as the entries of terraform's `jobs` variable.
 
-Exact or refused: a line whose local-time schedule has no exact UTC equivalent raises CrontabError.
+For EventBridge Scheduler in the crontab's own zone; for rules in UTC, exact or refused: a line
+whose local-time schedule has no exact UTC equivalent raises CrontabError.
 """
 
 from __future__ import annotations
@@ -14,14 +15,34 @@ from datetime import date, datetime, timedelta, timezone
 from typing import Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqsjkr.crontab.parse import CronJob, Entry, EnvSetting, Line, Schedule
+from sqsjkr.crontab.dst import ZoneChange, scheduler_difference, zone_changes
+from sqsjkr.crontab.parse import (
+    CronJob,
+    CrontabProblems,
+    Entry,
+    EnvSetting,
+    Line,
+    LineError,
+    Schedule,
+    looks_like_user,
+)
 from sqsjkr.errors import CrontabError
 
 DstChoice = Literal["standard", "daylight"]
 DST_CHOICES: tuple[DstChoice, ...] = ("standard", "daylight")
+#: What runs the schedules: EventBridge Scheduler (in any zone) or EventBridge rules (in UTC).
+Engine = Literal["scheduler", "rules"]
+ENGINES: tuple[Engine, ...] = ("scheduler", "rules")
 
-#: Longest job key: it names the EventBridge rule (with a prefix) and the lock.
+#: Longest job key by default: the module names a rule or schedule <name>-<key>, which
+#: EventBridge limits to 64 characters, so this leaves 23 for the module's name.
 MAX_KEY_LENGTH = 40
+#: The longest key the module takes: a rule is named <name>-<key>, name one character or more.
+MAX_MODULE_KEY_LENGTH = 62
+#: A key's hash part, which is all of a key that has no room for a slug of its command.
+DIGEST_LENGTH = 8
+#: What the module takes as a job key.
+KEY_CHARACTERS = re.compile(r"[0-9A-Za-z._-]*")
 #: EventBridge's limit on a rule's description.
 MAX_DESCRIPTION_LENGTH = 512
 #: How far ahead a zone's UTC offsets are checked, and how often within that span.
@@ -31,6 +52,8 @@ ZONE_CHECK_STEP = timedelta(hours=6)
 #: cron settings that mean nothing to sqsjkr; they are kept out of the jobs' envs.
 MAIL_SETTINGS = ("MAILTO", "MAILFROM")
 WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+#: The most days each month has (February in a leap year).
+MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 MINUTES_PER_DAY = 24 * 60
 
 
@@ -41,6 +64,7 @@ class ZoneOffsets:
     name: str
     standard: tuple[int, ...]
     daylight: tuple[int, ...]
+    changes: tuple[ZoneChange, ...] = ()
 
     @property
     def offsets(self) -> tuple[int, ...]:
@@ -53,15 +77,19 @@ class ZoneOffsets:
 
 @dataclass(frozen=True)
 class ConvertOptions:
-    """How to convert: the crontab's zone, and the inexact conversions the user accepts."""
+    """How to convert: the crontab's zone, the engine, and the inexact conversions the user accepts."""
 
     timezone: str
-    # Convert a zone with daylight saving time with one of its offsets; runs then drift.
+    engine: Engine = "scheduler"
+    # Rules: convert a zone with daylight saving time with one of its offsets; runs then drift.
     accept_dst_shift: DstChoice | None = None
     # A line restricting both day fields becomes two rules; cron ran it once on days matching both.
     split_dom_dow: bool = False
     # Start of the span checked for offset changes; None: now.
     now: datetime | None = None
+    # Keys are key_prefix + a slug of the command + a hash, within max_key_length characters.
+    key_prefix: str = ""
+    max_key_length: int = MAX_KEY_LENGTH
 
 
 @dataclass(frozen=True)
@@ -74,11 +102,14 @@ class TerraformJob:
     lock_id: str
     description: str
     envs: Mapping[str, str] = field(default_factory=dict)
+    # Written even when UTC: the module's default zone may be another.
+    schedule_expression_timezone: str = "UTC"
 
     def fields(self) -> dict[str, object]:
         """The object's attributes in output order; empty envs are left to the default."""
         fields: dict[str, object] = {
             "schedule_expression": self.schedule_expression,
+            "schedule_expression_timezone": self.schedule_expression_timezone,
             "command": self.command,
             "event_id": self.key,
             "lock_id": self.lock_id,
@@ -95,6 +126,7 @@ class Conversion:
 
     jobs: tuple[TerraformJob, ...]
     warnings: tuple[str, ...]
+    engine: Engine = "scheduler"
 
 
 class Day(NamedTuple):
@@ -157,49 +189,89 @@ def zone_offsets(name: str, now: datetime) -> ZoneOffsets:
         minutes = int(offset.total_seconds()) // 60
         (daylight if local.dst() else standard).add(minutes)
         instant += ZONE_CHECK_STEP
-    return ZoneOffsets(name, tuple(sorted(standard)), tuple(sorted(daylight)))
+    changes = zone_changes(name, now, end) if len(standard | daylight) > 1 else ()
+    return ZoneOffsets(name, tuple(sorted(standard)), tuple(sorted(daylight)), changes)
 
 
-def convert_crontab(entries: Sequence[Entry], options: ConvertOptions) -> Conversion:
-    """The terraform jobs of a parsed crontab; CrontabError names a line that cannot be converted."""
+@dataclass
+class _Progress:
+    """What converting a crontab has met so far."""
+
+    warnings: list[str] = field(default_factory=list)
+    seen: dict[str, Line] = field(default_factory=dict)  # the line of each job id
+    users: set[str] = field(default_factory=set)
+
+    def warn(self, warning: str) -> None:
+        if warning not in self.warnings:
+            self.warnings.append(warning)
+
+
+def convert_crontab(
+    entries: Sequence[Entry], options: ConvertOptions, *, problems: Sequence[LineError] = ()
+) -> Conversion:
+    """The terraform jobs of a parsed crontab.
+
+    CrontabProblems names every line that cannot be converted, with the problems given (those
+    of the lines that did not parse).
+    """
     now = options.now or datetime.now(timezone.utc)
     zones = {options.timezone: zone_offsets(options.timezone, now)}
-    zone_name = options.timezone
-    warnings: list[str] = []
+    # None below a CRON_TZ line that names no zone: that line is the problem of the jobs below.
+    zone_name: str | None = options.timezone
+    progress = _Progress()
     jobs: list[TerraformJob] = []
-    seen: dict[str, Line] = {}
-    users: set[str] = set()
+    found = list(problems)
     for entry in entries:
-        if isinstance(entry, EnvSetting):
-            zone_name = _apply_setting(entry, zone_name, zones, now, warnings)
-            continue
-        if entry.user is not None and entry.user not in users:
-            users.add(entry.user)
-            warnings.append(
-                f"crontab line {entry.line.number}: cron ran the jobs of user {entry.user!r} as "
-                "that user; sqsjkr runs every job as the daemon's user"
-            )
-        base = job_id(entry)
-        if base in seen:
-            raise entry.line.error(
-                f"the same schedule and command as line {seen[base].number}: cron runs both, "
-                "one EventBridge rule cannot; remove one"
-            )
-        seen[base] = entry.line
-        converted, warning = convert_job(entry, zones[zone_name], options)
-        if warning and warning not in warnings:
-            warnings.append(warning)
-        jobs.extend(converted)
-    return Conversion(tuple(jobs), tuple(warnings))
+        try:
+            if isinstance(entry, EnvSetting):
+                zone_name = _apply_setting(entry, zone_name, zones, now, progress.warnings)
+            elif zone_name is not None:
+                jobs += _convert_entry(entry, zones[zone_name], options, progress)
+        except LineError as problem:
+            found.append(problem)
+            if isinstance(entry, EnvSetting) and entry.name == "CRON_TZ":
+                zone_name = None
+    if found:
+        raise CrontabProblems(found)
+    return Conversion(tuple(jobs), tuple(progress.warnings), options.engine)
+
+
+def _convert_entry(
+    entry: CronJob, zone: ZoneOffsets, options: ConvertOptions, progress: _Progress
+) -> list[TerraformJob]:
+    where = f"crontab line {entry.line.number}"
+    if entry.user is not None and entry.user not in progress.users:
+        progress.users.add(entry.user)
+        progress.warn(
+            f"{where}: cron ran the jobs of user {entry.user!r} as that user; sqsjkr runs "
+            "every job as the daemon's user"
+        )
+    if entry.user is None and (user := looks_like_user(entry.written)):
+        progress.warn(
+            f"{where}: the command starts with {user!r}, a user of this host and not a command "
+            "on PATH: if this is a system crontab (/etc/crontab, /etc/cron.d/*), whose lines "
+            "name the user before the command, pass --system"
+        )
+    base = job_id(entry)
+    if base in progress.seen:
+        raise entry.line.error(
+            f"the same schedule and command as line {progress.seen[base].number}: cron runs "
+            "both, one EventBridge rule cannot; remove one"
+        )
+    progress.seen[base] = entry.line
+    converted, warning = convert_job(entry, zone, options)
+    if warning:
+        progress.warn(warning)
+    return converted
 
 
 def _apply_setting(
     entry: EnvSetting,
-    zone_name: str,
+    zone_name: str | None,
     zones: dict[str, ZoneOffsets],
     now: datetime,
     warnings: list[str],
-) -> str:
+) -> str | None:
     """Act on a cron setting; returns the zone of the jobs below it."""
     where = f"crontab line {entry.line.number}"
     if entry.name == "CRON_TZ":
@@ -233,14 +305,18 @@ def _apply_setting(
     return zone_name
 
 
-def job_id(job: CronJob) -> str:
-    """A stable id of a crontab line: a slug of its command and a hash of its schedule and command.
+def job_id(job: CronJob, prefix: str = "", max_length: int = MAX_KEY_LENGTH, tail: int = 0) -> str:
+    """A stable id of a crontab line: prefix, a slug of its command and a hash of its schedule
+    and command, leaving tail characters of max_length for a suffix (the slug gives way first).
 
     It depends on nothing else in the file, so adding or moving lines never changes it.
     """
     source = f"{job.user or ''}\n{job.schedule.text}\n{job.written}"
-    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:8]
-    return f"{_slug(job.command, MAX_KEY_LENGTH - len(digest) - 1)}-{digest}"
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:DIGEST_LENGTH]
+    room = max_length - tail - len(prefix) - len(digest) - 1
+    if room < 1:
+        return f"{prefix}{digest}"
+    return f"{prefix}{_slug(job.command, room)}-{digest}"
 
 
 def _slug(command: str, limit: int) -> str:
@@ -261,7 +337,7 @@ def _slug(command: str, limit: int) -> str:
         if len(candidate) > limit:
             break
         slug = candidate
-    return slug or (words[0][:limit] if words else "job")
+    return slug or (words[0] if words else "job")[:limit]
 
 
 def convert_job(
@@ -269,13 +345,19 @@ def convert_job(
 ) -> tuple[list[TerraformJob], str | None]:
     """The terraform jobs of one crontab line, and a warning to show once (a DST shift)."""
     parts = _day_parts(job, options.split_dom_dow)
+    if options.engine == "scheduler":
+        # The scheduler reads the expressions in the zone itself: local dates, no shift.
+        jobs = _terraform_jobs(job, _expressions_at(job, parts, 0), zone.name, options)
+        return jobs, scheduler_difference(job, zone.changes)
     if zone.fixed:
-        return _terraform_jobs(job, _expressions_at(job, parts, zone.offsets[0]), zone.name), None
+        return _terraform_jobs(
+            job, _expressions_at(job, parts, zone.offsets[0]), zone.name, options
+        ), None
     unmoved = _expressions_across(job, parts, zone)
     if unmoved is not None:
-        return _terraform_jobs(job, unmoved, zone.name), None
+        return _terraform_jobs(job, unmoved, zone.name, options), None
     expressions, note, warning = _expressions_shifted(job, parts, zone, options)
-    return _terraform_jobs(job, expressions, zone.name, note), warning
+    return _terraform_jobs(job, expressions, zone.name, options, note), warning
 
 
 # The parts of a line: a suffix for its keys ("" for a whole line) and its local dates.
@@ -285,6 +367,27 @@ Expressions = tuple[tuple[str, tuple[str, ...]], ...]
 
 
 def _day_parts(job: CronJob, split: bool) -> Parts:
+    parts = _day_filters(job, split)
+    for _, days in parts:
+        if days.days is not None and not any(
+            day <= MONTH_DAYS[month - 1] for month in days.months for day in days.days
+        ):
+            raise job.line.error(_no_such_date(job.schedule))
+    return parts
+
+
+def _no_such_date(schedule: Schedule) -> str:
+    fields = schedule.text.split()
+    reason = (
+        f"day-of-month {fields[2]} never occurs in month(s) {fields[3]}: cron "
+        "accepts the line but never runs it"
+    )
+    if schedule.day_or:
+        return f"{reason} on those days (only on its days of the week); write * as its day-of-month"
+    return f"{reason}; fix the date or remove the line"
+
+
+def _day_filters(job: CronJob, split: bool) -> Parts:
     schedule = job.schedule
     months = schedule.months
     if schedule.all_days and schedule.all_weekdays:
@@ -615,9 +718,12 @@ def _values(
 
 
 def _terraform_jobs(
-    job: CronJob, expressions: Expressions, zone_name: str, note: str | None = None
+    job: CronJob,
+    expressions: Expressions,
+    zone_name: str,
+    options: ConvertOptions,
+    note: str | None = None,
 ) -> list[TerraformJob]:
-    base = job_id(job)
     named = [
         (suffix, index, len(part), expression)
         for suffix, part in expressions
@@ -628,10 +734,14 @@ def _terraform_jobs(
         tail = (f"-{suffix}" if suffix else "") + (f"-{index}" if count > 1 else "")
         keys.append(tail)
     longest = max(len(tail) for tail in keys)
-    if longest:
-        # The slug gives way so that every key of the line stays within MAX_KEY_LENGTH.
-        digest = base.rsplit("-", 1)[1]
-        base = f"{_slug(job.command, MAX_KEY_LENGTH - len(digest) - 1 - longest)}-{digest}"
+    prefix, max_length = options.key_prefix, options.max_key_length
+    base = job_id(job, prefix, max_length, longest)
+    if len(base) + longest > max_length:
+        raise job.line.error(
+            f"its keys need {len(base) + longest} characters (the prefix {prefix!r}, a "
+            f"{DIGEST_LENGTH}-character hash and {max(keys, key=len)!r}), more than --max-key-length "
+            f"{max_length}"
+        )
     envs = {k: v for k, v in job.envs.items() if k not in (*MAIL_SETTINGS, "CRON_TZ")}
     result = []
     for (suffix, index, count, expression), tail in zip(named, keys, strict=True):
@@ -653,6 +763,9 @@ def _terraform_jobs(
                 lock_id=base,
                 description=_description(job.line.text.strip(), zone_name, notes),
                 envs=envs,
+                schedule_expression_timezone=(
+                    zone_name if options.engine == "scheduler" else "UTC"
+                ),
             )
         )
     return result

@@ -5,9 +5,11 @@ The result is what cron would run, and when in the crontab's local time; sqsjkr.
 
 from __future__ import annotations
 
+import pwd
 import re
 import shlex
-from collections.abc import Mapping
+import shutil
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from sqsjkr.errors import CrontabError, quote
@@ -35,6 +37,8 @@ _BLANKS = " \t"
 _SPACE = " \t\n\v\f\r"
 _TOKEN = re.compile(r"([^ \t]+)[ \t]*")
 _NUMBER = re.compile(r"[0-9]+")
+# What a user name may look like (the portable set, plus the trailing $ of Samba machine accounts).
+_USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
 # The states of cronie's env-line parser, in the order it moves through them.
 _NAME_START, _NAME, _EQ1, _EQ2, _VALUE_START, _VALUE, _DONE, _ERROR = range(8)
 
@@ -46,8 +50,24 @@ class Line:
     number: int
     text: str
 
-    def error(self, reason: str) -> CrontabError:
-        return CrontabError(f"crontab line {self.number} ({quote(self.text.strip())}): {reason}")
+    def error(self, reason: str) -> LineError:
+        return LineError(self, reason)
+
+
+class LineError(CrontabError):
+    """One line that cannot be converted; the message names it."""
+
+    def __init__(self, line: Line, reason: str) -> None:
+        super().__init__(f"crontab line {line.number} ({quote(line.text.strip())}): {reason}")
+        self.line = line
+
+
+class CrontabProblems(CrontabError):
+    """Every line of a crontab that cannot be converted, in line order, one per line of str()."""
+
+    def __init__(self, problems: Iterable[LineError]) -> None:
+        self.problems = tuple(sorted(problems, key=lambda problem: problem.line.number))
+        super().__init__("\n".join(str(problem) for problem in self.problems))
 
 
 @dataclass(frozen=True)
@@ -140,30 +160,51 @@ def decode_crontab(data: bytes) -> str:
 def parse_crontab(text: str, *, system: bool = False) -> tuple[Entry, ...]:
     """The env settings and jobs of a crontab, in order; system=True reads a user column.
 
-    CrontabError names the first line cron would refuse or that has no exact meaning here.
+    CrontabProblems names every line cron would refuse or that has no exact meaning here.
     """
+    entries, problems = read_crontab(text, system=system)
+    if problems:
+        raise CrontabProblems(problems)
+    return entries
+
+
+def read_crontab(
+    text: str, *, system: bool = False
+) -> tuple[tuple[Entry, ...], tuple[LineError, ...]]:
+    """The entries of the lines that parse, and the problem of each line that does not."""
     entries: list[Entry] = []
+    problems: list[LineError] = []
     envs: dict[str, str] = {}
     for number, raw in enumerate(text.split("\n"), start=1):
-        line = Line(number, raw)
-        stripped = raw.lstrip(_BLANKS)
-        if not stripped or stripped.startswith("#"):
+        try:
+            entry = _parse_line(Line(number, raw), system=system, envs=envs)
+        except LineError as problem:
+            problems.append(problem)
             continue
-        if "\0" in raw:
-            raise line.error("contains a NUL character")
-        setting = parse_env_line(stripped)
-        if setting is not None:
-            name, value = setting
-            if not name:
-                raise line.error("environment setting with an empty name")
-            envs[name] = value
-            entries.append(EnvSetting(line, name, value))
-            continue
-        if "\r" in raw:
-            # cron would pass the carriage return to the shell as part of the command.
-            raise line.error("contains a carriage return (DOS line endings?): run dos2unix")
-        entries.append(_parse_job(line, stripped, system=system, envs=dict(envs)))
-    return tuple(entries)
+        if isinstance(entry, EnvSetting):
+            envs[entry.name] = entry.value
+        if entry is not None:
+            entries.append(entry)
+    return tuple(entries), tuple(problems)
+
+
+def _parse_line(line: Line, *, system: bool, envs: Mapping[str, str]) -> Entry | None:
+    """The entry of one line, None for a comment or a blank line."""
+    stripped = line.text.lstrip(_BLANKS)
+    if not stripped or stripped.startswith("#"):
+        return None
+    if "\0" in line.text:
+        raise line.error("contains a NUL character")
+    setting = parse_env_line(stripped)
+    if setting is not None:
+        name, value = setting
+        if not name:
+            raise line.error("environment setting with an empty name")
+        return EnvSetting(line, name, value)
+    if "\r" in line.text:
+        # cron would pass the carriage return to the shell as part of the command.
+        raise line.error("contains a carriage return (DOS line endings?): run dos2unix")
+    return _parse_job(line, stripped, system=system, envs=dict(envs))
 
 
 def parse_env_line(text: str) -> tuple[str, str] | None:
@@ -379,6 +420,18 @@ def _parse_job(line: Line, text: str, *, system: bool, envs: dict[str, str]) -> 
         user, rest = _take(rest)
         if not user:
             raise line.error("no user and command after the schedule (--system reads a user)")
+        if not _USER_NAME.fullmatch(user):
+            raise line.error(
+                f"{user!r} is not a user name: with --system the word after the schedule is the "
+                "user to run as. Is this a user crontab (crontab -e)? Then drop --system"
+            )
+    elif _take(rest)[0] == "root" and shutil.which("root") is None:
+        # Other user names are often commands too (mail, backup): see looks_like_user.
+        raise line.error(
+            "the command starts with 'root', a user name: this looks like a system crontab "
+            "(/etc/crontab, /etc/cron.d/*), whose lines name the user before the command. Pass "
+            "--system (or, if root really is a command, write its path)"
+        )
     if not rest:
         raise line.error(f"no command after the user {user!r}" if user else "no command")
     if rest.startswith("*"):
@@ -396,6 +449,19 @@ def _parse_job(line: Line, text: str, *, system: bool, envs: dict[str, str]) -> 
         user=user,
         envs=envs,
     )
+
+
+def looks_like_user(command: str) -> str | None:
+    """The first word of command when it is followed by more and names a user of this host's
+    passwd database that is not a command on PATH: perhaps a system crontab's user column."""
+    word, rest = _take(command)
+    if not rest or not _USER_NAME.fullmatch(word):
+        return None
+    try:
+        pwd.getpwnam(word)
+    except KeyError:
+        return None
+    return word if shutil.which(word) is None else None
 
 
 def _take(text: str) -> tuple[str, str]:

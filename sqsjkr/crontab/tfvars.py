@@ -22,10 +22,12 @@ def render_json(conversion: Conversion) -> str:
 
 def render_hcl(conversion: Conversion, timezone: str) -> str:
     """A .tfvars file setting `jobs`, formatted as `terraform fmt` formats it."""
-    lines = [
-        "# The `jobs` variable of the sqsjkr schedule module, from `sqsjkr crontab2tf`:",
-        f"# EventBridge schedules in UTC for a crontab whose times are in {timezone}.",
-    ]
+    if conversion.engine == "scheduler":
+        what = f"EventBridge Scheduler schedules in the crontab's zone ({timezone} or CRON_TZ's)."
+    else:
+        what = f"EventBridge schedules in UTC for a crontab whose times are in {timezone}."
+    lines = ["# The `jobs` variable of the sqsjkr schedule module, from `sqsjkr crontab2tf`:"]
+    lines.append(f"# {what}")
     if not conversion.jobs:
         return "\n".join([*lines, "jobs = {}", ""])
     lines.append("jobs = {")

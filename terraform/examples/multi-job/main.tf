@@ -1,8 +1,13 @@
-# A batch fleet's schedule on sqsjkr: the queue, table and rules from the module, and the host
-# policy attached to the role the batch hosts already run with.
+# A batch fleet's schedule on sqsjkr: the queue, table and schedules from the module, and the
+# host policy attached to the role the batch hosts already run with.
 #
 #   terraform init && terraform apply
 #   terraform output -raw sqsjkr_config   # the deployment's part of /etc/sqsjkr/config.toml
+#
+# Jobs converted from a crontab join the ones below:
+#
+#   sqsjkr crontab2tf /etc/crontab --system --timezone Asia/Tokyo -o crontab.tfvars
+#   terraform apply -var-file=crontab.tfvars
 
 terraform {
   required_version = ">= 1.3"
@@ -27,26 +32,25 @@ variable "batch_host_role_name" {
   default     = "batch-host"
 }
 
+variable "jobs" {
+  description = "More jobs, with the attributes of the module's jobs, merged over the ones below (a key of both takes these): the output of `sqsjkr crontab2tf ... -o crontab.tfvars`, given as `terraform apply -var-file=crontab.tfvars`."
+  # The module checks each job's attributes; `any` lets jobs with different attributes through.
+  type    = any
+  default = {}
+}
+
 provider "aws" {
   region = var.region
 }
 
 data "aws_caller_identity" "current" {}
 
-module "sqsjkr" {
-  source = "../.."
-
-  name = "batch-jobs"
-  tags = {
-    Service = "batch"
-    Owner   = "ops"
-  }
-
-  # EventBridge cron runs in UTC: 18:00 UTC is 03:00 in Tokyo.
+locals {
+  # Times are Tokyo's (the module's schedule_expression_timezone below), unless a job says.
   jobs = {
     nightly-db-backup = {
       description         = "Nightly logical backup of the app database to S3"
-      schedule_expression = "cron(0 18 * * ? *)"
+      schedule_expression = "cron(0 3 * * ? *)"
       command             = "/opt/batch/bin/db-backup --database app --to \"s3://$BACKUP_BUCKET/app/$(date +%F)\""
       envs = {
         PGHOST        = "app-db.internal.example.com"
@@ -63,7 +67,7 @@ module "sqsjkr" {
 
     weekly-db-vacuum = {
       description         = "VACUUM ANALYZE of the app database, Sunday 04:30 in Tokyo"
-      schedule_expression = "cron(30 19 ? * SAT *)"
+      schedule_expression = "cron(30 4 ? * SUN *)"
       command             = "/opt/batch/bin/db-vacuum --database app --analyze"
       envs = {
         PGHOST = "app-db.internal.example.com"
@@ -87,6 +91,8 @@ module "sqsjkr" {
       abort_if_locked = true
       life_time       = "50m"
       timeout         = "55m"
+      # Any time in the first ten minutes will do: the scheduler spreads such jobs out.
+      flexible_time_window = 10
     }
 
     expire-upload-sessions = {
@@ -102,10 +108,27 @@ module "sqsjkr" {
     legacy-partner-export = {
       description         = "Monthly export for the old partner API; off until they confirm the new endpoint"
       schedule_expression = "cron(0 0 1 * ? *)"
-      command             = "/opt/batch/bin/partner-export --month previous"
-      enabled             = false
+      # The partner's month ends at midnight UTC, not Tokyo's.
+      schedule_expression_timezone = "UTC"
+      command                      = "/opt/batch/bin/partner-export --month previous"
+      enabled                      = false
     }
   }
+}
+
+module "sqsjkr" {
+  source = "../.."
+
+  name = "batch-jobs"
+  tags = {
+    Service = "batch"
+    Owner   = "ops"
+  }
+
+  # EventBridge Scheduler (the default engine) reads the jobs' times in Tokyo time.
+  schedule_expression_timezone = "Asia/Tokyo"
+
+  jobs = merge(local.jobs, var.jobs)
 }
 
 # The hosts' role gets exactly what the daemon needs, from the module's policy.
@@ -126,6 +149,11 @@ output "sqsjkr_config" {
     "",
     "[lock]",
     "table = \"${module.sqsjkr.table_name}\"",
+    "",
+    "[schedule]",
+    "role_arn = \"${module.sqsjkr.scheduler_role_arn}\"",
+    "group = \"${module.sqsjkr.schedule_group_name}\"",
+    "timezone = \"Asia/Tokyo\"",
     "",
   ])
 }

@@ -1,0 +1,174 @@
+"""One-time jobs kept by EventBridge Scheduler: at() schedules in the module's schedule group that
+put a job's message on the queue once, and are deleted once they have (ActionAfterCompletion).
+
+sqsjkr finds its own by name: they start with NAME_PREFIX, which no schedule of the module can.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from botocore.exceptions import ClientError
+
+from sqsjkr.backends.aws import error_code
+from sqsjkr.contract.when import OneTime
+from sqsjkr.errors import ResourceMissingError
+
+#: The start of every one-time schedule's name. The module names its schedules <name>-<key>, and
+#: its name allows no ".", so none of them starts with "at.".
+NAME_PREFIX = "at."
+_SLUG_LENGTH = 30
+
+
+@dataclass(frozen=True)
+class QueueTarget:
+    """What a schedule needs to know of the queue: its ARN, and its dead-letter queue's."""
+
+    arn: str
+    dead_letter_arn: str | None
+
+
+@dataclass(frozen=True)
+class ScheduledJob:
+    """A one-time job still to run, as --list-scheduled shows it (never its envs)."""
+
+    name: str
+    when: str  # yyyy-mm-ddThh:mm:ss, read in timezone
+    timezone: str
+    instant: datetime | None  # when, in UTC; None if the schedule says something else
+    state: str
+    event_id: str | None
+    command: str | None
+
+
+def queue_target(sqs: Any, queue_url: str) -> QueueTarget:
+    """The queue's ARN and its RedrivePolicy's dead-letter queue, from GetQueueAttributes."""
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["QueueArn", "RedrivePolicy"]
+    )["Attributes"]
+    redrive = json.loads(attributes.get("RedrivePolicy") or "{}")
+    return QueueTarget(str(attributes["QueueArn"]), redrive.get("deadLetterTargetArn"))
+
+
+def one_time_name(event_id: str | None, when: OneTime) -> str:
+    """A new schedule's name: the prefix, the job's event_id, the UTC time, and a random part."""
+    slug = re.sub(r"[^0-9A-Za-z_-]+", "-", event_id or "job").strip("-")[:_SLUG_LENGTH] or "job"
+    return f"{NAME_PREFIX}{slug}.{when.instant:%Y%m%dT%H%M%SZ}.{secrets.token_hex(4)}"
+
+
+def create_one_time(
+    client: Any,
+    *,
+    group: str,
+    name: str,
+    when: OneTime,
+    queue: QueueTarget,
+    role_arn: str,
+    body: str,
+) -> None:
+    """Schedule body to be put on the queue at `when`, once; the schedule deletes itself after."""
+    target: dict[str, Any] = {"Arn": queue.arn, "RoleArn": role_arn, "Input": body}
+    if queue.dead_letter_arn:
+        # Where alarms already look: a job the scheduler could not send is not lost silently.
+        target["DeadLetterConfig"] = {"Arn": queue.dead_letter_arn}
+    try:
+        client.create_schedule(
+            Name=name,
+            GroupName=group,
+            ScheduleExpression=when.expression,
+            ScheduleExpressionTimezone=when.timezone,
+            FlexibleTimeWindow={"Mode": "OFF"},
+            Target=target,
+            ActionAfterCompletion="DELETE",
+            State="ENABLED",
+            Description="sqsjkr send --at",
+        )
+    except ClientError as exc:
+        raise _missing_group(exc, group) from exc
+
+
+def list_one_time(client: Any, group: str) -> list[ScheduledJob]:
+    """sqsjkr's one-time schedules in the group that have not run yet, soonest first."""
+    jobs = []
+    for name in _names(client, group):
+        try:
+            schedule = client.get_schedule(GroupName=group, Name=name)
+        except ClientError as exc:
+            if error_code(exc) == "ResourceNotFoundException":
+                continue  # it ran (and went) since it was listed
+            raise
+        jobs.append(_scheduled_job(schedule))
+    latest = datetime.max.replace(tzinfo=timezone.utc)
+    return sorted(jobs, key=lambda job: (job.instant or latest, job.name))
+
+
+def cancel_one_time(client: Any, group: str, name: str) -> None:
+    """Delete one of sqsjkr's one-time schedules; ValueError for any other schedule's name."""
+    if not name.startswith(NAME_PREFIX):
+        raise ValueError(
+            f"{name!r} is not a one-time job of sqsjkr send (their names start with "
+            f"{NAME_PREFIX!r}; --list-scheduled shows them)"
+        )
+    try:
+        client.delete_schedule(GroupName=group, Name=name)
+    except ClientError as exc:
+        if error_code(exc) == "ResourceNotFoundException":
+            raise ResourceMissingError(
+                f"no one-time job {name!r} in schedule group {group!r}: it has run already, "
+                "was cancelled, or the group is another ([schedule] group)"
+            ) from exc
+        raise
+
+
+def _names(client: Any, group: str) -> Iterator[str]:
+    try:
+        for page in client.get_paginator("list_schedules").paginate(
+            GroupName=group, NamePrefix=NAME_PREFIX
+        ):
+            for summary in page.get("Schedules", []):
+                yield str(summary["Name"])
+    except ClientError as exc:
+        raise _missing_group(exc, group) from exc
+
+
+def _scheduled_job(schedule: dict[str, Any]) -> ScheduledJob:
+    expression = str(schedule.get("ScheduleExpression", ""))
+    match = re.fullmatch(r"at\((.*)\)", expression)
+    try:
+        message = json.loads(schedule.get("Target", {}).get("Input") or "{}")
+    except ValueError:
+        message = {}
+    if not isinstance(message, dict):
+        message = {}
+    when = match.group(1) if match else expression
+    zone_name = str(schedule.get("ScheduleExpressionTimezone") or "UTC")
+    try:
+        local = datetime.fromisoformat(when).replace(tzinfo=ZoneInfo(zone_name))
+        instant: datetime | None = local.astimezone(timezone.utc)
+    except (ValueError, ZoneInfoNotFoundError):
+        instant = None
+    return ScheduledJob(
+        name=str(schedule["Name"]),
+        when=when,
+        timezone=zone_name,
+        instant=instant,
+        state=str(schedule.get("State", "")),
+        event_id=message.get("event_id"),
+        command=message.get("command"),
+    )
+
+
+def _missing_group(exc: ClientError, group: str) -> Exception:
+    if error_code(exc) == "ResourceNotFoundException":
+        return ResourceMissingError(
+            f"EventBridge Scheduler has no schedule group {group!r} (check [schedule] group: the "
+            "terraform module's schedule_group_name output)"
+        )
+    return exc

@@ -1,0 +1,107 @@
+"""`sqsjkr send --at/--in`, `--list-scheduled` and `--cancel`: one-time jobs that EventBridge
+Scheduler puts on the queue later, kept by AWS instead of by sqsjkr.
+
+send.py builds and checks the job as for sending it now; this module schedules it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+
+from sqsjkr.backends.aws import make_client, make_session
+from sqsjkr.backends.scheduler import (
+    cancel_one_time,
+    create_one_time,
+    list_one_time,
+    one_time_name,
+    queue_target,
+)
+from sqsjkr.commands.options import UsageFailure
+from sqsjkr.contract.config import Config
+from sqsjkr.contract.job import parse_job
+from sqsjkr.contract.when import OneTime, one_time_at, one_time_in
+
+
+def check_timing(at_text: str | None, in_text: str | None, zone: str | None, delay: int) -> bool:
+    """Whether the job is for later; UsageFailure for options that do not go together."""
+    if at_text is not None and in_text is not None:
+        raise UsageFailure("give --at or --in, not both")
+    later = at_text is not None or in_text is not None
+    if later and delay:
+        raise UsageFailure("--delay is for jobs sent now; --at and --in schedule them instead")
+    if zone is not None and at_text is None:
+        raise UsageFailure("--timezone is the zone of an --at time; give it with --at")
+    return later
+
+
+def when_of(config: Config, at_text: str | None, in_text: str | None, zone: str | None) -> OneTime:
+    """The time of an --at or --in option; UsageFailure names the option at fault."""
+    now = datetime.now(timezone.utc)
+    if in_text is not None:
+        try:
+            return one_time_in(in_text, now)
+        except ValueError as exc:
+            raise UsageFailure(f"--in: {exc}") from exc
+    assert at_text is not None
+    try:
+        return one_time_at(at_text, zone or config.schedule.timezone, now)
+    except ValueError as exc:
+        source = "--timezone" if zone else "[schedule] timezone"
+        raise UsageFailure(f"--at ({source} {zone or config.schedule.timezone}): {exc}") from exc
+
+
+def schedule_job(
+    config: Config, session: Any, sqs: Any, queue_url: str, body: str, when: OneTime
+) -> None:
+    """Create the one-time schedule of body; prints its name, and when it runs on stderr."""
+    role_arn = config.schedule.role_arn
+    if role_arn is None:
+        raise UsageFailure(
+            "--at and --in need [schedule] role_arn in the config: the role EventBridge "
+            "Scheduler sends as (the terraform module's scheduler_role_arn output)"
+        )
+    job = parse_job(body, message_id="(scheduled)", sent_at=0.0)
+    name = one_time_name(job.event_id, when)
+    create_one_time(
+        make_client(session, "scheduler"),
+        group=config.schedule.group,
+        name=name,
+        when=when,
+        queue=queue_target(sqs, queue_url),
+        role_arn=role_arn,
+        body=body,
+    )
+    click.echo(name)
+    click.echo(
+        f"sqsjkr: the job runs at {when.expression[3:-1]} {when.timezone} "
+        f"({when.instant:%Y-%m-%d %H:%M:%S} UTC); cancel it with: sqsjkr send --cancel {name}",
+        err=True,
+    )
+
+
+def manage_scheduled(
+    load_config: Callable[[], Config], *, listing: bool, cancel: str | None, other_options: bool
+) -> None:
+    """--cancel NAME, or --list-scheduled: one line per job still to run, soonest first."""
+    if other_options or (listing and cancel is not None):
+        raise UsageFailure("--list-scheduled and --cancel NAME take no other job option")
+    config = load_config()
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    client = make_client(session, "scheduler")
+    group = config.schedule.group
+    if cancel is not None:
+        try:
+            cancel_one_time(client, group, cancel)
+        except ValueError as exc:
+            raise UsageFailure(f"--cancel: {exc}") from exc
+        click.echo(f"cancelled {cancel}")
+        return
+    for job in list_one_time(client, group):
+        columns = [job.name, f"{job.when} {job.timezone}", job.event_id or "-", job.command or "-"]
+        if job.state != "ENABLED":
+            columns.insert(2, job.state)
+        click.echo("  ".join(columns))
