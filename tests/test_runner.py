@@ -18,15 +18,14 @@ from pathlib import Path
 import pytest
 
 from sqsjkr.contract.job import Job, trigger_line
+from sqsjkr.daemon.output import MAX_LINE_BYTES, stream_lines
 from sqsjkr.daemon.runner import (
-    MAX_LINE_BYTES,
     RunResult,
     ShellRunner,
     StopReason,
     StopSwitch,
     run_shell,
     run_trigger,
-    stream_lines,
 )
 
 from .conftest import wait_until

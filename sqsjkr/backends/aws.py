@@ -146,17 +146,21 @@ def write_if_owner(
     As conditional_write: (False, the item) when it has another Owner or no LeaseUntil, and
     (False, {}) when it is gone.
     """
+    return conditional_write(call, table, **owner_condition(key, owner, **request))
+
+
+def owner_condition(key: dict[str, Any], owner: str, **request: Any) -> dict[str, Any]:
+    """The parts of a write request to key that make it apply only while owner holds the lease."""
     values = {**request.pop("ExpressionAttributeValues", {}), ":owner": {"S": owner}}
-    return conditional_write(
-        call,
-        table,
-        Key=key,
+    names = {**request.pop("ExpressionAttributeNames", {}), "#owner": "Owner"}
+    return {
+        "Key": key,
         # OWNER is a DynamoDB reserved word.
-        ConditionExpression="#owner = :owner AND attribute_exists(LeaseUntil)",
-        ExpressionAttributeNames={"#owner": "Owner"},
-        ExpressionAttributeValues=values,
+        "ConditionExpression": "#owner = :owner AND attribute_exists(LeaseUntil)",
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
         **request,
-    )
+    }
 
 
 def lease_time(unix_seconds: float) -> dict[str, str]:

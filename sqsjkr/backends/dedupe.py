@@ -12,7 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqsjkr.backends.aws import conditional_write, lease_time, owner_of, renew_lease, write_if_owner
+from sqsjkr.backends.aws import (
+    conditional_write,
+    lease_time,
+    owner_condition,
+    owner_of,
+    renew_lease,
+    write_if_owner,
+)
 from sqsjkr.backends.lease import Lease, new_owner
 from sqsjkr.errors import StoreError
 
@@ -175,15 +182,19 @@ class DynamoDedupe:
         return renew_lease(self._client, self._table, _key(lease.key), lease.owner, until)
 
     def finish(self, lease: Lease) -> bool:
-        finished, old = write_if_owner(
-            self._client.update_item,
-            self._table,
-            _key(lease.key),
-            lease.owner,
-            UpdateExpression="REMOVE LeaseUntil",
-        )
-        # Ours and finished already: this write, retried after its response was lost.
-        return finished or (owner_of(old) == lease.owner and "LeaseUntil" not in old)
+        update = self.finish_update(lease)
+        finished, old = conditional_write(self._client.update_item, self._table, **update)
+        return finished or self.finished_by(old, lease)
+
+    def finish_update(self, lease: Lease) -> dict[str, Any]:
+        """The UpdateItem request that finishes the claim, for this call or a transaction."""
+        return owner_condition(_key(lease.key), lease.owner, UpdateExpression="REMOVE LeaseUntil")
+
+    @staticmethod
+    def finished_by(item: dict[str, Any], lease: Lease) -> bool:
+        """Whether item, which failed a finish's condition, was finished by lease's owner: the
+        same write, retried after its answer was lost."""
+        return owner_of(item) == lease.owner and "LeaseUntil" not in item
 
     def release(self, lease: Lease) -> None:
         write_if_owner(self._client.delete_item, self._table, _key(lease.key), lease.owner)

@@ -5,7 +5,6 @@ JobRunner is the seam (a future HTTP runner is another implementation); ShellRun
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import enum
 import errno
@@ -22,6 +21,7 @@ from typing import IO, Protocol
 
 from sqsjkr.contract.job import Job, trigger_line
 from sqsjkr.contract.limits import bounded_wait
+from sqsjkr.daemon.output import Output, read_output
 from sqsjkr.errors import HostFault
 from sqsjkr.observability.logs import JobLog, shorten_command
 
@@ -29,11 +29,6 @@ log = logging.getLogger("sqsjkr.runner")
 output_log = logging.getLogger("sqsjkr.output")
 
 Log = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
-
-#: Longest piece of output logged as one line; longer lines are split, so memory stays bounded
-#: whatever a job prints.
-MAX_LINE_BYTES = 16 * 1024
-
 
 #: How long a stopped job's process group has between SIGTERM and SIGKILL, unless configured.
 DEFAULT_KILL_GRACE = 10.0
@@ -60,6 +55,8 @@ class RunResult:
     seconds: float
     stopped: StopReason | None = None  # TIMED_OUT or CANCELLED when the runner stopped it
     start_error: str | None = None  # why the command could not be started at all
+    output: Output = Output()  # the last bytes it printed, as much as the runner keeps
+    pid: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -99,28 +96,20 @@ class JobRunner(Protocol):
         """
 
 
-def stream_lines(stream: IO[bytes], emit: Callable[[str], None]) -> None:
-    """Pass each line of stream to emit, cut at MAX_LINE_BYTES, never holding more than one line."""
-    # Incremental, so a character split by a cut is not garbled.
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    cut = False
-    for chunk in iter(lambda: stream.readline(MAX_LINE_BYTES), b""):
-        ends_line = chunk.endswith(b"\n")
-        text = decoder.decode(chunk, final=ends_line).rstrip("\r\n")
-        # A line of exactly MAX_LINE_BYTES leaves only its newline for the next read.
-        if text or not cut:
-            emit(text)
-        cut = not ends_line
-
-
 class ShellRunner:
     """Runs `sh -c COMMAND` in its own session, with the daemon's environment plus the job's."""
 
     def __init__(
-        self, base_env: Mapping[str, str] | None = None, *, kill_grace: float = DEFAULT_KILL_GRACE
+        self,
+        base_env: Mapping[str, str] | None = None,
+        *,
+        kill_grace: float = DEFAULT_KILL_GRACE,
+        tail_bytes: int = 0,
     ) -> None:
+        """tail_bytes: how much of the end of each job's output its result keeps."""
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._kill_grace = kill_grace
+        self._tail_bytes = tail_bytes
 
     def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
         output = JobLog(output_log, job)
@@ -132,6 +121,7 @@ class ShellRunner:
             stop=stop,
             kill_grace=self._kill_grace,
             log=JobLog(log, job),
+            tail_bytes=self._tail_bytes,
         )
 
 
@@ -264,8 +254,10 @@ def run_shell(
     stop: StopSwitch | None = None,
     kill_grace: float = DEFAULT_KILL_GRACE,
     log: Log = log,
+    tail_bytes: int = 0,
 ) -> RunResult:
-    """Run command under sh, streaming its stdout and stderr (merged, as the Go daemon did) to emit.
+    """Run command under sh, streaming the lines of its stdout and stderr to emit as they come;
+    the result keeps the last tail_bytes of each.
 
     After timeout seconds, or when stop is tripped, the command's whole process group gets
     SIGTERM, and SIGKILL kill_grace seconds later. HostFault when the host cannot start it.
@@ -278,7 +270,7 @@ def run_shell(
             raise HostFault(f"could not start sh: {exc.strerror or exc}") from exc
         log.error("could not start sh for command %s: %s", shorten_command(command), exc)
         return RunResult(127, time.monotonic() - started, start_error=exc.strerror or str(exc))
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stderr is not None
     stop = stop or StopSwitch()
     stopper = _GroupStopper(proc, stop, timeout, kill_grace, log)
     threads = [threading.Thread(target=stopper.run, name="sqsjkr-stopper")]
@@ -289,8 +281,8 @@ def run_shell(
             threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), name="sqsjkr-stdin")
         )
     _start_or_kill(threads, proc)
-    with proc.stdout:
-        stream_lines(proc.stdout, emit)
+    with proc.stdout, proc.stderr:
+        output = read_output(proc.stdout, proc.stderr, emit, tail_bytes)
     exit_code = proc.wait()
     stop.trip(StopReason.ENDED)
     for thread in threads:
@@ -300,6 +292,8 @@ def run_shell(
         exit_code=exit_code,
         seconds=time.monotonic() - started,
         stopped=reason if stopper.signalled and reason is not StopReason.ENDED else None,
+        output=output,
+        pid=proc.pid,
     )
 
 
@@ -312,7 +306,7 @@ def _spawn(command: str, env: Mapping[str, str], *, with_stdin: bool) -> subproc
         executable=shutil.which("sh"),
         stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.PIPE,
         env=dict(env),
         start_new_session=True,
     )
@@ -329,8 +323,9 @@ def _start_or_kill(threads: list[threading.Thread], proc: subprocess.Popen[bytes
     except RuntimeError as exc:  # "can't start new thread"
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
         for thread in started:
             thread.join()
         raise HostFault(f"could not start a thread to watch the command: {exc}") from exc

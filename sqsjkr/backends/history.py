@@ -1,0 +1,304 @@
+"""Run history: a record of every run and a summary per event, behind a small Protocol.
+
+DynamoHistory keeps both in the lock table (docs/history.md has the item layout); MemoryHistory
+and NoHistory sit beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, replace
+from typing import Any, Protocol
+
+from botocore.exceptions import ClientError
+
+from sqsjkr.backends.aws import error_code, lease_time
+from sqsjkr.backends.dedupe import DynamoDedupe
+from sqsjkr.backends.lease import Lease
+from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
+from sqsjkr.errors import ResourceMissingError
+
+#: Type of the per-event summary item; the Go daemon's TypeExpiredIndex lists them by Type.
+SUMMARY_TYPE = "summary"
+#: Run items have the Type "run#<ended_at in ms, 13 digits>#<message id>": newest last.
+RUN_TYPE_PREFIX = "run#"
+#: The index the Go daemon's table has (hash Type, range Expired).
+TYPE_INDEX = "TypeExpiredIndex"
+#: A summary stays this long after its event last ran, so that a yearly job stays listed.
+SUMMARY_KEEP_SECONDS = 400 * 86400
+#: The summary attribute of a run in progress is this prefix and the run's message id.
+RUNNING_PREFIX = "Running:"
+
+
+class History(Protocol):
+    """Keeps a record of each run and a summary per event."""
+
+    def started(self, start: RunStart) -> None:
+        """The run is in progress: the event's summary shows it as running now."""
+
+    def finished(self, record: RunRecord, claim: Lease | None = None) -> bool | None:
+        """Store the record and bring the event's summary up to date.
+
+        With claim: a store that shares the dedupe store's table marks that claim finished in
+        the same write, and returns what DedupeStore.finish would (False: no longer ours). None:
+        it did not, and the claim is left to the dedupe store.
+        """
+
+    def runs(self, event_id: str, limit: int) -> list[RunRecord]:
+        """The event's last runs, newest first."""
+
+    def summaries(self) -> list[EventSummary]:
+        """The summary of every event."""
+
+
+class NoHistory:
+    """Keeps nothing: `[history] backend = "none"`."""
+
+    def started(self, start: RunStart) -> None:
+        return None
+
+    def finished(self, record: RunRecord, claim: Lease | None = None) -> bool | None:
+        return None
+
+    def runs(self, event_id: str, limit: int) -> list[RunRecord]:
+        return []
+
+    def summaries(self) -> list[EventSummary]:
+        return []
+
+
+class MemoryHistory:
+    """History within one process: for tests and for embedding sqsjkr in Python."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self.records: list[RunRecord] = []
+        self._summaries: dict[str, EventSummary] = {}
+
+    def started(self, start: RunStart) -> None:
+        with self._mutex:
+            summary = self._summaries.get(start.event_id, EventSummary(start.event_id))
+            running = (*summary.running, start)
+            self._summaries[start.event_id] = replace(summary, running=running)
+
+    def finished(self, record: RunRecord, claim: Lease | None = None) -> bool | None:
+        with self._mutex:
+            self.records.append(record)
+            summary = self._summaries.get(record.event_id, EventSummary(record.event_id))
+            self._summaries[record.event_id] = summarise(summary, record)
+        return None
+
+    def runs(self, event_id: str, limit: int) -> list[RunRecord]:
+        with self._mutex:
+            mine = [r for r in self.records if r.event_id == event_id]
+        return sorted(mine, key=lambda r: r.ended_at, reverse=True)[:limit]
+
+    def summaries(self) -> list[EventSummary]:
+        with self._mutex:
+            return sorted(self._summaries.values(), key=lambda s: s.event_id)
+
+
+def summarise(summary: EventSummary, record: RunRecord) -> EventSummary:
+    """The summary after record ended: what DynamoHistory's update expression does too."""
+    running = tuple(r for r in summary.running if r.message_id != record.message_id)
+    summary = replace(summary, last_run=record, running=running)
+    if not record.final:
+        return summary
+    if record.outcome is RunOutcome.SUCCEEDED:
+        return replace(summary, last_success_at=record.ended_at, consecutive_failures=0)
+    return replace(
+        summary,
+        last_failure_at=record.ended_at,
+        consecutive_failures=summary.consecutive_failures + 1,
+    )
+
+
+class DynamoHistory:
+    """Run items and summary items in the lock table, next to locks and dedupe records.
+
+    With claims (the DynamoDedupe on the same table), a finished run's record, its summary and
+    the finish of its claim are one TransactWriteItems: the run costs no call of its own.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        *,
+        retention_seconds: float,
+        claims: DynamoDedupe | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._table = table
+        self._retention = retention_seconds
+        self._claims = claims
+        self._clock = clock
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def started(self, start: RunStart) -> None:
+        self._client.update_item(
+            TableName=self._table,
+            Key=_key(start.event_id, SUMMARY_TYPE),
+            UpdateExpression="SET #running = :start, Expired = :expired",
+            ExpressionAttributeNames={"#running": RUNNING_PREFIX + start.message_id},
+            ExpressionAttributeValues={
+                ":start": {"S": json.dumps(asdict(start))},
+                ":expired": _number(start.started_at + SUMMARY_KEEP_SECONDS),
+            },
+        )
+
+    def finished(self, record: RunRecord, claim: Lease | None = None) -> bool | None:
+        writes = [{"Put": self._run_item(record)}, {"Update": self._summary_update(record)}]
+        if claim is None or self._claims is None:
+            self._transact(writes)
+            return None
+        try:
+            finish = {
+                **self._claims.finish_update(claim),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+            self._transact([{"Update": finish}, *writes])
+        except ClientError as exc:
+            old = _failed_item(exc, 0)
+            if old is None:
+                raise
+            if self._claims.finished_by(old, claim):
+                return True  # our own transaction, retried after its answer was lost
+            self._transact(writes)  # the claim is lost; the run is recorded all the same
+            return False
+        return True
+
+    def _transact(self, writes: list[dict[str, Any]]) -> None:
+        for write in writes:
+            write[next(iter(write))]["TableName"] = self._table
+        try:
+            self._client.transact_write_items(TransactItems=writes)
+        except ClientError as exc:
+            if error_code(exc) == "ResourceNotFoundException":
+                raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc
+            raise
+
+    def _run_item(self, record: RunRecord) -> dict[str, Any]:
+        data = record.as_dict()
+        del data["stdout"], data["stderr"]  # for reporters; the record keeps the merged output
+        return {
+            "Item": {
+                **_key(record.event_id, run_type(record)),
+                "Expired": _number(record.ended_at + self._retention),
+                "Outcome": {"S": record.outcome.value},
+                "Record": {"S": json.dumps(data)},
+            }
+        }
+
+    def _summary_update(self, record: RunRecord) -> dict[str, Any]:
+        last = record.as_dict()
+        for name in ("output", "stdout", "stderr"):
+            del last[name]
+        sets = ["LastRun = :run", "Expired = :expired"]
+        values: dict[str, Any] = {
+            ":run": {"S": json.dumps(last)},
+            ":expired": _number(record.ended_at + SUMMARY_KEEP_SECONDS),
+        }
+        add = ""
+        if record.final and record.outcome is RunOutcome.SUCCEEDED:
+            sets += ["LastSuccessAt = :ended", "ConsecutiveFailures = :zero"]
+            values[":ended"], values[":zero"] = lease_time(record.ended_at), {"N": "0"}
+        elif record.final:
+            sets.append("LastFailureAt = :ended")
+            values[":ended"] = lease_time(record.ended_at)
+            add = " ADD ConsecutiveFailures :one"
+            values[":one"] = {"N": "1"}
+        return {
+            "Key": _key(record.event_id, SUMMARY_TYPE),
+            "UpdateExpression": f"SET {', '.join(sets)}{add} REMOVE #running",
+            "ExpressionAttributeNames": {"#running": RUNNING_PREFIX + record.message_id},
+            "ExpressionAttributeValues": values,
+        }
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def runs(self, event_id: str, limit: int) -> list[RunRecord]:
+        response = self._client.query(
+            TableName=self._table,
+            KeyConditionExpression="Id = :id AND begins_with(#type, :prefix)",
+            ExpressionAttributeNames={"#type": "Type"},
+            ExpressionAttributeValues={":id": {"S": event_id}, ":prefix": {"S": RUN_TYPE_PREFIX}},
+            ScanIndexForward=False,
+            Limit=limit,
+        )
+        return [RunRecord.from_dict(json.loads(i["Record"]["S"])) for i in response["Items"]]
+
+    def summaries(self) -> list[EventSummary]:
+        keys = [_key(key["Id"]["S"], SUMMARY_TYPE) for key in self._summary_keys()]
+        items: list[dict[str, Any]] = []
+        for i in range(0, len(keys), 100):  # BatchGetItem reads at most 100 items a call
+            pending: dict[str, Any] = {self._table: {"Keys": keys[i : i + 100]}}
+            while pending:
+                response = self._client.batch_get_item(RequestItems=pending)
+                items += response["Responses"].get(self._table, [])
+                pending = response.get("UnprocessedKeys") or {}
+        return sorted((_summary(item) for item in items), key=lambda s: s.event_id)
+
+    def _summary_keys(self) -> Iterator[dict[str, Any]]:
+        """The keys of every summary item, from the index by Type: no scan of the table."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": TYPE_INDEX,
+            "KeyConditionExpression": "#type = :summary",
+            "ExpressionAttributeNames": {"#type": "Type"},
+            "ExpressionAttributeValues": {":summary": {"S": SUMMARY_TYPE}},
+        }
+        while True:
+            response = self._client.query(**request)
+            yield from response["Items"]
+            if "LastEvaluatedKey" not in response:
+                return
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def run_type(record: RunRecord) -> str:
+    """The range key of a run item: sorted by end time, unique by message id."""
+    return f"{RUN_TYPE_PREFIX}{int(record.ended_at * 1000):013d}#{record.message_id}"
+
+
+def _summary(item: dict[str, Any]) -> EventSummary:
+    def number(name: str) -> float | None:
+        return float(item[name]["N"]) if name in item else None
+
+    running = tuple(
+        RunStart(**json.loads(value["S"]))
+        for name, value in item.items()
+        if name.startswith(RUNNING_PREFIX)
+    )
+    last = item.get("LastRun")
+    return EventSummary(
+        event_id=item["Id"]["S"],
+        last_run=RunRecord.from_dict(json.loads(last["S"])) if last else None,
+        last_success_at=number("LastSuccessAt"),
+        last_failure_at=number("LastFailureAt"),
+        consecutive_failures=int(number("ConsecutiveFailures") or 0),
+        running=tuple(sorted(running, key=lambda r: r.started_at)),
+    )
+
+
+def _failed_item(exc: ClientError, index: int) -> dict[str, Any] | None:
+    """The item that failed the condition of the index-th write of a cancelled transaction."""
+    if error_code(exc) != "TransactionCanceledException":
+        return None
+    reasons = exc.response.get("CancellationReasons") or []
+    if index >= len(reasons) or reasons[index].get("Code") != "ConditionalCheckFailed":
+        return None
+    return dict(reasons[index].get("Item") or {})
+
+
+def _key(id_: str, type_: str) -> dict[str, Any]:
+    return {"Id": {"S": id_}, "Type": {"S": type_}}
+
+
+def _number(value: float) -> dict[str, str]:
+    return {"N": str(int(value))}

@@ -1,0 +1,112 @@
+"""What sqsjkr records of each run: the run record, its outcome, and the summary kept per event.
+
+History stores, reporters and the `history`/`status` commands all speak these values.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class RunOutcome(enum.Enum):
+    """How a job that reached a worker ended."""
+
+    SUCCEEDED = "succeeded"  # the command exited 0
+    ERRORED = "errored"  # the command ran and failed
+    TIMED_OUT = "timed_out"  # stopped at its timeout
+    CANCELLED = "cancelled"  # older than its life_time: not run
+    ABORTED = "aborted"  # its lock was held and it had abort_if_locked: not run
+    STOPPED = "stopped"  # stopped (or never started) by a shutdown: it runs again elsewhere
+    FAILED_TO_START = "failed_to_start"  # its command could not be started
+
+    @property
+    def failed(self) -> bool:
+        """Anything but a success, as reporters with report_on = "failure" see it."""
+        return self is not RunOutcome.SUCCEEDED
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """A job about to run: what the summary's "running now" shows, and what noticers get."""
+
+    event_id: str
+    message_id: str
+    host: str
+    owner: str  # the daemon's owner id on the job's claim (host:pid:random)
+    started_at: float  # unix seconds
+    sent_at: float
+    command: str  # cut to a bounded length
+    lock_id: str | None = None
+    receive_count: int = 1
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run that reached a worker and ended, whatever the outcome."""
+
+    event_id: str
+    message_id: str
+    host: str
+    owner: str
+    command: str  # cut to a bounded length
+    sent_at: float  # SQS SentTimestamp: the time the schedule fired
+    claimed_at: float  # when a worker took the job up (its dedupe claim)
+    ended_at: float
+    outcome: RunOutcome
+    version: str
+    lock_id: str | None = None
+    started_at: float | None = None  # when the command started; None if it never did
+    lock_wait: float = 0.0  # seconds spent waiting for the lock
+    exit_code: int | None = None  # None when no command ran, or a signal ended it
+    signal: int | None = None  # the signal that ended the command, if one did
+    receive_count: int = 1
+    attempt: int = 1
+    #: Whether this run settles the message (the summary counts only final runs): a run stopped
+    #: by a shutdown, or deferred by a host fault, runs again and is not.
+    final: bool = True
+    error: str | None = None  # why it did not run, when it did not
+    output: str = ""  # the last bytes of stdout and stderr merged, as configured
+    stdout: str = ""
+    stderr: str = ""
+    pid: int | None = None
+
+    @property
+    def duration(self) -> float:
+        """From the command's start to the end; 0 when no command ran."""
+        return 0.0 if self.started_at is None else self.ended_at - self.started_at
+
+    @property
+    def queue_delay(self) -> float:
+        """From the schedule's firing (SentTimestamp) to the command's start, or to the end."""
+        return (self.started_at or self.ended_at) - self.sent_at
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as JSON-able data, with its derived figures."""
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        data["duration"] = self.duration
+        data["queue_delay"] = self.queue_delay
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["outcome"] = RunOutcome(data["outcome"])
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class EventSummary:
+    """What the store keeps current per event_id."""
+
+    event_id: str
+    last_run: RunRecord | None = None  # the last run to end, final or not
+    last_success_at: float | None = None  # ended_at of the last successful run
+    last_failure_at: float | None = None  # ended_at of the last final failure
+    consecutive_failures: int = 0  # final failures since the last success
+    #: Runs in progress, as their starts say; a daemon that died leaves one behind until its
+    #: claim's lease ends (status looks at the claim).
+    running: tuple[RunStart, ...] = field(default_factory=tuple)

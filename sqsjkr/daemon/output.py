@@ -1,0 +1,123 @@
+"""A running command's output: lines to the log as they come, and the last bytes of each stream.
+
+Both pipes are read by the worker's own thread through a selector: no thread per stream, and
+memory stays bounded whatever a job prints.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import selectors
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO
+
+#: Longest piece of output logged as one line; longer lines are split.
+MAX_LINE_BYTES = 16 * 1024
+#: Bytes read from a pipe at a time.
+_READ_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Output:
+    """The last bytes of what a command printed: both streams merged in the order read, and each."""
+
+    merged: str = ""
+    stdout: str = ""
+    stderr: str = ""
+
+
+class Lines:
+    """Cuts one stream into lines of at most MAX_LINE_BYTES, passing each to emit without its
+    line ending. A character split by a cut is not garbled."""
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self._emit = emit
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buffer = bytearray()
+        self._cut = False
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+        while True:
+            end = self._buffer.find(b"\n", 0, MAX_LINE_BYTES)
+            if end >= 0:
+                size = end + 1
+            elif len(self._buffer) >= MAX_LINE_BYTES:
+                size = MAX_LINE_BYTES
+            else:
+                return
+            piece = bytes(self._buffer[:size])
+            del self._buffer[:size]
+            self._piece(piece, final=piece.endswith(b"\n"))
+
+    def close(self) -> None:
+        """The stream ended: what is left is its last line."""
+        if self._buffer:
+            piece = bytes(self._buffer)
+            self._buffer.clear()
+            self._piece(piece, final=True)
+
+    def _piece(self, piece: bytes, *, final: bool) -> None:
+        text = self._decoder.decode(piece, final=final).rstrip("\r\n")
+        # A line of exactly MAX_LINE_BYTES leaves only its newline for the next piece.
+        if text or not self._cut:
+            self._emit(text)
+        self._cut = not piece.endswith(b"\n")
+
+
+class Tail:
+    """The last limit bytes added."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._data = bytearray()
+
+    def add(self, data: bytes) -> None:
+        if self._limit <= 0:
+            return
+        self._data += data[-self._limit :]
+        if len(self._data) > 2 * self._limit:  # trimmed now and then, not at every add
+            del self._data[: -self._limit]
+
+    def text(self) -> str:
+        if self._limit <= 0:
+            return ""
+        return bytes(self._data[-self._limit :]).decode("utf-8", errors="replace")
+
+
+def stream_lines(stream: IO[bytes], emit: Callable[[str], None]) -> None:
+    """Pass each line of stream to emit (see Lines), never holding more than one line."""
+    lines = Lines(emit)
+    for data in iter(lambda: stream.read(_READ_BYTES), b""):
+        lines.feed(data)
+    lines.close()
+
+
+def read_output(
+    stdout: IO[bytes], stderr: IO[bytes], emit: Callable[[str], None], tail_bytes: int
+) -> Output:
+    """Read both pipes to their end, passing their lines to emit; the last tail_bytes of each."""
+    merged = Tail(tail_bytes)
+    streams = {
+        stdout.fileno(): (Lines(emit), Tail(tail_bytes)),
+        stderr.fileno(): (Lines(emit), Tail(tail_bytes)),
+    }
+    with selectors.DefaultSelector() as selector:
+        selector.register(stdout, selectors.EVENT_READ)
+        selector.register(stderr, selectors.EVENT_READ)
+        while selector.get_map():
+            for key, _ in selector.select():
+                lines, tail = streams[key.fd]
+                data = os.read(key.fd, _READ_BYTES)
+                if not data:
+                    selector.unregister(key.fileobj)
+                    lines.close()
+                    continue
+                lines.feed(data)
+                tail.add(data)
+                merged.add(data)
+    return Output(
+        merged.text(), streams[stdout.fileno()][1].text(), streams[stderr.fileno()][1].text()
+    )
