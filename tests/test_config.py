@@ -18,9 +18,12 @@ from sqsjkr.contract.config import (
     AccountConfig,
     Config,
     DedupeConfig,
+    HistoryConfig,
     KickerConfig,
     LockConfig,
     Overrides,
+    ReportConfig,
+    ScheduleConfig,
     SqsConfig,
     load_config,
     parse_config,
@@ -652,6 +655,9 @@ SECTION_TYPES = {
     "kicker": KickerConfig,
     "lock": LockConfig,
     "dedupe": DedupeConfig,
+    "schedule": ScheduleConfig,
+    "history": HistoryConfig,
+    "report": ReportConfig,
 }
 
 
@@ -692,5 +698,7 @@ def test_example_documents_every_field_with_its_default(section: str) -> None:
             continue
         shown = tomllib.loads(f"v = {match.group(1)}")["v"]
         if isinstance(field.default, Duration):
-            shown = duration_value(shown)
+            shown = duration_value(shown, days=True)
+        if isinstance(field.default, tuple):
+            shown = tuple(shown)
         assert shown == field.default, f"[{section}] {field.name}: example differs from default"

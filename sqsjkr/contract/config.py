@@ -16,6 +16,7 @@ import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqsjkr.contract.duration import Duration, duration_value
 from sqsjkr.contract.limits import MAX_VISIBILITY_SECONDS
@@ -102,6 +103,27 @@ class ScheduleConfig:
 
 
 @dataclass(frozen=True)
+class HistoryConfig:
+    """[history]: a record of every run and a summary per event."""
+
+    backend: str = "dynamodb"  # "dynamodb" (the [lock] table) or "none"
+    output_tail: int = 16 * 1024  # bytes of the end of each run's output kept; 0 keeps none
+    retention: Duration = Duration.of_seconds(30 * 86400)  # how long run records are kept
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """[report]: commands, and a webhook, told of each run in horenso's report format."""
+
+    reporters: tuple[str, ...] = ()  # `sh -c` commands given each run's report when it ends
+    noticers: tuple[str, ...] = ()  # `sh -c` commands given each run's report when it starts
+    report_on: str = "always"  # or "failure": reporters only hear of runs that did not succeed
+    webhook_url: str | None = None  # POSTed the same JSON with a one-line "text" (Slack)
+    timeout: Duration = Duration.of_seconds(30)  # a reporter running longer is stopped
+    max_concurrent: int = 4  # reporters running at once; more wait their turn
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole validated config."""
 
@@ -111,6 +133,8 @@ class Config:
     lock: LockConfig
     dedupe: DedupeConfig
     schedule: ScheduleConfig = ScheduleConfig()
+    history: HistoryConfig = HistoryConfig()
+    report: ReportConfig = ReportConfig()
 
 
 @dataclass(frozen=True)
@@ -132,6 +156,8 @@ _SECTIONS: dict[str, type] = {
     "lock": LockConfig,
     "dedupe": DedupeConfig,
     "schedule": ScheduleConfig,
+    "history": HistoryConfig,
+    "report": ReportConfig,
 }
 _BACKENDS = ("dynamodb", "none")
 _ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+")
@@ -222,19 +248,26 @@ class _Table:
         *,
         low: Duration = _POSITIVE,
         high: Duration | None = None,
+        days: bool = False,
     ) -> Duration:
-        result = self.optional_duration(key, low=low, high=high)
+        result = self.optional_duration(key, low=low, high=high, days=days)
         return default if result is None else result
 
     def optional_duration(
-        self, key: str, *, low: Duration = _POSITIVE, high: Duration | None = None
+        self,
+        key: str,
+        *,
+        low: Duration = _POSITIVE,
+        high: Duration | None = None,
+        days: bool = False,
     ) -> Duration | None:
-        """A duration between low and high; None when the key is absent."""
+        """A duration between low and high; None when the key is absent. days: "d" is a unit
+        too (sqsjkr's own keys only, never one the Go daemon read)."""
         if key not in self.values:
             return None
         value = self.values[key]
         try:
-            result = duration_value(value)
+            result = duration_value(value, days=days)
         except DurationError as e:
             reason = str(e)
             # Reasons are either a predicate ("must not be negative") or a complete sentence
@@ -248,6 +281,16 @@ class _Table:
         if high is not None and result.ns > high.ns:
             raise self.fail(key, f"must be at most {high}, got {_show(value)}")
         return result
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        """An array of non-empty strings; empty when the key is absent."""
+        value = self.values.get(key, [])
+        if not isinstance(value, list):
+            raise self.fail(key, f"must be an array of strings, got {_show(value)}")
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or not item:
+                raise self.fail(key, f"item {i} must be a non-empty string, got {_show(item)}")
+        return tuple(value)
 
 
 def _tables(source: str, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -430,9 +473,47 @@ def parse_config(
     dedupe = table("dedupe")
     dedupe_config = DedupeConfig(backend=dedupe.choice("backend", DedupeConfig.backend, _BACKENDS))
 
-    schedule_config = _schedule_config(table("schedule"))
     return Config(
-        account_config, sqs_config, kicker_config, lock_config, dedupe_config, schedule_config
+        account_config,
+        sqs_config,
+        kicker_config,
+        lock_config,
+        dedupe_config,
+        _schedule_config(table("schedule")),
+        _history_config(table("history")),
+        _report_config(table("report")),
+    )
+
+
+#: A run record must fit a DynamoDB item (400 KB) with room to spare.
+_MAX_OUTPUT_TAIL = 256 * 1024
+
+
+def _history_config(history: _Table) -> HistoryConfig:
+    return HistoryConfig(
+        backend=history.choice("backend", HistoryConfig.backend, _BACKENDS),
+        output_tail=history.integer("output_tail", HistoryConfig.output_tail, 0, _MAX_OUTPUT_TAIL),
+        retention=history.duration(
+            "retention", HistoryConfig.retention, low=Duration.of_seconds(3600), days=True
+        ),
+    )
+
+
+def _report_config(report: _Table) -> ReportConfig:
+    url = report.optional_string("webhook_url")
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise report.fail(
+                "webhook_url", f"must be an http:// or https:// URL, got {_show(url)}"
+            )
+    return ReportConfig(
+        reporters=report.strings("reporters"),
+        noticers=report.strings("noticers"),
+        report_on=report.choice("report_on", ReportConfig.report_on, ("always", "failure")),
+        webhook_url=url,
+        timeout=report.duration("timeout", ReportConfig.timeout),
+        max_concurrent=report.integer("max_concurrent", ReportConfig.max_concurrent, 1, 64),
     )
 
 

@@ -34,6 +34,9 @@ _UNITS = {
     "h": _HOUR,
 }
 _UNIT_HINT = "(use ns, us, ms, s, m or h)"
+#: sqsjkr's own fields (retention, ages) also take days, which Go's syntax lacks.
+_UNITS_WITH_DAYS = {**_UNITS, "d": 24 * _HOUR}
+_UNIT_HINT_WITH_DAYS = "(use ns, us, ms, s, m, h or d)"
 _RANGE_HINT = "out of range (the largest is 2562047h47m16.854775807s)"
 _WRONG_TYPE = 'must be an int number of seconds or a duration string like "90s" or "1h30m"'
 
@@ -86,8 +89,10 @@ class Duration:
         return sign + text
 
 
-def parse_duration(text: str) -> Duration:
-    """Parse Go duration syntax exactly as Go's time.ParseDuration does."""
+def parse_duration(text: str, *, days: bool = False) -> Duration:
+    """Parse Go duration syntax exactly as Go's time.ParseDuration does; with days, "d" is
+    also a unit of 24 hours (for sqsjkr's own fields, never for a job's)."""
+    units, hint = (_UNITS_WITH_DAYS, _UNIT_HINT_WITH_DAYS) if days else (_UNITS, _UNIT_HINT)
     rest = text
     negative = False
     if rest[:1] in ("-", "+"):
@@ -109,10 +114,10 @@ def parse_duration(text: str) -> Duration:
         assert unit_match is not None
         unit = unit_match.group()
         if not unit:
-            raise _invalid(text, f"missing unit after {quote(number.group())} {_UNIT_HINT}")
-        if unit not in _UNITS:
-            raise _invalid(text, f"unknown unit {quote(unit)} {_UNIT_HINT}")
-        total += _part_ns(text, whole, fraction, _UNITS[unit])
+            raise _invalid(text, f"missing unit after {quote(number.group())} {hint}")
+        if unit not in units:
+            raise _invalid(text, f"unknown unit {quote(unit)} {hint}")
+        total += _part_ns(text, whole, fraction, units[unit])
         if total > 1 << 63:
             raise _invalid(text, _RANGE_HINT)
         pos = unit_match.end()
@@ -123,8 +128,9 @@ def parse_duration(text: str) -> Duration:
     return Duration(total)
 
 
-def duration_value(value: object) -> Duration:
-    """The value of a duration field in JSON or TOML: int seconds or a Go duration string."""
+def duration_value(value: object, *, days: bool = False) -> Duration:
+    """The value of a duration field in JSON or TOML: int seconds or a Go duration string
+    (with days: "d" allowed too)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise DurationError(_WRONG_TYPE)
     if isinstance(value, int):
@@ -133,7 +139,7 @@ def duration_value(value: object) -> Duration:
         if value > _MAX_NS // _SECOND:
             raise DurationError(f"must be at most {_MAX_NS // _SECOND} seconds")
         return Duration.of_seconds(value)
-    duration = parse_duration(value)
+    duration = parse_duration(value, days=days)
     if duration.ns < 0:
         raise DurationError("must not be negative")
     return duration
