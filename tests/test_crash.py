@@ -80,7 +80,7 @@ def test_a_lock_held_by_a_killed_daemon_is_taken_over_after_its_lease(
     # Deleted on receive, so that only the lock is left behind by the crash.
     first, _ = run_daemon(start_daemon, tmp_path, aws, lease="2s", delete_message="on_receive")
     aws.send({"command": f"echo $$ > pids; {WAIT_FOR_RELEASE}", "lock_id": "L"})
-    wait_until(lambda: aws.item("L", "lock"), what="lock taken")
+    wait_until((tmp_path / "pids").exists, what="the job running, holding its lock")
     # Due once the first daemon is gone: sent later, the killed daemon's abandoned long poll
     # (1 s) could still take it.
     aws.send({"command": "touch ran", "lock_id": "L"}, delay=3)

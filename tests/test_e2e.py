@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sqsjkr.backends.dedupe import MemoryDedupe
+from sqsjkr.backends.history import MemoryHistory
 from sqsjkr.backends.locks import MemoryLocker
 from sqsjkr.contract.config import load_config
 from sqsjkr.daemon.service import serve
@@ -407,10 +408,12 @@ def test_serve_takes_backends_injected_from_python(tmp_path: Path, aws: Aws) -> 
     conf = tmp_path / "config.toml"
     conf.write_text(config_text(aws, stats=f"stats_port = {free_port()}"))
     config = load_config(conf)
-    locker, dedupe = MemoryLocker(), MemoryDedupe()
+    locker, dedupe, history = MemoryLocker(), MemoryDedupe(), MemoryHistory()
     stop = threading.Event()
     thread = threading.Thread(
-        target=serve, args=(config, stop), kwargs={"locker": locker, "dedupe": dedupe}
+        target=serve,
+        args=(config, stop),
+        kwargs={"locker": locker, "dedupe": dedupe, "history": history},
     )
     thread.start()
     try:
@@ -429,3 +432,5 @@ def test_serve_takes_backends_injected_from_python(tmp_path: Path, aws: Aws) -> 
         thread.join(20)
     assert not thread.is_alive()
     assert aws.dynamodb.scan(TableName=aws.table)["Items"] == []
+    [record] = history.records
+    assert (record.message_id, record.outcome.value) == (message_id, "succeeded")

@@ -169,15 +169,15 @@ def test_a_job_the_host_cannot_start_gives_back_its_claim_and_lock(
     job = Job(message_id="m1", command=f"touch {tmp_path}/ran", lock_id="L", sent_at=time.time())
     entry = InFlight(Message("m1", "rh", "{}", job.sent_at), job)
     with descriptors_exhausted():
-        settle, outcomes = worker.handle(entry)
+        ending = worker.handle(entry)
     # Not run, not counted, not deleted; receiving pauses as for a store outage.
-    assert (settle, outcomes) == (PAUSE, ())
+    assert (ending.settle, ending.counts) == (PAUSE, ())
     assert not (tmp_path / "ran").exists()
     assert dedupe.running == {} and dedupe.finished == set()  # the claim is given back
     assert locker.held == {}
     assert "job m1 not started: could not start sh: Too many open files" in caplog.text
     # With descriptors again, the same message runs.
-    assert worker.handle(InFlight(entry.message, job))[0].delete
+    assert worker.handle(InFlight(entry.message, job)).settle.delete
     assert (tmp_path / "ran").exists()
 
 

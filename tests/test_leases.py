@@ -166,7 +166,7 @@ def locked_entry() -> InFlight:
 def test_a_job_starts_only_with_two_thirds_of_its_lease_left(left: float, renewals: int) -> None:
     lost: list[int] = []
     locker, runner = StaleLocker(time.time, left), Recorder()
-    assert worker_with(locker, runner, lost).handle(locked_entry())[0] is DELETE
+    assert worker_with(locker, runner, lost).handle(locked_entry()).settle is DELETE
     assert (runner.ran, locker.renewals, lost) == (1, renewals, [])
 
 
@@ -199,7 +199,7 @@ def test_an_unlock_that_finds_the_lock_taken_over_is_lost_and_counted(
             return super().run(job, timeout=timeout, stop=stop)
 
     worker = worker_with(locker, TakenOverWhileRunning(), lost)
-    assert worker.handle(locked_entry())[0] is DELETE
+    assert worker.handle(locked_entry()).settle is DELETE
     assert lost == [1]
     assert 'job m1 LOST its lock "L": its lease had passed' in caplog.text
     assert locker.held == {"L": "other"}  # the other holder's lock is left alone

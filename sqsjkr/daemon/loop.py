@@ -14,13 +14,15 @@ from dataclasses import dataclass
 
 from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe
 from sqsjkr.backends.dedupe import DedupeStore
+from sqsjkr.backends.history import History
 from sqsjkr.backends.lease import lease_timing
 from sqsjkr.backends.locks import Locker
 from sqsjkr.backends.sqs import MAX_BATCH, Message, MessageSource
 from sqsjkr.contract.job import Job, parse_job
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, run_trigger
-from sqsjkr.daemon.worker import LEAVE, Settle, Worker, WorkerSettings
+from sqsjkr.daemon.runs import LEAVE, Ending, RunListener, Settle
+from sqsjkr.daemon.worker import Worker, WorkerSettings
 from sqsjkr.errors import InvalidJobError, ReceiverFailed
 from sqsjkr.observability.notify import Notifier, NullNotifier
 from sqsjkr.observability.stats import Outcome, Stats
@@ -105,7 +107,11 @@ class Kicker:
         clock: Callable[[], float] = time.time,
         trigger: Callable[[str, Job, StopSwitch], RunResult] = run_trigger,
         notifier: Notifier | None = None,
+        history: History | None = None,
+        listener: RunListener | None = None,
     ) -> None:
+        """history keeps the runs' records (none by default); listener hears of them as they
+        start and end (the reporters)."""
         self._source = source
         self._notifier = notifier or NullNotifier()
         self._receiver_error: BaseException | None = None
@@ -144,6 +150,8 @@ class Kicker:
             clock=clock,
             trigger=trigger,
             lease_lost=stats.lease_lost,
+            history=history,
+            listener=listener,
         )
 
     def run(self, stop: threading.Event, force: threading.Event | None = None) -> None:
@@ -329,10 +337,9 @@ class Kicker:
     def _work(self, entry: InFlight) -> None:
         self._stats.job_started()
         # Should handle() fail, the message is left to reappear: its job runs again.
-        settle: Settle = LEAVE
-        outcomes: tuple[Outcome, ...] = (Outcome.FAILED,)
+        ending = Ending(LEAVE, (Outcome.FAILED,))
         try:
-            settle, outcomes = self._worker.handle(entry)
+            ending = self._worker.handle(entry)
         except Exception:
             log.exception(
                 "job %s (event %s) failed unexpectedly", entry.job.message_id, entry.job.event_id
@@ -341,15 +348,15 @@ class Kicker:
             # Out of the heartbeat's set before settling, or a beat could hide it again.
             self._in_flight.discard(entry)
             try:
-                self._settle(entry, settle)
+                self._settle(entry, ending.settle)
             finally:
                 self._stats.job_finished()
                 self._give_worker_back()
-        if settle.pause_intake:
+        if ending.settle.pause_intake:
             self._pause.fail()
         else:
             self._pause.reset()
-        for outcome in outcomes:
+        for outcome in ending.counts:
             self._stats.count(outcome)
 
     def _settle(self, entry: InFlight, settle: Settle) -> None:

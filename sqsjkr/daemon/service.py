@@ -9,7 +9,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -22,9 +22,16 @@ from sqsjkr.backends.aws import (
     make_session,
 )
 from sqsjkr.backends.dedupe import DedupeStore, DynamoDedupe, NoopDedupe
+from sqsjkr.backends.history import DynamoHistory, History, NoHistory
 from sqsjkr.backends.lease import MIN_SAFE_LEASE_SECONDS, lease_timing
 from sqsjkr.backends.locks import DynamoLocker, Locker, NoopLocker
-from sqsjkr.backends.sqs import SqsSource, dead_letter_queue_url, queue_settings, resolve_queue_url
+from sqsjkr.backends.sqs import (
+    QueueSettings,
+    SqsSource,
+    dead_letter_queue_url,
+    queue_settings,
+    resolve_queue_url,
+)
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.duration import Duration
 from sqsjkr.daemon.loop import Kicker, KickerSettings
@@ -48,12 +55,13 @@ def serve(
     force: threading.Event | None = None,
     locker: Locker | None = None,
     dedupe: DedupeStore | None = None,
+    history: History | None = None,
     notifier: Notifier | None = None,
     on_listening: Callable[[str], None] | None = None,
 ) -> None:
     """Run the daemon until stop is set and its in-flight jobs are done (force: stop them now).
 
-    locker and dedupe replace the backends the config selects (for embedding sqsjkr in Python);
+    locker, dedupe and history replace the stores the config selects (for embedding sqsjkr);
     notifier tells a service manager (systemd) how the daemon is doing; on_listening is called
     with the stats server's bound address ("127.0.0.1:8061", "unix:/path") once it listens.
     """
@@ -66,15 +74,19 @@ def serve(
         if on_listening is not None:
             on_listening(server.address)
         timing = Timing.of(config)
-        parts = _connect(config, timing, stop, locker, dedupe)
-        if parts is None:
+        connected = _connect(config, timing, stop, Stores(dedupe, locker, history))
+        if connected is None:
             return  # stopped while starting
-        source, dedupe, locker = parts
+        source = connected.source
         kicker = Kicker(
             source,
-            dedupe=dedupe,
-            locker=locker,
-            runner=ShellRunner(kill_grace=config.kicker.kill_grace.seconds),
+            dedupe=connected.dedupe,
+            locker=connected.locker,
+            history=connected.history,
+            runner=ShellRunner(
+                kill_grace=config.kicker.kill_grace.seconds,
+                tail_bytes=config.history.output_tail,
+            ),
             stats=stats,
             settings=KickerSettings(
                 max_workers=config.kicker.max_concurrent_num,
@@ -142,17 +154,95 @@ def _seconds(duration: Duration | None) -> float | None:
     return None if duration is None else duration.seconds
 
 
+@dataclass(frozen=True)
+class Stores:
+    """The dedupe, lock and history stores the daemon uses; None: the config's choice."""
+
+    dedupe: DedupeStore | None = None
+    locker: Locker | None = None
+    history: History | None = None
+
+
+@dataclass(frozen=True)
+class Connected:
+    """The queue and the stores, once AWS has answered."""
+
+    source: SqsSource
+    dedupe: DedupeStore
+    locker: Locker
+    history: History
+
+
 def _connect(
-    config: Config,
-    timing: Timing,
-    stop: threading.Event,
-    locker: Locker | None,
-    dedupe: DedupeStore | None,
-) -> tuple[SqsSource, DedupeStore, Locker] | None:
-    """The queue and the backends, retrying while AWS cannot be reached; None if stopped."""
+    config: Config, timing: Timing, stop: threading.Event, given: Stores
+) -> Connected | None:
+    """The queue and the stores, retrying while AWS cannot be reached; None if stopped."""
     session = make_session(region=config.account.region, profile=config.account.profile)
     pool = config.kicker.max_concurrent_num + 2
     sqs = make_client(session, "sqs", max_pool=pool)
+    found = _queue(config, sqs, stop)
+    if found is None:
+        return None
+    queue_url, settings, dead_letter_url = found
+    source = SqsSource(
+        sqs,
+        queue_url,
+        wait_time_seconds=config.sqs.wait_time_seconds,
+        visibility_timeout=timing.visibility,
+        dead_letter_url=dead_letter_url,
+    )
+    dynamodb = make_client(session, "dynamodb", max_pool=pool)
+    table = config.lock.table
+    uses_table = (
+        (given.dedupe is None and config.dedupe.backend == "dynamodb")
+        or (given.locker is None and config.lock.backend == "dynamodb")
+        or (given.history is None and config.history.backend == "dynamodb")
+    )
+    # Checked now, not when the first job arrives and cannot be claimed.
+    if uses_table and not _retry_at_startup(
+        lambda: check_table(dynamodb, table), f"checking DynamoDB table {table!r}", stop
+    ):
+        return None
+    lease = config.lock.lease.seconds
+    dedupe = given.dedupe
+    if dedupe is None:
+        dedupe = (
+            DynamoDedupe(
+                dynamodb,
+                table,
+                retention_seconds=settings.retention_seconds,
+                lease_seconds=lease,
+            )
+            if config.dedupe.backend == "dynamodb"
+            else NoopDedupe()
+        )
+    locker = given.locker
+    if locker is None:
+        locker = (
+            DynamoLocker(dynamodb, table, lease_seconds=lease)
+            if config.lock.backend == "dynamodb"
+            else NoopLocker()
+        )
+    history = given.history
+    if history is None:
+        history = (
+            DynamoHistory(
+                dynamodb,
+                table,
+                retention_seconds=config.history.retention.seconds,
+                # Same table: a run's record rides on the write that finishes its claim.
+                claims=dedupe if isinstance(dedupe, DynamoDedupe) else None,
+            )
+            if config.history.backend == "dynamodb"
+            else NoHistory()
+        )
+    return Connected(source, dedupe, locker, history)
+
+
+def _queue(
+    config: Config, sqs: Any, stop: threading.Event
+) -> tuple[str, QueueSettings, str | None] | None:
+    """The queue's URL, its settings and its dead-letter queue's URL; None if stopped."""
     queue_url = _retry_at_startup(
         lambda: resolve_queue_url(sqs, config.sqs.queue_name, config.account.id),
         f"looking up SQS queue {config.sqs.queue_name!r}",
@@ -165,50 +255,15 @@ def _connect(
     )
     if settings is None:
         return None
-    dead_letter_url = None
-    if settings.dead_letter_arn is not None:
-        arn = settings.dead_letter_arn
-        dead_letter_url = _retry_at_startup(
-            lambda: dead_letter_queue_url(sqs, arn), "looking up the dead-letter queue", stop
-        )
-        if dead_letter_url is None:
-            return None
-    source = SqsSource(
-        sqs,
-        queue_url,
-        wait_time_seconds=config.sqs.wait_time_seconds,
-        visibility_timeout=timing.visibility,
-        dead_letter_url=dead_letter_url,
+    if settings.dead_letter_arn is None:
+        return queue_url, settings, None
+    arn = settings.dead_letter_arn
+    dead_letter_url = _retry_at_startup(
+        lambda: dead_letter_queue_url(sqs, arn), "looking up the dead-letter queue", stop
     )
-    dynamodb = make_client(session, "dynamodb", max_pool=pool)
-    lease = config.lock.lease.seconds
-    uses_table = (dedupe is None and config.dedupe.backend == "dynamodb") or (
-        locker is None and config.lock.backend == "dynamodb"
-    )
-    # Checked now, not when the first job arrives and cannot be claimed.
-    table = config.lock.table
-    if uses_table and not _retry_at_startup(
-        lambda: check_table(dynamodb, table), f"checking DynamoDB table {table!r}", stop
-    ):
+    if dead_letter_url is None:
         return None
-    if dedupe is None:
-        dedupe = (
-            DynamoDedupe(
-                dynamodb,
-                config.lock.table,
-                retention_seconds=settings.retention_seconds,
-                lease_seconds=lease,
-            )
-            if config.dedupe.backend == "dynamodb"
-            else NoopDedupe()
-        )
-    if locker is None:
-        locker = (
-            DynamoLocker(dynamodb, config.lock.table, lease_seconds=lease)
-            if config.lock.backend == "dynamodb"
-            else NoopLocker()
-        )
-    return source, dedupe, locker
+    return queue_url, settings, dead_letter_url
 
 
 def _start_stats_server(config: Config, stats: Stats) -> StatsServer:

@@ -5,6 +5,7 @@ Worker.handle says how the job ended and what to do with its message; the daemon
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -14,12 +15,25 @@ from typing import TypeVar
 
 from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe, is_transient
 from sqsjkr.backends.dedupe import ClaimState, DedupeStore
+from sqsjkr.backends.history import History, NoHistory
 from sqsjkr.backends.lease import FRESH_LEASE_SHARE, Lease
 from sqsjkr.backends.locks import Locker
 from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import MAX_VISIBILITY_SECONDS, bounded_wait
+from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch
+from sqsjkr.daemon.runs import (
+    DELETE,
+    GIVE_BACK,
+    LEAVE,
+    PAUSE,
+    Ending,
+    NoListener,
+    RunListener,
+    RunProgress,
+    Settle,
+)
 from sqsjkr.errors import HostFault, StoreTooSlow, quote
 from sqsjkr.observability.logs import JobLog, shorten_command
 from sqsjkr.observability.stats import Outcome
@@ -31,26 +45,8 @@ T = TypeVar("T")
 #: Renewals tried to bring a stale lease back to a fresh share before the store counts as too
 #: slow to hold one.
 FRESHEN_TRIES = 3
-
-
-@dataclass(frozen=True)
-class Settle:
-    """What becomes of a job's message once the worker is done with it."""
-
-    delete: bool = False  # the job finished (succeeded, errored or cancelled)
-    visible_in: int | None = None  # make the message visible again in this many seconds
-    #: The dedupe store or the host failed: receiving pauses a while, as more would fail too.
-    pause_intake: bool = False
-
-    # Neither delete nor visible_in: leave the message to reappear when its visibility ends.
-
-
-DELETE = Settle(delete=True)
-GIVE_BACK = Settle(visible_in=0)
-LEAVE = Settle()
-PAUSE = Settle(pause_intake=True)
-
-Ending = tuple[Settle, tuple[Outcome, ...]]
+#: How long a run record that cannot be written is tried again before it is logged instead.
+RECORD_RETRY_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +74,8 @@ class Worker:
         clock: Callable[[], float] = time.time,
         trigger: Callable[[str, Job, StopSwitch], RunResult],
         lease_lost: Callable[[], None] = lambda: None,
+        history: History | None = None,
+        listener: RunListener | None = None,
     ) -> None:
         self._dedupe = dedupe
         self._locker = locker
@@ -87,6 +85,8 @@ class Worker:
         self._clock = clock
         self._trigger = trigger
         self._lease_lost = lease_lost
+        self._history = history or NoHistory()
+        self._listener = listener or NoListener()
 
     def handle(self, entry: InFlight) -> Ending:
         job = entry.job
@@ -100,57 +100,68 @@ class Worker:
                 "on the queue for a later try",
                 describe(exc),
             )
-            return PAUSE, ()
+            return Ending(PAUSE)
         if claim.state is ClaimState.FINISHED:
             jlog.info("duplicate message deleted: its job has run")
-            return DELETE, (Outcome.DUPLICATE,)
+            return Ending(DELETE, (Outcome.DUPLICATE,))
         if claim.state is ClaimState.RUNNING:
             held_for = (claim.held_until or 0) - self._clock()
             hide = int(min(MAX_VISIBILITY_SECONDS, max(1, held_for + self._settings.hide_margin)))
             jlog.info("is in progress on another daemon: message hidden for %ds", hide)
-            return Settle(visible_in=hide), (Outcome.DUPLICATE,)
+            return Ending(Settle(visible_in=hide), (Outcome.DUPLICATE,))
         assert claim.lease is not None
         jlog.debug("claimed its message (lease until %.3f)", claim.lease.until)
         entry.claim = claim.lease
-        settle = LEAVE  # should _claimed raise: the claim is given up, the job runs again later
+        progress = RunProgress(job, entry.message, claim.lease.owner, self._clock())
+        # Should _claimed raise: the claim is given up, and the job runs again later.
+        ending = Ending(LEAVE)
         try:
-            settle, outcomes = self._claimed(entry, jlog)
+            ending = self._claimed(entry, progress, jlog)
         finally:
             lease, entry.claim = entry.claim, None
-            if lease is not None:
-                self._end_claim(lease, jlog, finished=settle.delete)
-        return settle, outcomes
+            self._end(ending, progress, lease, jlog)
+        return ending
 
-    def _claimed(self, entry: InFlight, jlog: JobLog) -> Ending:
+    def _claimed(self, entry: InFlight, progress: RunProgress, jlog: JobLog) -> Ending:
         job = entry.job
         assert entry.claim is not None
         try:
             if not self._fresh(entry.claim, self._dedupe.renew, "claim on its message", jlog):
-                entry.claim = None  # another daemon has it now, and runs the job
-                return LEAVE, ()
+                entry.claim = None  # another daemon has it now, runs the job and records it
+                return Ending(LEAVE)
         except AWS_ERRORS as exc:
             jlog.error("not started: its claim could not be renewed (%s)", describe(exc))
-            return PAUSE, ()
-        if self._expired(entry, jlog):
-            return DELETE, (Outcome.FAILED,)
+            return Ending(PAUSE, run=RunOutcome.FAILED_TO_START, error=describe(exc))
+        expired = self._expired(entry, jlog)
+        if expired is not None:
+            return expired
         if job.lock_id:
+            waited_from = time.monotonic()
             refused = self._lock(entry, jlog)
+            progress.lock_wait = time.monotonic() - waited_from
             if refused is not None:
                 return refused
         try:
-            return self._run(entry, jlog)
+            return self._run(entry, progress, jlog)
         finally:
             self._unlock(entry, jlog)
 
-    def _run(self, entry: InFlight, jlog: JobLog) -> Ending:
+    def _run(self, entry: InFlight, progress: RunProgress, jlog: JobLog) -> Ending:
         job = entry.job
         if self._stopping.is_set():
             jlog.info("not started: stopping")
-            return GIVE_BACK, ()
+            return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="the daemon was stopping")
         timeout = job.timeout.seconds if job.timeout is not None else self._settings.job_timeout
         jlog.info("started: %s", shorten_command(job.command))
+        start = progress.start(self._clock())
         try:
-            result = self._runner.run(job, timeout=timeout, stop=entry.stop)
+            self._history.started(start)
+        except AWS_ERRORS as exc:
+            # The run goes on: only its "running now" in `sqsjkr status` is missing.
+            jlog.warning("could not mark its event running (%s)", describe(exc))
+        self._listener.notice(start)
+        try:
+            progress.result = self._runner.run(job, timeout=timeout, stop=entry.stop)
         except HostFault as exc:
             # Not the job's fault: it runs later, here or elsewhere, and receiving pauses.
             jlog.error(
@@ -158,41 +169,44 @@ class Worker:
                 "to run later",
                 exc,
             )
-            return PAUSE, ()
-        return self._ended(result, timeout, jlog)
+            return Ending(PAUSE, run=RunOutcome.FAILED_TO_START, error=str(exc))
+        return self._ended(progress.result, timeout, jlog)
 
     @staticmethod
     def _ended(result: RunResult, timeout: float | None, jlog: JobLog) -> Ending:
         if result.start_error is not None:
             jlog.error("failed: its command cannot be started (%s)", result.start_error)
-            return DELETE, (Outcome.FAILED,)
+            return Ending(DELETE, (Outcome.FAILED,), RunOutcome.FAILED_TO_START, result.start_error)
         if result.stopped is StopReason.CANCELLED:
             jlog.warning(
                 "stopped after %.1fs by the shutdown; its message is given back to run again",
                 result.seconds,
             )
-            return GIVE_BACK, ()
+            return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="stopped by the shutdown")
         if result.stopped is StopReason.TIMED_OUT:
             jlog.warning("timed out after %.1fs (timeout %gs)", result.seconds, timeout)
-            return DELETE, (Outcome.ERRORED, Outcome.TIMED_OUT)
+            counts = (Outcome.ERRORED, Outcome.TIMED_OUT)
+            return Ending(DELETE, counts, RunOutcome.TIMED_OUT, f"timed out after {timeout:g}s")
         if result.ok:
             jlog.info("succeeded in %.1fs", result.seconds)
-            return DELETE, (Outcome.SUCCEEDED,)
+            return Ending(DELETE, (Outcome.SUCCEEDED,), RunOutcome.SUCCEEDED)
         jlog.warning("errored with exit code %d after %.1fs", result.exit_code, result.seconds)
-        return DELETE, (Outcome.ERRORED,)
+        return Ending(DELETE, (Outcome.ERRORED,), RunOutcome.ERRORED)
 
-    def _expired(self, entry: InFlight, jlog: JobLog) -> bool:
+    def _expired(self, entry: InFlight, jlog: JobLog) -> Ending | None:
+        """The job's end if it has outlived its life_time (the trigger is run); None if not."""
         job = entry.job
         now = self._clock()
         if not is_expired(job, now):
-            return False
-        jlog.warning("cancelled: sent %.1fs ago, life_time is %s", now - job.sent_at, job.life_time)
+            return None
+        why = f"sent {now - job.sent_at:.1f}s ago, life_time is {job.life_time}"
+        jlog.warning("cancelled: %s", why)
         trigger = self._settings.life_time_trigger
         if trigger and not job.disable_life_time_trigger:
             result = self._trigger(trigger, job, entry.stop)
             if not result.ok:
                 jlog.error("life_time_trigger exited with %d", result.exit_code)
-        return True
+        return Ending(DELETE, (Outcome.FAILED,), RunOutcome.CANCELLED, f"cancelled: {why}")
 
     def _lock(self, entry: InFlight, jlog: JobLog) -> Ending | None:
         """Wait for the job's lock, re-checking life_time between tries: None once taken."""
@@ -203,13 +217,14 @@ class Worker:
         while True:
             if self._stopping.is_set():
                 jlog.info("gave up waiting for lock %s: stopping", lock)
-                return GIVE_BACK, ()
+                return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="the daemon was stopping")
             try:
                 if self._take_lock(entry, jlog):
                     return None
                 if job.abort_if_locked:
                     jlog.warning("aborted: lock %s is held", lock)
-                    return DELETE, (Outcome.FAILED,)
+                    why = f"lock {lock} is held"
+                    return Ending(DELETE, (Outcome.FAILED,), RunOutcome.ABORTED, why)
                 # Once at INFO; every try after that at DEBUG only.
                 jlog.log(logging.DEBUG if waiting else logging.INFO, "waits for lock %s", lock)
                 waiting = True
@@ -218,12 +233,14 @@ class Worker:
                 if job.abort_if_locked or not is_transient(exc):
                     # Left on the queue: it comes back to be tried again, and a RedrivePolicy
                     # keeps it in the end.
-                    jlog.error("failed: could not take lock %s (%s)", lock, describe(exc))
-                    return LEAVE, (Outcome.FAILED,)
+                    why = f"could not take lock {lock} ({describe(exc)})"
+                    jlog.error("failed: %s", why)
+                    return Ending(LEAVE, (Outcome.FAILED,), RunOutcome.FAILED_TO_START, why)
                 jlog.error("could not take lock %s (%s); retrying", lock, describe(exc))
             self._stopping.wait(bounded_wait(self._settings.lock_retry_interval))
-            if self._expired(entry, jlog):
-                return DELETE, (Outcome.FAILED,)
+            expired = self._expired(entry, jlog)
+            if expired is not None:
+                return expired
 
     def _take_lock(self, entry: InFlight, jlog: JobLog) -> bool:
         """One try at the job's lock: True once it is ours with a fresh lease."""
@@ -276,21 +293,54 @@ class Worker:
         if lease is None:
             return
         what = f"release lock {quote(lease.key)}"
-        if self._until_answered(lambda: self._locker.unlock(lease), what, jlog) is False:
+        answered, ours = self._until_answered(lambda: self._locker.unlock(lease), what, jlog)
+        if answered and not ours:
             self._lost("lock", lease, jlog)
 
+    def _end(
+        self, ending: Ending, progress: RunProgress, lease: Lease | None, jlog: JobLog
+    ) -> None:
+        """Record the run, if it was one, and finish or release the claim: in one write when
+        the history store can. A claim left unfinished would let a redelivery of the message
+        run the job again once its lease ends."""
+        finished = ending.settle.delete
+        record = None if ending.run is None else progress.record(ending, self._clock())
+        folded: bool | None = None
+        if record is not None:
+            folded = self._record(record, lease if finished else None, jlog)
+        if folded is False and lease is not None:
+            self._lost("claim on its message", lease, jlog)
+        elif folded is None and lease is not None:
+            self._end_claim(lease, jlog, finished=finished)
+        if record is not None:
+            self._listener.report(record)
+
+    def _record(self, record: RunRecord, claim: Lease | None, jlog: JobLog) -> bool | None:
+        """history.finished, tried again for a while: a record never fails its job or keeps
+        its message. None when the claim is left to the dedupe store."""
+        answered, folded = self._until_answered(
+            lambda: self._history.finished(record, claim),
+            "record its run",
+            jlog,
+            give_up_after=RECORD_RETRY_SECONDS,
+        )
+        if not answered:
+            data = record.as_dict()
+            for name in ("output", "stdout", "stderr"):  # logged line by line as it ran
+                del data[name]
+            jlog.error("its run record is lost: %s", json.dumps(data))
+        return folded
+
     def _end_claim(self, lease: Lease, jlog: JobLog, *, finished: bool) -> None:
-        """Finish or release the claim: a claim left unfinished would let a redelivery of the
-        message run the job again once its lease ends."""
         if not finished:
             self._until_answered(
                 lambda: self._dedupe.release(lease), "release the claim on its message", jlog
             )
             return
-        ended = self._until_answered(
+        answered, ours = self._until_answered(
             lambda: self._dedupe.finish(lease), "mark its claim finished", jlog
         )
-        if ended is False:
+        if answered and not ours:
             self._lost("claim on its message", lease, jlog)
 
     def _lost(self, what: str, lease: Lease, jlog: JobLog) -> None:
@@ -303,18 +353,27 @@ class Worker:
             quote(lease.key),
         )
 
-    def _until_answered(self, call: Callable[[], T], what: str, jlog: JobLog) -> T | None:
-        """call, retried while the store is out of reach; None if it never answered. The
-        message stays in flight (hidden by the heartbeat) meanwhile. Once stopping, or for an
-        error that retrying cannot mend, it gives up: the lease then ends by itself."""
+    def _until_answered(
+        self,
+        call: Callable[[], T],
+        what: str,
+        jlog: JobLog,
+        give_up_after: float | None = None,
+    ) -> tuple[bool, T | None]:
+        """(True, what call returned), retried while the store is out of reach; (False, None) if
+        it never answered. The message stays in flight (hidden by the heartbeat) meanwhile.
+        Once stopping, after give_up_after seconds, or for an error that retrying cannot mend,
+        it gives up: a lease then ends by itself."""
         backoff = Backoff(first=0.5, cap=10.0)
+        deadline = None if give_up_after is None else time.monotonic() + give_up_after
         while True:
             try:
-                return call()
+                return True, call()
             except AWS_ERRORS as exc:
-                if not is_transient(exc) or self._stopping.is_set():
-                    jlog.error("could not %s (%s); its lease ends by itself", what, describe(exc))
-                    return None
+                late = deadline is not None and time.monotonic() >= deadline
+                if not is_transient(exc) or self._stopping.is_set() or late:
+                    jlog.error("could not %s (%s); giving up", what, describe(exc))
+                    return False, None
                 delay = backoff.next_delay()
                 jlog.error("could not %s (%s); retrying in %.1fs", what, describe(exc), delay)
                 self._stopping.wait(delay)

@@ -36,12 +36,11 @@ def escape(text: str) -> str:
     return _UNSAFE.sub(lambda m: _NAMED.get(m[0]) or f"\\x{ord(m[0]):02x}", text)
 
 
-def shorten_command(command: str) -> str:
-    """A command as logs show it: at most MAX_LOGGED_COMMAND characters, the cut said."""
-    if len(command) <= MAX_LOGGED_COMMAND:
+def shorten_command(command: str, limit: int = MAX_LOGGED_COMMAND) -> str:
+    """A command as logs show it: at most limit characters, the cut said."""
+    if len(command) <= limit:
         return command
-    rest = len(command) - MAX_LOGGED_COMMAND
-    return f"{command[:MAX_LOGGED_COMMAND]}... ({rest} more characters)"
+    return f"{command[:limit]}... ({len(command) - limit} more characters)"
 
 
 def job_label(job: Job) -> str:

@@ -1,0 +1,136 @@
+"""One run as the worker learns it, from claim to end, and the record it leaves.
+
+RunProgress gathers the times and the result; Ending is how the worker's path ended.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sqsjkr import __version__
+from sqsjkr.backends.sqs import Message
+from sqsjkr.contract.job import Job
+from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
+from sqsjkr.daemon.runner import RunResult
+from sqsjkr.observability.logs import shorten_command
+from sqsjkr.observability.stats import Outcome
+
+#: Longest command a run record (and a report) keeps.
+MAX_RECORDED_COMMAND = 4096
+
+
+@dataclass(frozen=True)
+class Settle:
+    """What becomes of a job's message once the worker is done with it."""
+
+    delete: bool = False  # the job finished (succeeded, errored or cancelled)
+    visible_in: int | None = None  # make the message visible again in this many seconds
+    #: The dedupe store or the host failed: receiving pauses a while, as more would fail too.
+    pause_intake: bool = False
+
+    # Neither delete nor visible_in: leave the message to reappear when its visibility ends.
+
+
+DELETE = Settle(delete=True)
+GIVE_BACK = Settle(visible_in=0)
+LEAVE = Settle()
+PAUSE = Settle(pause_intake=True)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How one job's path ended: its message, its counters, and what its run record says."""
+
+    settle: Settle
+    counts: tuple[Outcome, ...] = ()
+    run: RunOutcome | None = None  # None: no run to record (a duplicate; a claim not ours)
+    error: str | None = None  # why it did not run, when it did not
+
+
+class RunListener(Protocol):
+    """Told of runs as they start and end, off the job's path (reporters)."""
+
+    def notice(self, start: RunStart) -> None: ...
+
+    def report(self, record: RunRecord) -> None: ...
+
+
+class NoListener:
+    def notice(self, start: RunStart) -> None:
+        return None
+
+    def report(self, record: RunRecord) -> None:
+        return None
+
+
+#: This host's name, as records and reports give it.
+HOST = socket.gethostname()
+
+
+@dataclass
+class RunProgress:
+    """What the worker learns of one run as it goes: set by one worker thread only."""
+
+    job: Job
+    message: Message
+    owner: str  # the owner id of the job's claim
+    claimed_at: float
+    lock_wait: float = 0.0
+    started_at: float | None = None
+    result: RunResult | None = field(default=None, repr=False)
+
+    @property
+    def command(self) -> str:
+        return shorten_command(self.job.command, MAX_RECORDED_COMMAND)
+
+    def start(self, now: float) -> RunStart:
+        self.started_at = now
+        return RunStart(
+            event_id=self.job.event_id,
+            message_id=self.job.message_id,
+            host=HOST,
+            owner=self.owner or f"{HOST}:{os.getpid()}",
+            started_at=now,
+            sent_at=self.job.sent_at,
+            command=self.command,
+            lock_id=self.job.lock_id,
+            receive_count=self.message.receive_count,
+        )
+
+    def record(self, ending: Ending, now: float) -> RunRecord:
+        assert ending.run is not None
+        result = self.result
+        exit_code = signal = None
+        if result is not None and result.start_error is None:
+            if result.exit_code < 0:
+                signal = -result.exit_code
+            else:
+                exit_code = result.exit_code
+        output = result.output if result is not None else None
+        return RunRecord(
+            event_id=self.job.event_id,
+            message_id=self.job.message_id,
+            host=HOST,
+            owner=self.owner or f"{HOST}:{os.getpid()}",
+            command=self.command,
+            sent_at=self.job.sent_at,
+            claimed_at=self.claimed_at,
+            ended_at=now,
+            outcome=ending.run,
+            version=__version__,
+            lock_id=self.job.lock_id,
+            started_at=self.started_at,
+            lock_wait=self.lock_wait,
+            exit_code=exit_code,
+            signal=signal,
+            receive_count=self.message.receive_count,
+            final=ending.settle.delete,
+            error=ending.error,
+            output=output.merged if output else "",
+            stdout=output.stdout if output else "",
+            stderr=output.stderr if output else "",
+            pid=result.pid if result is not None else None,
+        )
