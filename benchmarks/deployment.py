@@ -549,119 +549,167 @@ def calls_by_action(calls: list[latency_proxy.Call]) -> tuple[Counter[str], Coun
     return Counter(c.action for c in calls), Counter(c.action for c in calls if c.status >= 400)
 
 
+@dataclass
+class Usage:
+    """What the daemon used in a window: CPU seconds, AWS calls, new connections, seconds."""
+
+    user: float
+    system: float
+    calls: list[latency_proxy.Call]
+    connections: int
+    seconds: float
+
+    @property
+    def cpu(self) -> float:
+        return self.user + self.system
+
+
+class Window:
+    """Measures the daemon from now until close()."""
+
+    def __init__(self, aws: Aws, pid: int) -> None:
+        self._aws = aws
+        self._pid = pid
+        self.mark = aws.call_count()
+        self._connections = aws.connections
+        self._user, self._system = proc_stats.cpu_times(pid)
+        self.began_cpu = self._user + self._system
+        self.began = time.time()
+
+    def close(self) -> Usage:
+        user, system = proc_stats.cpu_times(self._pid)
+        seconds = time.time() - self.began
+        calls = [c for c in self._aws.calls(self.mark) if c.at <= self.began + seconds]
+        return Usage(
+            user - self._user,
+            system - self._system,
+            calls,
+            self._aws.connections - self._connections,
+            seconds,
+        )
+
+
 def burst(run: Run) -> dict[str, Any]:
     daemon, figures = start_daemon(run)
-    options = run.options
     try:
-        idle_rss = proc_stats.memory_kib(daemon.pid)["VmRSS"]
+        figures["rss_idle_mib"] = round(proc_stats.memory_kib(daemon.pid)["VmRSS"] / 1024, 1)
         spy = None
-        if options.profile_dir is not None:
-            output = options.profile_dir / f"{run.scenario.key}.txt"
-            spy = PySpy(daemon.pid, output, options.profile_rate, options.aws_cpus)
+        if run.options.profile_dir is not None:
+            output = run.options.profile_dir / f"{run.scenario.key}-{run.run_id}.txt"
+            spy = PySpy(daemon.pid, output, run.options.profile_rate, run.options.aws_cpus)
             time.sleep(1.0)  # py-spy attaches
-        mark = run.aws.call_count()
-        connections_before = run.aws.connections
-        user_before, system_before = proc_stats.cpu_times(daemon.pid)
-        cpu_before = user_before + system_before
+        window = Window(run.aws, daemon.pid)
         sent = send_burst(run)
-        cpu_at_last_start = wait_burst(run, daemon, mark)
-        finished = cpu_at_last_start is not None
-        user, system = proc_stats.cpu_times(daemon.pid)
-        user, system = user - user_before, system - system_before
-        cpu = user + system
-        cpu_to_last_start = (cpu_at_last_start or 0.0) - cpu_before
-        window_end = time.time()
-        calls = run.aws.calls(mark)
-        connections = run.aws.connections - connections_before
+        cpu_at_last_job = wait_burst(run, daemon, window.mark)
+        usage = window.close()
         if spy is not None:
             spy.stop()
             figures["profile"] = str(spy.output)
         daemon.log.poll()
-        starts = run.started_jobs()
-        first_send = min(sent.values())
-        # Jobs write their line as they end: the last line is the last job's end.
-        last_end = max(starts.values(), default=first_send)
-        latencies = [starts[i] - sent[i] for i in sent if i in starts]
-        single = trickle(run, daemon) if finished else []
-        memory = proc_stats.memory_kib(daemon.pid)
-        by_action, failed = calls_by_action(calls)
-        jobs = options.jobs
-        figures.update(
-            jobs=jobs,
-            workers=run.workers,
-            ran=len(starts),
-            succeeded_in_log=daemon.log.succeeded,
-            jobs_per_s=round(jobs / (last_end - first_send), 1) if finished else None,
-            burst_seconds=round(last_end - first_send, 2),
-            delete_tail_s=round(window_end - last_end, 2),
-            dispatch_burst=latency_figures(latencies),
-            dispatch_single=latency_figures(single),
-            cpu_ms_per_job=round(1000 * cpu / jobs, 2),
-            cpu_seconds=round(cpu, 3),
-            cpu_user_ms_per_job=round(1000 * user / jobs, 2),
-            cpu_system_ms_per_job=round(1000 * system / jobs, 2),
-            cpu_ms_per_job_to_last_job=round(1000 * cpu_to_last_start / jobs, 2),
-            calls_per_job=round(sum(by_action.values()) / jobs, 3),
-            calls_per_job_by_action={a: round(n / jobs, 3) for a, n in sorted(by_action.items())},
-            error_responses=dict(sorted(failed.items())),
-            connections_opened=connections,
-            rss_idle_mib=round(idle_rss / 1024, 1),
-            rss_peak_mib=round(memory["VmHWM"] / 1024, 1),
-        )
+        figures.update(burst_figures(run, sent, usage, cpu_at_last_job, window))
+        figures["succeeded_in_log"] = daemon.log.succeeded
+        single = trickle(run, daemon) if cpu_at_last_job is not None else []
+        figures["dispatch_single"] = latency_figures(single)
+        figures["rss_peak_mib"] = round(proc_stats.memory_kib(daemon.pid)["VmHWM"] / 1024, 1)
     finally:
         figures["exit_status"] = daemon.stop()
         if daemon.hang:
             figures["hang"] = daemon.hang
-        daemon.log.poll()
+    return figures
+
+
+def burst_figures(
+    run: Run,
+    sent: dict[int, float],
+    usage: Usage,
+    cpu_at_last_job: float | None,
+    window: Window,
+) -> dict[str, Any]:
+    jobs = run.options.jobs
+    starts = run.started_jobs()
+    first_send = min(sent.values())
+    # Jobs write their line as they end: the last line is the last job's end.
+    last_end = max(starts.values(), default=first_send)
+    by_action, failed = calls_by_action(usage.calls)
+    figures: dict[str, Any] = {
+        "jobs": jobs,
+        "workers": run.workers,
+        "ran": len(starts),
+        "jobs_per_s": None,
+        "burst_seconds": round(last_end - first_send, 2),
+        "delete_tail_s": round(window.began + usage.seconds - last_end, 2),
+        "dispatch_burst": latency_figures([starts[i] - sent[i] for i in sent if i in starts]),
+        "cpu_ms_per_job": round(1000 * usage.cpu / jobs, 2),
+        "cpu_seconds": round(usage.cpu, 3),
+        "cpu_user_ms_per_job": round(1000 * usage.user / jobs, 2),
+        "cpu_system_ms_per_job": round(1000 * usage.system / jobs, 2),
+        "cpu_ms_per_job_to_last_job": None,
+        "calls_per_job": round(sum(by_action.values()) / jobs, 3),
+        "calls_per_job_by_action": {a: round(n / jobs, 3) for a, n in sorted(by_action.items())},
+        "error_responses": dict(sorted(failed.items())),
+        "connections_opened": usage.connections,
+    }
+    if cpu_at_last_job is not None:
+        figures["jobs_per_s"] = round(jobs / (last_end - first_send), 1)
+        to_last_job = cpu_at_last_job - window.began_cpu
+        figures["cpu_ms_per_job_to_last_job"] = round(1000 * to_last_job / jobs, 2)
     return figures
 
 
 def idle(run: Run) -> dict[str, Any]:
     daemon, figures = start_daemon(run)
-    seconds = run.options.idle_seconds
     try:
-        mark = run.aws.call_count()
-        cpu_before = proc_stats.cpu_seconds(daemon.pid)
         threads_before = proc_stats.threads(daemon.pid)
-        began = time.time()
-        time.sleep(seconds)
+        window = Window(run.aws, daemon.pid)
+        time.sleep(run.options.idle_seconds)
         threads_after = proc_stats.threads(daemon.pid)
-        cpu = proc_stats.cpu_seconds(daemon.pid) - cpu_before
-        elapsed = time.time() - began
-        calls = [c for c in run.aws.calls(mark) if c.at <= began + elapsed]
-        memory = proc_stats.memory_kib(daemon.pid)
-        names = thread_names(daemon.pid)
-        wakeups = {}
-        thread_ns = 0
-        for tid, after in sorted(threads_after.items()):
-            before = threads_before.get(tid)
-            if before is None:
-                continue
-            thread_ns += after.cpu_ns - before.cpu_ns
-            woke = after.voluntary - before.voluntary
-            wakeups[f"{tid} {names.get(tid, '?')}"] = round(60 * woke / elapsed, 1)
-        by_action, _ = calls_by_action(calls)
-        figures.update(
-            workers=run.workers,
-            idle_seconds=round(elapsed, 1),
-            idle_cpu_percent=round(100 * thread_ns / 1e9 / elapsed, 4),
-            idle_cpu_percent_ticks=round(100 * cpu / elapsed, 3),
-            calls_per_minute=round(60 * len(calls) / elapsed, 2),
-            calls_per_minute_by_action={
-                a: round(60 * n / elapsed, 2) for a, n in sorted(by_action.items())
-            },
-            threads=len(threads_after),
-            wakeups_per_minute=round(sum(wakeups.values()), 1),
-            wakeups_per_minute_by_thread=wakeups,
-            rss_idle_mib=round(memory["VmRSS"] / 1024, 1),
-            rss_peak_mib=round(memory["VmHWM"] / 1024, 1),
-        )
+        usage = window.close()
+        figures.update(idle_figures(usage, threads_before, threads_after, daemon.pid))
+        figures["workers"] = run.workers
     finally:
         figures["exit_status"] = daemon.stop()
         if daemon.hang:
             figures["hang"] = daemon.hang
-        daemon.log.poll()
     return figures
+
+
+def idle_figures(
+    usage: Usage,
+    before: dict[int, proc_stats.ThreadSample],
+    after: dict[int, proc_stats.ThreadSample],
+    pid: int,
+) -> dict[str, Any]:
+    seconds = usage.seconds
+    names = thread_names(pid)
+    wakeups = {}
+    thread_ns = 0
+    for tid, sample in sorted(after.items()):
+        if tid not in before:
+            continue
+        thread_ns += sample.cpu_ns - before[tid].cpu_ns
+        woke = sample.voluntary - before[tid].voluntary
+        # By name, so that runs of different daemons line up.
+        name = names.get(tid, f"thread {tid}")
+        if name in wakeups:
+            name = f"{name} ({tid})"
+        wakeups[name] = round(60 * woke / seconds, 1)
+    by_action, _ = calls_by_action(usage.calls)
+    memory = proc_stats.memory_kib(pid)
+    return {
+        "idle_seconds": round(seconds, 1),
+        # schedstat's nanoseconds: far finer than the 10 ms ticks of utime and stime.
+        "idle_cpu_percent": round(100 * thread_ns / 1e9 / seconds, 4),
+        "idle_cpu_percent_ticks": round(100 * usage.cpu / seconds, 3),
+        "calls_per_minute": round(60 * len(usage.calls) / seconds, 2),
+        "calls_per_minute_by_action": {
+            a: round(60 * n / seconds, 2) for a, n in sorted(by_action.items())
+        },
+        "threads": len(after),
+        "wakeups_per_minute": round(sum(wakeups.values()), 1),
+        "wakeups_per_minute_by_thread": wakeups,
+        "rss_idle_mib": round(memory["VmRSS"] / 1024, 1),
+        "rss_peak_mib": round(memory["VmHWM"] / 1024, 1),
+    }
 
 
 def run_scenario(scenario: Scenario, aws: Aws, options: Options) -> dict[str, Any]:
@@ -766,67 +814,68 @@ def render(report: dict[str, Any]) -> str:
         f"botocore {m['botocore']}, moto {m['moto']}",
         f"round trip {setup['latency_ms']} ms +- {setup['jitter_ms']} ms; daemon on cpus "
         f"{setup['daemon_cpus']}, moto and the proxy on {setup['aws_cpus']}",
-        "",
     ]
     bursts = [r for r in results if "cpu_ms_per_job" in r]
     if bursts:
-        out += table(
-            [
-                "scenario",
-                "jobs",
-                "workers",
-                "jobs/s",
-                "burst p50/p99 ms",
-                "single p50/p99 ms",
-                "CPU ms/job",
-                "calls/job",
-                "start-up s",
-                "RSS idle/peak MiB",
-            ],
-            [
-                [
-                    r["scenario"],
-                    str(r["jobs"]),
-                    str(r["workers"]),
-                    show(r["jobs_per_s"]),
-                    f"{show(r['dispatch_burst']['p50_ms'])}/{show(r['dispatch_burst']['p99_ms'])}",
-                    f"{show(r['dispatch_single']['p50_ms'])}/{show(r['dispatch_single']['p99_ms'])}",
-                    f"{r['cpu_ms_per_job']:.2f}",
-                    f"{r['calls_per_job']:.3f}",
-                    f"{r['startup_s']:.2f}",
-                    f"{r['rss_idle_mib']:.0f}/{r['rss_peak_mib']:.0f}",
-                ]
-                for r in bursts
-            ],
-        )
-        actions = sorted({a for r in bursts for a in r["calls_per_job_by_action"]})
-        out += ["", "AWS calls per job, by action"]
-        out += table(
-            ["scenario", *actions],
-            [
-                [
-                    r["scenario"],
-                    *(show(r["calls_per_job_by_action"].get(a), "{:.3f}") for a in actions),
-                ]
-                for r in bursts
-            ],
-        )
+        out += ["", *render_bursts(bursts)]
     for r in results:
         if "idle_cpu_percent" in r:
-            calls = ", ".join(f"{a} {n}" for a, n in r["calls_per_minute_by_action"].items())
-            out += [
-                "",
-                f"idle ({r['idle_seconds']:.0f} s, {r['workers']} workers, {r['threads']} threads): "
-                f"CPU {r['idle_cpu_percent']:.3f} % ({r['idle_cpu_percent_ticks']:.2f} % by ticks), "
-                f"{r['calls_per_minute']} AWS calls/min ({calls or 'none'}), "
-                f"{r['wakeups_per_minute']} wake-ups/min, RSS {r['rss_idle_mib']:.0f} MiB",
-            ]
-            busy = {t: n for t, n in r["wakeups_per_minute_by_thread"].items() if n}
-            out.append(
-                "  wake-ups/min by thread: "
-                + (", ".join(f"{t}: {n}" for t, n in busy.items()) or "none")
-            )
-    figures = measured(results)
+            out += ["", *render_idle(r)]
+    out += ["", "Issue 13's figures", *render_targets(measured(results))]
+    for r in results:
+        for error in r["errors"]:
+            out.append(f"ERROR {r['key']}: {error}")
+    return "\n".join(out)
+
+
+def render_bursts(bursts: list[dict[str, Any]]) -> list[str]:
+    def pair(figures: dict[str, Any]) -> str:
+        return f"{show(figures['p50_ms'])}/{show(figures['p99_ms'])}"
+
+    header = ["scenario", "jobs", "workers", "jobs/s", "burst p50/p99 ms", "single p50/p99 ms"]
+    header += ["CPU ms/job (user+sys)", "calls/job", "start-up s", "RSS idle/peak MiB"]
+    rows = [
+        [
+            r["scenario"],
+            str(r["jobs"]),
+            str(r["workers"]),
+            show(r["jobs_per_s"]),
+            pair(r["dispatch_burst"]),
+            pair(r["dispatch_single"]),
+            f"{r['cpu_ms_per_job']:.2f} ({r['cpu_user_ms_per_job']:.2f}"
+            f"+{r['cpu_system_ms_per_job']:.2f})",
+            f"{r['calls_per_job']:.3f}",
+            f"{r['startup_s']:.2f}",
+            f"{r['rss_idle_mib']:.0f}/{r['rss_peak_mib']:.0f}",
+        ]
+        for r in bursts
+    ]
+    actions = sorted({a for r in bursts for a in r["calls_per_job_by_action"]})
+    by_action = [
+        [r["scenario"], *(show(r["calls_per_job_by_action"].get(a), "{:.3f}") for a in actions)]
+        for r in bursts
+    ]
+    return [
+        *table(header, rows),
+        "",
+        "AWS calls per job, by action",
+        *table(["scenario", *actions], by_action),
+    ]
+
+
+def render_idle(r: dict[str, Any]) -> list[str]:
+    calls = ", ".join(f"{a} {n}" for a, n in r["calls_per_minute_by_action"].items())
+    busy = {t: n for t, n in r["wakeups_per_minute_by_thread"].items() if n}
+    return [
+        f"idle ({r['idle_seconds']:.0f} s, {r['workers']} workers, {r['threads']} threads): "
+        f"CPU {r['idle_cpu_percent']:.3f} % ({r['idle_cpu_percent_ticks']:.2f} % by ticks), "
+        f"{r['calls_per_minute']} AWS calls/min ({calls or 'none'}), "
+        f"{r['wakeups_per_minute']} wake-ups/min, RSS {r['rss_idle_mib']:.0f} MiB",
+        "  wake-ups/min by thread: " + (", ".join(f"{t}: {n}" for t, n in busy.items()) or "none"),
+    ]
+
+
+def render_targets(figures: dict[str, float | None]) -> list[str]:
     rows = []
     for key, target in TARGETS.items():
         value = figures[key]
@@ -841,12 +890,7 @@ def render(report: dict[str, Any]) -> str:
                 verdict,
             ]
         )
-    out += ["", "Issue 13's figures"]
-    out += table(["figure", "Go", "sqsjkr", "target", "unit", "verdict"], rows)
-    for r in results:
-        for error in r["errors"]:
-            out.append(f"ERROR {r['key']}: {error}")
-    return "\n".join(out)
+    return table(["figure", "Go", "sqsjkr", "target", "unit", "verdict"], rows)
 
 
 def pick_cpus(args: argparse.Namespace) -> tuple[set[int] | None, set[int] | None]:
@@ -882,6 +926,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--scenario", action="append", choices=list(SCENARIOS), help="repeatable; default: all"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every scenario this many times, interleaved; report medians (default 1)",
+    )
     parser.add_argument("--quick", action="store_true", help="fewer jobs, a shorter idle window")
     parser.add_argument("--timeout", type=float, default=300.0, help="per burst (default 300 s)")
     parser.add_argument(
@@ -903,9 +953,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.jobs = args.jobs or (60 if args.quick else 200)
     args.idle_seconds = args.idle_seconds or (15.0 if args.quick else 90.0)
     args.trickle = args.trickle if args.trickle is not None else (5 if args.quick else 20)
-    if args.jobs < 1 or args.workers < 1 or args.idle_seconds <= 0 or args.trickle < 0:
-        parser.error("--jobs and --workers must be at least 1, --idle-seconds above 0")
+    if min(args.jobs, args.workers, args.repeat) < 1 or args.idle_seconds <= 0 or args.trickle < 0:
+        parser.error("--jobs, --workers and --repeat must be at least 1, --idle-seconds above 0")
     return args
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One scenario's runs as one: the median of each number, every run's errors."""
+    combined = median_of(runs)
+    combined["errors"] = [error for run in runs for error in run["errors"]]
+    combined["profile"] = [run["profile"] for run in runs if "profile" in run]
+    return combined
+
+
+def median_of(values: list[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    first = present[0]
+    if isinstance(first, bool) or not isinstance(first, (int, float, dict)):
+        return first
+    if isinstance(first, dict):
+        keys = dict.fromkeys(k for v in present if isinstance(v, dict) for k in v)
+        return {k: median_of([v.get(k) for v in present if isinstance(v, dict)]) for k in keys}
+    numbers = [v for v in present if isinstance(v, (int, float))]
+    if all(isinstance(v, int) for v in numbers):
+        return statistics.median_low(numbers)
+    return round(statistics.median(numbers), 4)
+
+
+def summarize_profiles(results: list[dict[str, Any]]) -> dict[str, str]:
+    """Each profiled scenario's summary; its shares also go into its results."""
+    profiles = {}
+    for r in results:
+        if r.get("profile"):
+            profile = profile_summary.load([Path(path) for path in r["profile"]])
+            profiles[r["scenario"]] = profile_summary.render(profile)
+            r["profile_share_percent"] = {
+                where: round(100 * n / profile.samples, 1)
+                for where, n in profile.categories.most_common()
+            }
+    return profiles
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -930,17 +1018,21 @@ def main(argv: list[str] | None = None) -> int:
         profile_rate=args.profile_rate,
         daemon_command=args.daemon_command,
     )
+    keys = args.scenario or list(SCENARIOS)
+    runs: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
     try:
         with aws_side(aws_cpus, args.latency_ms, args.jitter_ms) as aws:
-            results = []
-            for key in args.scenario or SCENARIOS:
-                print(f"running {key} ...", file=sys.stderr, flush=True)
-                results.append(run_scenario(SCENARIOS[key], aws, options))
+            # Interleaved, so that a slow spell of a shared machine spreads over every scenario.
+            for n in range(args.repeat):
+                for key in keys:
+                    print(f"running {key} ({n + 1}/{args.repeat}) ...", file=sys.stderr, flush=True)
+                    runs[key].append(run_scenario(SCENARIOS[key], aws, options))
     finally:
         if args.keep:
             print(f"work directory kept: {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+    results = [median_run(runs[key]) for key in keys]
     report = {
         "machine": machine(),
         "setup": {
@@ -948,20 +1040,21 @@ def main(argv: list[str] | None = None) -> int:
             "jitter_ms": args.jitter_ms,
             "daemon_cpus": sorted(daemon_cpus) if daemon_cpus else None,
             "aws_cpus": sorted(aws_cpus) if aws_cpus else None,
+            "daemon_command": args.daemon_command,
         },
+        "repeat": args.repeat,
         "results": results,
+        "runs": runs if args.repeat > 1 else None,
         "targets": {
             key: {"go": t.go, "target": t.target, "unit": t.unit, "sqsjkr": value}
             for (key, t), value in zip(TARGETS.items(), measured(results).values(), strict=True)
         },
     }
+    profiles = summarize_profiles(results)
     print(json.dumps(report, indent=2) if args.json else render(report))
-    if args.profile:
-        for r in results:
-            if "profile" in r:
-                profile = profile_summary.load([Path(r["profile"])])
-                print(f"\nprofile of {r['scenario']} ({r['profile']}):", file=sys.stderr)
-                print(profile_summary.render(profile), file=sys.stderr)
+    for scenario, text in profiles.items():
+        # On stderr: stdout stays one JSON document with --json.
+        print(f"\nprofile of {scenario}:\n{text}", file=sys.stderr)
     return 1 if any(r["errors"] for r in results) else 0
 
 
