@@ -11,6 +11,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+HTTP = "HTTP: urllib3, http.client, sockets"
+
 #: The deepest botocore (or urllib3) frame of a stack says what the call was doing.
 BOTOCORE_FILES = [
     ("botocore/auth.py", "botocore: signing (SigV4)"),
@@ -19,9 +21,9 @@ BOTOCORE_FILES = [
     ("botocore/parsers.py", "botocore: response parsing"),
     ("botocore/regions.py", "botocore: endpoint resolution"),
     ("botocore/endpoint_provider.py", "botocore: endpoint resolution"),
-    ("botocore/httpsession.py", "HTTP: urllib3, http.client, sockets"),
-    ("urllib3/", "HTTP: urllib3, http.client, sockets"),
-    ("http/client.py", "HTTP: urllib3, http.client, sockets"),
+    ("botocore/httpsession.py", HTTP),
+    ("urllib3/", HTTP),
+    ("http/client.py", HTTP),
     ("botocore/retries/", "botocore: retry handling"),
     ("botocore/retryhandler.py", "botocore: retry handling"),
     ("botocore/hooks.py", "botocore: event hooks and handlers"),
@@ -33,8 +35,12 @@ BOTOCORE_FILES = [
     ("botocore/client.py", "botocore: client call overhead"),
 ]
 
-#: For stacks without botocore: the first match from the leaf up.
+#: For stacks without botocore (py-spy may cut a deep stack short): the first match from the
+#: leaf up.
 OTHER_FILES = [
+    ("urllib3/", HTTP),
+    ("http/client.py", HTTP),
+    ("email/", HTTP),  # http.client parses response headers with the email package
     ("subprocess.py", "subprocess: Popen, fork/exec, wait"),
     ("json/", "json (job messages)"),
     ("sqsjkr/observability/stats.py", "stats and stats server"),
@@ -64,6 +70,8 @@ class Frame:
 
 def categorize(frames: list[Frame]) -> str:
     """The part of the daemon's work a stack (root first) belongs to."""
+    if all(not f.file for f in frames):
+        return "no Python frame (thread start and exit, GC)"
     under_botocore = any(f.file.startswith("botocore/") for f in frames)
     if any(f.file.startswith("logging/") for f in frames):
         return "logging (botocore's)" if under_botocore else "logging"
@@ -111,10 +119,27 @@ def load(paths: list[Path]) -> Profile:
     return Profile(total, categories, leaves, inclusive)
 
 
+def part(category: str) -> str:
+    """The coarse part of a job's path a category belongs to."""
+    if category.startswith(("botocore", "HTTP", "logging (botocore")):
+        return "AWS calls (botocore and HTTP)"
+    if category.startswith(("subprocess", "sqsjkr: runner")):
+        return "running the command (subprocess, output)"
+    return category
+
+
 def render(profile: Profile, top: int = 12) -> str:
     if not profile.samples:
         return "no samples"
-    out = [f"{profile.samples} samples of the daemon on CPU", ""]
+    out = [f"{profile.samples} samples of the daemon holding the GIL", ""]
+    parts: Counter[str] = Counter()
+    for category, n in profile.categories.items():
+        parts[part(category)] += n
+    out.append(
+        "by part: "
+        + ", ".join(f"{name} {100 * n / profile.samples:.0f} %" for name, n in parts.most_common())
+    )
+    out.append("")
     width = max(len(c) for c in profile.categories)
     out.append(f"{'where':{width}}  samples  share")
     for category, n in profile.categories.most_common():
