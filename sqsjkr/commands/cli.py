@@ -15,9 +15,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from sqsjkr import __version__
 from sqsjkr.backends.aws import describe
 from sqsjkr.commands.crontab2tf import crontab2tf
+from sqsjkr.commands.history import history
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.run import local, run
 from sqsjkr.commands.send import send
+from sqsjkr.commands.status import status
 from sqsjkr.errors import SqsjkrError
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.
@@ -67,7 +69,7 @@ def cli() -> None:
     """SQS Job Kicker: run the jobs a schedule puts on an SQS queue, once, on one host of a fleet."""
 
 
-for command in (run, local, send, crontab2tf):
+for command in (run, local, send, crontab2tf, history, status):
     cli.add_command(command)
 
 

@@ -1,0 +1,208 @@
+"""`sqsjkr history`: an event's last runs, newest first, read from the run history in the lock table.
+
+It also holds what `sqsjkr status` shares with it: the options, the read-only store, time formats.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+from botocore.exceptions import ClientError
+
+from sqsjkr.backends.aws import error_code, make_client, make_session
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.commands.options import UsageFailure, conf_option, load, profile_option, region_option
+from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.run import RunRecord
+from sqsjkr.errors import ResourceMissingError, quote
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Units of the spans shown to operators, largest first; a span shows its two largest.
+_SPAN_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
+def store_options(command: F) -> F:
+    """The options `run` also has that say where the history is: config, table, account."""
+    for option in (
+        region_option,
+        profile_option,
+        click.option(
+            "--lock-table", metavar="NAME", help="DynamoDB table (overrides [lock] table)."
+        ),
+        conf_option,
+    ):
+        command = option(command)
+    return command
+
+
+@dataclass(frozen=True)
+class Store:
+    """The run history of a config's table, opened for reading, and the client under it."""
+
+    history: DynamoHistory
+    client: Any
+    table: str
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Name the table when it is not there (wrong --lock-table, region or account)."""
+        try:
+            yield
+        except ClientError as exc:
+            if error_code(exc) != "ResourceNotFoundException":
+                raise
+            raise ResourceMissingError(
+                f"DynamoDB table {self.table!r} not found (check [lock] table or --lock-table, "
+                "and the region)"
+            ) from exc
+
+
+def open_store(conf: str, lock_table: str | None, profile: str | None, region: str | None) -> Store:
+    """The history the config's daemons write; a usage error when the config turns it off."""
+    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    if config.history.backend == "none":
+        raise UsageFailure(
+            f'history is off in {conf} ([history] backend = "none"): no runs to show'
+        )
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    client = make_client(session, "dynamodb")
+    history = DynamoHistory(
+        client, config.lock.table, retention_seconds=config.history.retention.seconds
+    )
+    return Store(history, client, config.lock.table)
+
+
+def local_time(unix_seconds: float) -> str:
+    """A moment in the reader's local time, ISO 8601 to the second."""
+    return datetime.datetime.fromtimestamp(unix_seconds).replace(microsecond=0).isoformat()
+
+
+def format_span(seconds: float) -> str:
+    """A span in its two largest units, cut to whole seconds: "45s", "1h30m", "2d3h", "0s"."""
+    rest = max(0, int(seconds))
+    parts: list[str] = []
+    for name, size in _SPAN_UNITS:
+        count, rest = divmod(rest, size)
+        if count or parts:
+            parts.append(f"{count}{name}")
+        if len(parts) == 2:
+            break
+    return "".join(part for part in parts if not part.startswith("0")) or "0s"
+
+
+def format_duration(seconds: float) -> str:
+    """A run's duration or wait: tenths of a second under a minute, else as format_span."""
+    return f"{seconds:.1f}s" if abs(seconds) < 60 else format_span(seconds)
+
+
+def aligned(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as lines, each column as wide as its widest cell."""
+    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(map(len, rows)))]
+    return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+
+
+def ended_how(record: RunRecord) -> str:
+    """The exit code, the signal that ended the command, or "-" when no command ran."""
+    if record.exit_code is not None:
+        return str(record.exit_code)
+    if record.signal is not None:
+        try:
+            return signal.Signals(record.signal).name
+        except ValueError:
+            return f"signal {record.signal}"
+    return "-"
+
+
+HISTORY_HEADER = [
+    "ENDED",
+    "OUTCOME",
+    "EXIT",
+    "DURATION",
+    "QUEUE DELAY",
+    "LOCK WAIT",
+    "HOST",
+    "MESSAGE ID",
+    "ATTEMPT",
+]
+
+
+def history_row(record: RunRecord) -> list[str]:
+    outcome = record.outcome.value + ("" if record.final else " (not final)")
+    return [
+        local_time(record.ended_at),
+        outcome,
+        ended_how(record),
+        format_duration(record.duration),
+        format_duration(record.queue_delay),
+        format_duration(record.lock_wait),
+        record.host,
+        record.message_id,
+        str(record.attempt),
+    ]
+
+
+def history_lines(records: list[RunRecord], *, output: bool) -> list[str]:
+    """The table of runs; with output, each run's error and output tail indented under it."""
+    lines = aligned([HISTORY_HEADER, *map(history_row, records)])
+    if not output:
+        return lines
+    shown = lines[:1]
+    for line, record in zip(lines[1:], records, strict=True):
+        shown.append(line)
+        if record.error:
+            shown.append(f"    error: {record.error}")
+        tail = record.output.splitlines() or ["(no output kept)"]
+        shown += [f"    {text}" for text in tail]
+    return shown
+
+
+def record_json(record: RunRecord, *, output: bool) -> dict[str, Any]:
+    """A record as `--json` shows it: the store keeps the merged output only, and that on request."""
+    data = record.as_dict()
+    del data["stdout"], data["stderr"]
+    if not output:
+        del data["output"]
+    return data
+
+
+@click.command()
+@store_options
+@click.argument("event_id")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 100),
+    default=10,
+    show_default=True,
+    help="How many runs to show.",
+)
+@click.option("--output", is_flag=True, help="Show each run's output tail under it.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array of run records.")
+def history(
+    conf: str,
+    lock_table: str | None,
+    profile: str | None,
+    region: str | None,
+    event_id: str,
+    limit: int,
+    output: bool,
+    as_json: bool,
+) -> None:
+    """Show the last runs of EVENT_ID, newest first (read-only)."""
+    store = open_store(conf, lock_table, profile, region)
+    with store.reading():
+        records = store.history.runs(event_id, limit)
+    if not records:
+        raise click.ClickException(f"no runs of event {quote(event_id)} in table {store.table!r}")
+    if as_json:
+        click.echo(json.dumps([record_json(r, output=output) for r in records], indent=2))
+        return
+    for line in history_lines(records, output=output):
+        click.echo(line)

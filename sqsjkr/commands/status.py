@@ -1,0 +1,329 @@
+"""`sqsjkr status`: one line per event from the run history, and `--check`, a monitoring check plugin.
+
+The judging (failures in a row, the usual interval learned from past runs, ages) is plain functions.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import itertools
+import json
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import click
+from botocore.exceptions import BotoCoreError, ClientError
+
+from sqsjkr.backends.aws import describe
+from sqsjkr.backends.dedupe import THROTTLE_TYPE
+from sqsjkr.commands.history import (
+    Store,
+    aligned,
+    format_span,
+    local_time,
+    open_store,
+    record_json,
+    store_options,
+)
+from sqsjkr.commands.options import UsageFailure
+from sqsjkr.contract.duration import parse_duration
+from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
+from sqsjkr.errors import DurationError, SqsjkrError, quote
+
+#: How many of an event's last runs its usual interval is learned from.
+LEARN_FROM_RUNS = 20
+#: The fewest intervals (between three runs) a usual interval is learned from.
+MIN_INTERVALS = 2
+#: No success for this many usual intervals is critical: one missed run is not yet.
+MISSED_INTERVALS = 2
+
+
+class Level(enum.IntEnum):
+    """The exit codes and words of Nagios and Mackerel check plugins."""
+
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What the check says of one event."""
+
+    event_id: str
+    level: Level
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckPolicy:
+    """--max-failures and --max-age: when an event is critical."""
+
+    max_failures: int = 1
+    max_ages: Mapping[str, float] = field(default_factory=dict)  # seconds, by event_id
+
+
+@dataclass(frozen=True)
+class Running:
+    """A run the summary shows in progress; stale when the daemon that started it died."""
+
+    start: RunStart
+    stale: bool
+
+
+# -- judging ------------------------------------------------------------------------------------
+
+
+def learned_interval(runs: Sequence[RunRecord]) -> float | None:
+    """The event's usual interval: the median gap between the firings of its final runs.
+
+    None until there are MIN_INTERVALS gaps; a manual send between two firings moves a median
+    little, where it would halve a mean.
+    """
+    fired = sorted({run.sent_at for run in runs if run.final})
+    gaps = [later - earlier for earlier, later in itertools.pairwise(fired)]
+    return statistics.median(gaps) if len(gaps) >= MIN_INTERVALS else None
+
+
+def failures_text(count: int) -> str:
+    return f"{count} failure{'' if count == 1 else 's'} in a row"
+
+
+def age_problem(
+    summary: EventSummary,
+    runs: Callable[[], Sequence[RunRecord]],
+    policy: CheckPolicy,
+    now: float,
+) -> str | None:
+    """Why the event has gone too long without a success, or None; runs is read only if needed."""
+    explicit = policy.max_ages.get(summary.event_id)
+    past: Sequence[RunRecord] | None = None
+    if explicit is not None:
+        limit, why = explicit, f"max age {format_span(explicit)}"
+    else:
+        past = runs()
+        interval = learned_interval(past)
+        if interval is None:
+            return None
+        limit, why = MISSED_INTERVALS * interval, f"usual interval {format_span(interval)}"
+    if summary.last_success_at is not None:
+        age = now - summary.last_success_at
+        return f"no success for {format_span(age)} ({why})" if age > limit else None
+    past = runs() if past is None else past
+    if not past:
+        return None
+    age = now - min(run.ended_at for run in past)
+    return f"never succeeded, first run {format_span(age)} ago ({why})" if age > limit else None
+
+
+def judge(
+    summary: EventSummary,
+    runs: Callable[[], Sequence[RunRecord]],
+    policy: CheckPolicy,
+    now: float,
+) -> Finding:
+    """One event's verdict: critical for max_failures in a row or too long without a success,
+    a warning for fewer failures in a row."""
+    failures = summary.consecutive_failures
+    critical = []
+    if failures >= policy.max_failures:
+        critical.append(failures_text(failures))
+    too_old = age_problem(summary, runs, policy, now)
+    if too_old:
+        critical.append(too_old)
+    if critical:
+        return Finding(summary.event_id, Level.CRITICAL, tuple(critical))
+    if failures:
+        reason = f"{failures_text(failures)} (critical at {policy.max_failures})"
+        return Finding(summary.event_id, Level.WARNING, (reason,))
+    return Finding(summary.event_id, Level.OK)
+
+
+def judge_all(
+    summaries: Sequence[EventSummary],
+    runs_of: Callable[[str], Sequence[RunRecord]],
+    policy: CheckPolicy,
+    now: float,
+) -> list[Finding]:
+    """Every event's verdict, and a warning for each --max-age event the history does not know."""
+    findings = [judge(s, functools.partial(runs_of, s.event_id), policy, now) for s in summaries]
+    known = {s.event_id for s in summaries}
+    findings += [
+        Finding(event_id, Level.WARNING, ("no runs recorded (named by --max-age)",))
+        for event_id in policy.max_ages
+        if event_id not in known
+    ]
+    return findings
+
+
+def check_line(findings: Sequence[Finding], events: int) -> tuple[Level, str]:
+    """The check's level and its one line: the worst level, then every event not OK, worst first."""
+    bad = sorted((f for f in findings if f.level > Level.OK), key=lambda f: -f.level)
+    if not bad:
+        return Level.OK, f"SQSJKR OK - {events} event{'' if events == 1 else 's'}"
+    items = "; ".join(f"{f.event_id}: {', '.join(f.reasons)}" for f in bad)
+    return bad[0].level, f"SQSJKR {bad[0].level.name} - {items}"
+
+
+def parse_max_ages(values: Sequence[str]) -> dict[str, float]:
+    """--max-age EVENT=DURATION options, in seconds by event_id; days are allowed ("2d")."""
+    ages: dict[str, float] = {}
+    for value in values:
+        event_id, sep, text = value.rpartition("=")
+        if not sep or not event_id:
+            raise UsageFailure(f"--max-age {quote(value)}: expected EVENT=DURATION (nightly=2d)")
+        try:
+            seconds = parse_duration(text, days=True).seconds
+        except DurationError as exc:
+            raise UsageFailure(f"--max-age {quote(value)}: {exc}") from exc
+        if seconds <= 0:
+            raise UsageFailure(f"--max-age {quote(value)}: the duration must be positive")
+        if event_id in ages:
+            raise UsageFailure(f"--max-age names event {quote(event_id)} twice")
+        ages[event_id] = seconds
+    return ages
+
+
+# -- running now --------------------------------------------------------------------------------
+
+
+def claim_is_live(claim: Mapping[str, Any] | None, now: float) -> bool:
+    """Whether a job's dedupe claim is still leased: a daemon that died stops renewing it, and a
+    finished job's claim has no LeaseUntil."""
+    if not claim or "LeaseUntil" not in claim:
+        return False
+    return float(claim["LeaseUntil"]["N"]) >= now
+
+
+def running_now(store: Store, summary: EventSummary, now: float) -> list[Running]:
+    """The summary's runs in progress, each checked against its claim."""
+    running = []
+    for start in summary.running:
+        response = store.client.get_item(
+            TableName=store.table,
+            Key={"Id": {"S": start.message_id}, "Type": {"S": THROTTLE_TYPE}},
+            ConsistentRead=True,
+        )
+        running.append(Running(start, stale=not claim_is_live(response.get("Item"), now)))
+    return running
+
+
+# -- showing ------------------------------------------------------------------------------------
+
+
+def status_row(summary: EventSummary, running: Sequence[Running], now: float) -> list[str]:
+    last = summary.last_run
+    success = summary.last_success_at
+    row = [
+        summary.event_id,
+        f"{last.outcome.value} {local_time(last.ended_at)} on {last.host}"
+        if last
+        else "no run ended yet",
+        "never succeeded" if success is None else f"last success {format_span(now - success)} ago",
+        failures_text(summary.consecutive_failures),
+    ]
+    for run in running:
+        stale = " (stale)" if run.stale else ""
+        row.append(f"running on {run.start.host} since {local_time(run.start.started_at)}{stale}")
+    return row
+
+
+def status_json(summary: EventSummary, running: Sequence[Running], now: float) -> dict[str, Any]:
+    success = summary.last_success_at
+    return {
+        "event_id": summary.event_id,
+        "last_run": None
+        if summary.last_run is None
+        else record_json(summary.last_run, output=False),
+        "last_success_at": success,
+        "last_success_age": None if success is None else now - success,
+        "last_failure_at": summary.last_failure_at,
+        "consecutive_failures": summary.consecutive_failures,
+        "running": [{**asdict(run.start), "stale": run.stale} for run in running],
+    }
+
+
+def show_status(store: Store, *, as_json: bool, now: float) -> None:
+    with store.reading():
+        summaries = store.history.summaries()
+        running = [running_now(store, summary, now) for summary in summaries]
+    if as_json:
+        rows = [status_json(s, r, now) for s, r in zip(summaries, running, strict=True)]
+        click.echo(json.dumps(rows, indent=2))
+    elif not summaries:
+        click.echo(f"no runs recorded in table {store.table!r}", err=True)
+    else:
+        rows_text = [status_row(s, r, now) for s, r in zip(summaries, running, strict=True)]
+        for line in aligned(rows_text):
+            click.echo(line)
+
+
+def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Level:
+    """Print the check's one line; an AWS error that leaves the events unjudged is UNKNOWN."""
+    try:
+        store = open_()
+        with store.reading():
+            summaries = store.history.summaries()
+            findings = judge_all(
+                summaries,
+                lambda event_id: store.history.runs(event_id, LEARN_FROM_RUNS),
+                policy,
+                now,
+            )
+    except (BotoCoreError, ClientError, SqsjkrError) as exc:
+        message = describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else str(exc)
+        click.echo(f"SQSJKR UNKNOWN - {message}")
+        return Level.UNKNOWN
+    level, line = check_line(findings, len(summaries))
+    click.echo(line)
+    return level
+
+
+@click.command()
+@store_options
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, an object per event.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Monitoring check: one line, exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.",
+)
+@click.option(
+    "--max-failures",
+    type=click.IntRange(min=1),
+    help="With --check: this many final failures in a row are critical (default 1).",
+)
+@click.option(
+    "--max-age",
+    "max_ages",
+    multiple=True,
+    metavar="EVENT=DURATION",
+    help="With --check: EVENT is critical without a success for this long (e.g. nightly=2d); "
+    "repeat. Other events: twice their usual interval, learned from their history.",
+)
+def status(
+    conf: str,
+    lock_table: str | None,
+    profile: str | None,
+    region: str | None,
+    as_json: bool,
+    check: bool,
+    max_failures: int | None,
+    max_ages: tuple[str, ...],
+) -> int:
+    """Show each event's last run, last success, failures in a row and runs in progress (read-only)."""
+    if not check and (max_failures is not None or max_ages):
+        raise UsageFailure("--max-failures and --max-age only apply with --check")
+    if check and as_json:
+        raise UsageFailure("--check prints one line; give --check or --json, not both")
+    policy = CheckPolicy(max_failures or 1, parse_max_ages(max_ages))
+    if check:
+        # A bad config stays a usage error (exit 2); AWS errors are the check's UNKNOWN.
+        opened = functools.partial(open_store, conf, lock_table, profile, region)
+        return int(run_check(opened, policy, time.time()))
+    show_status(open_store(conf, lock_table, profile, region), as_json=as_json, now=time.time())
+    return 0

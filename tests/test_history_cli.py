@@ -1,0 +1,540 @@
+"""`sqsjkr history` and `sqsjkr status` (with --check): the judging as plain functions, and the
+commands end to end against the moto server, on records written with DynamoHistory itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sqsjkr.backends.dedupe import DynamoDedupe
+from sqsjkr.backends.history import DynamoHistory, MemoryHistory
+from sqsjkr.commands.cli import main
+from sqsjkr.commands.history import format_span, local_time
+from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.status import (
+    CheckPolicy,
+    Finding,
+    Level,
+    check_line,
+    claim_is_live,
+    judge,
+    judge_all,
+    learned_interval,
+    parse_max_ages,
+)
+from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
+
+from .conftest import Aws, config_text, sqsjkr_argv
+
+HOUR = 3600.0
+NOW = 1_750_000_000.0  # the injected "now" of the unit tests
+
+
+def record(
+    event_id: str,
+    sent_at: float,
+    outcome: RunOutcome = RunOutcome.SUCCEEDED,
+    *,
+    duration: float = 2.0,
+    **fields: Any,
+) -> RunRecord:
+    """A run fired at sent_at that started a second later and took duration."""
+    started = sent_at + 1.0
+    values: dict[str, Any] = {
+        "event_id": event_id,
+        "message_id": str(uuid.uuid4()),
+        "host": "batch1",
+        "owner": "batch1:100:abc",
+        "command": "run-it",
+        "sent_at": sent_at,
+        "claimed_at": sent_at + 0.5,
+        "started_at": started,
+        "ended_at": started + duration,
+        "outcome": outcome,
+        "version": "test",
+        "exit_code": 0 if outcome is RunOutcome.SUCCEEDED else 1,
+    }
+    return RunRecord(**{**values, **fields})
+
+
+def hourly(event_id: str, count: int, last_fired: float, *failed: int) -> list[RunRecord]:
+    """count hourly runs, the last fired at last_fired; the runs at the indexes failed failed."""
+    first = last_fired - (count - 1) * HOUR
+    return [
+        record(
+            event_id,
+            first + i * HOUR,
+            RunOutcome.ERRORED if i in failed else RunOutcome.SUCCEEDED,
+        )
+        for i in range(count)
+    ]
+
+
+def memory(*records: RunRecord) -> MemoryHistory:
+    history = MemoryHistory()
+    for run in records:
+        history.finished(run)
+    return history
+
+
+def judged(history: MemoryHistory, policy: CheckPolicy | None = None, now: float = NOW) -> Finding:
+    (summary,) = history.summaries()
+    return judge(summary, lambda: history.runs(summary.event_id, 20), policy or CheckPolicy(), now)
+
+
+# -- the plain functions ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0s"),
+        (-5, "0s"),
+        (45.9, "45s"),
+        (60, "1m"),
+        (90, "1m30s"),
+        (3 * HOUR, "3h"),
+        (3 * HOUR + 61, "3h1m"),
+        (2 * 86400 + 3 * HOUR + 59, "2d3h"),
+        (86400, "1d"),
+    ],
+)
+def test_spans_show_their_two_largest_units(seconds: float, text: str) -> None:
+    assert format_span(seconds) == text
+
+
+def test_the_usual_interval_is_the_median_gap_between_final_runs() -> None:
+    runs = hourly("ev", 6, NOW)
+    # A manual send half way between two firings, and a run that a shutdown stopped (it runs
+    # again with the same firing time): neither moves the interval.
+    manual = record("ev", NOW - 1.5 * HOUR)
+    stopped = record("ev", NOW - 4 * HOUR, RunOutcome.STOPPED, final=False)
+    assert learned_interval([*runs, manual, stopped]) == HOUR
+    assert learned_interval(hourly("ev", 3, NOW)) == HOUR
+
+
+def test_no_interval_is_learned_from_fewer_than_three_runs() -> None:
+    assert learned_interval(hourly("ev", 2, NOW)) is None
+    # Two final runs and a non-final one are still two firings.
+    runs = [*hourly("ev", 2, NOW), record("ev", NOW - 5 * HOUR, final=False)]
+    assert learned_interval(runs) is None
+
+
+def test_no_success_for_twice_the_learned_interval_is_critical() -> None:
+    history = memory(*hourly("ev", 6, NOW - 3 * HOUR))
+    finding = judged(history)
+    assert finding.level is Level.CRITICAL
+    assert finding.reasons == ("no success for 2h59m (usual interval 1h)",)
+    assert judged(history, now=NOW - 1.5 * HOUR).level is Level.OK
+
+
+def test_an_event_without_a_learned_interval_is_not_judged_by_age() -> None:
+    history = memory(*hourly("ev", 2, NOW - 30 * 86400))
+    assert judged(history).level is Level.OK
+
+
+def test_one_final_failure_is_critical_by_default() -> None:
+    finding = judged(memory(*hourly("ev", 4, NOW, 3)))
+    assert finding == Finding("ev", Level.CRITICAL, ("1 failure in a row",))
+
+
+def test_fewer_failures_in_a_row_than_max_failures_is_a_warning() -> None:
+    # (A day's --max-age, so that the hours without a success do not count here.)
+    policy = CheckPolicy(max_failures=3, max_ages={"ev": 86400.0})
+    two = judged(memory(*hourly("ev", 5, NOW, 3, 4)), policy)
+    assert two == Finding("ev", Level.WARNING, ("2 failures in a row (critical at 3)",))
+    three = judged(memory(*hourly("ev", 5, NOW, 2, 3, 4)), policy)
+    assert three == Finding("ev", Level.CRITICAL, ("3 failures in a row",))
+    # A success in between starts the count again.
+    assert judged(memory(*hourly("ev", 5, NOW, 1, 2, 4)), policy).level is Level.WARNING
+
+
+def test_a_failure_that_is_not_final_is_not_counted() -> None:
+    stopped = record("ev", NOW + 60, RunOutcome.STOPPED, final=False)
+    assert judged(memory(*hourly("ev", 4, NOW), stopped)).level is Level.OK
+
+
+def test_an_explicit_max_age_overrides_the_learned_interval() -> None:
+    history = memory(*hourly("ev", 6, NOW - 3 * HOUR))
+    lenient = CheckPolicy(max_ages={"ev": 86400.0})
+    assert judged(history, lenient).level is Level.OK
+    strict = CheckPolicy(max_ages={"ev": 30 * 60.0})
+    # Applies without a learned interval too.
+    one_run = memory(record("ev", NOW - 45 * 60))
+    finding = judged(one_run, strict)
+    assert finding.level is Level.CRITICAL
+    assert finding.reasons[0].startswith("no success for 44m")
+    assert finding.reasons[0].endswith("(max age 30m)")
+
+
+def test_an_event_that_never_succeeded_is_judged_from_its_first_run() -> None:
+    failing = memory(*hourly("ev", 3, NOW - 10 * 60, 0, 1, 2))  # the first fired 2h10m ago
+    patient = CheckPolicy(max_failures=5)
+    finding = judged(failing, patient)
+    assert finding.level is Level.CRITICAL
+    assert finding.reasons == ("never succeeded, first run 2h9m ago (usual interval 1h)",)
+    # Within its --max-age of its first run: only a warning for the failures so far.
+    lenient = replace(patient, max_ages={"ev": 86400.0})
+    assert judged(failing, lenient).level is Level.WARNING
+    strict = replace(patient, max_ages={"ev": 2 * HOUR})
+    assert judged(failing, strict).reasons == ("never succeeded, first run 2h9m ago (max age 2h)",)
+    # As many failures as max_failures is critical whatever the age.
+    assert judged(failing, replace(lenient, max_failures=3)).reasons == ("3 failures in a row",)
+
+
+def test_max_age_naming_an_event_without_runs_is_a_warning() -> None:
+    history = memory(*hourly("ev", 3, NOW))
+    policy = CheckPolicy(max_ages={"typo": 86400.0})
+    findings = judge_all(history.summaries(), lambda e: history.runs(e, 20), policy, NOW)
+    assert findings[-1] == Finding(
+        "typo", Level.WARNING, ("no runs recorded (named by --max-age)",)
+    )
+    assert check_line(findings, 1) == (
+        Level.WARNING,
+        "SQSJKR WARNING - typo: no runs recorded (named by --max-age)",
+    )
+
+
+def test_the_check_line_puts_the_worst_first() -> None:
+    findings = [
+        Finding("a", Level.OK),
+        Finding("b", Level.WARNING, ("1 failure in a row (critical at 2)",)),
+        Finding("c", Level.CRITICAL, ("3 failures in a row", "no success for 2d3h (max age 1d)")),
+    ]
+    assert check_line(findings, 3) == (
+        Level.CRITICAL,
+        "SQSJKR CRITICAL - c: 3 failures in a row, no success for 2d3h (max age 1d); "
+        "b: 1 failure in a row (critical at 2)",
+    )
+    assert check_line(findings[:1], 1) == (Level.OK, "SQSJKR OK - 1 event")
+    assert check_line([], 0) == (Level.OK, "SQSJKR OK - 0 events")
+
+
+def test_max_ages_parse_with_days() -> None:
+    assert parse_max_ages(["nightly=2d", "a=b=90m"]) == {"nightly": 2 * 86400.0, "a=b": 5400.0}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("nightly", "expected EVENT=DURATION"),
+        ("=1h", "expected EVENT=DURATION"),
+        ("nightly=2x", 'unknown unit "x"'),
+        ("nightly=0s", "must be positive"),
+    ],
+)
+def test_bad_max_ages_are_usage_errors_naming_the_option(value: str, message: str) -> None:
+    with pytest.raises(UsageFailure, match=f"--max-age .*{message}"):
+        parse_max_ages([value])
+
+
+def test_a_claim_is_live_only_while_leased() -> None:
+    assert claim_is_live({"LeaseUntil": {"N": str(NOW + 1)}}, NOW)
+    assert not claim_is_live({"LeaseUntil": {"N": str(NOW - 1)}}, NOW)
+    assert not claim_is_live({"Owner": {"S": "x"}}, NOW)  # finished
+    assert not claim_is_live(None, NOW)  # gone
+
+
+# -- the commands, against the moto server ------------------------------------------------------
+
+
+@pytest.fixture
+def conf(tmp_path: Path, aws: Aws) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(config_text(aws, stats="stats_port = 0"))
+    return path
+
+
+def store(aws: Aws) -> DynamoHistory:
+    return DynamoHistory(aws.dynamodb, aws.table, retention_seconds=30 * 86400)
+
+
+def write(aws: Aws, *records: RunRecord) -> None:
+    history = store(aws)
+    for run in records:
+        history.finished(run)
+
+
+def sqsjkr(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`sqsjkr ARGS` in this process, by the entry point: (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    captured = capsys.readouterr()
+    return int(exited.value.code or 0), captured.out, captured.err
+
+
+def table_items(aws: Aws) -> list[dict[str, Any]]:
+    return sorted(
+        aws.dynamodb.scan(TableName=aws.table, ConsistentRead=True)["Items"],
+        key=lambda item: (item["Id"]["S"], item["Type"]["S"]),
+    )
+
+
+def test_history_lists_runs_newest_first(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    runs = hourly("nightly", 3, now - HOUR, 1)
+    killed = record("nightly", now - 10, RunOutcome.TIMED_OUT, exit_code=None, signal=15)
+    killed = replace(killed, lock_wait=75.0, attempt=2, host="batch2")
+    write(aws, *runs, killed)
+    code, out, err = sqsjkr(capsys, "history", "-c", str(conf), "nightly")
+    assert (code, err) == (0, "")
+    header, *lines = out.splitlines()
+    assert header.split() == [
+        *["ENDED", "OUTCOME", "EXIT", "DURATION", "QUEUE", "DELAY", "LOCK", "WAIT"],
+        *["HOST", "MESSAGE", "ID", "ATTEMPT"],
+    ]
+    assert [line.split()[0] for line in lines] == [
+        local_time(r.ended_at) for r in (killed, *reversed(runs))
+    ]
+    assert lines[0].split()[1:] == [
+        *["timed_out", "SIGTERM", "2.0s", "1.0s", "1m15s", "batch2", killed.message_id, "2"]
+    ]
+    assert lines[2].split()[1:3] == ["errored", "1"]
+    code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), "nightly", "--limit", "2")
+    assert len(out.splitlines()) == 3
+
+
+def test_history_shows_output_tails_on_request(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    quiet = record("report", now - 100)
+    loud = record("report", now - 50, RunOutcome.ERRORED, output="line one\nboom\n")
+    write(aws, quiet, loud)
+    _, plain, _ = sqsjkr(capsys, "history", "-c", str(conf), "report")
+    assert "boom" not in plain
+    code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), "report", "--output")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1].startswith(local_time(loud.ended_at))
+    assert lines[2:4] == ["    line one", "    boom"]
+    assert lines[4].startswith(local_time(quiet.ended_at))
+    assert lines[5:] == ["    (no output kept)"]
+
+
+def test_history_json_is_an_array_of_records(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    loud = record("report", time.time() - 50, RunOutcome.ERRORED, output="boom\n")
+    write(aws, loud)
+    code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), "report", "--json")
+    assert code == 0
+    expected = loud.as_dict()
+    for name in ("output", "stdout", "stderr"):
+        del expected[name]
+    assert json.loads(out) == [expected]
+    _, out, _ = sqsjkr(capsys, "history", "-c", str(conf), "report", "--json", "--output")
+    assert json.loads(out)[0]["output"] == "boom\n"
+    assert RunRecord.from_dict(json.loads(out)[0]) == replace(loud, stdout="", stderr="")
+
+
+def test_history_of_an_unknown_event_fails(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(aws, record("nightly", time.time() - 50))
+    code, out, err = sqsjkr(capsys, "history", "-c", str(conf), "nighty")
+    assert (code, out) == (1, "")
+    assert err == f'sqsjkr: no runs of event "nighty" in table {aws.table!r}\n'
+
+
+def test_status_shows_each_event_and_what_runs_now(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    write(aws, *hourly("hourly", 4, now - 3 * HOUR - 30), *hourly("nightly", 2, now - HOUR, 0, 1))
+    dedupe = DynamoDedupe(aws.dynamodb, aws.table, retention_seconds=86400, lease_seconds=60)
+    live = dedupe.claim("m-live").lease
+    assert live is not None
+    dead = DynamoDedupe(aws.dynamodb, aws.table, retention_seconds=86400, lease_seconds=-60)
+    dead.claim("m-expired")
+    history = store(aws)
+    for message_id, host in [("m-live", "b1"), ("m-expired", "b2"), ("m-gone", "b3")]:
+        start = RunStart("hourly", message_id, host, "o", now - 60, now - 61, "run-it")
+        history.started(start)
+    code, out, err = sqsjkr(capsys, "status", "-c", str(conf))
+    assert (code, err) == (0, "")
+    hourly_line, nightly_line = out.splitlines()
+    since = local_time(now - 60)
+    assert hourly_line.split()[0] == "hourly"
+    assert f"running on b1 since {since}" in hourly_line
+    assert f"running on b1 since {since} (stale)" not in hourly_line
+    assert f"running on b2 since {since} (stale)" in hourly_line
+    assert f"running on b3 since {since} (stale)" in hourly_line
+    assert " succeeded " in hourly_line
+    assert "last success 3h ago" in hourly_line
+    assert "0 failures in a row" in hourly_line
+    assert nightly_line.startswith("nightly ")
+    assert " errored " in nightly_line and " on batch1 " in nightly_line
+    assert "never succeeded" in nightly_line and "2 failures in a row" in nightly_line
+    assert "running" not in nightly_line
+
+
+def test_status_json_has_an_object_per_event(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    runs = hourly("hourly", 2, now - HOUR)
+    write(aws, *runs)
+    start = RunStart("hourly", "m-gone", "b3", "o", now - 60, now - 61, "run-it", attempt=2)
+    store(aws).started(start)
+    code, out, _ = sqsjkr(capsys, "status", "-c", str(conf), "--json")
+    assert code == 0
+    (event,) = json.loads(out)
+    age = event.pop("last_success_age")
+    assert now - runs[-1].ended_at <= age < time.time() - runs[-1].ended_at + 1
+    last = runs[-1].as_dict()
+    for name in ("output", "stdout", "stderr"):
+        del last[name]
+    assert event == {
+        "event_id": "hourly",
+        "last_run": last,
+        "last_success_at": pytest.approx(runs[-1].ended_at, abs=1e-3),
+        "last_failure_at": None,
+        "consecutive_failures": 0,
+        "running": [
+            {
+                "event_id": "hourly",
+                "message_id": "m-gone",
+                "host": "b3",
+                "owner": "o",
+                "started_at": now - 60,
+                "sent_at": now - 61,
+                "command": "run-it",
+                "lock_id": None,
+                "receive_count": 1,
+                "attempt": 2,
+                "stale": True,
+            }
+        ],
+    }
+
+
+def test_status_of_an_empty_table(aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert sqsjkr(capsys, "status", "-c", str(conf)) == (
+        0,
+        "",
+        f"no runs recorded in table {aws.table!r}\n",
+    )
+    assert sqsjkr(capsys, "status", "-c", str(conf), "--json") == (0, "[]\n", "")
+    assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (0, "SQSJKR OK - 0 events\n", "")
+
+
+def check(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed `sqsjkr status --check ARGS`, as a monitoring agent runs it."""
+    return subprocess.run(
+        sqsjkr_argv("status", "--check", *args),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
+
+
+def test_check_learns_each_events_interval(aws: Aws, conf: Path) -> None:
+    now = time.time()
+    # Half a minute off the hour, so the ages shown do not move while the test runs.
+    late, fine = hourly("late", 6, now - 3 * HOUR - 30), hourly("fine", 6, now - 1.5 * HOUR - 30)
+    write(aws, *late, *fine)
+    result = check("-c", str(conf))
+    assert (result.returncode, result.stderr) == (2, "")
+    assert result.stdout == "SQSJKR CRITICAL - late: no success for 3h (usual interval 1h)\n"
+    result = check("-c", str(conf), "--max-age", "late=4h", "--max-age", "fine=1h")
+    assert (result.returncode, result.stderr) == (2, "")
+    assert result.stdout == "SQSJKR CRITICAL - fine: no success for 1h30m (max age 1h)\n"
+    result = check("-c", str(conf), "--max-age", "late=4h")
+    assert (result.returncode, result.stdout) == (0, "SQSJKR OK - 2 events\n")
+
+
+def test_check_counts_failures_in_a_row(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    # The usual interval is 1h10m (the median gap), and the last success 1h30m ago is within
+    # twice that: only the failures count.
+    fired = [now - 3 * HOUR, now - 1.5 * HOUR, now - 20 * 60, now - 10 * 60]
+    outcomes = [RunOutcome.SUCCEEDED] * 2 + [RunOutcome.ERRORED] * 2
+    write(aws, *(record("flaky", t, o) for t, o in zip(fired, outcomes, strict=True)))
+    assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (
+        2,
+        "SQSJKR CRITICAL - flaky: 2 failures in a row\n",
+        "",
+    )
+    args = ["status", "-c", str(conf), "--check", "--max-failures", "3", "--max-age", "nope=1d"]
+    assert sqsjkr(capsys, *args) == (
+        1,
+        "SQSJKR WARNING - flaky: 2 failures in a row (critical at 3); "
+        "nope: no runs recorded (named by --max-age)\n",
+        "",
+    )
+
+
+def test_an_aws_error_is_unknown_to_the_check_and_one_line_to_the_rest(
+    aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0").replace(aws.table, "no-such-table"))
+    missing = "DynamoDB table 'no-such-table' not found (check [lock] table or --lock-table"
+    result = check("-c", str(conf))
+    assert (result.returncode, result.stderr) == (3, "")
+    assert result.stdout.startswith(f"SQSJKR UNKNOWN - {missing}")
+    assert result.stdout.count("\n") == 1
+    for args in (["status"], ["history", "nightly"]):
+        code, out, err = sqsjkr(capsys, *args, "-c", str(conf))
+        assert (code, out) == (1, "")
+        assert err.startswith(f"sqsjkr: error: {missing}") and err.count("\n") == 1
+
+
+def test_commands_refuse_a_config_with_history_off(
+    aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0") + '\n[history]\nbackend = "none"\n')
+    for args in (["status"], ["status", "--check"], ["history", "nightly"]):
+        code, out, err = sqsjkr(capsys, *args, "-c", str(conf))
+        assert (code, out) == (2, "")
+        assert (
+            err
+            == f'sqsjkr: history is off in {conf} ([history] backend = "none"): no runs to show\n'
+        )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-age", "a=1h"], "--max-failures and --max-age only apply with --check"),
+        (["--max-failures", "2"], "--max-failures and --max-age only apply with --check"),
+        (["--check", "--json"], "give --check or --json, not both"),
+        (["--check", "--max-age", "a"], '--max-age "a": expected EVENT=DURATION'),
+    ],
+)
+def test_status_refuses_options_that_do_not_go_together(
+    conf: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    code, out, err = sqsjkr(capsys, "status", "-c", str(conf), *args)
+    assert (code, out) == (2, "")
+    assert message in err and err.count("\n") == 1
+
+
+def test_the_commands_only_read(aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    now = time.time()
+    write(aws, *hourly("hourly", 4, now - 3 * HOUR, 3))
+    store(aws).started(RunStart("hourly", "m-gone", "b3", "o", now - 60, now - 61, "run-it"))
+    before = table_items(aws)
+    for args in (
+        ["history", "hourly", "--output"],
+        ["status"],
+        ["status", "--json"],
+        ["status", "--check"],
+    ):
+        sqsjkr(capsys, *args, "-c", str(conf))
+    assert table_items(aws) == before
