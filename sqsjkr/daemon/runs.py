@@ -110,6 +110,9 @@ class RunProgress:
             else:
                 exit_code = result.exit_code
         output = result.output if result is not None else None
+        started = self.started_at
+        if result is not None and result.start_error is not None:
+            started = None  # the command never ran
         return RunRecord(
             event_id=self.job.event_id,
             message_id=self.job.message_id,
@@ -122,7 +125,7 @@ class RunProgress:
             outcome=ending.run,
             version=__version__,
             lock_id=self.job.lock_id,
-            started_at=self.started_at,
+            started_at=started,
             lock_wait=self.lock_wait,
             exit_code=exit_code,
             signal=signal,

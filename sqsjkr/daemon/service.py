@@ -38,6 +38,7 @@ from sqsjkr.daemon.loop import Kicker, KickerSettings
 from sqsjkr.daemon.runner import ShellRunner
 from sqsjkr.errors import StartupError
 from sqsjkr.observability.notify import Notifier
+from sqsjkr.observability.report import Reporter
 from sqsjkr.observability.stats import Stats, StatsServer
 
 log = logging.getLogger("sqsjkr.service")
@@ -78,11 +79,13 @@ def serve(
         if connected is None:
             return  # stopped while starting
         source = connected.source
+        reporter = Reporter(config.report)
         kicker = Kicker(
             source,
             dedupe=connected.dedupe,
             locker=connected.locker,
             history=connected.history,
+            listener=reporter,
             runner=ShellRunner(
                 kill_grace=config.kicker.kill_grace.seconds,
                 tail_bytes=config.history.output_tail,
@@ -109,7 +112,12 @@ def serve(
             timing.visibility,
             "on receive (at-most-once)" if timing.delete_on_receive else "when jobs finish",
         )
-        kicker.run(stop, force)
+        reporter.start()
+        try:
+            kicker.run(stop, force)
+        finally:
+            # After the drain: the last runs' reports get [report] timeout to go out.
+            reporter.close()
     finally:
         server.close()
 

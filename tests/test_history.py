@@ -1,0 +1,280 @@
+"""Every run recorded, end to end: the real daemon against moto writes run records and summaries,
+feeds reporters, and `sqsjkr history`/`status` read them back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sqsjkr import __version__
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.contract.run import RunOutcome, RunRecord
+
+from .conftest import Aws, Start, config_text, counted, free_port, sqsjkr_argv, wait_until
+
+GO_LOCK = {"Id": {"S": "held"}, "Type": {"S": "lock"}, "EventId": {"S": "go-daemon"}}
+
+
+def daemon_with(
+    start: Start, tmp_path: Path, aws: Aws, extra: str = "", **kicker: Any
+) -> tuple[Any, int, Path]:
+    """The daemon on a config for aws with extra sections appended; (daemon, stats port, conf)."""
+    port = free_port()
+    conf = tmp_path / f"config-{port}.toml"
+    conf.write_text(config_text(aws, stats=f"stats_port = {port}", **kicker) + extra)
+    return start("run", "-c", str(conf)), port, conf
+
+
+def runs(aws: Aws, event_id: str) -> list[RunRecord]:
+    return DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1).runs(event_id, 50)
+
+
+def items_of_type(aws: Aws, prefix: str) -> list[dict[str, Any]]:
+    items = aws.dynamodb.scan(TableName=aws.table)["Items"]
+    return [i for i in items if i["Type"]["S"].startswith(prefix)]
+
+
+def test_each_outcome_leaves_a_record_with_its_fields(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    aws.dynamodb.put_item(TableName=aws.table, Item=GO_LOCK)
+    sent = {
+        "ok": aws.send({"command": "echo out; echo err >&2", "event_id": "ok", "lock_id": "ok"}),
+        "bad": aws.send({"command": "exit 3", "event_id": "bad"}),
+        "slow": aws.send({"command": "sleep 30", "event_id": "slow", "timeout": "1s"}),
+        "late": aws.send({"command": "true", "event_id": "late", "life_time": 1}, delay=2),
+        "held": aws.send(
+            {"command": "true", "event_id": "held", "lock_id": "held", "abort_if_locked": True}
+        ),
+        "killed": aws.send({"command": "kill -9 $$", "event_id": "killed"}),
+        "huge": aws.send({"command": "echo " + "x" * 200_000, "event_id": "huge"}),
+    }
+    daemon, port, _ = daemon_with(start_daemon, tmp_path, aws, kill_grace="1s")
+    wait_until(counted(port, succeeded=1, errored=3, failed=3), timeout=30, what="all 7 ended")
+    assert daemon.stop() == 0
+    expected = {
+        "ok": RunOutcome.SUCCEEDED,
+        "bad": RunOutcome.ERRORED,
+        "slow": RunOutcome.TIMED_OUT,
+        "late": RunOutcome.CANCELLED,
+        "held": RunOutcome.ABORTED,
+        "killed": RunOutcome.ERRORED,
+        "huge": RunOutcome.FAILED_TO_START,
+    }
+    for event, outcome in expected.items():
+        [record] = runs(aws, event)
+        assert record.outcome is outcome, event
+        assert record.message_id == sent[event] and record.final
+        assert record.host and record.owner.startswith(f"{record.host}:{daemon.proc.pid}:")
+        assert record.version == __version__ and record.receive_count == 1
+        assert record.sent_at <= record.claimed_at <= record.ended_at
+    ok = runs(aws, "ok")[0]
+    assert ok.lock_id == "ok" and ok.exit_code == 0 and ok.signal is None
+    assert ok.started_at is not None and ok.queue_delay == ok.started_at - ok.sent_at
+    assert ok.duration == ok.ended_at - ok.started_at and ok.lock_wait >= 0
+    assert sorted(ok.output.split()) == ["err", "out"]
+    assert runs(aws, "bad")[0].exit_code == 3
+    assert runs(aws, "killed")[0].signal == 9 and runs(aws, "killed")[0].exit_code is None
+    for event in ("late", "held", "huge"):
+        assert runs(aws, event)[0].started_at is None  # no command ran
+    assert "life_time" in (runs(aws, "late")[0].error or "")
+    assert runs(aws, "huge")[0].error == "Argument list too long"
+    assert len(runs(aws, "huge")[0].command) < 4200  # the record keeps a cut command
+
+
+def test_a_run_stopped_by_a_shutdown_is_recorded_as_not_final(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    daemon, _, _ = daemon_with(start_daemon, tmp_path, aws, shutdown_timeout="0s")
+    aws.send({"command": "touch started; sleep 60", "event_id": "long"})
+    wait_until((tmp_path / "started").exists, what="job running")
+    assert daemon.stop() == 0
+    [record] = runs(aws, "long")
+    assert record.outcome is RunOutcome.STOPPED and not record.final
+    assert record.signal == 15  # SIGTERM to its process group
+
+
+def test_output_tail_is_bounded_on_a_job_printing_megabytes(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    extra = "\n[history]\noutput_tail = 1000\n"
+    daemon, port, _ = daemon_with(start_daemon, tmp_path, aws, extra)
+    # Five megabytes in long lines (cut for the log at 16 KiB), then a last short line.
+    aws.send({"command": "head -c 5000000 /dev/zero | tr '\\0' x; echo; echo the-end",
+              "event_id": "loud"})  # fmt: skip
+    wait_until(counted(port, succeeded=1), timeout=30, what="the loud job")
+    assert daemon.stop() == 0
+    [record] = runs(aws, "loud")
+    assert len(record.output.encode()) == 1000
+    assert record.output == "x" * (1000 - len("\nthe-end\n")) + "\nthe-end\n"
+
+
+def test_no_output_kept_with_output_tail_zero(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    daemon, port, _ = daemon_with(start_daemon, tmp_path, aws, "\n[history]\noutput_tail = 0\n")
+    aws.send({"command": "echo secret-ish", "event_id": "quiet"})
+    wait_until(counted(port, succeeded=1), what="the job")
+    assert daemon.stop() == 0
+    assert runs(aws, "quiet")[0].output == ""
+
+
+def test_the_summary_follows_success_failure_success(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    daemon, port, conf = daemon_with(start_daemon, tmp_path, aws)
+    history = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1)
+    for i, code in enumerate((0, 1, 1, 0)):
+        aws.send({"command": f"exit {code}", "event_id": "nightly"})
+        wait_until(lambda i=i: len(runs(aws, "nightly")) == i + 1, what=f"run {i + 1} recorded")
+        [summary] = history.summaries()
+        assert summary.last_run is not None and summary.last_run.exit_code == code
+        assert summary.consecutive_failures == [0, 1, 2, 0][i]
+        assert summary.running == ()
+        if i == 2:
+            assert summary.last_failure_at == pytest.approx(summary.last_run.ended_at, abs=1e-3)
+            assert summary.last_success_at is not None
+            assert summary.last_success_at < summary.last_failure_at
+    assert summary.last_success_at == pytest.approx(summary.last_run.ended_at, abs=1e-3)
+    assert daemon.stop() == 0
+    status = subprocess.run(
+        sqsjkr_argv("status", "-c", str(conf), "--json"), capture_output=True, text=True
+    )
+    assert status.returncode == 0, status.stderr
+    [event] = json.loads(status.stdout)
+    assert event["event_id"] == "nightly" and event["consecutive_failures"] == 0
+
+
+def test_a_run_in_progress_shows_as_running_now(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    daemon, _, conf = daemon_with(start_daemon, tmp_path, aws)
+    message_id = aws.send(
+        {"command": "touch started; while [ ! -f release ]; do sleep 0.05; done", "event_id": "ev"}
+    )
+    wait_until((tmp_path / "started").exists, what="job running")
+    [summary] = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1).summaries()
+    [running] = summary.running
+    assert (running.message_id, running.event_id) == (message_id, "ev")
+    assert running.owner.startswith(f"{running.host}:{daemon.proc.pid}:")
+    status = subprocess.run(sqsjkr_argv("status", "-c", str(conf)), capture_output=True, text=True)
+    assert f"running on {running.host} since" in status.stdout
+    (tmp_path / "release").touch()
+    wait_until(lambda: runs(aws, "ev"), what="the run recorded")
+    assert DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1).summaries()[0].running == ()
+    assert daemon.stop() == 0
+
+
+def test_records_expire_after_the_retention(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:
+    daemon, port, _ = daemon_with(start_daemon, tmp_path, aws, '\n[history]\nretention = "2d"\n')
+    aws.send({"command": "true", "event_id": "kept"})
+    wait_until(counted(port, succeeded=1), what="the job")
+    assert daemon.stop() == 0
+    [run_item] = items_of_type(aws, "run#")
+    record = runs(aws, "kept")[0]
+    assert int(run_item["Expired"]["N"]) == int(record.ended_at + 2 * 86400)
+    [summary_item] = items_of_type(aws, "summary")
+    # A summary outlives its runs, so that a job that stopped running is still listed.
+    assert int(summary_item["Expired"]["N"]) >= int(record.ended_at + 399 * 86400)
+
+
+def test_a_finished_run_costs_one_write_with_its_claim(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    daemon, port, _ = daemon_with(start_daemon, tmp_path, aws)
+    message_id = aws.send({"command": "true", "event_id": "once"})
+    wait_until(counted(port, succeeded=1), what="the job")
+    assert daemon.stop() == 0
+    throttle = aws.item(message_id, "throttle")
+    assert throttle is not None and "LeaseUntil" not in throttle  # finished with the record
+    assert runs(aws, "once")[0].message_id == message_id
+
+
+def test_history_none_writes_no_run_or_summary(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    daemon, port, _ = daemon_with(start_daemon, tmp_path, aws, '\n[history]\nbackend = "none"\n')
+    aws.send({"command": "true", "event_id": "unrecorded"})
+    wait_until(counted(port, succeeded=1), what="the job")
+    assert daemon.stop() == 0
+    assert items_of_type(aws, "run#") == [] and items_of_type(aws, "summary") == []
+
+
+def test_reporters_get_horenso_json_and_a_hanging_one_blocks_nothing(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    extra = f"""
+[report]
+reporters = ["cat > {tmp_path}/report-$$.json", "sleep 1000"]
+noticers = ["cat > {tmp_path}/notice-$$.json"]
+timeout = "3s"
+max_concurrent = 2
+"""
+    daemon, port, _ = daemon_with(start_daemon, tmp_path, aws, extra, shutdown_timeout="1s")
+    first = aws.send(
+        {"command": "echo hi; exit 2", "event_id": "reported", "envs": {"TOKEN": "s3cret"}}
+    )
+    wait_until(counted(port, errored=1), what="the first job")
+    second = aws.send({"command": "echo again", "event_id": "reported"})
+    # The hanging reporter of the first job holds up neither the second job nor its reports.
+    wait_until(counted(port, succeeded=1), what="the second job")
+    wait_until(lambda: len(list(tmp_path.glob("report-*.json"))) == 2, timeout=20, what="reports")
+    reports = {
+        r["message_id"]: r for r in (json.loads(p.read_text()) for p in tmp_path.glob("report-*"))
+    }
+    report = reports[first]
+    for name in ("command", "commandArgs", "tag", "output", "stdout", "stderr", "exitCode",
+                 "signaled", "result", "hostname", "pid", "startAt", "endAt"):  # fmt: skip
+        assert name in report, name
+    assert report["exitCode"] == 2 and report["result"] == "command exited with code: 2"
+    assert report["stdout"] == "hi\n" and report["event_id"] == "reported"
+    assert report["outcome"] == "errored" and "queue_delay" in report
+    assert reports[second]["exitCode"] == 0
+    notices = [json.loads(p.read_text()) for p in tmp_path.glob("notice-*.json")]
+    assert sorted(n["message_id"] for n in notices) == sorted([first, second])
+    assert all(n["exitCode"] == -1 and "endAt" not in n for n in notices)
+    assert "s3cret" not in json.dumps([*reports.values(), *notices])  # never a job's env
+    assert daemon.stop(timeout=30) == 0  # the hanging reporter is stopped within its bound
+
+
+@pytest.mark.parametrize("report_on", ["failure"])
+def test_report_on_failure_reports_only_failures(
+    start_daemon: Start, tmp_path: Path, aws: Aws, report_on: str
+) -> None:
+    extra = f'\n[report]\nreporters = ["cat >> {tmp_path}/reports"]\nreport_on = "{report_on}"\n'
+    daemon, port, _ = daemon_with(start_daemon, tmp_path, aws, extra)
+    aws.send({"command": "true", "event_id": "fine"})
+    aws.send({"command": "false", "event_id": "broken"})
+    wait_until(counted(port, succeeded=1, errored=1), what="both jobs")
+    wait_until((tmp_path / "reports").exists, what="a report")
+    assert daemon.stop() == 0
+    reports = [json.loads(line) for line in (tmp_path / "reports").read_text().splitlines()]
+    assert [r["event_id"] for r in reports] == ["broken"]
+
+
+def test_a_go_era_table_needs_nothing_new(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:
+    """The conftest table is the Go daemon's (Id/Type keys, Expired, TypeExpiredIndex): runs are
+    recorded and listed without a new index or attribute definition."""
+    described = aws.dynamodb.describe_table(TableName=aws.table)["Table"]
+    assert {a["AttributeName"] for a in described["AttributeDefinitions"]} == {
+        "Id",
+        "Type",
+        "Expired",
+    }
+    assert [i["IndexName"] for i in described["GlobalSecondaryIndexes"]] == ["TypeExpiredIndex"]
+    daemon, port, conf = daemon_with(start_daemon, tmp_path, aws)
+    aws.send({"command": "true", "event_id": "go-era"})
+    wait_until(counted(port, succeeded=1), what="the job")
+    assert daemon.stop() == 0
+    history = subprocess.run(
+        sqsjkr_argv("history", "go-era", "-c", str(conf)), capture_output=True, text=True
+    )
+    assert history.returncode == 0 and "succeeded" in history.stdout, history
+    after = aws.dynamodb.describe_table(TableName=aws.table)["Table"]
+    for part in ("KeySchema", "AttributeDefinitions", "GlobalSecondaryIndexes"):
+        assert after[part] == described[part], part  # nothing added to the table
