@@ -207,6 +207,11 @@ class Daemon:
             self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # Where it is stuck: the daemon writes its threads' stacks on SIGUSR1.
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            raise AssertionError(f"daemon did not stop within {timeout}s:\n{self.log}") from None
         finally:
             self._log_file.close()
 

@@ -106,3 +106,15 @@ def test_debug_shows_receives_claims_lock_tries_and_deletes(
     ):
         assert decision in daemon.log, decision
     assert "botocore" not in daemon.log  # its debug lines would show job environments
+
+
+def test_sigusr1_writes_every_threads_stack_to_the_log(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    import signal
+
+    daemon, _ = run_daemon(start_daemon, tmp_path, aws)
+    daemon.proc.send_signal(signal.SIGUSR1)
+    daemon.wait_for_log("_receive_loop")  # the receiver thread's stack, among the others
+    assert daemon.proc.poll() is None  # and it goes on
+    assert daemon.stop() == 0

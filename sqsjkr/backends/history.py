@@ -10,7 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from sqsjkr.backends.aws import error_code, lease_time
 from sqsjkr.backends.dedupe import DynamoDedupe
 from sqsjkr.backends.lease import Lease
+from sqsjkr.backends.locks import DynamoLocker
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import ResourceMissingError
 
@@ -33,18 +34,31 @@ SUMMARY_KEEP_SECONDS = 400 * 86400
 RUNNING_PREFIX = "Running:"
 
 
+@dataclass(frozen=True)
+class Ended:
+    """What finished() did with the claim and the lock it was given: True, done; False, no
+    longer ours (lost); None, not done: left to the dedupe store or the locker."""
+
+    claim: bool | None = None
+    lock: bool | None = None
+
+
+NOT_FOLDED = Ended()
+
+
 class History(Protocol):
     """Keeps a record of each run and a summary per event."""
 
     def started(self, start: RunStart) -> None:
         """The run is in progress: the event's summary shows it as running now."""
 
-    def finished(self, record: RunRecord, claim: Lease | None = None) -> bool | None:
+    def finished(
+        self, record: RunRecord, *, claim: Lease | None = None, lock: Lease | None = None
+    ) -> Ended:
         """Store the record and bring the event's summary up to date.
 
-        With claim: a store that shares the dedupe store's table marks that claim finished in
-        the same write, and returns what DedupeStore.finish would (False: no longer ours). None:
-        it did not, and the claim is left to the dedupe store.
+        A store that shares the table of the dedupe store and the locker may, in the same
+        write, mark claim finished and release lock, and says so in its answer.
         """
 
     def runs(self, event_id: str, limit: int) -> list[RunRecord]:
@@ -60,8 +74,10 @@ class NoHistory:
     def started(self, start: RunStart) -> None:
         return None
 
-    def finished(self, record: RunRecord, claim: Lease | None = None) -> bool | None:
-        return None
+    def finished(
+        self, record: RunRecord, *, claim: Lease | None = None, lock: Lease | None = None
+    ) -> Ended:
+        return NOT_FOLDED
 
     def runs(self, event_id: str, limit: int) -> list[RunRecord]:
         return []
@@ -84,12 +100,14 @@ class MemoryHistory:
             running = (*summary.running, start)
             self._summaries[start.event_id] = replace(summary, running=running)
 
-    def finished(self, record: RunRecord, claim: Lease | None = None) -> bool | None:
+    def finished(
+        self, record: RunRecord, *, claim: Lease | None = None, lock: Lease | None = None
+    ) -> Ended:
         with self._mutex:
             self.records.append(record)
             summary = self._summaries.get(record.event_id, EventSummary(record.event_id))
             self._summaries[record.event_id] = summarise(summary, record)
-        return None
+        return NOT_FOLDED
 
     def runs(self, event_id: str, limit: int) -> list[RunRecord]:
         with self._mutex:
@@ -119,8 +137,9 @@ def summarise(summary: EventSummary, record: RunRecord) -> EventSummary:
 class DynamoHistory:
     """Run items and summary items in the lock table, next to locks and dedupe records.
 
-    With claims (the DynamoDedupe on the same table), a finished run's record, its summary and
-    the finish of its claim are one TransactWriteItems: the run costs no call of its own.
+    Given the DynamoDedupe and DynamoLocker of the same table, a finished run's record, its
+    summary, the finish of its claim and the release of its lock are one TransactWriteItems:
+    the record costs no call of its own, and a locked job saves one.
     """
 
     def __init__(
@@ -130,12 +149,14 @@ class DynamoHistory:
         *,
         retention_seconds: float,
         claims: DynamoDedupe | None = None,
+        locks: DynamoLocker | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._client = client
         self._table = table
         self._retention = retention_seconds
         self._claims = claims
+        self._locks = locks
         self._clock = clock
 
     # -- writing ----------------------------------------------------------------------------
@@ -152,26 +173,50 @@ class DynamoHistory:
             },
         )
 
-    def finished(self, record: RunRecord, claim: Lease | None = None) -> bool | None:
+    def finished(
+        self, record: RunRecord, *, claim: Lease | None = None, lock: Lease | None = None
+    ) -> Ended:
         writes = [{"Put": self._run_item(record)}, {"Update": self._summary_update(record)}]
-        if claim is None or self._claims is None:
-            self._transact(writes)
-            return None
+        folds = self._folds(claim, lock)
         try:
-            finish = {
-                **self._claims.finish_update(claim),
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-            self._transact([{"Update": finish}, *writes])
+            self._transact([{"Update": fold.update} for fold in folds] + writes)
         except ClientError as exc:
-            old = _failed_item(exc, 0)
-            if old is None:
+            failed = _failed_items(exc, len(folds))
+            if not folds or failed is None:
                 raise
-            if self._claims.finished_by(old, claim):
-                return True  # our own transaction, retried after its answer was lost
-            self._transact(writes)  # the claim is lost; the run is recorded all the same
-            return False
-        return True
+            return self._after_cancel(folds, failed, writes)
+        return Ended(**{fold.name: True for fold in folds})
+
+    def _folds(self, claim: Lease | None, lock: Lease | None) -> list[_Fold]:
+        """The claim's finish and the lock's release, as writes of the same transaction."""
+        folds = []
+        if claim is not None and self._claims is not None:
+            update = self._claims.finish_update(claim)
+            folds.append(_Fold("claim", claim, update, self._claims.finished_by))
+        if lock is not None and self._locks is not None:
+            update = self._locks.release_update(lock)
+            folds.append(_Fold("lock", lock, update, self._locks.released_by))
+        return folds
+
+    def _after_cancel(
+        self, folds: list[_Fold], failed: list[dict[str, Any] | None], writes: list[dict[str, Any]]
+    ) -> Ended:
+        """The condition of the claim's finish or the lock's release failed, so nothing was
+        written. When each failed one carries our own mark, this was our transaction, retried
+        after its answer was lost: it all took effect. Otherwise the record and summary are
+        written alone; a failed fold is lost, and one that did not fail is left to its store."""
+        if all(
+            item is not None and fold.ours(item, fold.lease)
+            for fold, item in zip(folds, failed, strict=True)
+        ):
+            return Ended(**{fold.name: True for fold in folds})
+        self._transact(writes)
+        return Ended(
+            **{
+                fold.name: (None if item is None else False)
+                for fold, item in zip(folds, failed, strict=True)
+            }
+        )
 
     def _transact(self, writes: list[dict[str, Any]]) -> None:
         for write in writes:
@@ -286,14 +331,33 @@ def _summary(item: dict[str, Any]) -> EventSummary:
     )
 
 
-def _failed_item(exc: ClientError, index: int) -> dict[str, Any] | None:
-    """The item that failed the condition of the index-th write of a cancelled transaction."""
+@dataclass(frozen=True)
+class _Fold:
+    """A claim's finish or a lock's release, written in a run's transaction."""
+
+    name: str  # the field of Ended that answers for it
+    lease: Lease
+    update: dict[str, Any]
+    ours: Callable[[dict[str, Any], Lease], bool]  # whether a failed item is our own write
+
+    def __post_init__(self) -> None:
+        self.update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+
+
+def _failed_items(exc: ClientError, count: int) -> list[dict[str, Any] | None] | None:
+    """For the first count writes of a transaction cancelled by a failed condition: the item
+    that failed each one's condition ({} if gone), None for those that did not fail. None if
+    the transaction failed for another reason."""
     if error_code(exc) != "TransactionCanceledException":
         return None
     reasons = exc.response.get("CancellationReasons") or []
-    if index >= len(reasons) or reasons[index].get("Code") != "ConditionalCheckFailed":
+    failed = [
+        dict(reason.get("Item") or {}) if reason.get("Code") == "ConditionalCheckFailed" else None
+        for reason in reasons[:count]
+    ]
+    if len(failed) < count or all(item is None for item in failed):
         return None
-    return dict(reasons[index].get("Item") or {})
+    return failed
 
 
 def _key(id_: str, type_: str) -> dict[str, Any]:

@@ -11,7 +11,13 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from sqsjkr.backends.aws import conditional_write, lease_time, owner_of, renew_lease, write_if_owner
+from sqsjkr.backends.aws import (
+    conditional_write,
+    lease_time,
+    owner_condition,
+    owner_of,
+    renew_lease,
+)
 from sqsjkr.backends.lease import Lease, new_owner
 from sqsjkr.errors import quote
 
@@ -139,9 +145,13 @@ class DynamoLocker:
         return renew_lease(self._client, self._table, _key(lease.key), lease.owner, until)
 
     def unlock(self, lease: Lease) -> bool:
-        released, old = write_if_owner(
-            self._client.update_item,
-            self._table,
+        update = self.release_update(lease)
+        released, old = conditional_write(self._client.update_item, self._table, **update)
+        return released or self.released_by(old, lease)
+
+    def release_update(self, lease: Lease) -> dict[str, Any]:
+        """The UpdateItem request that releases the lock, for unlock() or a transaction."""
+        return owner_condition(
             _key(lease.key),
             lease.owner,
             UpdateExpression="REMOVE EventId, LeaseUntil, #owner "
@@ -150,8 +160,12 @@ class DynamoLocker:
                 ":expired": {"N": str(int(self._clock()) + RELEASE_MARK_SECONDS)}
             },
         )
-        # Our own mark: this release, retried after its response was lost.
-        return released or old.get("ReleasedBy", {}).get("S") == lease.owner
+
+    @staticmethod
+    def released_by(item: dict[str, Any], lease: Lease) -> bool:
+        """Whether item, which failed a release's condition, carries lease's own release mark:
+        the same release, retried after its answer was lost."""
+        return item.get("ReleasedBy", {}).get("S") == lease.owner
 
 
 def _key(lock_id: str) -> dict[str, Any]:

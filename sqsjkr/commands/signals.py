@@ -5,6 +5,7 @@ The first signal asks for a stop; a second one forces running jobs to stop too.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import threading
@@ -30,8 +31,11 @@ def install_stop_signals(stop: threading.Event, force: threading.Event) -> Calla
             stop.set()
 
     previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}
+    # SIGUSR1 writes every thread's stack to stderr (the log), for a daemon that seems stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def restore() -> None:
+        faulthandler.unregister(signal.SIGUSR1)
         for sig, old in previous.items():
             signal.signal(sig, old)
 

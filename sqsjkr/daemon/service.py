@@ -238,8 +238,10 @@ def _connect(
                 dynamodb,
                 table,
                 retention_seconds=config.history.retention.seconds,
-                # Same table: a run's record rides on the write that finishes its claim.
+                # Same table: a run's record rides on the write that finishes its claim and
+                # releases its lock.
                 claims=dedupe if isinstance(dedupe, DynamoDedupe) else None,
+                locks=locker if isinstance(locker, DynamoLocker) else None,
             )
             if config.history.backend == "dynamodb"
             else NoHistory()

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe, is_transient
 from sqsjkr.backends.dedupe import ClaimState, DedupeStore
-from sqsjkr.backends.history import History, NoHistory
+from sqsjkr.backends.history import NOT_FOLDED, Ended, History, NoHistory
 from sqsjkr.backends.lease import FRESH_LEASE_SHARE, Lease
 from sqsjkr.backends.locks import Locker
 from sqsjkr.contract.job import Job, is_expired
@@ -118,8 +118,7 @@ class Worker:
         try:
             ending = self._claimed(entry, progress, jlog)
         finally:
-            lease, entry.claim = entry.claim, None
-            self._end(ending, progress, lease, jlog)
+            self._end(entry, ending, progress, jlog)
         return ending
 
     def _claimed(self, entry: InFlight, progress: RunProgress, jlog: JobLog) -> Ending:
@@ -141,10 +140,7 @@ class Worker:
             progress.lock_wait = time.monotonic() - waited_from
             if refused is not None:
                 return refused
-        try:
-            return self._run(entry, progress, jlog)
-        finally:
-            self._unlock(entry, jlog)
+        return self._run(entry, progress, jlog)
 
     def _run(self, entry: InFlight, progress: RunProgress, jlog: JobLog) -> Ending:
         job = entry.job
@@ -288,48 +284,55 @@ class Worker:
             "renewal takes too long"
         )
 
-    def _unlock(self, entry: InFlight, jlog: JobLog) -> None:
-        lease, entry.lock = entry.lock, None
-        if lease is None:
-            return
-        what = f"release lock {quote(lease.key)}"
-        answered, ours = self._until_answered(lambda: self._locker.unlock(lease), what, jlog)
-        if answered and not ours:
-            self._lost("lock", lease, jlog)
-
-    def _end(
-        self, ending: Ending, progress: RunProgress, lease: Lease | None, jlog: JobLog
-    ) -> None:
-        """Record the run, if it was one, and finish or release the claim: in one write when
-        the history store can. A claim left unfinished would let a redelivery of the message
-        run the job again once its lease ends."""
+    def _end(self, entry: InFlight, ending: Ending, progress: RunProgress, jlog: JobLog) -> None:
+        """Record the run, if it was one; release the lock; finish or release the claim. All in
+        one write when the history store can. A claim left unfinished would let a redelivery of
+        the message run the job again once its lease ends."""
+        # Taken out of the entry first: a renewal failing after this is a release, not a loss.
+        claim, entry.claim = entry.claim, None
+        lock, entry.lock = entry.lock, None
         finished = ending.settle.delete
         record = None if ending.run is None else progress.record(ending, self._clock())
-        folded: bool | None = None
+        ended = NOT_FOLDED
         if record is not None:
-            folded = self._record(record, lease if finished else None, jlog)
-        if folded is False and lease is not None:
-            self._lost("claim on its message", lease, jlog)
-        elif folded is None and lease is not None:
-            self._end_claim(lease, jlog, finished=finished)
+            ended = self._record(record, claim if finished else None, lock, jlog)
+        if lock is not None:
+            if ended.lock is None:
+                self._unlock(lock, jlog)
+            elif not ended.lock:
+                self._lost("lock", lock, jlog)
+        if claim is not None:
+            if ended.claim is None:
+                self._end_claim(claim, jlog, finished=finished)
+            elif not ended.claim:
+                self._lost("claim on its message", claim, jlog)
         if record is not None:
             self._listener.report(record)
 
-    def _record(self, record: RunRecord, claim: Lease | None, jlog: JobLog) -> bool | None:
-        """history.finished, tried again for a while: a record never fails its job or keeps
-        its message. None when the claim is left to the dedupe store."""
-        answered, folded = self._until_answered(
-            lambda: self._history.finished(record, claim),
+    def _record(
+        self, record: RunRecord, claim: Lease | None, lock: Lease | None, jlog: JobLog
+    ) -> Ended:
+        """history.finished, tried again for a while: a record never fails its job or keeps its
+        message. What it did not do with claim and lock is left to their stores."""
+        answered, ended = self._until_answered(
+            lambda: self._history.finished(record, claim=claim, lock=lock),
             "record its run",
             jlog,
             give_up_after=RECORD_RETRY_SECONDS,
         )
-        if not answered:
+        if not answered or ended is None:
             data = record.as_dict()
             for name in ("output", "stdout", "stderr"):  # logged line by line as it ran
                 del data[name]
             jlog.error("its run record is lost: %s", json.dumps(data))
-        return folded
+            return NOT_FOLDED
+        return ended
+
+    def _unlock(self, lease: Lease, jlog: JobLog) -> None:
+        what = f"release lock {quote(lease.key)}"
+        answered, ours = self._until_answered(lambda: self._locker.unlock(lease), what, jlog)
+        if answered and not ours:
+            self._lost("lock", lease, jlog)
 
     def _end_claim(self, lease: Lease, jlog: JobLog, *, finished: bool) -> None:
         if not finished:
