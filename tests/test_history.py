@@ -278,3 +278,41 @@ def test_a_go_era_table_needs_nothing_new(start_daemon: Start, tmp_path: Path, a
     after = aws.dynamodb.describe_table(TableName=aws.table)["Table"]
     for part in ("KeySchema", "AttributeDefinitions", "GlobalSecondaryIndexes"):
         assert after[part] == described[part], part  # nothing added to the table
+
+
+def test_the_webhook_gets_each_report_with_a_text_line(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    import http.server
+    import threading
+
+    posted: list[dict[str, Any]] = []
+
+    class Hook(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            posted.append({"type": self.headers["Content-Type"], **json.loads(body)})
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    thread = threading.Thread(target=server.serve_forever)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/services/T0/B0/secret"
+        extra = f'\n[report]\nwebhook_url = "{url}"\n'
+        daemon, port, _ = daemon_with(start_daemon, tmp_path, aws, extra)
+        message_id = aws.send({"command": "exit 4", "event_id": "hooked"})
+        wait_until(lambda: posted, what="the webhook called")
+        assert daemon.stop() == 0
+    finally:
+        server.shutdown()
+        thread.join()
+    [hook] = posted
+    assert hook["type"] == "application/json"
+    assert hook["message_id"] == message_id and hook["exitCode"] == 4
+    assert "hooked" in hook["text"] and "\n" not in hook["text"]
+    assert "secret" not in daemon.log  # the webhook's path is a secret

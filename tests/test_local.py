@@ -73,6 +73,12 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     ):
         daemon.wait_for_log(line, timeout=30)
     daemon.wait_for_log("The daemon keeps running", timeout=30)
+    # The reporter of the demo prints each report's JSON; the demo ends with status and history.
+    assert "reporter 'cat' | {\"command\": " in daemon.log
+    status = daemon.log[daemon.log.index("$ sqsjkr status -c CONF") :]
+    assert re.search(r"^demo-fail +errored .* 1 failure in a row$", status, re.M), status
+    history = daemon.log[daemon.log.index("$ sqsjkr history demo-fail --output -c CONF") :]
+    assert re.search(r"errored +3 ", history) and "    about to fail" in history, history
     assert http_get_json(port, "/stats/metrics/v2")["invocations"] == DEMO_COUNTS
     summary = daemon.log[daemon.log.index("Demo done: all 8 messages have an outcome") :]
     for line in (

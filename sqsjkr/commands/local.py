@@ -14,7 +14,6 @@ import socket
 import sys
 import tempfile
 import threading
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from botocore.exceptions import BotoCoreError, ClientError
 
-from sqsjkr.backends.aws import describe, make_client, make_session
+from sqsjkr.backends.aws import make_client, make_session
+from sqsjkr.commands.demo import DEMO_QUEUE, DEMO_REPORTER, DemoWatch, send_demo
 from sqsjkr.contract.config import load_config
-from sqsjkr.contract.job import build_body
 from sqsjkr.daemon.service import serve
 from sqsjkr.errors import LocalModeError, StatsServerError
 
@@ -35,93 +33,8 @@ log = logging.getLogger("sqsjkr.local")
 LOCAL_REGION = "us-east-1"
 #: moto's default account id.
 LOCAL_ACCOUNT = "123456789012"
-LOCAL_QUEUE = "sqsjkr-local"
+LOCAL_QUEUE = DEMO_QUEUE
 LOCAL_TABLE = "sqsjkr"
-
-
-@dataclass(frozen=True)
-class DemoJob:
-    """One message of the demo: what it shows, its body, its DelaySeconds and how it should end."""
-
-    what: str
-    body: str
-    delay: int
-    outcome: str  # the invocations counter it should add to
-
-
-#: The lock jobs share lock_id "report": the delays make sure report 1 holds it (for 5 s) before
-#: report 2 waits for it and the abort job gives up on it. The late job is delayed past its
-#: life_time, so it is cancelled and the trigger prints an alert.
-DEMO_JOBS = [
-    DemoJob(
-        "a plain job with an env",
-        build_body('echo "hello, $WHO"', envs={"WHO": "newcomer"}, event_id="demo-hello"),
-        0,
-        "succeeded",
-    ),
-    DemoJob(
-        "a job holding lock 'report' for 5s",
-        build_body(
-            'echo "report 1: started, holding the lock for 5s"; sleep 5; echo "report 1: done"',
-            event_id="demo-report-1",
-            lock_id="report",
-        ),
-        0,
-        "succeeded",
-    ),
-    DemoJob(
-        "a job waiting for lock 'report'",
-        build_body(
-            'echo "report 2: ran once report 1 released the lock"',
-            event_id="demo-report-2",
-            lock_id="report",
-        ),
-        1,
-        "succeeded",
-    ),
-    DemoJob(
-        "a job giving up because 'report' is locked",
-        build_body(
-            'echo "never printed"', event_id="demo-abort", lock_id="report", abort_if_locked=True
-        ),
-        2,
-        "failed",
-    ),
-    DemoJob(
-        "a job arriving after its 1s life_time",
-        build_body('echo "never printed"', event_id="demo-late", life_time="1s"),
-        3,
-        "failed",
-    ),
-    DemoJob(
-        "a job that fails",
-        build_body('echo "about to fail" >&2; exit 3', event_id="demo-fail"),
-        0,
-        "errored",
-    ),
-    DemoJob(
-        "a job stopped by its 2s timeout",
-        build_body(
-            'echo "sleeping 60s under a 2s timeout"; sleep 60',
-            event_id="demo-timeout",
-            timeout="2s",
-        ),
-        0,
-        "errored",
-    ),
-    DemoJob(
-        "a message that is not a job (moved to the dead-letter queue)",
-        "this is not JSON",
-        0,
-        "failed",
-    ),
-]
-
-
-#: How often the demo reads the stats endpoint while its jobs run.
-_DEMO_POLL_SECONDS = 0.25
-#: The invocation counters of which each message adds to exactly one; timed_out is part of errored.
-_OUTCOMES = ("succeeded", "errored", "failed", "duplicates")
 
 
 @contextmanager
@@ -239,6 +152,10 @@ stats_port = {stats_port}
 [lock]
 table = "{LOCAL_TABLE}"
 retry_interval = "1s"
+
+[report]
+# Prints each run's report (horenso's JSON) into the log, as sqsjkr.report lines.
+reporters = ["{DEMO_REPORTER}"]
 """
     )
     return path
@@ -298,7 +215,7 @@ def run_local(
         create_table(make_client(session, "dynamodb"), LOCAL_TABLE)
         conf = write_config(Path(tmp), stats_port=stats_port, workers=workers)
         site = LocalSite(endpoint, queue_url, dead_letter_url, conf)
-        watch = DemoWatch(sqs, site)
+        watch = DemoWatch(sqs, site, sqsjkr_command())
 
         def listening(stats_address: str) -> None:
             click.echo(banner(site, stats_address))
@@ -314,98 +231,3 @@ def run_local(
             ) from exc
         finally:
             watch.close()
-
-
-def send_demo(sqs: Any, queue_url: str) -> None:
-    for job in DEMO_JOBS:
-        sent = sqs.send_message(QueueUrl=queue_url, MessageBody=job.body, DelaySeconds=job.delay)
-        log.info("demo: sent %s as message %s", job.what, sent["MessageId"])
-
-
-class DemoWatch:
-    """Polls the stats endpoint until every demo message has an outcome, then prints a summary.
-
-    Its thread is started by start() and joined by close(), both called by run_local.
-    """
-
-    def __init__(self, sqs: Any, site: LocalSite) -> None:
-        self._sqs = sqs
-        self._site = site
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self, stats_address: str) -> None:
-        self._thread = threading.Thread(
-            target=self._watch, args=(stats_address,), name="sqsjkr-demo-watch"
-        )
-        self._thread.start()
-
-    def close(self) -> None:
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _watch(self, stats_address: str) -> None:
-        url = f"http://{stats_address}/stats/metrics/v2"
-        while not self._done.wait(_DEMO_POLL_SECONDS):
-            counts = _invocations(url)
-            if counts is not None and sum(counts[k] for k in _OUTCOMES) >= len(DEMO_JOBS):
-                dead = _peek_dead_letters(self._sqs, self._site.dead_letter_url)
-                click.echo(demo_summary(counts, self._site, stats_address, dead))
-                return
-
-
-def _invocations(url: str) -> dict[str, int] | None:
-    """The invocation counters at the stats url; None while it cannot be read."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return dict(json.load(response)["invocations"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def _peek_dead_letters(sqs: Any, url: str) -> list[tuple[str, str]]:
-    """(body, sqsjkr_error) of the messages in the dead-letter queue, leaving them there."""
-    try:
-        # The failed counter goes up just before the message is moved: wait for it a little.
-        response = sqs.receive_message(
-            QueueUrl=url,
-            MaxNumberOfMessages=10,
-            MessageAttributeNames=["All"],
-            VisibilityTimeout=0,
-            WaitTimeSeconds=2,
-        )
-    except (BotoCoreError, ClientError) as exc:
-        log.warning("demo: cannot read the dead-letter queue: %s", describe(exc))
-        return []
-    return [
-        (
-            message["Body"],
-            message.get("MessageAttributes", {}).get("sqsjkr_error", {}).get("StringValue", ""),
-        )
-        for message in response.get("Messages", [])
-    ]
-
-
-def demo_summary(
-    counts: dict[str, int], site: LocalSite, stats_address: str, dead: list[tuple[str, str]]
-) -> str:
-    """What the demo did: the counters with the demo jobs behind each, and where to look next."""
-    lines = [f"Demo done: all {len(DEMO_JOBS)} messages have an outcome. Invocations counted:"]
-    for outcome in _OUTCOMES:
-        whats = [job.what for job in DEMO_JOBS if job.outcome == outcome]
-        count = f"{counts[outcome]}"
-        if outcome == "errored":
-            count += f" (timed_out {counts.get('timed_out', 0)})"
-        lines.append(f"  {outcome:<10} {count}")
-        lines.extend(f"      - {what}" for what in whats)
-    lines.append(f"Dead-letter queue {LOCAL_QUEUE}-dlq ({site.dead_letter_url}):")
-    if not dead:
-        lines.append("  (no message there yet)")
-    lines.extend(f"  body {body!r}, sqsjkr_error {error!r}" for body, error in dead)
-    lines += [
-        "Each job's output is in the log above, tagged [event_id message_id].",
-        f"Stats: curl -s http://{stats_address}/stats/metrics/v2",
-        "The daemon keeps running: send it jobs as shown above; stop it with Ctrl-C.",
-    ]
-    return "\n".join(lines)

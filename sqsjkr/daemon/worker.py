@@ -202,7 +202,9 @@ class Worker:
             result = self._trigger(trigger, job, entry.stop)
             if not result.ok:
                 jlog.error("life_time_trigger exited with %d", result.exit_code)
-        return Ending(DELETE, (Outcome.FAILED,), RunOutcome.CANCELLED, f"cancelled: {why}")
+        return Ending(
+            DELETE, (Outcome.FAILED,), RunOutcome.CANCELLED, f"older than its life_time: {why}"
+        )
 
     def _lock(self, entry: InFlight, jlog: JobLog) -> Ending | None:
         """Wait for the job's lock, re-checking life_time between tries: None once taken."""
