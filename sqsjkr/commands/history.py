@@ -18,7 +18,14 @@ from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import error_code, make_client, make_session
 from sqsjkr.backends.history import DynamoHistory
-from sqsjkr.commands.options import UsageFailure, conf_option, load, profile_option, region_option
+from sqsjkr.commands.options import (
+    UsageFailure,
+    conf_option,
+    load,
+    lock_table_option,
+    profile_option,
+    region_option,
+)
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.errors import ResourceMissingError, quote
@@ -34,9 +41,7 @@ def store_options(command: F) -> F:
     for option in (
         region_option,
         profile_option,
-        click.option(
-            "--lock-table", metavar="NAME", help="DynamoDB table (overrides [lock] table)."
-        ),
+        lock_table_option,
         conf_option,
     ):
         command = option(command)

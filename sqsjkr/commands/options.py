@@ -46,3 +46,6 @@ profile_option = click.option(
     "--profile", help="AWS credentials profile (overrides [account] profile)."
 )
 region_option = click.option("--region", help="AWS region (overrides [account] region).")
+lock_table_option = click.option(
+    "--lock-table", metavar="NAME", help="DynamoDB table (overrides [lock] table)."
+)

@@ -16,6 +16,7 @@ from sqsjkr.commands.local import run_local
 from sqsjkr.commands.options import (
     conf_option,
     load,
+    lock_table_option,
     log_level_option,
     profile_option,
     region_option,
@@ -31,7 +32,7 @@ log = logging.getLogger("sqsjkr.cli")
 
 @click.command()
 @conf_option
-@click.option("--lock-table", metavar="NAME", help="DynamoDB table (overrides [lock] table).")
+@lock_table_option
 @log_level_option
 @profile_option
 @region_option
