@@ -268,15 +268,27 @@ class DynamoHistory:
     # -- reading ----------------------------------------------------------------------------
 
     def runs(self, event_id: str, limit: int) -> list[RunRecord]:
-        response = self._client.query(
-            TableName=self._table,
-            KeyConditionExpression="Id = :id AND begins_with(#type, :prefix)",
-            ExpressionAttributeNames={"#type": "Type"},
-            ExpressionAttributeValues={":id": {"S": event_id}, ":prefix": {"S": RUN_TYPE_PREFIX}},
-            ScanIndexForward=False,
-            Limit=limit,
-        )
-        return [RunRecord.from_dict(json.loads(i["Record"]["S"])) for i in response["Items"]]
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "Id = :id AND begins_with(#type, :prefix)",
+            "ExpressionAttributeNames": {"#type": "Type"},
+            "ExpressionAttributeValues": {
+                ":id": {"S": event_id},
+                ":prefix": {"S": RUN_TYPE_PREFIX},
+            },
+            "ScanIndexForward": False,
+        }
+        records: list[RunRecord] = []
+        # A query answers at most 1 MB: with long output tails, a page holds fewer runs.
+        while len(records) < limit:
+            response = self._client.query(**request, Limit=limit - len(records))
+            records += [
+                RunRecord.from_dict(json.loads(i["Record"]["S"])) for i in response["Items"]
+            ]
+            if "LastEvaluatedKey" not in response:
+                break
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return records
 
     def summaries(self) -> list[EventSummary]:
         keys = [_key(key["Id"]["S"], SUMMARY_TYPE) for key in self._summary_keys()]
