@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 from sqsjkr.backends.aws import error_code, is_transient, make_client, make_session
 from sqsjkr.backends.dedupe import ClaimState, DedupeStore, DynamoDedupe, MemoryDedupe, NoopDedupe
 from sqsjkr.backends.lease import Lease, new_owner
-from sqsjkr.backends.locks import DynamoLocker, Locker, MemoryLocker, NoopLocker
+from sqsjkr.backends.locks import DynamoLocker, Held, Locker, MemoryLocker, NoopLocker
 from sqsjkr.backends.sqs import (
     REJECT_REASON_ATTRIBUTE,
     Message,
@@ -130,7 +130,7 @@ def dynamo_locker(clock: Clock, table: str, lease_seconds: float = 60) -> Dynamo
 def test_try_lock_writes_the_go_lock_item_with_owner_and_lease(aws: Aws) -> None:
     locker = dynamo_locker(Clock(T0 + 0.75), aws.table, lease_seconds=60)
     lease = locker.try_lock("report", "ev-1")
-    assert lease is not None
+    assert isinstance(lease, Lease)
     assert lease.key == "report"
     assert lease.owner.startswith(f"{socket.gethostname()}:{os.getpid()}:")
     assert lock_item(aws) == {
@@ -146,11 +146,11 @@ def test_try_lock_writes_the_go_lock_item_with_owner_and_lease(aws: Aws) -> None
 def test_a_live_lease_blocks_and_keeps_the_holder(aws: Aws) -> None:
     clock = Clock()
     locker = dynamo_locker(clock, aws.table, lease_seconds=60)
-    assert locker.try_lock("report", "ev-1") is not None
+    assert isinstance(locker.try_lock("report", "ev-1"), Lease)
     held = lock_item(aws)
     for now in (T0, T0 + 59, T0 + 60):  # up to and including LeaseUntil
         clock.now = now
-        assert locker.try_lock("report", "ev-2") is None
+        assert isinstance(locker.try_lock("report", "ev-2"), Held)
     assert lock_item(aws) == held
 
 
@@ -167,12 +167,12 @@ def released_mark(owner: str, now: float = T0) -> dict[str, Any]:
 def test_unlock_frees_the_lock_and_marks_who_released_it(aws: Aws) -> None:
     locker = dynamo_locker(Clock(), aws.table)
     lease = locker.try_lock("report", "ev-1")
-    assert lease is not None
+    assert isinstance(lease, Lease)
     assert locker.unlock(lease) is True
     assert lock_item(aws) == released_mark(lease.owner)
     assert locker.unlock(lease) is True  # our own mark: a retried unlock is no loss
     again = locker.try_lock("report", "ev-2")
-    assert again is not None and again.owner != lease.owner
+    assert isinstance(again, Lease) and again.owner != lease.owner
     assert lock_item(aws)["EventId"] == {"S": "ev-2"}  # type: ignore[index]
 
 
@@ -180,7 +180,7 @@ def test_a_go_lock_blocks_forever_and_is_never_deleted(aws: Aws) -> None:
     go_item = {"Id": "report", "Type": "lock", "EventId": "go-daemon"}
     put_go_item(aws, go_item)
     locker = dynamo_locker(Clock(FAR_FUTURE), aws.table)
-    assert locker.try_lock("report", "ev-1") is None
+    assert isinstance(locker.try_lock("report", "ev-1"), Held)
     # Nothing of ours can remove or extend it: a Go item has no Owner and no LeaseUntil.
     assert locker.renew(Lease("report", "")) is False
     assert locker.unlock(Lease("report", "")) is False
@@ -190,14 +190,14 @@ def test_a_go_lock_blocks_forever_and_is_never_deleted(aws: Aws) -> None:
 def test_a_released_lock_is_free_to_the_go_daemon(aws: Aws) -> None:
     locker = dynamo_locker(Clock(), aws.table)
     lease = locker.try_lock("report", "ev-1")
-    assert lease is not None and locker.unlock(lease)
+    assert isinstance(lease, Lease) and locker.unlock(lease)
     # The Go daemon's own lock write: a PutItem on the condition that no EventId is there.
     aws.dynamodb.put_item(
         TableName=aws.table,
         Item={"Id": {"S": "report"}, "Type": {"S": "lock"}, "EventId": {"S": "go"}},
         ConditionExpression="attribute_not_exists(EventId)",
     )
-    assert locker.try_lock("report", "ev-2") is None  # and the Go lock holds it
+    assert isinstance(locker.try_lock("report", "ev-2"), Held)  # and the Go lock holds it
 
 
 def test_an_expired_lease_is_taken_over_and_the_takeover_logged(
@@ -207,11 +207,11 @@ def test_an_expired_lease_is_taken_over_and_the_takeover_logged(
     clock = Clock()
     dead = dynamo_locker(clock, aws.table, lease_seconds=60)
     old = dead.try_lock("report", "ev-1")
-    assert old is not None
+    assert isinstance(old, Lease)
     assert not [r for r in caplog.records if r.name == "sqsjkr.locks"]  # a fresh lock: no takeover
     clock.now = T0 + 61
     lease = dynamo_locker(clock, aws.table, lease_seconds=60).try_lock("report", "ev-2")
-    assert lease is not None and lease.owner != old.owner
+    assert isinstance(lease, Lease) and lease.owner != old.owner
     assert lock_item(aws) == {
         "Id": {"S": "report"},
         "Type": {"S": "lock"},
@@ -230,7 +230,7 @@ def test_renew_extends_the_lease(aws: Aws) -> None:
     clock = Clock()
     locker = dynamo_locker(clock, aws.table, lease_seconds=60)
     lease = locker.try_lock("report", "ev-1")
-    assert lease is not None
+    assert isinstance(lease, Lease)
     clock.now = T0 + 50
     assert locker.renew(lease) is True
     item = lock_item(aws)
@@ -238,18 +238,18 @@ def test_renew_extends_the_lease(aws: Aws) -> None:
     assert item["LeaseUntil"] == {"N": str(int(T0) + 110)}
     assert (item["Owner"], item["EventId"]) == ({"S": lease.owner}, {"S": "ev-1"})
     clock.now = T0 + 100  # past the first lease, within the renewed one
-    assert dynamo_locker(clock, aws.table).try_lock("report", "ev-2") is None
+    assert isinstance(dynamo_locker(clock, aws.table).try_lock("report", "ev-2"), Held)
 
 
 def test_a_stale_owner_can_neither_renew_nor_unlock(aws: Aws) -> None:
     clock = Clock()
     stale_locker = dynamo_locker(clock, aws.table, lease_seconds=60)
     stale = stale_locker.try_lock("report", "ev-1")
-    assert stale is not None
+    assert isinstance(stale, Lease)
     clock.now = T0 + 100
     new_locker = dynamo_locker(clock, aws.table, lease_seconds=60)
     current = new_locker.try_lock("report", "ev-2")
-    assert current is not None
+    assert isinstance(current, Lease)
     held = lock_item(aws)
     assert held is not None and held["Owner"] == {"S": current.owner}
     clock.now = T0 + 110
@@ -265,7 +265,7 @@ def test_a_stale_owner_can_neither_renew_nor_unlock(aws: Aws) -> None:
 def test_unlock_of_a_lock_that_is_gone_is_a_loss(aws: Aws) -> None:
     locker = dynamo_locker(Clock(), aws.table)
     lease = locker.try_lock("report", "ev-1")
-    assert lease is not None
+    assert isinstance(lease, Lease)
     # A Go daemon or an operator removed it meanwhile: not our own release.
     key = {"Id": {"S": "report"}, "Type": {"S": "lock"}}
     aws.dynamodb.delete_item(TableName=aws.table, Key=key)
@@ -276,7 +276,7 @@ def test_unlock_releases_only_our_item(aws: Aws) -> None:
     locker = dynamo_locker(Clock(), aws.table)
     ours = locker.try_lock("a", "ev-a")
     theirs = locker.try_lock("b", "ev-b")
-    assert ours is not None and theirs is not None
+    assert isinstance(ours, Lease) and theirs is not None
     # Same key, another owner: refused.
     assert locker.unlock(Lease("a", theirs.owner)) is False
     assert lock_item(aws, "a") is not None
@@ -303,14 +303,14 @@ def test_try_lock_survives_a_lost_response(aws: Aws) -> None:
     )
     # The retry failed its condition on our own first write, and that still means "taken".
     assert dynamodb.retry_errors == ["ConditionalCheckFailedException"]
-    assert lease is not None
+    assert isinstance(lease, Lease)
     assert lock_item(aws)["Owner"] == {"S": lease.owner}  # type: ignore[index]
-    assert dynamo_locker(clock, aws.table).try_lock("report", "ev-2") is None
+    assert isinstance(dynamo_locker(clock, aws.table).try_lock("report", "ev-2"), Held)
 
 
 def test_unlock_survives_a_lost_response(aws: Aws) -> None:
     lease = dynamo_locker(Clock(), aws.table).try_lock("report", "ev-1")
-    assert lease is not None
+    assert isinstance(lease, Lease)
     dynamodb = LostResponses(client("dynamodb"))
     locker = DynamoLocker(dynamodb, aws.table, lease_seconds=60, clock=Clock())
     assert locker.unlock(lease) is True
@@ -497,16 +497,16 @@ def dedupe(request: pytest.FixtureRequest) -> DedupeStore:
 
 def test_locker_protocol(locker: Locker) -> None:
     lease = locker.try_lock("report", "ev-1")
-    assert lease is not None
-    assert locker.try_lock("report", "ev-2") is None
-    assert locker.try_lock("other", "ev-3") is not None
+    assert isinstance(lease, Lease)
+    assert isinstance(locker.try_lock("report", "ev-2"), Held)
+    assert isinstance(locker.try_lock("other", "ev-3"), Lease)
     assert locker.renew(lease) is True
     assert locker.renew(Lease("report", "not-the-owner")) is False
     assert locker.unlock(Lease("report", "not-the-owner")) is False
     assert locker.unlock(lease) is True
     assert locker.unlock(lease) is True  # our own release, as after a retried one
     assert locker.renew(lease) is False
-    assert locker.try_lock("report", "ev-4") is not None
+    assert isinstance(locker.try_lock("report", "ev-4"), Lease)
 
 
 def test_dedupe_protocol(dedupe: DedupeStore) -> None:
@@ -537,7 +537,7 @@ def test_noop_backends_remember_nothing() -> None:
     claims = [dedupe.claim("msg-1") for _ in range(2)]
     assert [c.state for c in claims] == [ClaimState.CLAIMED, ClaimState.CLAIMED]
     lease = claims[0].lease
-    assert lease is not None and dedupe.renew(lease) is True
+    assert isinstance(lease, Lease) and dedupe.renew(lease) is True
     dedupe.finish(lease)
     assert dedupe.claim("msg-1").state is ClaimState.CLAIMED
 

@@ -13,7 +13,7 @@ from botocore.exceptions import EndpointConnectionError
 
 from sqsjkr.backends.dedupe import Claim, ClaimState, MemoryDedupe
 from sqsjkr.backends.lease import Lease
-from sqsjkr.backends.locks import MemoryLocker
+from sqsjkr.backends.locks import Held, MemoryLocker
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
 from sqsjkr.daemon.loop import Kicker, KickerSettings, PendingDeletes
@@ -322,7 +322,7 @@ def test_lock_wait_rechecks_life_time() -> None:
     class CountingLocker(MemoryLocker):
         tries = 0
 
-        def try_lock(self, lock_id: str, event_id: str) -> Lease | None:
+        def try_lock(self, lock_id: str, event_id: str) -> Lease | Held:
             self.tries += 1
             return super().try_lock(lock_id, event_id)
 
@@ -515,7 +515,7 @@ class FlakyLocker(MemoryLocker):
         super().__init__()
         self.errors = list(errors)
 
-    def try_lock(self, lock_id: str, event_id: str) -> Lease | None:
+    def try_lock(self, lock_id: str, event_id: str) -> Lease | Held:
         if self.errors:
             raise self.errors.pop(0)
         return super().try_lock(lock_id, event_id)

@@ -15,7 +15,7 @@ import pytest
 
 from sqsjkr.backends.dedupe import MemoryDedupe
 from sqsjkr.backends.lease import Lease
-from sqsjkr.backends.locks import MemoryLocker
+from sqsjkr.backends.locks import Held, MemoryLocker
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
 from sqsjkr.daemon.heartbeat import InFlight
@@ -122,7 +122,7 @@ class StaleLocker(MemoryLocker):
         self._renew_ok = renew_ok
         self.renewals = 0
 
-    def try_lock(self, lock_id: str, event_id: str) -> Lease | None:
+    def try_lock(self, lock_id: str, event_id: str) -> Lease | Held:
         lease = super().try_lock(lock_id, event_id)
         if lease is None:
             return None

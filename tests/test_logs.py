@@ -5,6 +5,7 @@ the decisions that --log-level debug shows.
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -117,4 +118,31 @@ def test_sigusr1_writes_every_threads_stack_to_the_log(
     daemon.proc.send_signal(signal.SIGUSR1)
     daemon.wait_for_log("_receive_loop")  # the receiver thread's stack, among the others
     assert daemon.proc.poll() is None  # and it goes on
+    assert daemon.stop() == 0
+
+
+def test_a_lock_wait_is_logged_once_naming_the_holder(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    go_lock = {"Id": {"S": "G"}, "Type": {"S": "lock"}, "EventId": {"S": "go-job"}}
+    aws.dynamodb.put_item(TableName=aws.table, Item=go_lock)
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    aws.send({"command": "touch held; while [ ! -f release ]; do sleep 0.05; done",
+              "lock_id": "L", "event_id": "holder"})  # fmt: skip
+    wait_until((tmp_path / "held").exists, what="the holder running")
+    waiting = aws.send({"command": "true", "lock_id": "L", "event_id": "waiter"})
+    go_waiting = aws.send({"command": "true", "lock_id": "G", "event_id": "go-waiter"})
+    host_pid = f"{socket.gethostname()}:{daemon.proc.pid}"
+    daemon.wait_for_log(
+        f'job {waiting} (event waiter) waits for lock "L", held by {host_pid} for event "holder", '
+    )
+    daemon.wait_for_log(
+        f'job {go_waiting} (event go-waiter) waits for lock "G", held by a Go daemon for event '
+        '"go-job" (no lease: held until its holder releases it)'
+    )
+    (tmp_path / "release").touch()
+    wait_until(counted(port, succeeded=2), what="holder and waiter done")
+    # Tried every 0.1 s meanwhile: still one line each at INFO.
+    assert daemon.log.count(f"job {waiting} (event waiter) waits") == 1
+    assert daemon.log.count(f"job {go_waiting} (event go-waiter) waits") == 1
     assert daemon.stop() == 0

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqsjkr.backends.aws import (
@@ -30,11 +31,30 @@ LOCK_TYPE = "lock"
 RELEASE_MARK_SECONDS = 86400
 
 
+@dataclass(frozen=True)
+class Held:
+    """The answer of try_lock when someone else holds the lock: who, as far as the store says."""
+
+    owner: str | None = None  # host:pid:id; None for a Go daemon's lock
+    event_id: str | None = None
+    until: float | None = None  # when its lease ends; None: no lease (a Go daemon's lock)
+
+    def describe(self, now: float) -> str:
+        """ "held by HOST:PID for event E, 12s of its lease left", for the log."""
+        who = "a Go daemon" if self.owner is None else ":".join(self.owner.split(":")[:2])
+        text = f"held by {who}"
+        if self.event_id:
+            text += f" for event {quote(self.event_id)}"
+        if self.until is None:
+            return text + " (no lease: held until its holder releases it)"
+        return text + f", {max(0.0, self.until - now):.0f}s of its lease left"
+
+
 class Locker(Protocol):
     """Takes, keeps and gives back named locks."""
 
-    def try_lock(self, lock_id: str, event_id: str) -> Lease | None:
-        """Take lock_id for event_id: the lease if taken, None if someone holds it. Raises on failure."""
+    def try_lock(self, lock_id: str, event_id: str) -> Lease | Held:
+        """Take lock_id for event_id: the lease if taken, who holds it if not. Raises on failure."""
 
     def renew(self, lease: Lease) -> bool:
         """Extend a held lock's lease: False if the lock is no longer ours."""
@@ -47,7 +67,7 @@ class Locker(Protocol):
 class NoopLocker:
     """Every lock is always free: for a single host, or when jobs need no mutual exclusion."""
 
-    def try_lock(self, lock_id: str, event_id: str) -> Lease | None:
+    def try_lock(self, lock_id: str, event_id: str) -> Lease | Held:
         return Lease(lock_id, "")
 
     def renew(self, lease: Lease) -> bool:
@@ -66,10 +86,10 @@ class MemoryLocker:
         self._owners: dict[str, str] = {}
         self._released_by: dict[str, str] = {}  # lock_id -> the owner that released it last
 
-    def try_lock(self, lock_id: str, event_id: str) -> Lease | None:
+    def try_lock(self, lock_id: str, event_id: str) -> Lease | Held:
         with self._mutex:
             if lock_id in self.held:
-                return None
+                return Held(self._owners.get(lock_id), self.held[lock_id])
             lease = Lease(lock_id, new_owner())
             self.held[lock_id] = event_id
             self._owners[lock_id] = lease.owner
@@ -111,7 +131,7 @@ class DynamoLocker:
         self._lease_seconds = lease_seconds
         self._clock = clock
 
-    def try_lock(self, lock_id: str, event_id: str) -> Lease | None:
+    def try_lock(self, lock_id: str, event_id: str) -> Lease | Held:
         now = self._clock()
         lease = Lease(lock_id, new_owner(), until=now + self._lease_seconds)
         taken, old = conditional_write(
@@ -138,7 +158,8 @@ class DynamoLocker:
             return lease
         if owner_of(old) == lease.owner:
             return lease  # our own write, retried after its response was lost
-        return None
+        until = old.get("LeaseUntil", {}).get("N")
+        return Held(owner_of(old), old.get("EventId", {}).get("S"), float(until) if until else None)
 
     def renew(self, lease: Lease) -> bool:
         until = self._clock() + self._lease_seconds

@@ -17,7 +17,7 @@ from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe, is_transient
 from sqsjkr.backends.dedupe import ClaimState, DedupeStore
 from sqsjkr.backends.history import NOT_FOLDED, Ended, History, NoHistory
 from sqsjkr.backends.lease import FRESH_LEASE_SHARE, Lease
-from sqsjkr.backends.locks import Locker
+from sqsjkr.backends.locks import Held, Locker
 from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import MAX_VISIBILITY_SECONDS, bounded_wait
 from sqsjkr.contract.run import RunOutcome, RunRecord
@@ -217,14 +217,17 @@ class Worker:
                 jlog.info("gave up waiting for lock %s: stopping", lock)
                 return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="the daemon was stopping")
             try:
-                if self._take_lock(entry, jlog):
+                held = self._take_lock(entry, jlog)
+                if held is None:
                     return None
+                holder = held.describe(self._clock())
                 if job.abort_if_locked:
-                    jlog.warning("aborted: lock %s is held", lock)
-                    why = f"lock {lock} is held"
+                    jlog.warning("aborted: lock %s is %s", lock, holder)
+                    why = f"lock {lock} is {holder}"
                     return Ending(DELETE, (Outcome.FAILED,), RunOutcome.ABORTED, why)
                 # Once at INFO; every try after that at DEBUG only.
-                jlog.log(logging.DEBUG if waiting else logging.INFO, "waits for lock %s", lock)
+                level = logging.DEBUG if waiting else logging.INFO
+                jlog.log(level, "waits for lock %s, %s", lock, holder)
                 waiting = True
             except AWS_ERRORS as exc:
                 self._drop_lock(entry)
@@ -240,19 +243,19 @@ class Worker:
             if expired is not None:
                 return expired
 
-    def _take_lock(self, entry: InFlight, jlog: JobLog) -> bool:
-        """One try at the job's lock: True once it is ours with a fresh lease."""
+    def _take_lock(self, entry: InFlight, jlog: JobLog) -> Held | None:
+        """One try at the job's lock: None once it is ours with a fresh lease, else who holds it."""
         job = entry.job
         assert job.lock_id is not None
-        lease = self._locker.try_lock(job.lock_id, job.event_id)
-        if lease is None:
-            return False
-        entry.lock = lease
-        jlog.debug("took lock %s (lease until %.3f)", quote(lease.key), lease.until)
-        if self._fresh(lease, self._locker.renew, "lock", jlog):
-            return True
+        taken = self._locker.try_lock(job.lock_id, job.event_id)
+        if isinstance(taken, Held):
+            return taken
+        entry.lock = taken
+        jlog.debug("took lock %s (lease until %.3f)", quote(taken.key), taken.until)
+        if self._fresh(taken, self._locker.renew, "lock", jlog):
+            return None
         entry.lock = None  # lost to another holder while we were taking it: held, so wait
-        return False
+        return Held()
 
     def _drop_lock(self, entry: InFlight) -> None:
         """Give up a lock taken in a try that then failed, so it does not stay held for its lease."""
