@@ -240,6 +240,17 @@ def start_daemon(tmp_path: Path, aws_env: dict[str, str]) -> Iterator[Callable[.
         daemon.kill()
 
 
+def http_get_text(port: int, path: str) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        assert response.status == 200, response.status
+        return response.read().decode()
+    finally:
+        conn.close()
+
+
 def http_get_json(port: int, path: str) -> Any:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
@@ -282,3 +293,33 @@ def invocations(port: int) -> dict[str, int]:
 def counted(port: int, **expected: int) -> Callable[[], bool]:
     """A wait_until predicate: the daemon's counters have these values."""
     return lambda: all(invocations(port)[k] == n for k, n in expected.items())
+
+
+@pytest.fixture
+def own_endpoint(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Outage]:
+    """A moto server of this test's own, which the test can take down and bring back."""
+    outage = Outage()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", outage.url)
+    aws_env["AWS_ENDPOINT_URL"] = outage.url
+    yield outage
+    outage.server.stop()
+
+
+class Outage:
+    """A moto server on a fixed port; its state lives in this process, so a restart keeps it."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = self._start()
+
+    def _start(self) -> ThreadedMotoServer:
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        server.start()
+        return server
+
+    def down(self) -> None:
+        self.server.stop()
+
+    def up(self) -> None:
+        self.server = self._start()

@@ -21,6 +21,7 @@ from sqsjkr.contract.config import (
     HistoryConfig,
     KickerConfig,
     LockConfig,
+    LogConfig,
     Overrides,
     ReportConfig,
     ScheduleConfig,
@@ -658,6 +659,7 @@ SECTION_TYPES = {
     "schedule": ScheduleConfig,
     "history": HistoryConfig,
     "report": ReportConfig,
+    "log": LogConfig,
 }
 
 

@@ -10,21 +10,18 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
-import pytest
-from moto.server import ThreadedMotoServer
 
 from sqsjkr.commands.local import create_table
 
 from .conftest import (
     REGION,
     Aws,
+    Outage,
     Start,
     counted,
-    free_port,
     run_daemon,
     wait_until,
 )
@@ -194,36 +191,6 @@ def test_a_job_timeout_stops_the_whole_process_group(
     wait_until(lambda: aws.queue_counts() == (0, 0), what="timed-out jobs' messages deleted")
     assert "timed out after" in daemon.log
     assert daemon.stop() == 0
-
-
-@pytest.fixture
-def own_endpoint(aws_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Outage]:
-    """A moto server of this test's own, which the test can take down and bring back."""
-    outage = Outage()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", outage.url)
-    aws_env["AWS_ENDPOINT_URL"] = outage.url
-    yield outage
-    outage.server.stop()
-
-
-class Outage:
-    """A moto server on a fixed port; its state lives in this process, so a restart keeps it."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.server = self._start()
-
-    def _start(self) -> ThreadedMotoServer:
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
-        server.start()
-        return server
-
-    def down(self) -> None:
-        self.server.stop()
-
-    def up(self) -> None:
-        self.server = self._start()
 
 
 def test_an_endpoint_outage_under_running_jobs_loses_none_and_runs_none_twice(

@@ -22,7 +22,16 @@ from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.runner import RunResult, StopSwitch
 from sqsjkr.daemon.worker import DELETE, Worker, WorkerSettings
 
-from .conftest import Aws, Start, config_text, counted, free_port, run_daemon, wait_until
+from .conftest import (
+    Aws,
+    Start,
+    config_text,
+    counted,
+    free_port,
+    http_get_text,
+    run_daemon,
+    wait_until,
+)
 from .faults import Call, Fault, FaultProxy
 
 
@@ -84,7 +93,8 @@ def test_a_holder_frozen_past_its_lease_learns_that_it_lost_its_lock(
     conf = tmp_path / "frozen.toml"
     # Its message stays hidden while it is frozen: only the lock lapses.
     # One worker, busy with A: B's message can only go to the second daemon.
-    text = config_text(aws, stats=f"stats_port = {free_port()}", max_concurrent_num=1)
+    frozen_port = free_port()
+    text = config_text(aws, stats=f"stats_port = {frozen_port}", max_concurrent_num=1)
     conf.write_text(
         text.replace("[lock]\n", '[lock]\nlease = "2s"\n').replace(
             "wait_time_seconds = 1", "wait_time_seconds = 1\nvisibility_timeout = 60"
@@ -106,6 +116,8 @@ def test_a_holder_frozen_past_its_lease_learns_that_it_lost_its_lock(
     # Found by its next renewal or by its unlock, whichever comes first; said once.
     frozen.wait_for_log('LOST its lock "L": its lease')
     assert frozen.log.count("LOST its lock") == 1
+    metrics = http_get_text(frozen_port, "/metrics")
+    assert "\nsqsjkr_leases_lost_total 1.0\n" in metrics  # counted
     assert frozen.stop() == 0 and other.stop() == 0
 
 

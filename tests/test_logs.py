@@ -4,8 +4,11 @@ the decisions that --log-level debug shows.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,16 @@ import pytest
 from sqsjkr.contract.job import Job
 from sqsjkr.observability.logs import MAX_LOGGED_COMMAND, escape, job_label, shorten_command
 
-from .conftest import Aws, Start, config_text, counted, free_port, run_daemon, wait_until
+from .conftest import (
+    Aws,
+    Start,
+    config_text,
+    counted,
+    free_port,
+    run_daemon,
+    sqsjkr_argv,
+    wait_until,
+)
 
 #: How every line of the daemon's text log starts.
 LINE_START = re.compile(
@@ -146,3 +158,66 @@ def test_a_lock_wait_is_logged_once_naming_the_holder(
     assert daemon.log.count(f"job {waiting} (event waiter) waits") == 1
     assert daemon.log.count(f"job {go_waiting} (event go-waiter) waits") == 1
     assert daemon.stop() == 0
+
+
+def test_json_lines_carry_the_job_fields_as_keys(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    port = free_port()
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats=f"stats_port = {port}") + '\n[log]\nformat = "json"\n')
+    daemon = start_daemon("run", "-c", str(conf))
+    message_id = aws.send({"command": "echo 'out\\nput'", "event_id": "ev\n1", "lock_id": "L"})
+    wait_until(counted(port, succeeded=1), what="the job")
+    assert daemon.stop() == 0
+    records = [json.loads(line) for line in daemon.log.splitlines()]  # every line is JSON
+    assert {"time", "level", "logger", "message"} <= set(records[0])
+    job = [r for r in records if r.get("message_id") == message_id]
+    assert {r["logger"] for r in job} >= {"sqsjkr.worker", "sqsjkr.output"}
+    assert all(r["event_id"] == "ev\n1" and r["lock_id"] == "L" for r in job)
+    assert any(r["message"].endswith("| out") for r in job)
+    assert records[0]["time"].endswith("+00:00")
+
+
+def test_the_log_format_option_overrides_the_file(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats=f"stats_port = {free_port()}"))
+    daemon = start_daemon("run", "-c", str(conf), "--log-format", "json")
+    assert daemon.stop() == 0
+    assert json.loads(daemon.log.splitlines()[-1])["message"] == "stopped"
+
+
+def test_under_journald_text_lines_carry_the_priority_and_no_time(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str]
+) -> None:
+    port = free_port()
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats=f"stats_port = {port}"))
+    # systemd names the journal's stream by device and inode: here, the daemon's log file.
+    log_file = tmp_path / "journal.log"
+    log_file.touch()
+    st = log_file.stat()
+    aws_env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
+    with open(log_file, "ab") as journal:
+        proc = subprocess.Popen(
+            sqsjkr_argv("run", "-c", str(conf)),
+            env={**os.environ, **aws_env},
+            stderr=journal,
+            stdout=journal,
+        )
+    try:
+        wait_until(lambda: "receiving with" in log_file.read_text(), what="receiving")
+        aws.send({"command": "exit 3", "event_id": "failing"})
+        wait_until(counted(port, errored=1), what="the job")
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0
+    lines = log_file.read_text().splitlines()
+    pattern = re.compile(r"<[2-7]>(DEBUG|INFO|WARNING|ERROR|CRITICAL) sqsjkr")
+    assert lines and all(pattern.match(line) for line in lines), lines
+    assert any(line.startswith("<6>INFO sqsjkr.daemon: receiving with") for line in lines)
+    assert any(
+        line.startswith("<4>WARNING sqsjkr.worker: job ") and "errored" in line for line in lines
+    )

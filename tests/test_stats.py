@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from sqsjkr.errors import SqsjkrError, StatsServerError
-from sqsjkr.observability.stats import Outcome, Stats, StatsServer, StatsSnapshot
+from sqsjkr.observability.server import StatsServer
+from sqsjkr.observability.stats import Outcome, Stats, StatsSnapshot
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):

@@ -24,7 +24,7 @@ from sqsjkr.commands.options import (
 from sqsjkr.commands.signals import install_stop_signals
 from sqsjkr.contract.config import Overrides
 from sqsjkr.daemon.service import serve
-from sqsjkr.observability.logs import setup_logging
+from sqsjkr.observability.logs import LOG_FORMATS, setup_logging
 from sqsjkr.observability.notify import SystemdNotifier
 
 log = logging.getLogger("sqsjkr.cli")
@@ -45,6 +45,11 @@ log = logging.getLogger("sqsjkr.cli")
     metavar="DURATION",
     help='How long a stop waits for running jobs, e.g. "10m" (overrides [kicker] shutdown_timeout).',
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    help="text or json lines (overrides [log] format).",
+)
 def run(
     conf: str,
     lock_table: str | None,
@@ -54,9 +59,10 @@ def run(
     stats_port: int | None,
     stats_socket: str | None,
     shutdown_timeout: str | None,
+    log_format: str | None,
 ) -> None:
     """Run the daemon."""
-    setup_logging(log_level.lower())
+    setup_logging(log_level.lower(), log_format or "text")
     config = load(
         conf,
         Overrides(
@@ -66,8 +72,11 @@ def run(
             stats_port=stats_port,
             stats_socket=stats_socket,
             shutdown_timeout=shutdown_timeout,
+            log_format=log_format,
         ),
     )
+    if config.log.format != (log_format or "text"):
+        setup_logging(log_level.lower(), config.log.format)  # as [log] format asks
     # Before any job can start: jobs copy the daemon's environment, and systemd's variables
     # are not meant for them.
     notifier = SystemdNotifier.from_environment(os.environ, unset=True)

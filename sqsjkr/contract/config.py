@@ -124,6 +124,13 @@ class ReportConfig:
 
 
 @dataclass(frozen=True)
+class LogConfig:
+    """[log]: how the daemon writes its log (to stderr, which systemd sends to the journal)."""
+
+    format: str = "text"  # "text" or "json" (--log-format overrides)
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole validated config."""
 
@@ -135,6 +142,7 @@ class Config:
     schedule: ScheduleConfig = ScheduleConfig()
     history: HistoryConfig = HistoryConfig()
     report: ReportConfig = ReportConfig()
+    log: LogConfig = LogConfig()
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,7 @@ class Overrides:
     stats_port: int | None = None
     stats_socket: str | None = None
     shutdown_timeout: str | None = None
+    log_format: str | None = None
 
 
 _SECTIONS: dict[str, type] = {
@@ -158,6 +167,7 @@ _SECTIONS: dict[str, type] = {
     "schedule": ScheduleConfig,
     "history": HistoryConfig,
     "report": ReportConfig,
+    "log": LogConfig,
 }
 _BACKENDS = ("dynamodb", "none")
 _ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+")
@@ -361,6 +371,8 @@ def _apply_overrides(
     kicker = tables.setdefault("kicker", {})
     if overrides.shutdown_timeout is not None:
         put("kicker", "shutdown_timeout", overrides.shutdown_timeout)
+    if overrides.log_format is not None:
+        put("log", "format", overrides.log_format)
     if overrides.stats_port is not None:
         kicker.pop("stats_socket", None)
         put("kicker", "stats_port", overrides.stats_port)
@@ -482,6 +494,7 @@ def parse_config(
         _schedule_config(table("schedule")),
         _history_config(table("history")),
         _report_config(table("report")),
+        LogConfig(format=table("log").choice("format", LogConfig.format, ("text", "json"))),
     )
 
 

@@ -24,6 +24,7 @@ from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, r
 from sqsjkr.daemon.runs import LEAVE, Ending, RunListener, Settle
 from sqsjkr.daemon.worker import Worker, WorkerSettings
 from sqsjkr.errors import InvalidJobError, ReceiverFailed
+from sqsjkr.observability.health import Health
 from sqsjkr.observability.notify import Notifier, NullNotifier
 from sqsjkr.observability.stats import Outcome, Stats
 
@@ -109,11 +110,13 @@ class Kicker:
         notifier: Notifier | None = None,
         history: History | None = None,
         listener: RunListener | None = None,
+        health: Health | None = None,
     ) -> None:
         """history keeps the runs' records (none by default); listener hears of them as they
         start and end (the reporters)."""
         self._source = source
         self._notifier = notifier or NullNotifier()
+        self._health = health or Health()
         self._receiver_error: BaseException | None = None
         self._stats = stats
         self._settings = settings
@@ -180,6 +183,7 @@ class Kicker:
                 receiver.start()
                 stop.wait()
                 self._notifier.stopping()
+                self._health.draining()
                 # After a hand-over under way, so that the drain sees every job taken before.
                 with self._intake:
                     self._stopping.set()
@@ -217,6 +221,7 @@ class Kicker:
         while not stop.is_set():
             # The watchdog hears from the loop only while it turns; outages included, since
             # restarting the daemon would not end them.
+            self._health.turned()
             if self._notifier.watchdog_interval is not None:
                 self._notifier.watchdog()
             # Without a backlog the next receive may long-poll: delete what is pending first.
@@ -293,7 +298,7 @@ class Kicker:
                     message.body, message_id=message.message_id, sent_at=message.sent_at
                 )
             except InvalidJobError as exc:
-                self._stats.count(Outcome.FAILED)
+                self._stats.invalid()
                 self._reject(message, str(exc))
                 continue
             accepted.append(InFlight(message, job))

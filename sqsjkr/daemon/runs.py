@@ -66,6 +66,21 @@ class NoListener:
         return None
 
 
+class Listeners:
+    """Several listeners as one, told in order."""
+
+    def __init__(self, *listeners: RunListener) -> None:
+        self._listeners = listeners
+
+    def notice(self, start: RunStart) -> None:
+        for listener in self._listeners:
+            listener.notice(start)
+
+    def report(self, record: RunRecord) -> None:
+        for listener in self._listeners:
+            listener.report(record)
+
+
 #: This host's name, as records and reports give it.
 HOST = socket.gethostname()
 

@@ -36,10 +36,15 @@ from sqsjkr.contract.config import Config
 from sqsjkr.contract.duration import Duration
 from sqsjkr.daemon.loop import Kicker, KickerSettings
 from sqsjkr.daemon.runner import ShellRunner
+from sqsjkr.daemon.runs import Listeners
 from sqsjkr.errors import StartupError
+from sqsjkr.observability import calls
+from sqsjkr.observability.health import Health
+from sqsjkr.observability.metrics import Metrics
 from sqsjkr.observability.notify import Notifier
 from sqsjkr.observability.report import Reporter
-from sqsjkr.observability.stats import Stats, StatsServer
+from sqsjkr.observability.server import StatsServer
+from sqsjkr.observability.stats import Stats
 
 log = logging.getLogger("sqsjkr.service")
 
@@ -68,14 +73,18 @@ def serve(
     """
     _warn_on_short_lease(config)
     stats = Stats(config.kicker.max_concurrent_num)
+    health = Health()
+    metrics = Metrics(stats, health)
     # Stats first: a taken port fails before any AWS call, and monitoring sees a daemon that is
-    # still waiting for AWS as up with all workers idle.
-    server = _start_stats_server(config, stats)
+    # still waiting for AWS as up with all workers idle (and not ready).
+    server = _start_stats_server(config, stats, metrics, health)
     try:
         if on_listening is not None:
             on_listening(server.address)
         timing = Timing.of(config)
-        connected = _connect(config, timing, stop, Stores(dedupe, locker, history))
+        connected = _connect(
+            config, timing, stop, Stores(dedupe, locker, history), Observers(health, metrics)
+        )
         if connected is None:
             return  # stopped while starting
         source = connected.source
@@ -85,7 +94,8 @@ def serve(
             dedupe=connected.dedupe,
             locker=connected.locker,
             history=connected.history,
-            listener=reporter,
+            listener=Listeners(reporter, metrics),
+            health=health,
             runner=ShellRunner(
                 kill_grace=config.kicker.kill_grace.seconds,
                 tail_bytes=config.history.output_tail,
@@ -181,13 +191,25 @@ class Connected:
     history: History
 
 
+@dataclass(frozen=True)
+class Observers:
+    """Told of every AWS call the daemon's clients make."""
+
+    health: Health
+    metrics: Metrics
+
+    def watch(self, client: Any, service: str) -> Any:
+        calls.watch(client, service, self.health, self.metrics)
+        return client
+
+
 def _connect(
-    config: Config, timing: Timing, stop: threading.Event, given: Stores
+    config: Config, timing: Timing, stop: threading.Event, given: Stores, observers: Observers
 ) -> Connected | None:
     """The queue and the stores, retrying while AWS cannot be reached; None if stopped."""
     session = make_session(region=config.account.region, profile=config.account.profile)
     pool = config.kicker.max_concurrent_num + 2
-    sqs = make_client(session, "sqs", max_pool=pool)
+    sqs = observers.watch(make_client(session, "sqs", max_pool=pool), "sqs")
     found = _queue(config, sqs, stop)
     if found is None:
         return None
@@ -199,7 +221,7 @@ def _connect(
         visibility_timeout=timing.visibility,
         dead_letter_url=dead_letter_url,
     )
-    dynamodb = make_client(session, "dynamodb", max_pool=pool)
+    dynamodb = observers.watch(make_client(session, "dynamodb", max_pool=pool), "dynamodb")
     table = config.lock.table
     uses_table = (
         (given.dedupe is None and config.dedupe.backend == "dynamodb")
@@ -276,9 +298,13 @@ def _queue(
     return queue_url, settings, dead_letter_url
 
 
-def _start_stats_server(config: Config, stats: Stats) -> StatsServer:
+def _start_stats_server(
+    config: Config, stats: Stats, metrics: Metrics, health: Health
+) -> StatsServer:
     server = StatsServer(
         stats,
+        metrics=metrics,
+        health=health,
         host=config.kicker.stats_host,
         port=config.kicker.stats_port,
         socket_path=config.kicker.stats_socket,

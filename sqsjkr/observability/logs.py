@@ -5,11 +5,14 @@ Every component logs through a named logger under "sqsjkr."; this module sets up
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from datetime import datetime, timezone
+from typing import IO, Any
 
 from sqsjkr.contract.job import Job
 
@@ -81,9 +84,92 @@ class SafeFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
-def setup_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+#: The job fields a JSON line carries as keys of their own (job_fields sets them on records).
+JOB_FIELDS = ("event_id", "message_id", "lock_id")
+#: Log formats: `[log] format` and --log-format.
+LOG_FORMATS = ("text", "json")
+
+# syslog priorities by logging level, for journald's "<N>" line prefix.
+_PRIORITIES = {
+    logging.CRITICAL: 2,
+    logging.ERROR: 3,
+    logging.WARNING: 4,
+    logging.INFO: 6,
+    logging.DEBUG: 7,
+}
+
+
+def _priority(levelno: int) -> int:
+    return next(
+        (p for level, p in sorted(_PRIORITIES.items(), reverse=True) if levelno >= level), 7
+    )
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, RFC 3339), level, logger, message, the job's
+    fields, and the exception when there is one."""
+
+    def __init__(self, *, journald: bool = False) -> None:
+        super().__init__()
+        self._journald = journald
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in JOB_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                data[name] = value
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        line = json.dumps(data, ensure_ascii=False)
+        # journald strips the prefix and files the line under its priority.
+        return f"<{_priority(record.levelno)}>{line}" if self._journald else line
+
+
+class JournaldFormatter(SafeFormatter):
+    """Text lines for journald: the "<N>" priority prefix it reads, and no timestamp, since
+    the journal stamps every line itself."""
+
+    def __init__(self) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{_priority(record.levelno)}>{super().format(record)}"
+
+
+def logs_to_journald(stream: IO[str], environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether stream is connected to the journal: systemd sets JOURNAL_STREAM to its
+    "device:inode", which a program compares with its own stream, as systemd asks."""
+    expected = environ.get("JOURNAL_STREAM", "")
+    if not expected:
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+    except (OSError, ValueError):
+        return False
+    return expected == f"{st.st_dev}:{st.st_ino}"
+
+
+def setup_logging(level: str, log_format: str = "text", stream: IO[str] | None = None) -> None:
+    """Log at level to stream (stderr) as text or JSON lines; under journald, with priorities."""
+    stream = stream or sys.stderr
+    handler = logging.StreamHandler(stream)
+    journald = logs_to_journald(stream)
+    formatter: logging.Formatter
+    if log_format == "json":
+        formatter = JsonFormatter(journald=journald)
+    elif journald:
+        formatter = JournaldFormatter()
+    else:
+        formatter = SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(formatter)
     logging.basicConfig(level=LOG_LEVELS[level], handlers=[handler], force=True)
     # botocore's debug output prints request bodies, and with them job environments; the
     # embedded moto server logs every request.

@@ -1,48 +1,15 @@
-"""Worker and invocation counters, and the HTTP endpoint that serves them.
+"""Worker and invocation counters: what /stats/metrics (v1) and /stats/metrics/v2 answer.
 
-Monitoring (mackerel-plugin-sqsjkr) curls /stats/metrics over TCP or a unix socket.
+Monitoring (mackerel-plugin-sqsjkr) reads them over the stats listener (observability/server.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import errno
-import http.server
-import json
-import logging
-import os
-import socket
-import socketserver
-import stat
-import sys
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from http import HTTPStatus
-from typing import Any
-from urllib.parse import urlsplit
 
-from sqsjkr import __version__
-from sqsjkr.errors import StatsServerError
-
-__all__ = ["Outcome", "Stats", "StatsServer", "StatsServerError", "StatsSnapshot"]
-
-_log = logging.getLogger("sqsjkr.stats")
-
-# How long serve_forever may take to notice shutdown(); bounds how long close() waits.
-_POLL_INTERVAL_SECONDS = 0.05
-# Probing a socket path that a wedged process listens on must not hang start().
-_PROBE_TIMEOUT_SECONDS = 1.0
-#: Connections served at once. More are closed as soon as they are accepted, so that a flood of
-#: clients holding connections open cannot take the file descriptors that jobs need; a scrape
-#: takes milliseconds, so monitoring never needs more.
-MAX_CONNECTIONS = 16
-#: A connection is cut after this long in all, however slowly its client keeps sending.
-MAX_CONNECTION_SECONDS = 10.0
-#: Connections the kernel keeps waiting for accept(); beyond it, it refuses them itself.
-LISTEN_BACKLOG = 64
+__all__ = ["Outcome", "Stats", "StatsSnapshot"]
 
 
 class Outcome(enum.Enum):
@@ -67,6 +34,7 @@ class StatsSnapshot:
     duplicates: int
     timed_out: int = 0
     leases_lost: int = 0
+    invalid: int = 0  # malformed messages, also counted in failed
 
     def v1(self) -> dict[str, int]:
         """The body of GET /stats/metrics, the shape mackerel-plugin-sqsjkr reads."""
@@ -97,6 +65,7 @@ class Stats:
         self._busy = 0
         self._counts = dict.fromkeys(Outcome, 0)
         self._leases_lost = 0
+        self._invalid = 0
 
     @property
     def workers(self) -> int:
@@ -120,6 +89,12 @@ class Stats:
         with self._lock:
             self._counts[outcome] += 1
 
+    def invalid(self) -> None:
+        """A message that is not a job: counted failed, as the Go daemon did, and apart."""
+        with self._lock:
+            self._counts[Outcome.FAILED] += 1
+            self._invalid += 1
+
     def lease_lost(self) -> None:
         """A lock or claim turned out to be held by another daemon while its job ran here."""
         with self._lock:
@@ -136,287 +111,5 @@ class Stats:
                 duplicates=self._counts[Outcome.DUPLICATE],
                 timed_out=self._counts[Outcome.TIMED_OUT],
                 leases_lost=self._leases_lost,
+                invalid=self._invalid,
             )
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """Answers the two metrics paths with JSON; every error response is JSON too."""
-
-    server: _Server
-    # One request per connection, so no client can park an idle keep-alive connection on us.
-    protocol_version = "HTTP/1.0"
-    server_version = f"sqsjkr/{__version__}"
-    # A client that connects and then sends nothing must not hold a handler thread for long.
-    timeout = 5
-
-    def do_GET(self) -> None:
-        snapshot = self.server.stats.snapshot()
-        path = urlsplit(self.path).path
-        if path == "/stats/metrics":
-            self._send_json(200, snapshot.v1())
-        elif path == "/stats/metrics/v2":
-            self._send_json(200, snapshot.v2())
-        else:
-            self._send_json(404, {"error": "not found"})
-
-    do_HEAD = do_GET
-
-    def _method_not_allowed(self) -> None:
-        self._send_json(405, {"error": "method not allowed"}, Allow="GET, HEAD")
-
-    # Methods not listed here are unknown to us, and the stdlib answers them 501.
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _method_not_allowed
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        # The stdlib's own errors (400 bad request line, 408, 414, 431, 501) would be HTML.
-        self._send_json(code, {"error": message or HTTPStatus(code).phrase.lower()})
-
-    def _send_json(self, code: int, body: dict[str, Any], **headers: str) -> None:
-        data = (json.dumps(body, separators=(",", ":")) + "\n").encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-
-    def version_string(self) -> str:
-        # The stdlib appends the Python version, which is nobody's business.
-        return self.server_version
-
-    def log_message(self, format: str, *args: Any) -> None:
-        # The stdlib writes every request to stderr; a scrape each minute is not worth that.
-        # Unix-socket peers are usually unnamed: client_address is "", not (host, port).
-        peer = self.client_address[0] if isinstance(self.client_address, tuple) else "unix"
-        _log.debug("%s " + format, peer, *args)
-
-
-class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
-    """A thread per connection over TCP or a unix socket; server_close() joins them all.
-
-    Not http.server.ThreadingHTTPServer: its server_bind() does a reverse DNS lookup of the
-    host, and it cannot bind a unix socket. ThreadingMixIn joins only non-daemon threads, so
-    daemon_threads keeps its default of False.
-    """
-
-    request_queue_size = LISTEN_BACKLOG
-
-    def __init__(self, family: socket.AddressFamily, address: Any, stats: Stats) -> None:
-        # TCPServer creates and binds its socket from these, so they must be set first.
-        self.address_family = family
-        self.allow_reuse_address = family != socket.AF_UNIX  # restart despite TIME_WAIT
-        self.stats = stats
-        self._clients: dict[Any, float] = {}  # connection -> when it was accepted
-        self._clients_lock = threading.Lock()
-        super().__init__(address, _Handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._clients_lock:
-            full = len(self._clients) >= MAX_CONNECTIONS
-            if not full:
-                self._clients[request] = time.monotonic()
-        if full:
-            _log.debug("stats connection refused: %d already open", MAX_CONNECTIONS)
-            self.close_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        # Forgotten under the lock before it is closed, so _cut() never touches a closed
-        # socket (whose descriptor number may already belong to another).
-        with self._clients_lock:
-            self._clients.pop(request, None)
-        super().shutdown_request(request)
-
-    def service_actions(self) -> None:
-        """Between two polls of the listening socket: cut connections open for too long."""
-        oldest = time.monotonic() - MAX_CONNECTION_SECONDS
-        self._cut(lambda accepted: accepted < oldest)
-
-    def abort_clients(self) -> None:
-        """Wake handlers blocked on idle clients, so server_close() need not wait out timeout."""
-        self._cut(lambda accepted: True)
-
-    def _cut(self, which: Callable[[float], bool]) -> None:
-        with self._clients_lock:
-            for conn, accepted in self._clients.items():
-                if which(accepted):
-                    with contextlib.suppress(OSError):  # the client hung up already
-                        conn.shutdown(socket.SHUT_RDWR)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # BaseServer prints tracebacks to stderr. A client hanging up mid-response (or close()
-        # aborting it) is routine; anything else is a bug in the handler worth a warning.
-        level = logging.DEBUG if isinstance(sys.exc_info()[1], OSError) else logging.WARNING
-        _log.log(level, "stats connection from %r failed", client_address, exc_info=True)
-
-
-class StatsServer:
-    """Serves GET /stats/metrics (v1) and /stats/metrics/v2 as JSON over TCP or a unix socket."""
-
-    def __init__(
-        self,
-        stats: Stats,
-        *,
-        host: str = "127.0.0.1",
-        port: int | None = None,
-        socket_path: str | None = None,
-    ) -> None:
-        if (port is None) == (socket_path is None):
-            raise ValueError("StatsServer needs exactly one of port and socket_path")
-        if port is not None and not 0 <= port <= 65535:
-            raise ValueError(f"stats port must be 0-65535, got {port}")
-        self._stats = stats
-        self._host = host
-        self._port = port
-        self._socket_path = os.fspath(socket_path) if socket_path is not None else None
-        self._lock = threading.Lock()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        # (st_dev, st_ino) of the socket file we bound, so close() never removes a successor's.
-        self._socket_id: tuple[int, int] | None = None
-        self._closed = False
-
-    @property
-    def address(self) -> str:
-        """Where the server listens: "127.0.0.1:8061", "[::1]:8061" or "unix:/path/to.sock".
-
-        Before start() this is the requested address (with port 0 if a free port was asked for).
-        """
-        if self._socket_path is not None:
-            return f"unix:{self._socket_path}"
-        host, port = self._host, self._port
-        if self._server is not None:
-            bound_host, port = self._server.server_address[:2]
-            host = str(bound_host)
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-    def start(self) -> None:
-        """Bind and serve on a thread owned by this object; StatsServerError if binding fails."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("StatsServer.start() after close()")
-            if self._server is not None:
-                raise RuntimeError("StatsServer.start() called twice")
-            path = self._socket_path
-            self._server = self._bind_unix(path) if path is not None else self._bind_tcp()
-            self._thread = threading.Thread(
-                target=self._server.serve_forever,
-                kwargs={"poll_interval": _POLL_INTERVAL_SECONDS},
-                name="sqsjkr-stats",
-                daemon=True,
-            )
-            self._thread.start()
-        _log.info("serving stats on %s", self.address)
-
-    def close(self) -> None:
-        """Stop serving, wait for every connection thread, remove our socket file; idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            server, thread = self._server, self._thread
-            if server is None or thread is None:
-                return
-            # Once shutdown() returns no connection is accepted any more, so abort_clients()
-            # sees every one that server_close() will then wait for.
-            server.shutdown()
-            thread.join()
-            server.abort_clients()
-            server.server_close()
-            self._remove_socket_file()
-
-    def __enter__(self) -> StatsServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _error(self, reason: str) -> StatsServerError:
-        return StatsServerError(f"cannot serve stats on {self.address}: {reason}")
-
-    def _bind_tcp(self) -> _Server:
-        try:
-            # The first address getaddrinfo gives decides the family, so "::1" binds IPv6.
-            family, _, _, _, sockaddr = socket.getaddrinfo(
-                self._host, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )[0]
-        except OSError as exc:
-            raise self._error(f"cannot resolve host {self._host!r}: {exc}") from exc
-        try:
-            return _Server(family, sockaddr, self._stats)
-        except OSError as exc:
-            hint = ""
-            if exc.errno == errno.EADDRINUSE:
-                hint = " (choose another with [kicker] stats_port or --stats-port; 0 takes any free port)"
-            raise self._error(_reason(exc) + hint) from exc
-
-    def _bind_unix(self, path: str) -> _Server:
-        self._remove_stale_socket(path)
-        try:
-            server = _Server(socket.AF_UNIX, path, self._stats)
-        except FileNotFoundError as exc:
-            directory = os.path.dirname(os.path.abspath(path))
-            raise self._error(f"directory {directory} does not exist") from exc
-        except OSError as exc:
-            raise self._error(_reason(exc)) from exc
-        try:
-            st = os.stat(path)
-        except OSError as exc:  # someone removed it the instant after we bound it
-            server.server_close()
-            raise self._error(_reason(exc)) from exc
-        self._socket_id = (st.st_dev, st.st_ino)
-        return server
-
-    def _remove_stale_socket(self, path: str) -> None:
-        """Remove a socket file left by a crashed daemon, but never a live one or a non-socket."""
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise self._error(_reason(exc)) from exc
-        if not stat.S_ISSOCK(mode):
-            raise self._error(f"{path} exists and is not a socket")
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            probe.settimeout(_PROBE_TIMEOUT_SECONDS)
-            try:
-                probe.connect(path)
-            except ConnectionRefusedError:
-                pass  # nobody listens: stale
-            except FileNotFoundError:
-                return  # removed meanwhile
-            except OSError as exc:
-                # Timeouts included: a listener too busy to accept is still a listener.
-                raise self._error(f"cannot probe existing socket: {_reason(exc)}") from exc
-            else:
-                raise self._error("another process is listening there")
-        _log.info("removing stale stats socket %s", path)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise self._error(f"cannot remove stale socket: {_reason(exc)}") from exc
-
-    def _remove_socket_file(self) -> None:
-        path, ident = self._socket_path, self._socket_id
-        if path is None or ident is None:
-            return
-        try:
-            st = os.lstat(path)
-            if (st.st_dev, st.st_ino) == ident:
-                os.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            _log.warning("cannot remove stats socket %s: %s", path, exc)
-
-
-def _reason(exc: OSError) -> str:
-    """Return the bare reason: 'Address already in use', not '[Errno 98] Address ...'."""
-    return exc.strerror or str(exc)

@@ -1,0 +1,131 @@
+"""Prometheus metrics of the daemon, on prometheus-client: a registry of its own per daemon.
+
+Runs feed it as a RunListener does; AWS errors come from the clients' events (calls.py); the
+worker counters and the receive loop's last turn are read from Stats and Health at each scrape.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+
+from sqsjkr import __version__
+from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
+from sqsjkr.observability.health import Health
+from sqsjkr.observability.stats import Stats
+
+#: Seconds: from a few milliseconds (a trivial job, a free lock) to a day.
+_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 10800, 43200, 86400)
+
+__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+
+
+class Metrics:
+    """The daemon's metrics; exposition() gives them in Prometheus' text format."""
+
+    def __init__(self, stats: Stats, health: Health) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self._duration = Histogram(
+            "sqsjkr_job_duration_seconds",
+            "How long commands ran, from start to end",
+            ["event_id"],
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+        self._queue_delay = Histogram(
+            "sqsjkr_job_queue_delay_seconds",
+            "From the message's send (the schedule's firing) to the command's start",
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+        self._lock_wait = Histogram(
+            "sqsjkr_lock_wait_seconds",
+            "Time jobs waited for their lock_id",
+            buckets=_BUCKETS,
+            registry=registry,
+        )
+        self._last_success = Gauge(
+            "sqsjkr_job_last_success_timestamp_seconds",
+            "Unix time of the last successful run of each event, on this daemon",
+            ["event_id"],
+            registry=registry,
+        )
+        self._aws_errors = Counter(
+            "sqsjkr_aws_errors",
+            "Failed attempts of AWS calls, by service and error code",
+            ["service", "code"],
+            registry=registry,
+        )
+        Info("sqsjkr_build", "The sqsjkr build", registry=registry).info(
+            {"version": __version__, "python": platform.python_version()}
+        )
+        self._outcomes = dict.fromkeys((o.value for o in RunOutcome), 0)
+        registry.register(_StateCollector(stats, health, self._outcomes))
+
+    # -- a RunListener ---------------------------------------------------------------------
+
+    def notice(self, start: RunStart) -> None:
+        return None
+
+    def report(self, record: RunRecord) -> None:
+        self._outcomes[record.outcome.value] += 1
+        if record.started_at is not None:
+            self._duration.labels(record.event_id).observe(record.duration)
+            self._queue_delay.observe(max(0.0, record.queue_delay))
+        if record.lock_id:
+            self._lock_wait.observe(record.lock_wait)
+        if record.outcome is RunOutcome.SUCCEEDED:
+            self._last_success.labels(record.event_id).set(record.ended_at)
+
+    # -- AWS calls -------------------------------------------------------------------------
+
+    def aws_error(self, service: str, code: str) -> None:
+        self._aws_errors.labels(service, code).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _StateCollector(Collector):
+    """What is read at each scrape: outcome counts, workers, leases lost, the loop's last turn."""
+
+    def __init__(self, stats: Stats, health: Health, outcomes: dict[str, int]) -> None:
+        self._stats = stats
+        self._health = health
+        self._outcomes = outcomes
+
+    def collect(self) -> Iterator[Metric]:
+        snapshot = self._stats.snapshot()
+        jobs = CounterMetricFamily(
+            "sqsjkr_jobs",
+            "Jobs that reached an end, by outcome: a run's outcome, a duplicate message, or an "
+            "invalid one",
+            labels=["outcome"],
+        )
+        for outcome, count in self._outcomes.items():
+            jobs.add_metric([outcome], count)
+        jobs.add_metric(["duplicate"], snapshot.duplicates)
+        jobs.add_metric(["invalid"], snapshot.invalid)
+        yield jobs
+        workers = GaugeMetricFamily("sqsjkr_workers", "Workers by state", labels=["state"])
+        workers.add_metric(["busy"], snapshot.busy)
+        workers.add_metric(["idle"], snapshot.idle)
+        yield workers
+        yield CounterMetricFamily(
+            "sqsjkr_leases_lost",
+            "Locks and claims found taken over by another daemon while their job ran here",
+            value=snapshot.leases_lost,
+        )
+        last_turn = self._health.last_turn_at
+        if last_turn is not None:
+            yield GaugeMetricFamily(
+                "sqsjkr_receive_loop_last_turn_timestamp_seconds",
+                "Unix time the receive loop last went round",
+                value=last_turn,
+            )

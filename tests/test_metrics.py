@@ -1,0 +1,171 @@
+"""/metrics (read with prometheus_client's own parser), /healthz and /readyz of the real daemon,
+and the JSON stats kept as they were."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import boto3
+from prometheus_client.parser import text_string_to_metric_families
+
+from sqsjkr import __version__
+from sqsjkr.commands.local import create_table
+
+from .conftest import REGION, Aws, Outage, Start, counted, run_daemon, wait_until
+from .faults import Fault, FaultProxy
+
+GO_LOCK = {"Id": {"S": "held"}, "Type": {"S": "lock"}, "EventId": {"S": "go-daemon"}}
+
+
+def get(port: int, path: str) -> tuple[int, str, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.getheader("Content-Type") or "", response.read().decode()
+    finally:
+        conn.close()
+
+
+def samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics, by name and labels, as prometheus_client parses them."""
+    status, content_type, text = get(port, "/metrics")
+    assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(found: dict[Any, float], name: str, **labels: str) -> float:
+    return found[(name, tuple(sorted(labels.items())))]
+
+
+def test_metrics_after_jobs_of_each_outcome(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:
+    aws.dynamodb.put_item(TableName=aws.table, Item=GO_LOCK)
+    aws.send({"command": "true", "event_id": "ok", "lock_id": "free"})
+    aws.send({"command": "exit 1", "event_id": "bad"})
+    aws.send({"command": "sleep 30", "event_id": "slow", "timeout": "1s"})
+    aws.send({"command": "true", "event_id": "late", "life_time": 1}, delay=2)
+    aws.send({"command": "true", "lock_id": "held", "abort_if_locked": True})
+    aws.send("not json")
+    daemon, port = run_daemon(start_daemon, tmp_path, aws, kill_grace="1s")
+    wait_until(counted(port, succeeded=1, errored=2, failed=3), timeout=30, what="all ended")
+    found = samples(port)
+    for outcome, count in [("succeeded", 1), ("errored", 1), ("timed_out", 1), ("cancelled", 1),
+                           ("aborted", 1), ("invalid", 1), ("duplicate", 0), ("stopped", 0)]:  # fmt: skip
+        assert value(found, "sqsjkr_jobs_total", outcome=outcome) == count, outcome
+    assert value(found, "sqsjkr_job_duration_seconds_count", event_id="ok") == 1
+    assert value(found, "sqsjkr_job_duration_seconds_count", event_id="bad") == 1
+    assert value(found, "sqsjkr_job_queue_delay_seconds_count") == 3  # the three that started
+    assert value(found, "sqsjkr_lock_wait_seconds_count") == 2  # "free" and "held"
+    last_success = value(found, "sqsjkr_job_last_success_timestamp_seconds", event_id="ok")
+    assert abs(last_success - runs_end(aws, "ok")) < 0.01
+    assert value(found, "sqsjkr_workers", state="idle") == 4
+    assert value(found, "sqsjkr_workers", state="busy") == 0
+    assert value(found, "sqsjkr_leases_lost_total") == 0
+    assert value(found, "sqsjkr_receive_loop_last_turn_timestamp_seconds") > last_success - 60
+    build = [labels for (name, labels) in found if name == "sqsjkr_build_info"]
+    assert dict(build[0])["version"] == __version__
+    # The JSON stats are as they were: mackerel-plugin-sqsjkr reads v1.
+    assert json.loads(get(port, "/stats/metrics")[2]) == {"idle_worker": 4, "busy_worker": 0}
+    assert set(json.loads(get(port, "/stats/metrics/v2")[2])) == {"workers", "invocations"}
+    assert daemon.stop() == 0
+
+
+def runs_end(aws: Aws, event_id: str) -> float:
+    from sqsjkr.backends.history import DynamoHistory
+
+    [record] = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1).runs(event_id, 1)
+    return record.ended_at
+
+
+def test_aws_errors_are_counted_by_service_and_code(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
+) -> None:
+    with FaultProxy(moto_endpoint) as proxy:
+        proxy.add(
+            Fault(lambda c: c.action == "PutItem", error=(500, "InternalServerError"), times=2)
+        )
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        daemon, port = run_daemon(start_daemon, tmp_path, aws)
+        aws.send({"command": "true"})
+        wait_until(counted(port, succeeded=1), what="the job, after two failed attempts")
+        found = samples(port)
+        assert value(found, "sqsjkr_aws_errors_total", service="dynamodb",
+                     code="InternalServerError") == 2  # fmt: skip
+        assert daemon.stop() == 0
+
+
+def test_health_follows_the_endpoint_down_and_back(
+    own_endpoint: Outage, start_daemon: Start, tmp_path: Path
+) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    sqs = boto3.client("sqs", region_name=REGION, endpoint_url=own_endpoint.url)
+    dynamodb = boto3.client("dynamodb", region_name=REGION, endpoint_url=own_endpoint.url)
+    queue_url = sqs.create_queue(QueueName=f"health-{suffix}")["QueueUrl"]
+    create_table(dynamodb, f"health-{suffix}")
+    aws = Aws(sqs, dynamodb, f"health-{suffix}", queue_url, f"health-{suffix}")
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    wait_until(lambda: get(port, "/readyz")[0] == 200, what="ready")
+    assert json.loads(get(port, "/readyz")[2])["status"] == "ok"
+    assert get(port, "/healthz")[0] == 200
+    own_endpoint.down()
+    wait_until(lambda: get(port, "/readyz")[0] == 503, timeout=30, what="not ready")
+    reason = json.loads(get(port, "/readyz")[2])
+    assert reason["status"] == "unavailable" and "receive failed" in reason["reason"]
+    assert get(port, "/healthz")[0] == 200  # alive: the loop turns, retrying
+    own_endpoint.up()
+    wait_until(lambda: get(port, "/readyz")[0] == 200, timeout=60, what="ready again")
+    assert daemon.stop() == 0
+
+
+def test_a_stopping_daemon_is_not_ready(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    aws.send({"command": "touch started; while [ ! -f release ]; do sleep 0.05; done"})
+    wait_until((tmp_path / "started").exists, what="a job running")
+    wait_until(lambda: get(port, "/readyz")[0] == 200, what="ready")
+    daemon.proc.terminate()
+    daemon.wait_for_log("waiting for 1 in-flight job(s)")
+    status, _, body = get(port, "/readyz")
+    assert (status, json.loads(body)["reason"]) == (503, "stopping: no longer receiving")
+    (tmp_path / "release").touch()
+    assert daemon.stop() == 0
+
+
+def test_the_sample_alert_rules_use_metrics_the_daemon_exports(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    import re
+
+    import yaml
+
+    rules = yaml.safe_load(
+        (Path(__file__).parent.parent / "docs/prometheus-alerts.yml").read_text()
+    )
+    alerts = {rule["alert"]: rule["expr"] for rule in rules["groups"][0]["rules"]}
+    # The four the issue asks for: failing jobs, no success for a day, leases lost, loop stalled.
+    assert {"SqsjkrJobFailing", "SqsjkrNoSuccessForADay", "SqsjkrLeasesLost",
+            "SqsjkrReceiveLoopStalled"} <= set(alerts)  # fmt: skip
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    aws.send({"command": "true"})
+    wait_until(counted(port, succeeded=1), what="a job")
+    families = text_string_to_metric_families(get(port, "/metrics")[2])
+    # A family's samples may be none yet (no AWS error so far): go by the families.
+    exported = {f"{f.name}{s}" for f in families for s in ("", "_total", "_count", "_bucket")}
+    for name, expr in alerts.items():
+        for metric in re.findall(r"sqsjkr_\w+", expr):
+            assert metric in exported, f"{name} uses {metric}, which /metrics does not have"
+    outcomes = {
+        dict(labels).get("outcome") for n, labels in samples(port) if n == "sqsjkr_jobs_total"
+    }
+    for outcome in re.findall(
+        r"\w+", re.search(r'outcome=~"([^"]+)"', alerts["SqsjkrJobFailing"])[1]
+    ):
+        assert outcome in outcomes
+    assert daemon.stop() == 0
