@@ -146,7 +146,7 @@ def test_the_summary_follows_success_failure_success(
         sqsjkr_argv("status", "-c", str(conf), "--json"), capture_output=True, text=True
     )
     assert status.returncode == 0, status.stderr
-    [event] = json.loads(status.stdout)
+    [event] = json.loads(status.stdout)["events"]
     assert event["event_id"] == "nightly" and event["consecutive_failures"] == 0
 
 

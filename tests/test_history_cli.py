@@ -389,7 +389,9 @@ def test_status_json_has_an_object_per_event(
     store(aws).started(start)
     code, out, _ = sqsjkr(capsys, "status", "-c", str(conf), "--json")
     assert code == 0
-    (event,) = json.loads(out)
+    shown = json.loads(out)
+    assert shown["pauses"] == []
+    (event,) = shown["events"]
     age = event.pop("last_success_age")
     assert now - runs[-1].ended_at <= age < time.time() - runs[-1].ended_at + 1
     last = runs[-1].as_dict()
@@ -425,7 +427,8 @@ def test_status_of_an_empty_table(aws: Aws, conf: Path, capsys: pytest.CaptureFi
         "",
         f"no runs recorded in table {aws.table!r}\n",
     )
-    assert sqsjkr(capsys, "status", "-c", str(conf), "--json") == (0, "[]\n", "")
+    code, out, err = sqsjkr(capsys, "status", "-c", str(conf), "--json")
+    assert (code, json.loads(out), err) == (0, {"pauses": [], "events": []}, "")
     assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (0, "SQSJKR OK - 0 events\n", "")
 
 

@@ -16,7 +16,9 @@ from sqsjkr import __version__
 from sqsjkr.backends.aws import describe
 from sqsjkr.commands.crontab2tf import crontab2tf
 from sqsjkr.commands.history import history
+from sqsjkr.commands.locks import locks, unlock
 from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.pause import pause, resume
 from sqsjkr.commands.run import local, run
 from sqsjkr.commands.send import send
 from sqsjkr.commands.status import status
@@ -69,7 +71,7 @@ def cli() -> None:
     """SQS Job Kicker: run the jobs a schedule puts on an SQS queue, once, on one host of a fleet."""
 
 
-for command in (run, local, send, crontab2tf, history, status):
+for command in (run, local, send, crontab2tf, history, status, locks, unlock, pause, resume):
     cli.add_command(command)
 
 

@@ -20,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sqsjkr.backends.aws import describe
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
+from sqsjkr.backends.pause import DynamoPauses, Pause, paused
 from sqsjkr.commands.history import (
     Store,
     aligned,
@@ -30,6 +31,7 @@ from sqsjkr.commands.history import (
     store_options,
 )
 from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.pause import pause_text
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
 from sqsjkr.errors import DurationError, SqsjkrError, quote
@@ -250,17 +252,32 @@ def status_json(summary: EventSummary, running: Sequence[Running], now: float) -
 
 def show_status(store: Store, *, as_json: bool, now: float) -> None:
     with store.reading():
+        pauses = DynamoPauses(store.client, store.table).pauses()
         summaries = store.history.summaries()
         running = [running_now(store, summary, now) for summary in summaries]
     if as_json:
         rows = [status_json(s, r, now) for s, r in zip(summaries, running, strict=True)]
-        click.echo(json.dumps(rows, indent=2))
-    elif not summaries:
+        shown = {"pauses": [p.as_dict() for p in pauses], "events": rows}
+        click.echo(json.dumps(shown, indent=2))
+        return
+    for held in pauses:
+        click.echo(f"PAUSED {pause_text(held, now)}")
+    if not summaries:
         click.echo(f"no runs recorded in table {store.table!r}", err=True)
-    else:
-        rows_text = [status_row(s, r, now) for s, r in zip(summaries, running, strict=True)]
-        for line in aligned(rows_text):
-            click.echo(line)
+        return
+    rows_text = [
+        status_row(s, r, now) + paused_mark(paused(pauses, s.event_id, now))
+        for s, r in zip(summaries, running, strict=True)
+    ]
+    for line in aligned(rows_text):
+        click.echo(line)
+
+
+def paused_mark(pause: Pause | None) -> list[str]:
+    """The last cell of a paused event's line."""
+    if pause is None:
+        return []
+    return ["PAUSED" if pause.event_id is not None else "PAUSED (all events)"]
 
 
 def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Level:
@@ -286,7 +303,12 @@ def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Le
 
 @click.command()
 @store_options
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, an object per event.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print a JSON object: "pauses", the pauses in effect, and "events", an object per event.',
+)
 @click.option(
     "--check",
     is_flag=True,
@@ -315,7 +337,10 @@ def status(
     max_failures: int | None,
     max_ages: tuple[str, ...],
 ) -> int:
-    """Show each event's last run, last success, failures in a row and runs in progress (read-only)."""
+    """Show each event's last run, last success, failures in a row and runs in progress (read-only).
+
+    The pauses in effect come first, a line each; a paused event's line ends in PAUSED.
+    """
     if not check and (max_failures is not None or max_ages):
         raise UsageFailure("--max-failures and --max-age only apply with --check")
     if check and as_json:

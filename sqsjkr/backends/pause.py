@@ -1,0 +1,219 @@
+"""Fleet-wide pauses of events (or of all of them), kept in the lock table behind a small Protocol.
+
+DynamoPauses keeps every pause in one item, so one GetItem reads them all; MemoryPauses sits beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from botocore.exceptions import ClientError
+
+from sqsjkr.backends.aws import conditional_write, error_code
+from sqsjkr.errors import ResourceMissingError, StoreError
+
+#: The key of the one item that holds every pause. A lock_id or event_id of the same name
+#: cannot collide with it: their items have other Types.
+PAUSES_ID = "sqsjkr:pauses"
+PAUSE_TYPE = "pause"
+#: The item has an attribute per scope: this prefix and the event_id, or ALL_SCOPE.
+ATTRIBUTE_PREFIX = "Pause:"
+ALL_SCOPE = "*"
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Jobs of event_id (of every event when None) are not run from since until until (or until
+    resumed, when None)."""
+
+    event_id: str | None
+    since: float  # unix seconds
+    until: float | None
+    reason: str
+    by: str  # who paused: user@host of the command
+
+    @property
+    def scope(self) -> str:
+        return ALL_SCOPE if self.event_id is None else self.event_id
+
+    def in_effect(self, now: float) -> bool:
+        return self.until is None or self.until > now
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Pause:
+        until = data.get("until")
+        return cls(
+            event_id=data.get("event_id"),
+            since=float(data["since"]),
+            until=None if until is None else float(until),
+            reason=str(data.get("reason", "")),
+            by=str(data.get("by", "")),
+        )
+
+
+class PauseStore(Protocol):
+    """Keeps the pauses of a fleet."""
+
+    def pauses(self) -> list[Pause]:
+        """The pauses in effect: one whose until has passed is left out."""
+
+    def pause(self, pause: Pause) -> None:
+        """Add the pause, or replace the one of the same scope (the same event, or all)."""
+
+    def resume(self, event_ids: Sequence[str] | None) -> list[Pause]:
+        """Lift the pauses of these events (None: every pause, all included); the ones lifted
+        that were in effect."""
+
+
+def paused(pauses: Sequence[Pause], event_id: str, now: float) -> Pause | None:
+    """The pause that holds event_id at now: its own or the pause of all, whichever ends later
+    (its own on a tie); None when the event may run."""
+    holding = [
+        p for p in pauses if p.in_effect(now) and (p.event_id is None or p.event_id == event_id)
+    ]
+    if not holding:
+        return None
+    return max(holding, key=lambda p: (p.until is None, p.until or 0.0, p.event_id is not None))
+
+
+class MemoryPauses:
+    """Pauses within one process: for tests and for embedding sqsjkr in Python."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._mutex = threading.Lock()
+        self._pauses: dict[str, Pause] = {}
+        self._clock = clock
+
+    def pauses(self) -> list[Pause]:
+        now = self._clock()
+        with self._mutex:
+            return sorted((p for p in self._pauses.values() if p.in_effect(now)), key=_order)
+
+    def pause(self, pause: Pause) -> None:
+        with self._mutex:
+            self._pauses[pause.scope] = pause
+
+    def resume(self, event_ids: Sequence[str] | None) -> list[Pause]:
+        now = self._clock()
+        with self._mutex:
+            scopes = list(self._pauses) if event_ids is None else event_ids
+            lifted = [self._pauses.pop(s) for s in scopes if s in self._pauses]
+        return sorted((p for p in lifted if p.in_effect(now)), key=_order)
+
+
+class DynamoPauses:
+    """One item, {Id: "sqsjkr:pauses", Type: "pause"}, with an attribute "Pause:<scope>" per
+    pause, each the Pause as JSON (docs/semantics.md, "Pauses").
+
+    One item is what keeps a daemon's reads of the pause state to one GetItem per refresh. It
+    has no Expired: a pause until resumed must not be removed by the TTL. The Go daemon reads
+    only "lock" and "throttle" items and never sees it.
+    """
+
+    def __init__(self, client: Any, table: str, *, clock: Callable[[], float] = time.time) -> None:
+        self._client = client
+        self._table = table
+        self._clock = clock
+
+    def pauses(self) -> list[Pause]:
+        try:
+            response = self._client.get_item(TableName=self._table, Key=_KEY, ConsistentRead=True)
+        except ClientError as exc:
+            raise self._missing(exc) from exc
+        now = self._clock()
+        found = _decode(response.get("Item") or {})
+        return sorted((p for p in found if p.in_effect(now)), key=_order)
+
+    def pause(self, pause: Pause) -> None:
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=_KEY,
+                UpdateExpression="SET #scope = :pause",
+                ExpressionAttributeNames={"#scope": ATTRIBUTE_PREFIX + pause.scope},
+                ExpressionAttributeValues={":pause": {"S": json.dumps(pause.as_dict())}},
+            )
+        except ClientError as exc:
+            raise self._missing(exc) from exc
+
+    def resume(self, event_ids: Sequence[str] | None) -> list[Pause]:
+        if event_ids is None:
+            # Every attribute goes, whatever its name: deleting the item lifts them all at once.
+            try:
+                response = self._client.delete_item(
+                    TableName=self._table, Key=_KEY, ReturnValues="ALL_OLD"
+                )
+            except ClientError as exc:
+                raise self._missing(exc) from exc
+            old = dict(response.get("Attributes") or {})
+        else:
+            old = self._remove(sorted(set(event_ids)))
+        now = self._clock()
+        # A damaged attribute is gone now too; only the pauses it can still tell of are told.
+        lifted = _decode(old, strict=False)
+        return sorted((p for p in lifted if p.in_effect(now)), key=_order)
+
+    def _remove(self, event_ids: list[str]) -> dict[str, Any]:
+        if not event_ids:
+            return {}
+        names = {f"#p{i}": ATTRIBUTE_PREFIX + event_id for i, event_id in enumerate(event_ids)}
+        # The condition keeps an UpdateItem from creating the item when nothing is paused.
+        _, old = conditional_write(
+            self._client.update_item,
+            self._table,
+            Key=_KEY,
+            UpdateExpression="REMOVE " + ", ".join(names),
+            ConditionExpression="attribute_exists(Id)",
+            ExpressionAttributeNames=names,
+            ReturnValues="UPDATED_OLD",
+        )
+        return old if any(key in old for key in names.values()) else {}
+
+    def _missing(self, exc: ClientError) -> Exception:
+        if error_code(exc) == "ResourceNotFoundException":
+            return ResourceMissingError(
+                f"DynamoDB table {self._table!r} not found (check [lock] table or --lock-table, "
+                "and the region)"
+            )
+        return exc
+
+
+_KEY = {"Id": {"S": PAUSES_ID}, "Type": {"S": PAUSE_TYPE}}
+
+
+def _decode(item: dict[str, Any], *, strict: bool = True) -> list[Pause]:
+    """The pauses of the item's "Pause:" attributes, each scoped by its attribute's name.
+
+    When strict, a damaged one is named, never skipped: skipping it would run jobs that someone
+    paused.
+    """
+    found = []
+    for name, value in item.items():
+        if not name.startswith(ATTRIBUTE_PREFIX):
+            continue
+        scope = name[len(ATTRIBUTE_PREFIX) :]
+        try:
+            data = json.loads(value["S"])
+            data["event_id"] = None if scope == ALL_SCOPE else scope
+            found.append(Pause.from_dict(data))
+        except (KeyError, TypeError, ValueError) as exc:
+            if not strict:
+                continue
+            raise StoreError(
+                f"the pause item {PAUSES_ID!r} has a damaged attribute {name!r} ({exc!r}): "
+                f"`sqsjkr resume` of its event (or --all) removes it"
+            ) from exc
+    return found
+
+
+def _order(pause: Pause) -> tuple[bool, str]:
+    """All first, then by event."""
+    return (pause.event_id is not None, pause.event_id or "")

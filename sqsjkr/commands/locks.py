@@ -1,0 +1,242 @@
+"""`sqsjkr locks`: the locks held now, read from the lock table; `sqsjkr unlock`: remove a stuck one.
+
+It also holds what `sqsjkr pause` shares with it: the lock table of a config, opened for the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from botocore.exceptions import ClientError
+
+from sqsjkr.backends.aws import (
+    conditional_write,
+    error_code,
+    lease_time,
+    make_client,
+    make_session,
+)
+from sqsjkr.backends.locks import LOCK_TYPE
+from sqsjkr.commands.history import aligned, format_span, store_options
+from sqsjkr.commands.options import load
+from sqsjkr.contract.config import Overrides
+from sqsjkr.errors import ResourceMissingError, quote
+from sqsjkr.observability.logs import escape
+
+#: What a forced unlock of a live lease means, for --help and the command's own warning.
+FORCE_WARNING = (
+    "the holder's job may still be running: another job of this lock may start beside it, "
+    "and the holder logs LOST when it renews or releases the lock"
+)
+
+
+@dataclass(frozen=True)
+class Table:
+    """The lock table of a config, opened for an operator's command, and the client under it."""
+
+    client: Any
+    name: str
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Name the table when it is not there (wrong --lock-table, region or account)."""
+        try:
+            yield
+        except ClientError as exc:
+            if error_code(exc) != "ResourceNotFoundException":
+                raise
+            raise ResourceMissingError(
+                f"DynamoDB table {self.name!r} not found (check [lock] table or --lock-table, "
+                "and the region)"
+            ) from exc
+
+
+def open_table(conf: str, lock_table: str | None, profile: str | None, region: str | None) -> Table:
+    """The [lock] table of the config, with --lock-table, --profile and --region applied."""
+    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    return Table(make_client(session, "dynamodb"), config.lock.table)
+
+
+@dataclass(frozen=True)
+class HeldLock:
+    """A lock item with an EventId: held, by sqsjkr with a lease or by a Go daemon without one."""
+
+    lock_id: str
+    event_id: str
+    owner: str | None  # host:pid:id; None for a Go daemon's lock
+    lease_until: float | None  # None for a Go daemon's lock
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> HeldLock:
+        until = item.get("LeaseUntil", {}).get("N")
+        return cls(
+            lock_id=item["Id"]["S"],
+            event_id=item["EventId"]["S"],
+            owner=item.get("Owner", {}).get("S"),
+            lease_until=None if until is None else float(until),
+        )
+
+    def state(self, now: float) -> str:
+        """ "go" (no lease), "live" or "expired"."""
+        if self.lease_until is None:
+            return "go"
+        return "live" if self.lease_until >= now else "expired"
+
+    def lease_text(self, now: float) -> str:
+        """ "12s" left, "expired 3m ago: free to take", or "Go-style: no lease"."""
+        if self.lease_until is None:
+            return "Go-style: no lease"
+        left = self.lease_until - now
+        if left >= 0:
+            return format_span(math.ceil(left))
+        return f"expired {format_span(-left)} ago: free to take"
+
+    def as_json(self, now: float) -> dict[str, Any]:
+        return {
+            "lock_id": self.lock_id,
+            "event_id": self.event_id,
+            "owner": self.owner,
+            "lease_until": self.lease_until,
+            "lease_left": None if self.lease_until is None else self.lease_until - now,
+            "state": self.state(now),
+        }
+
+
+def held_locks(table: Table, *, page_size: int | None = None) -> list[HeldLock]:
+    """Every held lock of the table, by lock_id: a Scan of the whole table, page by page (of at
+    most page_size items read, else of DynamoDB's 1 MB).
+
+    A released lock (no EventId, only its ReleasedBy mark) is free, and not listed.
+    """
+    request: dict[str, Any] = {
+        "TableName": table.name,
+        "FilterExpression": "#type = :lock AND attribute_exists(EventId)",
+        "ProjectionExpression": "Id, EventId, #owner, LeaseUntil",
+        # TYPE and OWNER are DynamoDB reserved words.
+        "ExpressionAttributeNames": {"#type": "Type", "#owner": "Owner"},
+        "ExpressionAttributeValues": {":lock": {"S": LOCK_TYPE}},
+        "ConsistentRead": True,
+    }
+    locks: list[HeldLock] = []
+    with table.reading():
+        pages = table.client.get_paginator("scan").paginate(
+            **request, PaginationConfig={"PageSize": page_size} if page_size else {}
+        )
+        for page in pages:
+            locks += [HeldLock.from_item(item) for item in page.get("Items", [])]
+    return sorted(locks, key=lambda lock: lock.lock_id)
+
+
+def lock_row(lock: HeldLock, now: float) -> list[str]:
+    return [
+        escape(lock.lock_id),
+        escape(lock.event_id),
+        escape(lock.owner or "-"),
+        lock.lease_text(now),
+    ]
+
+
+@click.command()
+@store_options
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, an object per lock.")
+def locks(
+    conf: str, lock_table: str | None, profile: str | None, region: str | None, as_json: bool
+) -> None:
+    """Show the locks held now: lock, event, owner (host:pid:id) and lease left (read-only).
+
+    A Go daemon's lock has no owner and no lease ("Go-style"): it is held until that daemon
+    deletes it. This reads the whole table (a Scan, page by page), so it costs reads in
+    proportion to the table's size.
+    """
+    table = open_table(conf, lock_table, profile, region)
+    held = held_locks(table)
+    now = time.time()
+    if as_json:
+        click.echo(json.dumps([lock.as_json(now) for lock in held], indent=2))
+    elif not held:
+        click.echo(f"no locks held in table {table.name!r}", err=True)
+    else:
+        rows = [["LOCK", "EVENT", "OWNER", "LEASE"], *(lock_row(lock, now) for lock in held)]
+        for line in aligned(rows):
+            click.echo(line)
+
+
+def remove_lock(
+    table: Table, lock_id: str, *, force: bool, now: float
+) -> tuple[bool, dict[str, Any]]:
+    """Delete lock_id's item if it is held, and (unless force) its lease has passed or it has
+    none: (True, the item removed) or (False, the item that was kept; {} if none)."""
+    condition = "attribute_exists(EventId)"
+    values: dict[str, Any] = {}
+    if not force:
+        condition += " AND (attribute_not_exists(LeaseUntil) OR LeaseUntil < :now)"
+        values[":now"] = lease_time(now)
+    return conditional_write(
+        table.client.delete_item,
+        table.name,
+        Key={"Id": {"S": lock_id}, "Type": {"S": LOCK_TYPE}},
+        ConditionExpression=condition,
+        ReturnValues="ALL_OLD",
+        **({"ExpressionAttributeValues": values} if values else {}),
+    )
+
+
+@click.command()
+@store_options
+@click.argument("lock_id")
+@click.option(
+    "--force",
+    is_flag=True,
+    help=f"Remove the lock even while its lease lives. Beware: {FORCE_WARNING}.",
+)
+def unlock(
+    conf: str,
+    lock_table: str | None,
+    profile: str | None,
+    region: str | None,
+    lock_id: str,
+    force: bool,
+) -> None:
+    """Remove LOCK_ID when its lease has expired or it is a Go daemon's lock (which has no lease).
+
+    A live lease is refused unless --force. It says what it removed. A Go daemon's lock is
+    removed without --force: make sure its Go daemon is not still running that job.
+    """
+    table = open_table(conf, lock_table, profile, region)
+    now = time.time()
+    removed, item = remove_lock(table, lock_id, force=force, now=now)
+    if not removed:
+        if "EventId" not in item:
+            raise click.ClickException(
+                f"no lock {quote(lock_id)} is held in table {table.name!r}: nothing removed"
+            )
+        kept = HeldLock.from_item(item)
+        raise click.ClickException(
+            f"lock {quote(lock_id)} is held by {escape(kept.owner or '-')} with "
+            f"{kept.lease_text(now)} of its lease left: not removed (--force removes it; "
+            f"beware: {FORCE_WARNING})"
+        )
+    lock = HeldLock.from_item(item)
+    click.echo(removed_text(lock, now))
+    if lock.state(now) == "live":
+        click.echo(f"sqsjkr: warning: {FORCE_WARNING}", err=True)
+
+
+def removed_text(lock: HeldLock, now: float) -> str:
+    """What unlock says it removed: the lock, its event, its owner and its lease's state."""
+    what = f"removed lock {quote(lock.lock_id)} of event {quote(lock.event_id)}"
+    state = lock.state(now)
+    if state == "go":
+        return f"{what}, a Go daemon's lock (no owner, no lease)"
+    lease = lock.lease_text(now)
+    if state == "live":
+        lease = f"a live lease with {lease} left, removed by --force"
+    return f"{what}, owner {escape(lock.owner or '-')} ({lease})"
