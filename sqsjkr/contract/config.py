@@ -73,6 +73,8 @@ class KickerConfig:
     shutdown_timeout: Duration | None = None  # None: wait for running jobs without limit
     job_timeout: Duration | None = None  # None: jobs without a timeout field run without limit
     kill_grace: Duration = Duration.of_seconds(10)  # between SIGTERM and SIGKILL
+    #: How old the daemon's copy of the fleet's pauses may get before it reads them again.
+    pause_refresh: Duration = Duration.of_seconds(60)
 
 
 @dataclass(frozen=True)
@@ -461,6 +463,12 @@ def parse_config(
         shutdown_timeout=kicker.optional_duration("shutdown_timeout", low=Duration(0)),
         job_timeout=kicker.optional_duration("job_timeout"),
         kill_grace=kicker.duration("kill_grace", KickerConfig.kill_grace, low=Duration(0)),
+        pause_refresh=kicker.duration(
+            "pause_refresh",
+            KickerConfig.pause_refresh,
+            low=Duration.of_seconds(1),
+            high=KickerConfig.pause_refresh,
+        ),
     )
 
     lock = table("lock")

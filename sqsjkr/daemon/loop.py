@@ -17,9 +17,11 @@ from sqsjkr.backends.dedupe import DedupeStore
 from sqsjkr.backends.history import History
 from sqsjkr.backends.lease import lease_timing
 from sqsjkr.backends.locks import Locker
+from sqsjkr.backends.pause import PauseStore
 from sqsjkr.backends.sqs import MAX_BATCH, Message, MessageSource
 from sqsjkr.contract.job import Job, parse_job
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
+from sqsjkr.daemon.pausing import Pausing, describe_pause
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, run_trigger
 from sqsjkr.daemon.runs import LEAVE, Ending, RunListener, Settle
 from sqsjkr.daemon.worker import Worker, WorkerSettings
@@ -56,6 +58,8 @@ class KickerSettings:
     visibility: int = lease_timing(60.0)[1]
     job_timeout: float | None = None
     shutdown_timeout: float | None = None  # None: wait for running jobs without limit
+    #: How old the copy of the fleet's pauses may get before it is read again.
+    pause_refresh: float = 60.0
 
 
 class PendingDeletes:
@@ -111,12 +115,18 @@ class Kicker:
         history: History | None = None,
         listener: RunListener | None = None,
         health: Health | None = None,
+        pauses: PauseStore | None = None,
     ) -> None:
         """history keeps the runs' records (none by default); listener hears of them as they
         start and end (the reporters)."""
         self._source = source
         self._notifier = notifier or NullNotifier()
         self._health = health or Health()
+        self._pausing = (
+            None
+            if pauses is None
+            else Pausing(pauses, source, clock=clock, refresh=settings.pause_refresh)
+        )
         self._receiver_error: BaseException | None = None
         self._stats = stats
         self._settings = settings
@@ -195,6 +205,8 @@ class Kicker:
             beat_stop.set()
             heartbeat.join()
             self._deletes.flush(force=True)
+            if self._pausing is not None:
+                self._pausing.give_back()
         if self._receiver_error is not None:
             # A non-zero exit, so that systemd's Restart=on-failure starts a fresh daemon.
             raise ReceiverFailed("the receive loop failed") from self._receiver_error
@@ -226,6 +238,8 @@ class Kicker:
                 self._notifier.watchdog()
             # Without a backlog the next receive may long-poll: delete what is pending first.
             self._deletes.flush(force=not backlog)
+            if self._paused(stop):
+                continue
             free = self._wait_for_free_workers(stop, backlog)
             if not free or self._pause.wait(stop):
                 continue
@@ -255,6 +269,19 @@ class Kicker:
                     self._take_worker()
                     self._in_flight.add(entry)
                     pool.submit(self._work, entry)
+
+    def _paused(self, stop: threading.Event) -> bool:
+        """Show held messages whose pause ended; while all events are paused, wait instead of
+        receiving (a receive would only spend the messages' receive counts): True if it waited."""
+        if self._pausing is None:
+            return False
+        self._pausing.review()
+        pause = self._pausing.paused_all()
+        if pause is None:
+            return False
+        log.info("not receiving: %s", describe_pause(pause))
+        stop.wait(max(1.0, self._pausing.next_read_in()))
+        return True
 
     def _wait_for_free_workers(self, stop: threading.Event, backlog: bool) -> int:
         with self._free_changed:
@@ -302,6 +329,9 @@ class Kicker:
                 self._reject(message, str(exc))
                 continue
             accepted.append(InFlight(message, job))
+        if self._pausing is not None and accepted:
+            held = self._pausing.hold_back([(e.message, e.job.event_id) for e in accepted])
+            accepted = [e for e in accepted if e.message.message_id not in held]
         if self._settings.delete_on_receive:
             # At once: a crash between here and a later batch would run these jobs again.
             self._deletes.add([entry.message for entry in accepted])

@@ -25,6 +25,7 @@ from sqsjkr.backends.dedupe import DedupeStore, DynamoDedupe, NoopDedupe
 from sqsjkr.backends.history import DynamoHistory, History, NoHistory
 from sqsjkr.backends.lease import MIN_SAFE_LEASE_SECONDS, lease_timing
 from sqsjkr.backends.locks import DynamoLocker, Locker, NoopLocker
+from sqsjkr.backends.pause import DynamoPauses, PauseStore
 from sqsjkr.backends.sqs import (
     QueueSettings,
     SqsSource,
@@ -96,6 +97,7 @@ def serve(
             history=connected.history,
             listener=Listeners(reporter, metrics),
             health=health,
+            pauses=connected.pauses,
             runner=ShellRunner(
                 kill_grace=config.kicker.kill_grace.seconds,
                 tail_bytes=config.history.output_tail,
@@ -111,6 +113,7 @@ def serve(
                 visibility=timing.visibility,
                 job_timeout=_seconds(config.kicker.job_timeout),
                 shutdown_timeout=_seconds(config.kicker.shutdown_timeout),
+                pause_refresh=config.kicker.pause_refresh.seconds,
             ),
             notifier=notifier,
         )
@@ -189,6 +192,7 @@ class Connected:
     dedupe: DedupeStore
     locker: Locker
     history: History
+    pauses: PauseStore | None  # fleet-wide pauses, kept in the lock table
 
 
 @dataclass(frozen=True)
@@ -268,7 +272,9 @@ def _connect(
             if config.history.backend == "dynamodb"
             else NoHistory()
         )
-    return Connected(source, dedupe, locker, history)
+    # Pauses are kept in the table: with no table in use, nothing can pause this daemon.
+    pauses = DynamoPauses(dynamodb, table) if uses_table else None
+    return Connected(source, dedupe, locker, history, pauses)
 
 
 def _queue(

@@ -1,0 +1,148 @@
+"""Fleet-wide pauses as the daemon sees them: a copy of the pause store read at most once a
+refresh interval, and only when it matters; the messages of paused events, held back hidden.
+
+Nothing here runs on a timer: the receive loop asks when messages arrive and once per turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from sqsjkr.backends.aws import AWS_ERRORS, describe
+from sqsjkr.backends.pause import Pause, PauseStore, paused
+from sqsjkr.backends.sqs import Message, MessageSource
+from sqsjkr.contract.limits import MAX_VISIBILITY_SECONDS
+from sqsjkr.errors import quote
+
+log = logging.getLogger("sqsjkr.pause")
+
+#: The pause state is read again once the copy is this old (and only when it is needed): every
+#: daemon sees a pause, or its end, within a minute.
+REFRESH_SECONDS = 60.0
+
+
+class Pausing:
+    """Which events are paused, and the messages held back for them. The pause store is read only
+    when messages arrive, while messages are held back, or while all events are paused; each
+    time at most once a refresh interval. An idle daemon reads nothing.
+
+    Used by the receive loop's thread; give_back() may come from the stopping thread.
+    """
+
+    def __init__(
+        self,
+        store: PauseStore,
+        source: MessageSource,
+        *,
+        clock: Callable[[], float] = time.time,
+        refresh: float = REFRESH_SECONDS,
+    ) -> None:
+        self._store = store
+        self._source = source
+        self._clock = clock
+        self._refresh = refresh
+        self._pauses: list[Pause] = []
+        self._read_at: float | None = None
+        self._lock = threading.Lock()
+        #: message id -> (a message hidden while its event is paused, that event)
+        self._held: dict[str, tuple[Message, str]] = {}
+
+    def hold_back(self, received: Sequence[tuple[Message, str]]) -> set[str]:
+        """Of (message, event_id) pairs just received, hide those of paused events until their
+        pause ends (at most SQS's 12 hours) and keep them; the ids held back."""
+        now = self._clock()
+        pauses = self._current()
+        held = set()
+        for message, event_id in received:
+            pause = paused(pauses, event_id, now)
+            if pause is None:
+                continue
+            until = MAX_VISIBILITY_SECONDS if pause.until is None else pause.until - now
+            hide = int(min(MAX_VISIBILITY_SECONDS, max(1, until)))
+            if self._hide([message], hide):
+                with self._lock:
+                    self._held[message.message_id] = (message, event_id)
+            held.add(message.message_id)
+            log.info(
+                "message %s of event %s held back for %ds: %s",
+                message.message_id,
+                quote(event_id),
+                hide,
+                describe_pause(pause),
+            )
+        return held
+
+    def paused_all(self) -> Pause | None:
+        """While the last copy says all events are paused: that pause, read again once the copy
+        is old (the receive loop then waits instead of receiving). None otherwise, without a read."""
+        now = self._clock()
+        if not any(p.event_id is None and p.in_effect(now) for p in self._pauses):
+            return None
+        return next((p for p in self._current() if p.event_id is None and p.in_effect(now)), None)
+
+    def next_read_in(self) -> float:
+        """Seconds until the copy is old enough to be read again."""
+        if self._read_at is None:
+            return 0.0
+        return max(0.0, self._read_at + self._refresh - self._clock())
+
+    def review(self) -> None:
+        """While messages are held back, read the pauses again when the copy is old, and show at
+        once those whose pause has ended: resume runs what accumulated within a minute."""
+        with self._lock:
+            if not self._held:
+                return
+            held = list(self._held.values())
+        now = self._clock()
+        pauses = self._current()
+        free = [message for message, event_id in held if paused(pauses, event_id, now) is None]
+        if free and self._hide(free, 0):
+            with self._lock:
+                for message in free:
+                    self._held.pop(message.message_id, None)
+            log.info("pause over: %d held message(s) visible again", len(free))
+
+    def give_back(self) -> None:
+        """Stopping: make held messages visible again, for another daemon to hold or run."""
+        with self._lock:
+            held, self._held = [message for message, _ in self._held.values()], {}
+        if held:
+            self._hide(held, 0)
+
+    def _current(self) -> list[Pause]:
+        """The pauses, read again if the copy is older than the refresh interval."""
+        now = self._clock()
+        if self._read_at is None or now - self._read_at >= self._refresh:
+            try:
+                self._pauses = self._store.pauses()
+            except AWS_ERRORS as exc:
+                # Kept as they were: a store that cannot be read neither pauses nor resumes.
+                log.error(
+                    "could not read the pauses (%s); trying again in %gs",
+                    describe(exc),
+                    self._refresh,
+                )
+            self._read_at = now
+        return self._pauses
+
+    def _hide(self, messages: Sequence[Message], seconds: int) -> bool:
+        try:
+            self._source.set_visibility(messages, seconds)
+        except AWS_ERRORS as exc:
+            log.error(
+                "could not change the visibility of held message(s) %s (%s)",
+                ", ".join(m.message_id for m in messages),
+                describe(exc),
+            )
+            return False
+        return True
+
+
+def describe_pause(pause: Pause) -> str:
+    what = "all events paused" if pause.event_id is None else "its event is paused"
+    until = "until resumed" if pause.until is None else f"until {time.ctime(pause.until)}"
+    reason = f" ({pause.reason})" if pause.reason else ""
+    return f"{what} {until} by {pause.by}{reason}"
