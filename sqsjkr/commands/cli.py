@@ -14,6 +14,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sqsjkr import __version__
 from sqsjkr.backends.aws import describe
+from sqsjkr.commands.check import check
 from sqsjkr.commands.crontab2tf import crontab2tf
 from sqsjkr.commands.history import history
 from sqsjkr.commands.options import UsageFailure
@@ -69,7 +70,7 @@ def cli() -> None:
     """SQS Job Kicker: run the jobs a schedule puts on an SQS queue, once, on one host of a fleet."""
 
 
-for command in (run, local, send, crontab2tf, history, status):
+for command in (run, local, send, crontab2tf, history, status, check):
     cli.add_command(command)
 
 
