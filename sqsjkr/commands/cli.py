@@ -16,6 +16,7 @@ from sqsjkr import __version__
 from sqsjkr.backends.aws import describe
 from sqsjkr.commands.check import check
 from sqsjkr.commands.crontab2tf import crontab2tf
+from sqsjkr.commands.dlq import dlq
 from sqsjkr.commands.history import history
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.run import local, run
@@ -70,7 +71,7 @@ def cli() -> None:
     """SQS Job Kicker: run the jobs a schedule puts on an SQS queue, once, on one host of a fleet."""
 
 
-for command in (run, local, send, crontab2tf, history, status, check):
+for command in (run, local, send, crontab2tf, history, status, check, dlq):
     cli.add_command(command)
 
 
