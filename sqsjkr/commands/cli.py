@@ -14,7 +14,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sqsjkr import __version__
 from sqsjkr.backends.aws import describe
+from sqsjkr.commands.check import check
 from sqsjkr.commands.crontab2tf import crontab2tf
+from sqsjkr.commands.dlq import dlq
 from sqsjkr.commands.history import history
 from sqsjkr.commands.locks import locks, unlock
 from sqsjkr.commands.options import UsageFailure
@@ -71,7 +73,20 @@ def cli() -> None:
     """SQS Job Kicker: run the jobs a schedule puts on an SQS queue, once, on one host of a fleet."""
 
 
-for command in (run, local, send, crontab2tf, history, status, locks, unlock, pause, resume):
+for command in (
+    run,
+    local,
+    send,
+    crontab2tf,
+    history,
+    status,
+    locks,
+    unlock,
+    pause,
+    resume,
+    check,
+    dlq,
+):
     cli.add_command(command)
 
 

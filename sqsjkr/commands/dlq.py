@@ -1,0 +1,471 @@
+"""`sqsjkr dlq`: the messages in the queue's dead-letter queue: list them, show one, send them back.
+
+Reading a queue takes its messages for a while: every one read is made visible again at once after.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import click
+from botocore.exceptions import BotoCoreError, ClientError
+
+from sqsjkr.backends.aws import describe, make_client, make_session
+from sqsjkr.backends.sqs import (
+    MAX_BATCH,
+    ORIGINAL_ID_ATTRIBUTE,
+    RECEIVE_COUNT_ATTRIBUTE,
+    REJECT_REASON_ATTRIBUTE,
+    dead_letter_queue_url,
+    queue_settings,
+    resolve_queue_url,
+)
+from sqsjkr.commands.history import aligned, local_time
+from sqsjkr.commands.options import (
+    UsageFailure,
+    conf_option,
+    load,
+    profile_option,
+    region_option,
+)
+from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.job import parse_job
+from sqsjkr.errors import InvalidJobError, ResourceMissingError, quote
+from sqsjkr.observability.logs import escape
+
+#: How long a listing hides what it has read: long enough that one listing does not read a
+#: message twice, short enough that a listing cut off (a kill -9) hides nothing for long.
+PEEK_VISIBILITY_SECONDS = 30
+#: A short long poll: it asks every SQS server, so an empty answer means no more messages.
+PEEK_WAIT_SECONDS = 1
+BODY_EXCERPT = 80
+#: The attributes the daemon adds to a message it dead-letters; a redrive leaves them behind.
+OUR_ATTRIBUTE_PREFIX = "sqsjkr_"
+FIFO_FALLBACK_GROUP = "sqsjkr-redrive"
+
+
+@dataclass(frozen=True)
+class Queues:
+    """The job queue and the dead-letter queue its RedrivePolicy names."""
+
+    sqs: Any
+    name: str
+    url: str
+    dlq_name: str
+    dlq_url: str
+
+    @property
+    def fifo(self) -> bool:
+        return self.name.endswith(".fifo")
+
+
+def open_queues(conf: str, profile: str | None, region: str | None) -> Queues:
+    config = load(conf, Overrides(profile=profile, region=region))
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    sqs = make_client(session, "sqs")
+    name = config.sqs.queue_name
+    url = resolve_queue_url(sqs, name, config.account.id)
+    arn = queue_settings(sqs, url).dead_letter_arn
+    if arn is None:
+        raise ResourceMissingError(
+            f"queue {name!r} has no RedrivePolicy, so no dead-letter queue: the daemon logs and "
+            "drops malformed messages"
+        )
+    return Queues(sqs, name, url, arn.rsplit(":", 1)[-1], dead_letter_queue_url(sqs, arn))
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message read from the dead-letter queue."""
+
+    message_id: str
+    receipt_handle: str
+    body: str
+    system: Mapping[str, str]  # SentTimestamp, ApproximateReceiveCount, MessageGroupId, ...
+    attributes: Mapping[str, Any] = field(default_factory=dict)  # message attributes
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> DeadLetter:
+        return cls(
+            raw["MessageId"],
+            raw["ReceiptHandle"],
+            raw.get("Body", ""),
+            raw.get("Attributes", {}),
+            raw.get("MessageAttributes", {}),
+        )
+
+    def _ours(self, name: str) -> str | None:
+        value = self.attributes.get(name)
+        return None if value is None else str(value.get("StringValue"))
+
+    @property
+    def original_id(self) -> str:
+        """Its id on the job queue, as the daemon logged it; SQS moves a message with its id."""
+        return self._ours(ORIGINAL_ID_ATTRIBUTE) or self.message_id
+
+    @property
+    def receive_count(self) -> int:
+        """Receives on the job queue, when the daemon moved it; else the DLQ's own count (which
+        SQS carries over from the job queue, and to which every listing adds one)."""
+        count = self._ours(RECEIVE_COUNT_ATTRIBUTE) or self.system.get("ApproximateReceiveCount")
+        return int(count or 0)
+
+    @property
+    def error(self) -> str | None:
+        """Why the daemon dead-lettered it; None when SQS moved it after maxReceiveCount."""
+        return self._ours(REJECT_REASON_ATTRIBUTE)
+
+    @property
+    def sent_at(self) -> float:
+        return int(self.system.get("SentTimestamp", 0)) / 1000
+
+    def matches(self, wanted: str) -> bool:
+        return wanted in (self.message_id, self.original_id)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "original_id": self.original_id,
+            "receive_count": self.receive_count,
+            "sent_at": self.sent_at,
+            "error": self.error,
+            "body": self.body,
+            "message_attributes": {
+                name: attribute_json(value) for name, value in self.attributes.items()
+            },
+            "attributes": dict(self.system),
+        }
+
+
+def attribute_json(value: Mapping[str, Any]) -> dict[str, str]:
+    """A message attribute for JSON: a binary value in base64, as the AWS CLI shows it."""
+    shown = {"DataType": str(value.get("DataType"))}
+    if "BinaryValue" in value:
+        shown["BinaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
+    else:
+        shown["StringValue"] = str(value.get("StringValue"))
+    return shown
+
+
+class Peek:
+    """Reads every message of a queue without consuming it; leaving the block makes every one
+    read and not deleted visible again at once."""
+
+    def __init__(self, sqs: Any, url: str) -> None:
+        self._sqs = sqs
+        self._url = url
+        self._held: dict[str, DeadLetter] = {}
+
+    def __enter__(self) -> Peek:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def pages(self) -> Iterator[list[DeadLetter]]:
+        """The messages, a receive at a time, until a receive brings no message not yet read."""
+        seen: set[str] = set()
+        while True:
+            response = self._sqs.receive_message(
+                QueueUrl=self._url,
+                MaxNumberOfMessages=MAX_BATCH,
+                VisibilityTimeout=PEEK_VISIBILITY_SECONDS,
+                WaitTimeSeconds=PEEK_WAIT_SECONDS,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            )
+            letters = [DeadLetter.of(raw) for raw in response.get("Messages", [])]
+            # A message read twice is released by its latest receipt handle only.
+            self._held.update((letter.message_id, letter) for letter in letters)
+            new = [letter for letter in letters if letter.message_id not in seen]
+            if not new:
+                return
+            seen.update(letter.message_id for letter in new)
+            yield new
+
+    def delete(self, letter: DeadLetter) -> None:
+        self._sqs.delete_message(QueueUrl=self._url, ReceiptHandle=letter.receipt_handle)
+        self._held.pop(letter.message_id, None)
+
+    def release(self) -> None:
+        """Make what is still held visible again; a failure only delays it by the timeout."""
+        held = list(self._held.values())
+        self._held.clear()
+        for start in range(0, len(held), MAX_BATCH):
+            chunk = held[start : start + MAX_BATCH]
+            entries = [
+                {"Id": str(i), "ReceiptHandle": letter.receipt_handle, "VisibilityTimeout": 0}
+                for i, letter in enumerate(chunk)
+            ]
+            try:
+                response = self._sqs.change_message_visibility_batch(
+                    QueueUrl=self._url, Entries=entries
+                )
+                failed = [
+                    (chunk[int(f["Id"])].message_id, f.get("Message", f.get("Code", "")))
+                    for f in response.get("Failed", [])
+                ]
+            except (BotoCoreError, ClientError) as exc:
+                failed = [(letter.message_id, describe(exc)) for letter in chunk]
+            for message_id, why in failed:
+                click.echo(
+                    f"sqsjkr: warning: message {message_id} stays hidden for up to "
+                    f"{PEEK_VISIBILITY_SECONDS}s: {why}",
+                    err=True,
+                )
+
+
+# -- showing ------------------------------------------------------------------------------------
+
+
+def excerpt(body: str) -> str:
+    cut = body[:BODY_EXCERPT]
+    return escape(cut) + ("..." if len(body) > BODY_EXCERPT else "")
+
+
+LIST_HEADER = ["DLQ MESSAGE ID", "ORIGINAL ID", "RECEIVES", "SENT", "ERROR", "BODY"]
+
+
+def list_row(letter: DeadLetter) -> list[str]:
+    return [
+        letter.message_id,
+        letter.original_id,
+        str(letter.receive_count),
+        local_time(letter.sent_at),
+        escape(letter.error) if letter.error is not None else "-",
+        excerpt(letter.body),
+    ]
+
+
+def show_text(letter: DeadLetter) -> list[str]:
+    """The whole message: its ids, why it is there, every attribute and the body."""
+    error = letter.error
+    lines = [
+        f"message id:    {letter.message_id} (in the dead-letter queue)",
+        f"original id:   {letter.original_id}",
+        f"receive count: {letter.receive_count}",
+        f"sent:          {local_time(letter.sent_at)}",
+        "error:         "
+        + (
+            escape(error)
+            if error is not None
+            else "none (not moved by sqsjkr: SQS moves a message after maxReceiveCount receives)"
+        ),
+        "message attributes:",
+    ]
+    for name, value in sorted(letter.attributes.items()):
+        shown = attribute_json(value)
+        text = shown.get("StringValue") or f"{shown['BinaryValue']} (base64)"
+        lines.append(f"  {escape(name)} ({escape(shown['DataType'])}): {escape(text)}")
+    lines.append("attributes:")
+    lines += [f"  {name}: {escape(value)}" for name, value in sorted(letter.system.items())]
+    lines.append("body:")
+    # Line by line: a JSON body stays readable, and nothing in it can drive the terminal.
+    lines += [escape(line) for line in letter.body.split("\n")]
+    return lines
+
+
+# -- redriving ----------------------------------------------------------------------------------
+
+
+def malformed(letter: DeadLetter) -> str | None:
+    """Why the daemon would dead-letter the body again, by its own parser; None if it would not."""
+    try:
+        parse_job(letter.body, message_id=letter.message_id, sent_at=letter.sent_at)
+    except InvalidJobError as exc:
+        return str(exc)
+    return None
+
+
+def send_back(queues: Queues, letter: DeadLetter) -> str:
+    """Send a copy to the job queue, without the attributes the daemon added; its new id."""
+    attributes = {
+        name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
+        for name, value in letter.attributes.items()
+        if not name.startswith(OUR_ATTRIBUTE_PREFIX)
+    }
+    request: dict[str, Any] = {"QueueUrl": queues.url, "MessageBody": letter.body}
+    if attributes:
+        request["MessageAttributes"] = attributes
+    if queues.fifo:
+        request["MessageGroupId"] = letter.system.get("MessageGroupId", FIFO_FALLBACK_GROUP)
+        # A redrive retried within SQS's five-minute window is not sent twice.
+        request["MessageDeduplicationId"] = letter.message_id
+    return str(queues.sqs.send_message(**request)["MessageId"])
+
+
+@dataclass
+class Redrive:
+    """What one redrive did: a message that was not moved stays in the dead-letter queue."""
+
+    queues: Queues
+    peek: Peek
+    force: bool
+    moved: int = 0
+    errors: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def move(self, letter: DeadLetter) -> None:
+        label = f"{letter.message_id} (original {letter.original_id})"
+        reason = malformed(letter)
+        if reason is not None and not self.force:
+            click.echo(
+                f"sqsjkr: warning: {label} not moved: its body would be dead-lettered again "
+                f"({escape(reason)}); pass --force to send it anyway",
+                err=True,
+            )
+            self.skipped.append(letter.message_id)
+            return
+        try:
+            new_id = send_back(self.queues, letter)
+        except (BotoCoreError, ClientError) as exc:
+            self.errors.append(
+                f"{label} not moved (left in the dead-letter queue): {describe(exc)}"
+            )
+            return
+        try:
+            self.peek.delete(letter)
+        except (BotoCoreError, ClientError) as exc:
+            self.errors.append(
+                f"{label} was sent to queue {self.queues.name} as {new_id} but is still in the "
+                f"dead-letter queue, so it may run twice: {describe(exc)}"
+            )
+            return
+        self.moved += 1
+        click.echo(f"moved {label} to queue {self.queues.name} as {new_id}")
+
+
+def redrive_named(redrive: Redrive, wanted: Sequence[str]) -> list[str]:
+    """Move the messages of these ids (DLQ or original); the ids not found."""
+    missing = list(dict.fromkeys(wanted))
+    found: list[DeadLetter] = []
+    for page in redrive.peek.pages():
+        for letter in page:
+            hits = [w for w in missing if letter.matches(w)]
+            if hits:
+                found.append(letter)
+                missing = [w for w in missing if w not in hits]
+        if not missing:
+            break
+    for letter in found:
+        redrive.move(letter)
+    return missing
+
+
+# -- the commands -------------------------------------------------------------------------------
+
+
+def queue_options(command: Any) -> Any:
+    for option in (region_option, profile_option, conf_option):
+        command = option(command)
+    return command
+
+
+@click.group()
+def dlq() -> None:
+    """The dead-letter queue of the job queue: list, show and redrive its messages."""
+
+
+@dlq.command("list")
+@queue_options
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, an object per message.")
+def list_(conf: str, profile: str | None, region: str | None, as_json: bool) -> None:
+    """Every message in the dead-letter queue, left there."""
+    queues = open_queues(conf, profile, region)
+    with Peek(queues.sqs, queues.dlq_url) as peek:
+        letters = [letter for page in peek.pages() for letter in page]
+    letters.sort(key=lambda letter: letter.sent_at)
+    if as_json:
+        click.echo(json.dumps([letter.as_json() for letter in letters], indent=2))
+    elif not letters:
+        click.echo(f"no messages in dead-letter queue {queues.dlq_name}", err=True)
+    else:
+        for line in aligned([LIST_HEADER, *map(list_row, letters)]):
+            click.echo(line)
+
+
+@dlq.command()
+@queue_options
+@click.option("--json", "as_json", is_flag=True, help="Print the message as a JSON object.")
+@click.argument("message_id")
+def show(conf: str, profile: str | None, region: str | None, as_json: bool, message_id: str) -> int:
+    """One message, whole: MESSAGE_ID is its id in the dead-letter queue or its original id."""
+    queues = open_queues(conf, profile, region)
+    with Peek(queues.sqs, queues.dlq_url) as peek:
+        letter = next(
+            (found for page in peek.pages() for found in page if found.matches(message_id)), None
+        )
+    if letter is None:
+        click.echo(
+            f"sqsjkr: error: no message {quote(message_id)} in dead-letter queue {queues.dlq_name}",
+            err=True,
+        )
+        return 1
+    if as_json:
+        click.echo(json.dumps(letter.as_json(), indent=2))
+    else:
+        for line in show_text(letter):
+            click.echo(line)
+    return 0
+
+
+@dlq.command()
+@queue_options
+@click.option("--all", "all_", is_flag=True, help="Every message in the dead-letter queue.")
+@click.option("--yes", "-y", is_flag=True, help="With --all: do not ask first.")
+@click.option("--force", is_flag=True, help="Send malformed messages back too.")
+@click.argument("message_ids", nargs=-1)
+def redrive(
+    conf: str,
+    profile: str | None,
+    region: str | None,
+    all_: bool,
+    yes: bool,
+    force: bool,
+    message_ids: tuple[str, ...],
+) -> int:
+    """Send messages back to the job queue, then delete them from the dead-letter queue.
+
+    MESSAGE_IDS are ids in the dead-letter queue or original ids. A message whose body the daemon
+    would refuse again is left unless --force. Exit 1 when a named message was not moved or a
+    send failed.
+    """
+    if all_ == bool(message_ids):
+        raise UsageFailure("redrive takes message ids or --all (not both)")
+    queues = open_queues(conf, profile, region)
+    if all_ and not yes:
+        click.confirm(
+            f"Send every message of dead-letter queue {queues.dlq_name} back to queue "
+            f"{queues.name}?",
+            abort=True,
+            err=True,
+        )
+    with Peek(queues.sqs, queues.dlq_url) as peek:
+        run = Redrive(queues, peek, force)
+        missing: list[str] = []
+        if all_:
+            for page in peek.pages():
+                for letter in page:
+                    run.move(letter)
+        else:
+            missing = redrive_named(run, message_ids)
+    for message_id in missing:
+        run.errors.append(f"no message {quote(message_id)} in dead-letter queue {queues.dlq_name}")
+    for error in run.errors:
+        click.echo(f"sqsjkr: error: {error}", err=True)
+    click.echo(
+        f"{run.moved} moved, {len(run.skipped)} left as malformed, {len(run.errors)} failed",
+        err=True,
+    )
+    named_left = bool(run.skipped) and not all_
+    return 1 if run.errors or named_left else 0
