@@ -22,6 +22,9 @@ log = logging.getLogger("sqsjkr.pause")
 #: The pause state is read again once the copy is this old (and only when it is needed): every
 #: daemon sees a pause, or its end, within a minute.
 REFRESH_SECONDS = 60.0
+#: The longest a held message is hidden: SQS counts 12 hours from its receipt, which was a moment
+#: ago.
+LONGEST_HOLD = MAX_VISIBILITY_SECONDS - 60
 
 
 class Pausing:
@@ -60,12 +63,15 @@ class Pausing:
             pause = paused(pauses, event_id, now)
             if pause is None:
                 continue
-            until = MAX_VISIBILITY_SECONDS if pause.until is None else pause.until - now
-            hide = int(min(MAX_VISIBILITY_SECONDS, max(1, until)))
-            if self._hide([message], hide):
-                with self._lock:
-                    self._held[message.message_id] = (message, event_id)
+            until = LONGEST_HOLD if pause.until is None else pause.until - now
+            hide = int(min(LONGEST_HOLD, max(1, until)))
+            # Not run either way: a message that could not be hidden comes back at the end of
+            # its visibility timeout, and is held back then.
             held.add(message.message_id)
+            if not self._hide([message], hide):
+                continue
+            with self._lock:
+                self._held[message.message_id] = (message, event_id)
             log.info(
                 "message %s of event %s held back for %ds: %s",
                 message.message_id,
