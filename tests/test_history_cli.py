@@ -541,3 +541,16 @@ def test_the_commands_only_read(aws: Aws, conf: Path, capsys: pytest.CaptureFixt
     ):
         sqsjkr(capsys, *args, "-c", str(conf))
     assert table_items(aws) == before
+
+
+def test_a_paused_event_is_not_judged_by_age() -> None:
+    from sqsjkr.backends.pause import Pause
+
+    runs = hourly("paused", 6, NOW - 5 * HOUR)  # no success for 5 hours, usually hourly
+    history = memory(*runs)
+    policy = CheckPolicy(max_failures=1, max_ages={})
+    [finding] = judge_all(history.summaries(), lambda e: history.runs(e, 20), policy, NOW)
+    assert finding.level is Level.CRITICAL
+    held = Pause("paused", NOW - 6 * HOUR, None, "migration", "ops@host")
+    [finding] = judge_all(history.summaries(), lambda e: history.runs(e, 20), policy, NOW, [held])
+    assert finding.level is Level.OK

@@ -128,14 +128,16 @@ def judge(
     runs: Callable[[], Sequence[RunRecord]],
     policy: CheckPolicy,
     now: float,
+    paused: bool = False,
 ) -> Finding:
     """One event's verdict: critical for max_failures in a row or too long without a success,
-    a warning for fewer failures in a row."""
+    a warning for fewer failures in a row. A paused event is not judged by age: it is meant
+    not to run."""
     failures = summary.consecutive_failures
     critical = []
     if failures >= policy.max_failures:
         critical.append(failures_text(failures))
-    too_old = age_problem(summary, runs, policy, now)
+    too_old = None if paused else age_problem(summary, runs, policy, now)
     if too_old:
         critical.append(too_old)
     if critical:
@@ -151,9 +153,19 @@ def judge_all(
     runs_of: Callable[[str], Sequence[RunRecord]],
     policy: CheckPolicy,
     now: float,
+    pauses: Sequence[Pause] = (),
 ) -> list[Finding]:
     """Every event's verdict, and a warning for each --max-age event the history does not know."""
-    findings = [judge(s, functools.partial(runs_of, s.event_id), policy, now) for s in summaries]
+    findings = [
+        judge(
+            s,
+            functools.partial(runs_of, s.event_id),
+            policy,
+            now,
+            paused=paused(pauses, s.event_id, now) is not None,
+        )
+        for s in summaries
+    ]
     known = {s.event_id for s in summaries}
     findings += [
         Finding(event_id, Level.WARNING, ("no runs recorded (named by --max-age)",))
@@ -291,6 +303,7 @@ def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Le
                 lambda event_id: store.history.runs(event_id, LEARN_FROM_RUNS),
                 policy,
                 now,
+                DynamoPauses(store.client, store.table).pauses(),
             )
     except (BotoCoreError, ClientError, SqsjkrError) as exc:
         message = describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else str(exc)
