@@ -11,8 +11,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from sqsjkr.contract.duration import Duration, duration_value
-from sqsjkr.errors import DurationError, InvalidJobError, quote
+from sqsjkr.contract.duration import Duration
+from sqsjkr.contract.fields import (
+    duration_field,
+    field_error,
+    flag,
+    json_type,
+    load_object,
+    optional_text,
+    reject_nul,
+    text,
+)
 
 #: DynamoDB's limit on a partition key, which a lock_id becomes.
 MAX_LOCK_ID_BYTES = 2048
@@ -66,17 +75,17 @@ class Job:
 
 def parse_job(body: str | bytes, *, message_id: str, sent_at: float) -> Job:
     """The Job in an SQS message body; InvalidJobError names the field at fault and why."""
-    fields = _load_object(body)
+    fields = load_object(body)
     return Job(
         message_id=message_id,
         command=_command(fields.get("command")),
-        event_id=_optional_text(fields, "event_id"),
+        event_id=optional_text(fields, "event_id"),
         envs=_envs(fields),
         lock_id=_lock_id(fields),
-        life_time=_duration_field(fields, "life_time"),
-        timeout=_duration_field(fields, "timeout"),
-        abort_if_locked=_flag(fields, "abort_if_locked"),
-        disable_life_time_trigger=_flag(fields, "disable_life_time_trigger"),
+        life_time=duration_field(fields, "life_time"),
+        timeout=duration_field(fields, "timeout"),
+        abort_if_locked=flag(fields, "abort_if_locked"),
+        disable_life_time_trigger=flag(fields, "disable_life_time_trigger"),
         sent_at=sent_at,
     )
 
@@ -153,80 +162,23 @@ def _go_time(timestamp: float) -> str:
     )
 
 
-def _load_object(body: str | bytes) -> dict[str, object]:
-    if isinstance(body, bytes):
-        try:
-            body = body.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise InvalidJobError(
-                f"body is not valid UTF-8: {error.reason} at byte offset {error.start}"
-            ) from None
-    try:
-        data = json.loads(body, parse_constant=_reject_constant)
-    except json.JSONDecodeError as error:
-        raise InvalidJobError(
-            f"body is not JSON: {error.msg} at line {error.lineno} column {error.colno}"
-        ) from None
-    except (ValueError, RecursionError) as error:
-        # Python-only leniencies and limits: NaN/Infinity, huge integers, deep nesting.
-        raise InvalidJobError(f"body is not JSON: {error}") from None
-    if not isinstance(data, dict):
-        raise InvalidJobError(f"body must be a JSON object, got {_json_type(data)}")
-    return data
-
-
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not a JSON value")
-
-
 def _command(value: object) -> str:
     if value is None:
-        raise _field_error("command", "required")
-    command = _text("command", value)
+        raise field_error("command", "required")
+    command = text("command", value)
     if not command:
-        raise _field_error("command", "must not be empty")
-    _reject_nul("command", command)
+        raise field_error("command", "must not be empty")
+    reject_nul("command", command)
     return command
 
 
-def _optional_text(fields: Mapping[str, object], name: str) -> str:
-    value = fields.get(name)
-    return "" if value is None else _text(name, value)
-
-
 def _lock_id(fields: Mapping[str, object]) -> str:
-    lock_id = _optional_text(fields, "lock_id")
+    lock_id = optional_text(fields, "lock_id")
     # It becomes a DynamoDB partition key: refused here, rather than failing at every delivery.
     size = len(lock_id.encode("utf-8"))
     if size > MAX_LOCK_ID_BYTES:
-        raise _field_error("lock_id", f"must be at most {MAX_LOCK_ID_BYTES} bytes, got {size}")
+        raise field_error("lock_id", f"must be at most {MAX_LOCK_ID_BYTES} bytes, got {size}")
     return lock_id
-
-
-def _flag(fields: Mapping[str, object], name: str) -> bool:
-    value = fields.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise _field_error(name, f"must be a boolean, got {_json_type(value)}")
-    return value
-
-
-def _duration_field(fields: Mapping[str, object], name: str) -> Duration | None:
-    value = fields.get(name)
-    if value is None:
-        return None
-    try:
-        duration = duration_value(value)
-    except DurationError as error:
-        reason = str(error)
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            reason += f", got {_json_type(value)}"
-            if isinstance(value, float):
-                # "got number" alone would puzzle whoever wrote 90.0.
-                reason += f" {value!r}"
-        raise _field_error(name, reason) from None
-    return duration if duration.ns else None
 
 
 def _envs(fields: Mapping[str, object]) -> dict[str, str]:
@@ -236,57 +188,21 @@ def _envs(fields: Mapping[str, object]) -> dict[str, str]:
         if value is None:
             continue
         if not isinstance(value, dict):
-            raise _field_error(name, f"must be an object, got {_json_type(value)}")
+            raise field_error(name, f"must be an object, got {json_type(value)}")
         for key, item in value.items():
             path = f"{name}.{key}"
             _check_env_name(path, key)
-            item = _text(path, item)
-            _reject_nul(path, item)
+            item = text(path, item)
+            reject_nul(path, item)
             merged[key] = item
     return merged
 
 
 def _check_env_name(path: str, key: str) -> None:
     if not key:
-        raise _field_error(path, "variable name must not be empty")
+        raise field_error(path, "variable name must not be empty")
     if "=" in key:
-        raise _field_error(path, 'variable name must not contain "="')
+        raise field_error(path, 'variable name must not contain "="')
     if "\0" in key:
-        raise _field_error(path, "variable name must not contain a NUL character")
-    _text(path, key)
-
-
-def _text(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise _field_error(name, f"must be a string, got {_json_type(value)}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        # The JSON escape "\ud800" decodes to a lone surrogate, which no command or AWS call takes.
-        surrogate = value[error.start].encode("utf-8", "backslashreplace").decode("ascii")
-        raise _field_error(name, f"must not contain an unpaired surrogate ({surrogate})") from None
-    return value
-
-
-def _reject_nul(name: str, value: str) -> None:
-    # The command line and environment of a process are NUL-terminated C strings.
-    if "\0" in value:
-        raise _field_error(name, "must not contain a NUL character")
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def _field_error(name: str, reason: str) -> InvalidJobError:
-    return InvalidJobError(f"field {quote(name)}: {reason}")
+        raise field_error(path, "variable name must not contain a NUL character")
+    text(path, key)

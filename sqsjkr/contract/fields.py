@@ -1,0 +1,105 @@
+"""Checking the fields of a JSON message: each error names the field and says what it must be.
+
+Shared by the job (job.py) and its HTTP call (http_call.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from sqsjkr.contract.duration import Duration, duration_value
+from sqsjkr.errors import DurationError, InvalidJobError, quote
+
+
+def load_object(body: str | bytes) -> dict[str, object]:
+    if isinstance(body, bytes):
+        try:
+            body = body.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise InvalidJobError(
+                f"body is not valid UTF-8: {error.reason} at byte offset {error.start}"
+            ) from None
+    try:
+        data = json.loads(body, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        raise InvalidJobError(
+            f"body is not JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except (ValueError, RecursionError) as error:
+        # Python-only leniencies and limits: NaN/Infinity, huge integers, deep nesting.
+        raise InvalidJobError(f"body is not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise InvalidJobError(f"body must be a JSON object, got {json_type(data)}")
+    return data
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def optional_text(fields: Mapping[str, object], name: str) -> str:
+    value = fields.get(name)
+    return "" if value is None else text(name, value)
+
+
+def flag(fields: Mapping[str, object], name: str) -> bool:
+    value = fields.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise field_error(name, f"must be a boolean, got {json_type(value)}")
+    return value
+
+
+def duration_field(fields: Mapping[str, object], name: str) -> Duration | None:
+    value = fields.get(name)
+    if value is None:
+        return None
+    try:
+        duration = duration_value(value)
+    except DurationError as error:
+        reason = str(error)
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            reason += f", got {json_type(value)}"
+            if isinstance(value, float):
+                # "got number" alone would puzzle whoever wrote 90.0.
+                reason += f" {value!r}"
+        raise field_error(name, reason) from None
+    return duration if duration.ns else None
+
+
+def text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise field_error(name, f"must be a string, got {json_type(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        # The JSON escape "\ud800" decodes to a lone surrogate, which no command or AWS call takes.
+        surrogate = value[error.start].encode("utf-8", "backslashreplace").decode("ascii")
+        raise field_error(name, f"must not contain an unpaired surrogate ({surrogate})") from None
+    return value
+
+
+def reject_nul(name: str, value: str) -> None:
+    # The command line and environment of a process are NUL-terminated C strings.
+    if "\0" in value:
+        raise field_error(name, "must not contain a NUL character")
+
+
+def json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def field_error(name: str, reason: str) -> InvalidJobError:
+    return InvalidJobError(f"field {quote(name)}: {reason}")
