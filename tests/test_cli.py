@@ -251,17 +251,18 @@ def test_send_warns_of_unknown_fields_with_the_closest_known_name(tmp_path: Path
 
 
 def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws) -> None:
-    body = json.dumps(
-        {
-            "command": "true", "env": {"A": "1"}, "envs": {"B": "2"}, "event_id": "e",
-            "lock_id": "L", "life_time": "1h", "timeout": 60, "abort_if_locked": True,
-            "disable_life_time_trigger": True,
-        }
-    )  # fmt: skip
-    assert set(json.loads(body)) == MESSAGE_FIELDS
-    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", body)
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
+    shell = {
+        "command": "true", "env": {"A": "1"}, "envs": {"B": "2"}, "event_id": "e",
+        "lock_id": "L", "life_time": "1h", "timeout": 60, "abort_if_locked": True,
+        "disable_life_time_trigger": True, "concurrency_key": "db", "concurrency_limit": 2,
+        "retries": 3, "retry_delay": "30s",
+    }  # fmt: skip
+    http = {"http": {"url": "http://127.0.0.1:8080/run"}}
+    assert set(shell) | set(http) == MESSAGE_FIELDS
+    for body in (shell, http):
+        result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", json.dumps(body))
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""
 
 
 @pytest.mark.parametrize("field", sorted(MESSAGE_FIELDS))

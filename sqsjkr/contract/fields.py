@@ -52,7 +52,11 @@ def flag(fields: Mapping[str, object], name: str) -> bool:
     return value
 
 
-def duration_field(fields: Mapping[str, object], name: str) -> Duration | None:
+def duration_field(
+    fields: Mapping[str, object], name: str, *, path: str | None = None
+) -> Duration | None:
+    """A duration field (int seconds or Go syntax); None when absent or zero. path names it in
+    errors when it sits inside another field ("http.timeout")."""
     value = fields.get(name)
     if value is None:
         return None
@@ -65,8 +69,20 @@ def duration_field(fields: Mapping[str, object], name: str) -> Duration | None:
             if isinstance(value, float):
                 # "got number" alone would puzzle whoever wrote 90.0.
                 reason += f" {value!r}"
-        raise field_error(name, reason) from None
+        raise field_error(path or name, reason) from None
     return duration if duration.ns else None
+
+
+def integer(fields: Mapping[str, object], name: str, default: int, low: int, high: int) -> int:
+    """An integer field between low and high."""
+    value = fields.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise field_error(name, f"must be an integer, got {json_type(value)}")
+    if not low <= value <= high:
+        raise field_error(name, f"must be between {low} and {high}, got {value}")
+    return value
 
 
 def text(name: str, value: object) -> str:

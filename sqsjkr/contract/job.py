@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -16,12 +16,14 @@ from sqsjkr.contract.fields import (
     duration_field,
     field_error,
     flag,
+    integer,
     json_type,
     load_object,
     optional_text,
     reject_nul,
     text,
 )
+from sqsjkr.contract.http_call import HttpCall, parse_http
 
 #: DynamoDB's limit on a partition key, which a lock_id becomes.
 MAX_LOCK_ID_BYTES = 2048
@@ -40,16 +42,26 @@ MESSAGE_FIELDS = frozenset(
         "abort_if_locked",
         "disable_life_time_trigger",
         "timeout",
+        "http",
+        "concurrency_key",
+        "concurrency_limit",
+        "retries",
+        "retry_delay",
     }
 )
+#: Most runs one message may ask for: a first one and this many retries.
+MAX_RETRIES = 100
+#: Most jobs of one concurrency_key running at once.
+MAX_CONCURRENCY_LIMIT = 1000
+DEFAULT_RETRY_DELAY = Duration.of_seconds(60)
 
 
 @dataclass(frozen=True)
 class Job:
-    """One job: a shell command, its environment and how to schedule it."""
+    """One job: a shell command (or an HTTP call), its environment and how to schedule it."""
 
     message_id: str
-    command: str
+    command: str = ""  # "": the job is its http call
     event_id: str = ""
     envs: Mapping[str, str] = field(default_factory=dict)
     lock_id: str | None = None
@@ -58,6 +70,12 @@ class Job:
     disable_life_time_trigger: bool = False
     sent_at: float = 0.0
     timeout: Duration | None = None  # None: the daemon's [kicker] job_timeout, if any
+    http: HttpCall | None = None  # the call this job makes instead of a command
+    #: At most concurrency_limit jobs of one concurrency_key run at once, fleet-wide.
+    concurrency_key: str | None = None
+    concurrency_limit: int = 1
+    retries: int = 0  # runs again after an error or a timeout, this many times at most
+    retry_delay: Duration = DEFAULT_RETRY_DELAY  # the first wait; it doubles
 
     def __post_init__(self) -> None:
         # The same defaults as parse_job, so that a Job built in code means what a message would.
@@ -71,27 +89,72 @@ class Job:
             object.__setattr__(self, "life_time", None)
         if self.timeout is not None and self.timeout.ns == 0:
             object.__setattr__(self, "timeout", None)
+        if self.concurrency_key == "":
+            object.__setattr__(self, "concurrency_key", None)
+        if not self.command and self.http is None:
+            raise ValueError("a Job needs a command or an http call")
+
+    @property
+    def what(self) -> str:
+        """What the job runs, for logs and records: its command, or its HTTP call."""
+        if self.http is not None:
+            return f"{self.http.method} {self.http.url}"
+        return self.command
 
 
-def parse_job(body: str | bytes, *, message_id: str, sent_at: float) -> Job:
-    """The Job in an SQS message body; InvalidJobError names the field at fault and why."""
+def parse_job(
+    body: str | bytes,
+    *,
+    message_id: str,
+    sent_at: float,
+    http_allow: Sequence[str] | None = None,
+) -> Job:
+    """The Job in an SQS message body; InvalidJobError names the field at fault and why.
+
+    http_allow: the URL prefixes an HTTP job may call (None: not checked here).
+    """
     fields = load_object(body)
+    command, http = _command_or_http(fields, http_allow)
+    key, limit = _concurrency(fields)
     return Job(
         message_id=message_id,
-        command=_command(fields.get("command")),
+        command=command,
+        http=http,
         event_id=optional_text(fields, "event_id"),
         envs=_envs(fields),
-        lock_id=_lock_id(fields),
+        lock_id=_key_field(fields, "lock_id"),
         life_time=duration_field(fields, "life_time"),
         timeout=duration_field(fields, "timeout"),
         abort_if_locked=flag(fields, "abort_if_locked"),
         disable_life_time_trigger=flag(fields, "disable_life_time_trigger"),
         sent_at=sent_at,
+        concurrency_key=key,
+        concurrency_limit=limit,
+        retries=integer(fields, "retries", 0, 0, MAX_RETRIES),
+        retry_delay=duration_field(fields, "retry_delay") or DEFAULT_RETRY_DELAY,
     )
 
 
+def _command_or_http(
+    fields: Mapping[str, object], allow: Sequence[str] | None
+) -> tuple[str, HttpCall | None]:
+    if fields.get("http") is None:
+        return _command(fields.get("command")), None
+    if fields.get("command") is not None:
+        raise field_error("http", 'give either "command" or "http", not both')
+    return "", parse_http(fields["http"], allow)
+
+
+def _concurrency(fields: Mapping[str, object]) -> tuple[str | None, int]:
+    key = _key_field(fields, "concurrency_key")
+    if not key and fields.get("concurrency_limit") is not None:
+        raise field_error("concurrency_limit", 'needs a "concurrency_key"')
+    limit = integer(fields, "concurrency_limit", 1, 1, MAX_CONCURRENCY_LIMIT)
+    return key or None, limit
+
+
 def build_body(
-    command: str,
+    command: str | None,
     *,
     envs: Mapping[str, str] | None = None,
     event_id: str | None = None,
@@ -100,9 +163,24 @@ def build_body(
     timeout: int | str | None = None,
     abort_if_locked: bool = False,
     disable_life_time_trigger: bool = False,
+    http: Mapping[str, object] | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
+    retries: int | None = None,
+    retry_delay: int | str | None = None,
 ) -> str:
     """The compact message body of a job, with only the fields that are set."""
-    fields: dict[str, object] = {"command": command}
+    fields: dict[str, object] = {"command": command} if command is not None else {}
+    if http is not None:
+        fields["http"] = dict(http)
+    if concurrency_key:
+        fields["concurrency_key"] = concurrency_key
+    if concurrency_limit is not None:
+        fields["concurrency_limit"] = concurrency_limit
+    if retries:
+        fields["retries"] = retries
+    if retry_delay is not None:
+        fields["retry_delay"] = retry_delay
     if envs:
         fields["envs"] = dict(envs)
     if event_id:
@@ -172,13 +250,13 @@ def _command(value: object) -> str:
     return command
 
 
-def _lock_id(fields: Mapping[str, object]) -> str:
-    lock_id = optional_text(fields, "lock_id")
+def _key_field(fields: Mapping[str, object], name: str) -> str:
+    value = optional_text(fields, name)
     # It becomes a DynamoDB partition key: refused here, rather than failing at every delivery.
-    size = len(lock_id.encode("utf-8"))
+    size = len(value.encode("utf-8"))
     if size > MAX_LOCK_ID_BYTES:
-        raise field_error("lock_id", f"must be at most {MAX_LOCK_ID_BYTES} bytes, got {size}")
-    return lock_id
+        raise field_error(name, f"must be at most {MAX_LOCK_ID_BYTES} bytes, got {size}")
+    return value
 
 
 def _envs(fields: Mapping[str, object]) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 
@@ -25,6 +26,42 @@ class RunOutcome(enum.Enum):
     def failed(self) -> bool:
         """Anything but a success, as reporters with report_on = "failure" see it."""
         return self is not RunOutcome.SUCCEEDED
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Which scheduled run this is, as the job sees it: SQSJKR_* variables in a command's
+    environment, X-Sqsjkr-* headers of an HTTP call. A message's envs cannot override them."""
+
+    event_id: str
+    message_id: str
+    scheduled_at: float  # SQS SentTimestamp: when the schedule fired
+    attempt: int
+    host: str
+
+    @property
+    def scheduled(self) -> str:
+        """scheduled_at in RFC 3339, UTC, to the millisecond."""
+        moment = datetime.fromtimestamp(self.scheduled_at, timezone.utc)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    def environment(self) -> dict[str, str]:
+        return {
+            "SQSJKR_EVENT_ID": self.event_id,
+            "SQSJKR_MESSAGE_ID": self.message_id,
+            "SQSJKR_SCHEDULED_AT": self.scheduled,
+            "SQSJKR_ATTEMPT": str(self.attempt),
+            "SQSJKR_HOST": self.host,
+        }
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-Sqsjkr-Event-Id": self.event_id,
+            "X-Sqsjkr-Message-Id": self.message_id,
+            "X-Sqsjkr-Scheduled-At": self.scheduled,
+            "X-Sqsjkr-Attempt": str(self.attempt),
+            "X-Sqsjkr-Host": self.host,
+        }
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import IO, Protocol
 
 from sqsjkr.contract.job import Job, trigger_line
 from sqsjkr.contract.limits import bounded_wait
+from sqsjkr.contract.run import RunContext
 from sqsjkr.daemon.output import Output, read_output
 from sqsjkr.errors import HostFault
 from sqsjkr.observability.logs import JobLog, shorten_command
@@ -89,10 +90,18 @@ class StopSwitch:
 class JobRunner(Protocol):
     """Runs a job to completion, or until its timeout or the daemon stops it."""
 
-    def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
+    def run(
+        self,
+        job: Job,
+        *,
+        timeout: float | None,
+        stop: StopSwitch,
+        context: RunContext | None = None,
+    ) -> RunResult:
         """Run job and wait for it to end; stop.trip(CANCELLED) from another thread ends it.
 
-        Raises HostFault when the host cannot start it (the job is not at fault).
+        context says which scheduled run this is, for the job to see. Raises HostFault when the
+        host cannot start it (the job is not at fault).
         """
 
 
@@ -111,11 +120,20 @@ class ShellRunner:
         self._kill_grace = kill_grace
         self._tail_bytes = tail_bytes
 
-    def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
+    def run(
+        self,
+        job: Job,
+        *,
+        timeout: float | None,
+        stop: StopSwitch,
+        context: RunContext | None = None,
+    ) -> RunResult:
         output = JobLog(output_log, job)
+        known = context.environment() if context is not None else {}
         return run_shell(
             job.command,
-            env={**self._base_env, **job.envs},
+            # The run's own facts last: a message's envs cannot pretend to be another run.
+            env={**self._base_env, **job.envs, **known},
             emit=lambda line: output.info("| %s", line),
             timeout=timeout,
             stop=stop,
