@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sqsjkr.contract.duration import Duration, parse_duration
-from sqsjkr.contract.job import Job, build_body, parse_job
+from sqsjkr.contract.job import MESSAGE_FIELDS, Job, build_body, parse_job
 from sqsjkr.errors import InvalidJobError
 
 from .conftest import Aws, Start, invocations, run_daemon, wait_until
@@ -28,6 +28,8 @@ SENT_AT = 1_700_000_000.25
 FLAGS = ("abort_if_locked", "disable_life_time_trigger")
 DURATIONS = ("life_time", "timeout")
 KNOWN_FIELDS = ("command", "envs", "env", "event_id", "lock_id", *DURATIONS, *FLAGS)
+# Keys drawn as unknown leave out all of MESSAGE_FIELDS: sqsjkr's own fields have their tests
+# in test_job.py.
 MAX_NS = (1 << 63) - 1
 SECOND = 1_000_000_000
 
@@ -310,7 +312,7 @@ def field_values(name: str) -> st.SearchStrategy[Any]:
     return st.one_of(*[_VALID[name]] * 5, *[_TRICKY[name]] * 2, json_values)
 
 
-unknown_keys = any_text.filter(lambda key: key not in KNOWN_FIELDS)
+unknown_keys = any_text.filter(lambda key: key not in MESSAGE_FIELDS)
 unknown_fields = st.dictionaries(unknown_keys, json_values, max_size=3)
 near_valid_objects = st.builds(
     lambda known, unknown: {**unknown, **known},
@@ -347,7 +349,7 @@ def well_formed_jobs(draw: st.DrawFn) -> tuple[dict[str, Any], Job]:
     for name in FLAGS:
         if draw(st.booleans()):
             fields[name] = draw(st.booleans() | st.none())
-    unknown_keys = clean_text.filter(lambda key: key not in KNOWN_FIELDS)
+    unknown_keys = clean_text.filter(lambda key: key not in MESSAGE_FIELDS)
     fields = {**draw(st.dictionaries(unknown_keys, clean_json_values, max_size=3)), **fields}
     job = Job(
         message_id=MESSAGE_ID,
