@@ -440,23 +440,6 @@ def report(results: list[Result], endpoint: str) -> str:
     return "\n".join(out)
 
 
-def serialize_moto_transactions() -> None:
-    """moto's TransactWriteItems deep-copies its tables for a rollback, unlocked, and fails with
-    a 500 when another request changes the table meanwhile; the daemon's retries of those would
-    be counted as its calls. DynamoDB has no such race: here, moto's DynamoDB writes take turns."""
-    from moto.dynamodb.models import DynamoDBBackend
-
-    lock = threading.RLock()
-    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
-        original = getattr(DynamoDBBackend, name)
-
-        def serialized(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            with lock:
-                return _original(self, *args, **kwargs)
-
-        setattr(DynamoDBBackend, name, serialized)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=200, help="jobs per scenario (default 200)")
@@ -482,7 +465,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     scenarios = [SCENARIOS[key] for key in (args.scenario or SCENARIOS)]
 
-    serialize_moto_transactions()
     with local_endpoint(0) as endpoint, tempfile.TemporaryDirectory(prefix="sqsjkr-bench-") as tmp:
         use_endpoint(endpoint)
         results = [

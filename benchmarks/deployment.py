@@ -37,7 +37,13 @@ import proc_stats
 import profile_summary
 
 from sqsjkr import __version__
-from sqsjkr.commands.local import LOCAL_ACCOUNT, LOCAL_REGION, create_queue, create_table
+from sqsjkr.commands.local import (
+    LOCAL_ACCOUNT,
+    LOCAL_REGION,
+    create_queue,
+    create_table,
+    serialize_moto_writes,
+)
 from sqsjkr.contract.job import build_body
 
 #: How long the daemon may take to make its first ReceiveMessage.
@@ -106,6 +112,7 @@ def serve_moto(conn: Connection, cpus: set[int] | None) -> None:
 
     # werkzeug logs every request, whatever `verbose` says: moto's own cost, not a deployment's.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    serialize_moto_writes()  # moto's own race in TransactWriteItems is not the daemon's cost
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     conn.send(server.get_host_and_port()[1])
@@ -741,9 +748,11 @@ def run_scenario(scenario: Scenario, aws: Aws, options: Options) -> dict[str, An
 
 
 def count_locks(aws: Aws, table: str) -> int:
-    pages = aws.dynamodb.get_paginator("scan").paginate(
+    pages = aws.dynamodb.get_paginator(
+        "scan"
+    ).paginate(
         TableName=table,
-        FilterExpression="#t = :lock",
+        FilterExpression="#t = :lock AND attribute_exists(EventId)",  # a released lock keeps its item
         ExpressionAttributeNames={"#t": "Type"},
         ExpressionAttributeValues={":lock": {"S": "lock"}},
     )

@@ -25,7 +25,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from sqsjkr.commands.local import LOCAL_ACCOUNT, create_table
+from sqsjkr.commands.local import LOCAL_ACCOUNT, create_table, serialize_moto_writes
 
 REGION = "us-east-1"
 
@@ -61,6 +61,7 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    serialize_moto_writes()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

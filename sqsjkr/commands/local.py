@@ -46,6 +46,7 @@ def local_endpoint(port: int = 0) -> Iterator[str]:
         raise LocalModeError("local mode needs moto: pip install 'sqsjkr[local]'") from exc
     if port:
         _check_port_free(port)
+    serialize_moto_writes()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     try:
         server.start()
@@ -56,6 +57,29 @@ def local_endpoint(port: int = 0) -> Iterator[str]:
         yield f"http://{host}:{bound}"
     finally:
         server.stop()
+
+
+def serialize_moto_writes() -> None:
+    """Make moto's DynamoDB writes take turns, in this process.
+
+    moto's TransactWriteItems deep-copies the table for a rollback without a lock, and fails
+    with a 500 when another request changes the table meanwhile; DynamoDB has no such race. The
+    daemon would only retry, but tests and benchmarks count calls and must not see it.
+    """
+    from moto.dynamodb.models import DynamoDBBackend
+
+    if getattr(DynamoDBBackend, "_sqsjkr_serialized", False):
+        return
+    lock = threading.RLock()
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+        original = getattr(DynamoDBBackend, name)
+
+        def serialized(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            with lock:
+                return _original(self, *args, **kwargs)
+
+        setattr(DynamoDBBackend, name, serialized)
+    DynamoDBBackend._sqsjkr_serialized = True  # type: ignore[attr-defined]
 
 
 def _check_port_free(port: int) -> None:
