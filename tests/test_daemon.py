@@ -89,7 +89,9 @@ class GateRunner:
         self._stops: list[StopSwitch] = []
         self._exit_codes = exit_codes or {}
 
-    def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
+    def run(
+        self, job: Job, *, timeout: float | None, stop: StopSwitch, context: Any = None
+    ) -> RunResult:
         with self._lock:
             self.running.add(job.message_id)
             self.max_running = max(self.max_running, len(self.running))
@@ -216,7 +218,7 @@ def test_a_duplicate_of_a_finished_job_is_deleted_unrun() -> None:
 
 def test_a_duplicate_of_a_job_in_progress_elsewhere_is_hidden_until_its_lease_ends() -> None:
     class Elsewhere(MemoryDedupe):
-        def claim(self, message_id: str) -> Claim:
+        def claim(self, message_id: str, *, running: Any = None) -> Claim:
             return Claim(ClaimState.RUNNING, held_until=1040.0)
 
     source = FakeSource([{"command": "x"}])
@@ -235,7 +237,7 @@ def test_a_dedupe_store_that_fails_leaves_the_message_unrun_and_pauses_receiving
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     class Down(MemoryDedupe):
-        def claim(self, message_id: str) -> Claim:
+        def claim(self, message_id: str, *, running: Any = None) -> Claim:
             raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
 
     caplog.set_level(logging.INFO, logger="sqsjkr.daemon")
@@ -433,7 +435,9 @@ def test_the_job_timeout_defaults_to_job_timeout_and_a_timed_out_job_counts_twic
     source = FakeSource([{"command": "x", "timeout": "2s"}, {"command": "y"}])
 
     class TimingOut(GateRunner):
-        def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
+        def run(
+            self, job: Job, *, timeout: float | None, stop: StopSwitch, context: Any = None
+        ) -> RunResult:
             self.timeouts[job.message_id] = timeout
             return RunResult(-15, timeout or 0.0, stopped=StopReason.TIMED_OUT)
 
@@ -484,7 +488,9 @@ def test_after_a_full_receive_the_loop_gathers_free_workers_before_receiving_aga
     class PerJobRunner:
         ran: list[str] = []
 
-        def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
+        def run(
+            self, job: Job, *, timeout: float | None, stop: StopSwitch, context: Any = None
+        ) -> RunResult:
             gates[job.event_id].wait(10)
             self.ran.append(job.event_id)
             return RunResult(0, 0.0)
@@ -600,7 +606,9 @@ def test_a_message_given_back_is_not_hidden_again_by_a_late_heartbeat() -> None:
 
 def test_a_runner_that_raises_gives_the_claim_up_and_leaves_the_message() -> None:
     class Broken(GateRunner):
-        def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
+        def run(
+            self, job: Job, *, timeout: float | None, stop: StopSwitch, context: Any = None
+        ) -> RunResult:
             raise RuntimeError("can't start new thread")
 
     dedupe, locker = MemoryDedupe(), MemoryLocker()

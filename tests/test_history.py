@@ -161,7 +161,7 @@ def test_a_run_in_progress_shows_as_running_now(
     [summary] = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1).summaries()
     [running] = summary.running
     assert (running.message_id, running.event_id) == (message_id, "ev")
-    assert running.owner.startswith(f"{running.host}:{daemon.proc.pid}:")
+    assert running.owner == f"{running.host}:{daemon.proc.pid}"  # the daemon, from its claim on
     status = subprocess.run(sqsjkr_argv("status", "-c", str(conf)), capture_output=True, text=True)
     assert f"running on {running.host} since" in status.stdout
     (tmp_path / "release").touch()

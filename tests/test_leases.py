@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,7 +153,9 @@ class Recorder:
     def __init__(self) -> None:
         self.ran = 0
 
-    def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
+    def run(
+        self, job: Job, *, timeout: float | None, stop: StopSwitch, context: Any = None
+    ) -> RunResult:
         self.ran += 1
         return RunResult(0, 0.0)
 
@@ -205,10 +208,12 @@ def test_an_unlock_that_finds_the_lock_taken_over_is_lost_and_counted(
     locker = MemoryLocker()
 
     class TakenOverWhileRunning(Recorder):
-        def run(self, job: Job, *, timeout: float | None, stop: StopSwitch) -> RunResult:
+        def run(
+            self, job: Job, *, timeout: float | None, stop: StopSwitch, context: Any = None
+        ) -> RunResult:
             # Its lease passed, and another daemon took it over.
             locker._owners["L"], locker.held["L"] = "other-host:1:1", "other"
-            return super().run(job, timeout=timeout, stop=stop)
+            return super().run(job, timeout=timeout, stop=stop, context=context)
 
     worker = worker_with(locker, TakenOverWhileRunning(), lost)
     assert worker.handle(locked_entry()).settle is DELETE

@@ -89,9 +89,11 @@ def test_aws_errors_are_counted_by_service_and_code(
     start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
 ) -> None:
     with FaultProxy(moto_endpoint) as proxy:
-        proxy.add(
-            Fault(lambda c: c.action == "PutItem", error=(500, "InternalServerError"), times=2)
+        # The claim is a TransactWriteItems (with its event's "running now").
+        claim = Fault(
+            lambda c: c.action == "TransactWriteItems", error=(500, "InternalServerError"), times=2
         )
+        proxy.add(claim)
         aws_env["AWS_ENDPOINT_URL"] = proxy.url
         daemon, port = run_daemon(start_daemon, tmp_path, aws)
         aws.send({"command": "true"})

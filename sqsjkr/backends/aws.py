@@ -144,6 +144,17 @@ def check_table(client: Any, table: str) -> bool:
     return True
 
 
+def failed_condition(exc: ClientError, index: int) -> dict[str, Any] | None:
+    """The item that failed the condition of the index-th write of a transaction cancelled by
+    it ({} if none was there); None if the transaction failed for another reason."""
+    if error_code(exc) != "TransactionCanceledException":
+        return None
+    reasons = exc.response.get("CancellationReasons") or []
+    if index >= len(reasons) or reasons[index].get("Code") != "ConditionalCheckFailed":
+        return None
+    return dict(reasons[index].get("Item") or {})
+
+
 def write_if_owner(
     call: Callable[..., Any], table: str, key: dict[str, Any], owner: str, **request: Any
 ) -> tuple[bool, dict[str, Any]]:

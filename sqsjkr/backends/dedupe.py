@@ -12,8 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from botocore.exceptions import ClientError
+
 from sqsjkr.backends.aws import (
     conditional_write,
+    error_code,
+    failed_condition,
     lease_time,
     owner_condition,
     owner_of,
@@ -21,7 +25,8 @@ from sqsjkr.backends.aws import (
     write_if_owner,
 )
 from sqsjkr.backends.lease import Lease, new_owner
-from sqsjkr.errors import StoreError
+from sqsjkr.contract.run import RunStart
+from sqsjkr.errors import ResourceMissingError, StoreError
 
 #: The Type attribute of dedupe items, shared with the Go daemon's table.
 THROTTLE_TYPE = "throttle"
@@ -33,22 +38,37 @@ class ClaimState(enum.Enum):
     CLAIMED = "claimed"  # the job is ours to run
     FINISHED = "finished"  # its job has finished (or a Go daemon took it): delete the message
     RUNNING = "running"  # another live daemon holds it: hide the message until its lease ends
+    WAITING = "waiting"  # its retry is due later: hide the message until then
 
 
 @dataclass(frozen=True)
 class Claim:
-    """The answer to claim(): the lease when CLAIMED, the other holder's lease end when RUNNING."""
+    """The answer to claim(): the lease when CLAIMED, until when when RUNNING or WAITING."""
 
     state: ClaimState
     lease: Lease | None = None
     held_until: float | None = None
+    #: Which run of the job this claim is for (1, then 2 for its first retry...); None when the
+    #: store does not count runs.
+    attempt: int | None = 1
+    #: Whether the store noted the run about to begin (claim's running) in the same write.
+    noted: bool = False
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A run that failed with retries left: runs done so far, and when the next may start."""
+
+    attempts: int
+    at: float
 
 
 class DedupeStore(Protocol):
     """Remembers which messages have been taken, by whom, and whether their jobs finished."""
 
-    def claim(self, message_id: str) -> Claim:
-        """Take message_id, or say who has it. Raises on failure."""
+    def claim(self, message_id: str, *, running: RunStart | None = None) -> Claim:
+        """Take message_id, or say who has it. running: the run about to begin, which a store
+        that keeps history may note in the same write (Claim.noted). Raises on failure."""
 
     def renew(self, lease: Lease) -> bool:
         """Extend the claim's lease: False if it is no longer ours."""
@@ -57,15 +77,16 @@ class DedupeStore(Protocol):
         """Mark the job finished for good (later deliveries are FINISHED): False if the claim
         was no longer ours (its lease had passed and another daemon took it over)."""
 
-    def release(self, lease: Lease) -> None:
-        """Give the claim up unfinished, so that a later delivery runs the job."""
+    def release(self, lease: Lease, retry: Retry | None = None) -> None:
+        """Give the claim up unfinished, so that a later delivery runs the job: with retry, not
+        before retry.at, as its run retry.attempts + 1."""
 
 
 class NoopDedupe:
-    """Remembers nothing: every delivery runs."""
+    """Remembers nothing: every delivery runs, and runs are not counted (Claim.attempt None)."""
 
-    def claim(self, message_id: str) -> Claim:
-        return Claim(ClaimState.CLAIMED, Lease(message_id, ""))
+    def claim(self, message_id: str, *, running: RunStart | None = None) -> Claim:
+        return Claim(ClaimState.CLAIMED, Lease(message_id, ""), attempt=None)
 
     def renew(self, lease: Lease) -> bool:
         return True
@@ -73,28 +94,35 @@ class NoopDedupe:
     def finish(self, lease: Lease) -> bool:
         return True
 
-    def release(self, lease: Lease) -> None:
+    def release(self, lease: Lease, retry: Retry | None = None) -> None:
         return None
 
 
 class MemoryDedupe:
     """Dedupe within one process, whose claims never expire: for tests and for embedding sqsjkr."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._mutex = threading.Lock()
+        self._clock = clock
         self.running: dict[str, str] = {}  # message id -> owner
         self.finished: set[str] = set()
         self._finished_by: dict[str, str] = {}  # message id -> the owner that finished it
+        self.retries: dict[str, Retry] = {}  # message id -> its retry to come
 
-    def claim(self, message_id: str) -> Claim:
+    def claim(self, message_id: str, *, running: RunStart | None = None) -> Claim:
         with self._mutex:
             if message_id in self.finished:
                 return Claim(ClaimState.FINISHED)
             if message_id in self.running:
                 return Claim(ClaimState.RUNNING, held_until=float("inf"))
+            retry = self.retries.get(message_id)
+            if retry is not None and retry.at > self._clock():
+                return Claim(ClaimState.WAITING, held_until=retry.at)
+            self.retries.pop(message_id, None)
             lease = Lease(message_id, new_owner())
             self.running[message_id] = lease.owner
-            return Claim(ClaimState.CLAIMED, lease)
+            attempt = 1 if retry is None else retry.attempts + 1
+            return Claim(ClaimState.CLAIMED, lease, attempt=attempt)
 
     def renew(self, lease: Lease) -> bool:
         with self._mutex:
@@ -109,10 +137,12 @@ class MemoryDedupe:
             self._finished_by[lease.key] = lease.owner
             return True
 
-    def release(self, lease: Lease) -> None:
+    def release(self, lease: Lease, retry: Retry | None = None) -> None:
         with self._mutex:
             if self.running.get(lease.key) == lease.owner:
                 del self.running[lease.key]
+                if retry is not None:
+                    self.retries[lease.key] = retry
 
     @property
     def seen(self) -> set[str]:
@@ -121,14 +151,30 @@ class MemoryDedupe:
             return set(self.running) | self.finished
 
 
+#: The claim's condition: a new message, or a claim whose holder died (its lease passed). An
+#: item that counts runs (Attempts) goes through _claim_again instead.
+_CLAIM_CONDITION = (
+    "attribute_not_exists(Expired) OR (LeaseUntil < :now AND attribute_not_exists(Attempts))"
+)
+#: Claiming again an item that counts runs: its retry is due, or its holder died meanwhile.
+_CLAIM_AGAIN_CONDITION = (
+    "Attempts = :attempts AND ((attribute_not_exists(LeaseUntil) AND RetryAt <= :now) "
+    "OR LeaseUntil < :now)"
+)
+
+
 class DynamoDedupe:
     """The Go daemon's throttle items, {Id: message id, Type: "throttle", Expired: unix seconds},
-    with a lease while the job runs.
+    with a lease while the job runs, and a count of runs when it is retried.
 
     Expired is now + the queue's retention period, after which SQS cannot deliver the message
     again; a TTL on Expired lets DynamoDB remove the item. While the job waits or runs, the item
-    also has Owner and LeaseUntil; finishing removes LeaseUntil. An item without LeaseUntil (a
-    finished job, or one a Go daemon took) stops every later delivery.
+    also has Owner and LeaseUntil; finishing removes LeaseUntil. An item without LeaseUntil or
+    RetryAt (a finished job, or one a Go daemon took) stops every later delivery. A run that
+    failed with retries left leaves Attempts (runs so far) and RetryAt (when the next may start).
+
+    With note_running (DynamoHistory.running_update), a claim notes the run about to begin in
+    its event's summary in the same TransactWriteItems.
     """
 
     def __init__(
@@ -139,32 +185,86 @@ class DynamoDedupe:
         retention_seconds: int,
         lease_seconds: float,
         clock: Callable[[], float] = time.time,
+        note_running: Callable[[RunStart], dict[str, Any]] | None = None,
     ) -> None:
         self._client = client
         self._table = table
         self._retention_seconds = retention_seconds
         self._lease_seconds = lease_seconds
         self._clock = clock
+        self._note_running = note_running
 
-    def claim(self, message_id: str) -> Claim:
+    def claim(self, message_id: str, *, running: RunStart | None = None) -> Claim:
         now = self._clock()
         lease = Lease(message_id, new_owner(), until=now + self._lease_seconds)
-        claimed, old = conditional_write(
-            self._client.put_item,
-            self._table,
-            Item={
-                **_key(message_id),
-                "Expired": {"N": str(int(now) + self._retention_seconds)},
-                "Owner": {"S": lease.owner},
-                "LeaseUntil": lease_time(lease.until),
-            },
-            # A claim whose lease has passed belongs to a daemon that died: take it over.
-            ConditionExpression="attribute_not_exists(Expired) OR LeaseUntil < :now",
-            ExpressionAttributeValues={":now": lease_time(now)},
-        )
+        put = self._claim_put(lease, now, _CLAIM_CONDITION, {})
+        claimed, old, noted = self._write(put, running)
         if claimed or owner_of(old) == lease.owner:
-            # The second case: our own write, retried after its response was lost.
-            return Claim(ClaimState.CLAIMED, lease)
+            # The second case: our own write, retried after its answer was lost.
+            return Claim(ClaimState.CLAIMED, lease, attempt=_attempts(old) + 1, noted=noted)
+        if "Attempts" in old and _due(old, now):
+            return self._claim_again(lease, now, _attempts(old), running)
+        return self._state(message_id, old, now)
+
+    def _claim_again(
+        self, lease: Lease, now: float, attempts: int, running: RunStart | None
+    ) -> Claim:
+        """Claim an item that counts runs: as run attempts + 1 of its job."""
+        values = {":attempts": {"N": str(attempts)}, "Attempts": {"N": str(attempts)}}
+        put = self._claim_put(lease, now, _CLAIM_AGAIN_CONDITION, values)
+        claimed, old, noted = self._write(put, running)
+        if claimed or owner_of(old) == lease.owner:
+            return Claim(ClaimState.CLAIMED, lease, attempt=attempts + 1, noted=noted)
+        return self._state(lease.key, old, now)  # another daemon was quicker
+
+    def _claim_put(
+        self, lease: Lease, now: float, condition: str, extra: dict[str, Any]
+    ) -> dict[str, Any]:
+        item = {
+            **_key(lease.key),
+            "Expired": {"N": str(int(now) + self._retention_seconds)},
+            "Owner": {"S": lease.owner},
+            "LeaseUntil": lease_time(lease.until),
+        }
+        values = {":now": lease_time(now)}
+        if extra:
+            item["Attempts"] = extra.pop("Attempts")
+            values.update(extra)
+        return {"Item": item, "ConditionExpression": condition, "ExpressionAttributeValues": values}
+
+    def _write(
+        self, put: dict[str, Any], running: RunStart | None
+    ) -> tuple[bool, dict[str, Any], bool]:
+        """The claim's conditional write: (written, the item that failed it, run noted)."""
+        if running is None or self._note_running is None:
+            claimed, old = conditional_write(self._client.put_item, self._table, **put)
+            return claimed, old, False
+        note = {**self._note_running(running), "TableName": self._table}
+        try:
+            self._client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            **put,
+                            "TableName": self._table,
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                    {"Update": note},
+                ]  # fmt: skip
+            )
+        except ClientError as exc:
+            failed = failed_condition(exc, 0)
+            if failed is None:
+                if error_code(exc) == "ResourceNotFoundException":
+                    raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc
+                raise
+            # Nothing was written: a claim by our own earlier attempt noted the run too.
+            return False, failed, True
+        return True, {}, True
+
+    def _state(self, message_id: str, old: dict[str, Any], now: float) -> Claim:
+        """What an item that failed a claim's condition says of its message."""
         if not old:
             # The condition can only fail on an item that exists: an endpoint that does not
             # return it (ReturnValuesOnConditionCheckFailure) leaves the state unknown, and
@@ -173,9 +273,11 @@ class DynamoDedupe:
                 f"the claim of message {message_id} failed its condition, and the table "
                 f"{self._table!r} did not return the item that failed it"
             )
-        if "LeaseUntil" not in old:
-            return Claim(ClaimState.FINISHED)
-        return Claim(ClaimState.RUNNING, held_until=float(old["LeaseUntil"]["N"]))
+        if "LeaseUntil" in old:
+            return Claim(ClaimState.RUNNING, held_until=float(old["LeaseUntil"]["N"]))
+        if "RetryAt" in old:
+            return Claim(ClaimState.WAITING, held_until=float(old["RetryAt"]["N"]))
+        return Claim(ClaimState.FINISHED)
 
     def renew(self, lease: Lease) -> bool:
         until = self._clock() + self._lease_seconds
@@ -188,7 +290,9 @@ class DynamoDedupe:
 
     def finish_update(self, lease: Lease) -> dict[str, Any]:
         """The UpdateItem request that finishes the claim, for this call or a transaction."""
-        return owner_condition(_key(lease.key), lease.owner, UpdateExpression="REMOVE LeaseUntil")
+        return owner_condition(
+            _key(lease.key), lease.owner, UpdateExpression="REMOVE LeaseUntil, RetryAt"
+        )
 
     @staticmethod
     def finished_by(item: dict[str, Any], lease: Lease) -> bool:
@@ -196,8 +300,32 @@ class DynamoDedupe:
         same write, retried after its answer was lost."""
         return owner_of(item) == lease.owner and "LeaseUntil" not in item
 
-    def release(self, lease: Lease) -> None:
-        write_if_owner(self._client.delete_item, self._table, _key(lease.key), lease.owner)
+    def release(self, lease: Lease, retry: Retry | None = None) -> None:
+        if retry is None:
+            write_if_owner(self._client.delete_item, self._table, _key(lease.key), lease.owner)
+            return
+        write_if_owner(
+            self._client.update_item,
+            self._table,
+            _key(lease.key),
+            lease.owner,
+            UpdateExpression="REMOVE LeaseUntil SET Attempts = :attempts, RetryAt = :at",
+            ExpressionAttributeValues={
+                ":attempts": {"N": str(retry.attempts)},
+                ":at": lease_time(retry.at),
+            },
+        )
+
+
+def _attempts(item: dict[str, Any]) -> int:
+    return int(item["Attempts"]["N"]) if "Attempts" in item else 0
+
+
+def _due(item: dict[str, Any], now: float) -> bool:
+    """Whether an item that counts runs may be claimed again now."""
+    if "LeaseUntil" in item:
+        return float(item["LeaseUntil"]["N"]) < now  # its holder died
+    return "RetryAt" in item and float(item["RetryAt"]["N"]) <= now
 
 
 def _key(message_id: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from sqsjkr.backends.aws import error_code, lease_time
+from sqsjkr.backends.aws import error_code, failed_condition, lease_time
 from sqsjkr.backends.dedupe import DynamoDedupe
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import DynamoLocker
@@ -162,16 +162,7 @@ class DynamoHistory:
     # -- writing ----------------------------------------------------------------------------
 
     def started(self, start: RunStart) -> None:
-        self._client.update_item(
-            TableName=self._table,
-            Key=_key(start.event_id, SUMMARY_TYPE),
-            UpdateExpression="SET #running = :start, Expired = :expired",
-            ExpressionAttributeNames={"#running": RUNNING_PREFIX + start.message_id},
-            ExpressionAttributeValues={
-                ":start": {"S": json.dumps(asdict(start))},
-                ":expired": _number(start.started_at + SUMMARY_KEEP_SECONDS),
-            },
-        )
+        self._client.update_item(TableName=self._table, **running_update(start))
 
     def finished(
         self, record: RunRecord, *, claim: Lease | None = None, lock: Lease | None = None
@@ -318,6 +309,21 @@ class DynamoHistory:
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
+def running_update(start: RunStart) -> dict[str, Any]:
+    """The UpdateItem request (without its table) that shows start as running now in its
+    event's summary: for DynamoHistory.started(), or for the claim's own write (DynamoDedupe's
+    note_running)."""
+    return {
+        "Key": _key(start.event_id, SUMMARY_TYPE),
+        "UpdateExpression": "SET #running = :start, Expired = :expired",
+        "ExpressionAttributeNames": {"#running": RUNNING_PREFIX + start.message_id},
+        "ExpressionAttributeValues": {
+            ":start": {"S": json.dumps(asdict(start))},
+            ":expired": _number(start.started_at + SUMMARY_KEEP_SECONDS),
+        },
+    }
+
+
 def run_type(record: RunRecord) -> str:
     """The range key of a run item: sorted by end time, unique by message id."""
     return f"{RUN_TYPE_PREFIX}{int(record.ended_at * 1000):013d}#{record.message_id}"
@@ -360,16 +366,8 @@ def _failed_items(exc: ClientError, count: int) -> list[dict[str, Any] | None] |
     """For the first count writes of a transaction cancelled by a failed condition: the item
     that failed each one's condition ({} if gone), None for those that did not fail. None if
     the transaction failed for another reason."""
-    if error_code(exc) != "TransactionCanceledException":
-        return None
-    reasons = exc.response.get("CancellationReasons") or []
-    failed = [
-        dict(reason.get("Item") or {}) if reason.get("Code") == "ConditionalCheckFailed" else None
-        for reason in reasons[:count]
-    ]
-    if len(failed) < count or all(item is None for item in failed):
-        return None
-    return failed
+    failed = [failed_condition(exc, index) for index in range(count)]
+    return None if all(item is None for item in failed) else failed
 
 
 def _key(id_: str, type_: str) -> dict[str, Any]:

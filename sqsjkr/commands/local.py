@@ -27,6 +27,7 @@ from sqsjkr.commands.demo import DEMO_QUEUE, DEMO_REPORTER, DemoWatch, send_demo
 from sqsjkr.contract.config import load_config
 from sqsjkr.daemon.service import serve
 from sqsjkr.errors import LocalModeError, StatsServerError
+from sqsjkr.observability.notify import NullNotifier
 
 log = logging.getLogger("sqsjkr.local")
 
@@ -241,14 +242,24 @@ def run_local(
         site = LocalSite(endpoint, queue_url, dead_letter_url, conf)
         watch = DemoWatch(sqs, site, sqsjkr_command())
 
+        class Receiving(NullNotifier):
+            """Sends the demo once the daemon receives: the demo's delays are counted from then."""
+
+            def ready(self) -> None:
+                if demo:
+                    send_demo(sqs, queue_url)
+                    watch.start(stats[0])
+
+        stats: list[str] = []
+
         def listening(stats_address: str) -> None:
             click.echo(banner(site, stats_address))
-            if demo:
-                send_demo(sqs, queue_url)
-                watch.start(stats_address)
+            stats.append(stats_address)
 
         try:
-            serve(load_config(conf), stop, force=force, on_listening=listening)
+            serve(
+                load_config(conf), stop, force=force, on_listening=listening, notifier=Receiving()
+            )
         except StatsServerError as exc:
             raise LocalModeError(
                 f"{exc}; pass another --stats-port, or --stats-port 0 for any free port"

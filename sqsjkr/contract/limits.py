@@ -5,6 +5,9 @@ Kept here, below the backends, so that validating a value never needs to import 
 
 #: SQS's longest visibility timeout: 12 hours.
 MAX_VISIBILITY_SECONDS = 43200
+#: The longest a received message can be hidden for: SQS counts its 12 hours from the receipt,
+#: which was a moment ago.
+LONGEST_HIDE_SECONDS = MAX_VISIBILITY_SECONDS - 60
 
 #: The longest wait the daemon hands to a timer. Durations may be as long as Go's largest
 #: (about 292 years), beyond what threading's timeouts accept; a wait of ten years is as good

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from sqsjkr.backends.aws import AWS_ERRORS, describe
 from sqsjkr.backends.pause import Pause, PauseStore, paused
 from sqsjkr.backends.sqs import Message, MessageSource
-from sqsjkr.contract.limits import MAX_VISIBILITY_SECONDS
+from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
 from sqsjkr.errors import quote
 
 log = logging.getLogger("sqsjkr.pause")
@@ -22,9 +22,6 @@ log = logging.getLogger("sqsjkr.pause")
 #: The pause state is read again once the copy is this old (and only when it is needed): every
 #: daemon sees a pause, or its end, within a minute.
 REFRESH_SECONDS = 60.0
-#: The longest a held message is hidden: SQS counts 12 hours from its receipt, which was a moment
-#: ago.
-LONGEST_HOLD = MAX_VISIBILITY_SECONDS - 60
 
 
 class Pausing:
@@ -63,8 +60,8 @@ class Pausing:
             pause = paused(pauses, event_id, now)
             if pause is None:
                 continue
-            until = LONGEST_HOLD if pause.until is None else pause.until - now
-            hide = int(min(LONGEST_HOLD, max(1, until)))
+            until = LONGEST_HIDE_SECONDS if pause.until is None else pause.until - now
+            hide = int(min(LONGEST_HIDE_SECONDS, max(1, until)))
             # Not run either way: a message that could not be hidden comes back at the end of
             # its visibility timeout, and is held back then.
             held.add(message.message_id)

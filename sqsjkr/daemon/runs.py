@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqsjkr import __version__
+from sqsjkr.backends.dedupe import Retry
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
-from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
+from sqsjkr.contract.run import RunContext, RunOutcome, RunRecord, RunStart
 from sqsjkr.daemon.runner import RunResult
 from sqsjkr.observability.logs import shorten_command
 from sqsjkr.observability.stats import Outcome
@@ -48,6 +49,7 @@ class Ending:
     counts: tuple[Outcome, ...] = ()
     run: RunOutcome | None = None  # None: no run to record (a duplicate; a claim not ours)
     error: str | None = None  # why it did not run, when it did not
+    retry: Retry | None = None  # the run failed with retries left: the next one, and when
 
 
 class RunListener(Protocol):
@@ -91,28 +93,47 @@ class RunProgress:
 
     job: Job
     message: Message
-    owner: str  # the owner id of the job's claim
     claimed_at: float
+    owner: str = ""  # the owner id of the job's claim, once claimed
+    attempt: int = 1
     lock_wait: float = 0.0
     started_at: float | None = None
     result: RunResult | None = field(default=None, repr=False)
 
     @property
     def command(self) -> str:
-        return shorten_command(self.job.command, MAX_RECORDED_COMMAND)
+        return shorten_command(self.job.what, MAX_RECORDED_COMMAND)
+
+    def claimed(self, owner: str, attempt: int | None) -> None:
+        self.owner = owner
+        # A store that does not count runs: SQS's count of deliveries stands in for it.
+        self.attempt = attempt if attempt is not None else self.message.receive_count
+
+    def note(self) -> RunStart:
+        """The run as its event's summary shows it in progress, from its claim on."""
+        return self._start(self.claimed_at)
 
     def start(self, now: float) -> RunStart:
+        """The command starts now: what noticers are told."""
         self.started_at = now
+        return self._start(now)
+
+    def context(self) -> RunContext:
+        job = self.job
+        return RunContext(job.event_id, job.message_id, job.sent_at, self.attempt, HOST)
+
+    def _start(self, at: float) -> RunStart:
         return RunStart(
             event_id=self.job.event_id,
             message_id=self.job.message_id,
             host=HOST,
             owner=self.owner or f"{HOST}:{os.getpid()}",
-            started_at=now,
+            started_at=at,
             sent_at=self.job.sent_at,
             command=self.command,
             lock_id=self.job.lock_id,
             receive_count=self.message.receive_count,
+            attempt=self.attempt,
         )
 
     def record(self, ending: Ending, now: float) -> RunRecord:
@@ -145,6 +166,7 @@ class RunProgress:
             exit_code=exit_code,
             signal=signal,
             receive_count=self.message.receive_count,
+            attempt=self.attempt,
             final=ending.settle.delete,
             error=ending.error,
             output=output.merged if output else "",

@@ -22,7 +22,7 @@ from sqsjkr.backends.aws import (
     make_session,
 )
 from sqsjkr.backends.dedupe import DedupeStore, DynamoDedupe, NoopDedupe
-from sqsjkr.backends.history import DynamoHistory, History, NoHistory
+from sqsjkr.backends.history import DynamoHistory, History, NoHistory, running_update
 from sqsjkr.backends.lease import MIN_SAFE_LEASE_SECONDS, lease_timing
 from sqsjkr.backends.locks import DynamoLocker, Locker, NoopLocker
 from sqsjkr.backends.pause import DynamoPauses, PauseStore
@@ -238,6 +238,7 @@ def _connect(
     ):
         return None
     lease = config.lock.lease.seconds
+    records_history = given.history is None and config.history.backend == "dynamodb"
     dedupe = given.dedupe
     if dedupe is None:
         dedupe = (
@@ -246,6 +247,8 @@ def _connect(
                 table,
                 retention_seconds=settings.retention_seconds,
                 lease_seconds=lease,
+                # A run shows as running now in its event's summary from the claim's own write.
+                note_running=running_update if records_history else None,
             )
             if config.dedupe.backend == "dynamodb"
             else NoopDedupe()

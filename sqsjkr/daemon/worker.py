@@ -7,19 +7,20 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe, is_transient
-from sqsjkr.backends.dedupe import ClaimState, DedupeStore
+from sqsjkr.backends.dedupe import ClaimState, DedupeStore, Retry
 from sqsjkr.backends.history import NOT_FOLDED, Ended, History, NoHistory
 from sqsjkr.backends.lease import FRESH_LEASE_SHARE, Lease
 from sqsjkr.backends.locks import Held, Locker
 from sqsjkr.contract.job import Job, is_expired
-from sqsjkr.contract.limits import MAX_VISIBILITY_SECONDS, bounded_wait
+from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS, bounded_wait
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch
@@ -47,6 +48,10 @@ T = TypeVar("T")
 FRESHEN_TRIES = 3
 #: How long a run record that cannot be written is tried again before it is logged instead.
 RECORD_RETRY_SECONDS = 30.0
+#: The outcomes a job's `retries` run again; a cancel for life_time or an abort is final.
+RETRIED = frozenset({RunOutcome.ERRORED, RunOutcome.TIMED_OUT})
+#: The longest wait before a retry, however often retry_delay has doubled.
+MAX_RETRY_DELAY = 86400.0
 
 
 @dataclass(frozen=True)
@@ -91,8 +96,11 @@ class Worker:
     def handle(self, entry: InFlight) -> Ending:
         job = entry.job
         jlog = JobLog(log, job)
+        progress = RunProgress(job, entry.message, self._clock())
         try:
-            claim = self._dedupe.claim(job.message_id)
+            # The run shows as in progress in its event's summary from its claim on: in the
+            # claim's own write when the store can.
+            claim = self._dedupe.claim(job.message_id, running=progress.note())
         except AWS_ERRORS as exc:
             # Not run: unlike the Go daemon, a job that may be a duplicate waits for a later try.
             jlog.error(
@@ -106,13 +114,19 @@ class Worker:
             return Ending(DELETE, (Outcome.DUPLICATE,))
         if claim.state is ClaimState.RUNNING:
             held_for = (claim.held_until or 0) - self._clock()
-            hide = int(min(MAX_VISIBILITY_SECONDS, max(1, held_for + self._settings.hide_margin)))
+            hide = _hide_for(held_for + self._settings.hide_margin)
             jlog.info("is in progress on another daemon: message hidden for %ds", hide)
             return Ending(Settle(visible_in=hide), (Outcome.DUPLICATE,))
+        if claim.state is ClaimState.WAITING:
+            hide = _hide_for((claim.held_until or 0) - self._clock())
+            jlog.info("waits for its retry: message hidden for %ds", hide)
+            return Ending(Settle(visible_in=hide))
         assert claim.lease is not None
         jlog.debug("claimed its message (lease until %.3f)", claim.lease.until)
         entry.claim = claim.lease
-        progress = RunProgress(job, entry.message, claim.lease.owner, self._clock())
+        progress.claimed(claim.lease.owner, claim.attempt)
+        if not claim.noted:
+            self._note(progress, jlog)
         # Should _claimed raise: the claim is given up, and the job runs again later.
         ending = Ending(LEAVE)
         try:
@@ -148,16 +162,12 @@ class Worker:
             jlog.info("not started: stopping")
             return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="the daemon was stopping")
         timeout = job.timeout.seconds if job.timeout is not None else self._settings.job_timeout
-        jlog.info("started: %s", shorten_command(job.command))
-        start = progress.start(self._clock())
+        jlog.info("started: %s", shorten_command(job.what))
+        self._listener.notice(progress.start(self._clock()))
         try:
-            self._history.started(start)
-        except AWS_ERRORS as exc:
-            # The run goes on: only its "running now" in `sqsjkr status` is missing.
-            jlog.warning("could not mark its event running (%s)", describe(exc))
-        self._listener.notice(start)
-        try:
-            progress.result = self._runner.run(job, timeout=timeout, stop=entry.stop)
+            progress.result = self._runner.run(
+                job, timeout=timeout, stop=entry.stop, context=progress.context()
+            )
         except HostFault as exc:
             # Not the job's fault: it runs later, here or elsewhere, and receiving pauses.
             jlog.error(
@@ -166,7 +176,20 @@ class Worker:
                 exc,
             )
             return Ending(PAUSE, run=RunOutcome.FAILED_TO_START, error=str(exc))
-        return self._ended(progress.result, timeout, jlog)
+        return self._retry_if_due(self._ended(progress.result, timeout, jlog), progress, jlog)
+
+    def _retry_if_due(self, ending: Ending, progress: RunProgress, jlog: JobLog) -> Ending:
+        """An errored or timed-out run with retries left runs again after its delay: the
+        message is hidden until then, and its claim remembers the runs so far."""
+        job = progress.job
+        if ending.run not in RETRIED or progress.attempt > job.retries:
+            return ending
+        delay = retry_delay(job.retry_delay.seconds, progress.attempt)
+        retry = Retry(attempts=progress.attempt, at=self._clock() + delay)
+        jlog.warning(
+            "will run again in %.0fs (retry %d of %d)", delay, progress.attempt, job.retries
+        )
+        return replace(ending, settle=Settle(visible_in=_hide_for(delay)), retry=retry)
 
     @staticmethod
     def _ended(result: RunResult, timeout: float | None, jlog: JobLog) -> Ending:
@@ -307,7 +330,13 @@ class Worker:
             elif not ended.lock:
                 self._lost("lock", lock, jlog)
         if claim is not None:
-            if ended.claim is None:
+            if ending.retry is not None:
+                self._until_answered(
+                    lambda: self._dedupe.release(claim, ending.retry),
+                    "keep its claim for its retry",
+                    jlog,
+                )
+            elif ended.claim is None:
                 self._end_claim(claim, jlog, finished=finished)
             elif not ended.claim:
                 self._lost("claim on its message", claim, jlog)
@@ -332,6 +361,14 @@ class Worker:
             jlog.error("its run record is lost: %s", json.dumps(data))
             return NOT_FOLDED
         return ended
+
+    def _note(self, progress: RunProgress, jlog: JobLog) -> None:
+        """Show the run as in progress in its event's summary, when its claim could not."""
+        try:
+            self._history.started(progress.note())
+        except AWS_ERRORS as exc:
+            # The run goes on: only its "running now" in `sqsjkr status` is missing.
+            jlog.warning("could not mark its event running (%s)", describe(exc))
 
     def _unlock(self, lease: Lease, jlog: JobLog) -> None:
         what = f"release lock {quote(lease.key)}"
@@ -385,3 +422,15 @@ class Worker:
                 delay = backoff.next_delay()
                 jlog.error("could not %s (%s); retrying in %.1fs", what, describe(exc), delay)
                 self._stopping.wait(delay)
+
+
+def _hide_for(seconds: float) -> int:
+    """A visibility timeout of about seconds, within what SQS allows a message just received."""
+    return int(min(LONGEST_HIDE_SECONDS, max(1, seconds)))
+
+
+def retry_delay(first: float, attempt: int) -> float:
+    """The wait before the run after attempt: first, doubled at each run, capped at a day, and
+    up to a tenth shorter at random, so that a fleet's retries do not come in step."""
+    delay = min(MAX_RETRY_DELAY, first * 2 ** min(attempt - 1, 32))
+    return delay * random.uniform(0.9, 1.0)
