@@ -1,14 +1,18 @@
-"""Concurrency groups: DynamoGroups against the moto server over HTTP, MemoryGroups and NoGroups.
+"""Concurrency groups: DynamoGroups against the moto server over HTTP, MemoryGroups and NoGroups,
+and `sqsjkr locks` / `sqsjkr unlock --slot` on groups.
 
 Leases are tested with an injected clock: no test sleeps for a lease to pass.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +30,11 @@ from sqsjkr.backends.groups import (
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import DynamoLocker
 
-from .conftest import Aws
+from .conftest import Aws, config_text
 from .test_backends import T0, Clock, LostResponses, client
+from .test_history_cli import sqsjkr
+
+Run = Callable[..., tuple[int, str, str]]
 
 
 def groups(clock: Clock, table: str, lease_seconds: float = 60, **kwargs: Any) -> DynamoGroups:
@@ -320,3 +327,153 @@ def test_parse_slot() -> None:
         None,
         None,
     ]
+
+
+# --- sqsjkr locks and unlock --slot ------------------------------------------------------------
+
+
+@pytest.fixture
+def cli(tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]) -> Run:
+    """`sqsjkr COMMAND -c CONF ARGS` in this process: (exit code, stdout, stderr)."""
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
+    return lambda command, *args: sqsjkr(capsys, command, "-c", str(conf), *args)
+
+
+def entered(aws: Aws, key: str, limit: int, event_id: str, lease_seconds: float) -> SlotLease:
+    """A slot taken as a daemon takes it; a negative lease_seconds makes it expired already."""
+    store = DynamoGroups(aws.dynamodb, aws.table, lease_seconds=lease_seconds)
+    return enter(store, key, limit, event_id)
+
+
+@pytest.fixture
+def two_groups(aws: Aws) -> dict[str, SlotLease]:
+    """Group "db" (limit 3): two live holders and an expired one; group "api" (limit 1): one
+    holder; a released slot of group "old"; a lock "b-live"."""
+    leases = {
+        "db-1": entered(aws, "db", 3, "ev-1", 60),
+        "db-2": entered(aws, "db", 3, "ev-2", 60),
+        "db-3": entered(aws, "db", 3, "ev-3", -180),
+        "api": entered(aws, "api", 1, "ev-api", 60),
+    }
+    old = DynamoGroups(aws.dynamodb, aws.table, lease_seconds=60)
+    assert old.leave(enter(old, "old", 2, "ev-old"))
+    lock = DynamoLocker(aws.dynamodb, aws.table, lease_seconds=60).try_lock("b-live", "report")
+    assert isinstance(lock, Lease)
+    return leases
+
+
+def test_locks_shows_groups_with_their_holders_after_the_locks(
+    cli: Run, two_groups: dict[str, SlotLease]
+) -> None:
+    code, out, err = cli("locks")
+    assert (code, err) == (0, "")
+    lock_header, lock, blank, header, api, *db = out.splitlines()
+    assert lock_header.split() == ["LOCK", "EVENT", "OWNER", "LEASE"]
+    assert lock.split()[:2] == ["b-live", "report"]
+    assert blank == ""
+    assert header.split() == ["GROUP", "HELD", "SLOT", "EVENT", "OWNER", "LEASE"]
+    assert api.split()[:7] == ["api", "1", "of", "1", "0", "ev-api", two_groups["api"].owner]
+    by_slot = sorted(
+        (lease.slot, event, lease.owner)
+        for event, lease in (("ev-1", two_groups["db-1"]), ("ev-2", two_groups["db-2"]))
+        + (("ev-3", two_groups["db-3"]),)
+    )
+    assert [row.split()[:7] for row in db] == [
+        ["db", "2", "of", "3", str(slot), event, owner] for slot, event, owner in by_slot
+    ]
+    leases = {row.split()[5]: " ".join(row.split()[7:]) for row in db}
+    assert leases["ev-1"] in ("60s", "59s", "1m")
+    assert leases["ev-3"] in ("expired 3m ago: free to take", "expired 3m1s ago: free to take")
+    assert "old" not in out
+
+
+def test_locks_shows_groups_alone_when_no_lock_is_held(aws: Aws, cli: Run) -> None:
+    lease = entered(aws, "db", 2, "ev-1", 60)
+    code, out, err = cli("locks")
+    assert (code, err) == (0, "")
+    header, row = out.splitlines()
+    assert header.split()[0] == "GROUP"
+    assert row.split()[:7] == ["db", "1", "of", "2", str(lease.slot), "ev-1", lease.owner]
+
+
+def test_locks_json_has_the_groups(cli: Run, two_groups: dict[str, SlotLease]) -> None:
+    code, out, _ = cli("locks", "--json")
+    assert code == 0
+    listed = json.loads(out)
+    assert [lock["lock_id"] for lock in listed["locks"]] == ["b-live"]
+    api, db = listed["groups"]
+    holder = two_groups["api"]
+    assert {k: v for k, v in api.items() if k != "slots"} == {
+        "key": "api",
+        "holders": 1,
+        "limit": 1,
+    }
+    [slot] = api["slots"]
+    assert slot == {
+        "slot": 0,
+        "event_id": "ev-api",
+        "owner": holder.owner,
+        "lease_until": pytest.approx(holder.until, abs=1e-3),
+        "lease_left": slot["lease_left"],
+        "state": "live",
+        "limit": 1,
+    }
+    assert 0 < slot["lease_left"] <= 60
+    assert (db["key"], db["holders"], db["limit"]) == ("db", 2, 3)
+    states = {slot["event_id"]: slot["state"] for slot in db["slots"]}
+    assert states == {"ev-1": "live", "ev-2": "live", "ev-3": "expired"}
+    assert [slot["slot"] for slot in db["slots"]] == sorted(slot["slot"] for slot in db["slots"])
+
+
+def test_unlock_slot_removes_an_expired_slot_and_refuses_a_live_one_unless_forced(
+    aws: Aws, cli: Run, two_groups: dict[str, SlotLease]
+) -> None:
+    expired = two_groups["db-3"]
+    code, out, err = cli("unlock", "db", "--slot", str(expired.slot))
+    assert (code, err) == (0, "")
+    assert out.startswith(
+        f'removed slot {expired.slot} of group "db" of event "ev-3", owner {expired.owner} '
+        "(expired 3m"
+    )
+    assert slot_item(aws, "db", expired.slot) is None
+    live = two_groups["db-1"]
+    code, out, err = cli("unlock", "db", "--slot", str(live.slot))
+    assert (code, out) == (1, "")
+    assert err.startswith(f'sqsjkr: slot {live.slot} of group "db" is held by {live.owner} with ')
+    assert slot_item(aws, "db", live.slot) is not None
+    code, out, err = cli("unlock", "db", "--slot", str(live.slot), "--force")
+    assert code == 0
+    assert out.startswith(f'removed slot {live.slot} of group "db" of event "ev-1", owner ')
+    assert err.startswith("sqsjkr: warning: the holder's job may still be running")
+    # The holder finds its slot gone: it logs LOST, as --help warns.
+    store = DynamoGroups(aws.dynamodb, aws.table, lease_seconds=60)
+    assert store.renew(live) is False
+    assert store.leave(live) is False
+    # Two slots are free again; the third holder kept its own.
+    assert isinstance(store.try_enter("db", 3, "ev-4"), SlotLease)
+    assert isinstance(store.try_enter("db", 3, "ev-5"), SlotLease)
+    full = store.try_enter("db", 3, "ev-6")
+    assert isinstance(full, GroupFull) and full.holders == 3
+    assert store.renew(two_groups["db-2"]) is True
+
+
+def test_unlock_slot_of_a_slot_no_one_holds_and_of_an_unleased_slot(aws: Aws, cli: Run) -> None:
+    store = DynamoGroups(aws.dynamodb, aws.table, lease_seconds=60)
+    assert store.leave(enter(store, "db", 1, "ev-1"))
+    for slot in ("0", "7"):
+        code, out, err = cli("unlock", "db", "--slot", slot)
+        assert (code, out) == (1, "")
+        assert err == (
+            f'sqsjkr: no slot {slot} of group "db" is held in table {aws.table!r}: nothing removed\n'
+        )
+    aws.dynamodb.put_item(
+        TableName=aws.table, Item={**slot_key("db", 1), "EventId": {"S": "by-hand"}}
+    )
+    assert cli("unlock", "db", "--slot", "1") == (
+        0,
+        'removed slot 1 of group "db" of event "by-hand" (no owner, no lease)\n',
+        "",
+    )
+    code, _, err = cli("unlock", "db", "--slot", "-1")
+    assert code == 2 and "--slot" in err
