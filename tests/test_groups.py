@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -383,7 +384,8 @@ def test_locks_shows_groups_with_their_holders_after_the_locks(
         ["db", "2", "of", "3", str(slot), event, owner] for slot, event, owner in by_slot
     ]
     leases = {row.split()[5]: " ".join(row.split()[7:]) for row in db}
-    assert leases["ev-1"] in ("60s", "59s", "1m")
+    # A live lease's whole seconds left, however slow the moto server was meanwhile.
+    assert re.fullmatch(r"[1-5]?[0-9]s|1m", leases["ev-1"]), leases["ev-1"]
     assert leases["ev-3"] in ("expired 3m ago: free to take", "expired 3m1s ago: free to take")
     assert "old" not in out
 
