@@ -13,7 +13,7 @@ import pytest
 
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import DynamoLocker
-from sqsjkr.commands.locks import Table, held_locks
+from sqsjkr.commands.locks import Table, held
 
 from .conftest import Aws, config_text, sqsjkr_argv
 from .test_history_cli import sqsjkr
@@ -92,13 +92,15 @@ def test_locks_lists_the_held_locks_by_lock_id(
     assert "d-released" not in out and "msg-1" not in out
 
 
-def test_locks_json_has_an_object_per_held_lock(
+def test_locks_json_has_an_object_per_held_lock_under_locks(
     aws: Aws, cli: Run, four_locks: dict[str, Lease]
 ) -> None:
     before = time.time()
     code, out, _ = cli("locks", "--json")
     assert code == 0
-    go, live, expired = json.loads(out)
+    listed = json.loads(out)
+    assert listed["groups"] == []
+    go, live, expired = listed["locks"]
     assert go == {
         "lock_id": "a-go",
         "event_id": "legacy",
@@ -122,14 +124,15 @@ def test_locks_reads_every_page_of_the_scan(aws: Aws) -> None:
     for i in range(7):
         go_lock(aws, f"lock-{i}", f"event-{i}")
         released(aws, f"free-{i}")
-    listed = held_locks(Table(aws.dynamodb, aws.table), page_size=2)
+    listed = held(Table(aws.dynamodb, aws.table), page_size=2).locks
     assert [lock.lock_id for lock in listed] == [f"lock-{i}" for i in range(7)]
 
 
 def test_locks_of_a_table_without_locks(aws: Aws, cli: Run) -> None:
     released(aws, "free")
     assert cli("locks") == (0, "", f"no locks held in table {aws.table!r}\n")
-    assert cli("locks", "--json") == (0, "[]\n", "")
+    code, out, err = cli("locks", "--json")
+    assert (code, json.loads(out), err) == (0, {"locks": [], "groups": []}, "")
 
 
 def test_unlock_removes_an_expired_lock_and_a_go_lock(

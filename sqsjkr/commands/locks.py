@@ -1,10 +1,11 @@
-"""`sqsjkr locks`: the locks held now, read from the lock table; `sqsjkr unlock`: remove a stuck one.
+"""`sqsjkr locks`: the locks and group slots held now, read from the lock table; `sqsjkr unlock`: remove a stuck one.
 
 It also holds what `sqsjkr pause` shares with it: the lock table of a config, opened for the commands.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -23,6 +24,7 @@ from sqsjkr.backends.aws import (
     make_client,
     make_session,
 )
+from sqsjkr.backends.groups import SLOT_TYPE_PREFIX, parse_slot, slot_key
 from sqsjkr.backends.locks import LOCK_TYPE
 from sqsjkr.commands.history import aligned, format_span, store_options
 from sqsjkr.commands.options import load
@@ -84,6 +86,11 @@ class HeldLock:
             lease_until=None if until is None else float(until),
         )
 
+    @property
+    def name(self) -> str:
+        """What unlock calls it: lock "L"."""
+        return f"lock {quote(self.lock_id)}"
+
     def state(self, now: float) -> str:
         """ "go" (no lease), "live" or "expired"."""
         if self.lease_until is None:
@@ -110,29 +117,117 @@ class HeldLock:
         }
 
 
-def held_locks(table: Table, *, page_size: int | None = None) -> list[HeldLock]:
-    """Every held lock of the table, by lock_id: a Scan of the whole table, page by page (of at
-    most page_size items read, else of DynamoDB's 1 MB).
+@dataclass(frozen=True)
+class HeldSlot(HeldLock):
+    """A slot item of a concurrency group with an EventId; lock_id is the group's key."""
 
-    A released lock (no EventId, only its ReleasedBy mark) is free, and not listed.
+    slot: int
+    limit: int | None  # the concurrency_limit of the job that entered it
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> HeldSlot:
+        lock = HeldLock.from_item(item)
+        slot = parse_slot(item["Type"]["S"])
+        limit = item.get("Limit", {}).get("N")
+        return cls(
+            **vars(lock),
+            slot=-1 if slot is None else slot,
+            limit=None if limit is None else int(limit),
+        )
+
+    @property
+    def name(self) -> str:
+        """What unlock calls it: slot 2 of group "G"."""
+        return f"slot {self.slot} of group {quote(self.lock_id)}"
+
+    def state(self, now: float) -> str:
+        """ "unleased" (written by hand: held until removed), "live" or "expired"."""
+        return "unleased" if self.lease_until is None else super().state(now)
+
+    def lease_text(self, now: float) -> str:
+        return "no lease" if self.lease_until is None else super().lease_text(now)
+
+    def as_json(self, now: float) -> dict[str, Any]:
+        lock = super().as_json(now)
+        del lock["lock_id"]
+        return {"slot": self.slot, **lock, "limit": self.limit}
+
+
+@dataclass(frozen=True)
+class Group:
+    """The held slots of one concurrency_key."""
+
+    key: str
+    slots: list[HeldSlot]
+
+    def holders(self, now: float) -> int:
+        """How many slots are held now: not those whose lease has passed (free to take)."""
+        return sum(slot.state(now) != "expired" for slot in self.slots)
+
+    @property
+    def limit(self) -> int | None:
+        """The largest limit its holders entered with (the table keeps no limit of its own)."""
+        return max((slot.limit for slot in self.slots if slot.limit is not None), default=None)
+
+    def held_text(self, now: float) -> str:
+        """ "2 of 3" held; "2" when no holder says the limit."""
+        held = str(self.holders(now))
+        return held if self.limit is None else f"{held} of {self.limit}"
+
+    def as_json(self, now: float) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "holders": self.holders(now),
+            "limit": self.limit,
+            "slots": [slot.as_json(now) for slot in self.slots],
+        }
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """What the lock table holds now: the held locks, and the groups with held slots."""
+
+    locks: list[HeldLock]
+    groups: list[Group]
+
+
+def held(table: Table, *, page_size: int | None = None) -> Holdings:
+    """Every held lock and group slot of the table, by lock_id and by key and slot: a Scan of the
+    whole table, page by page (of at most page_size items read, else of DynamoDB's 1 MB).
+
+    A released lock or slot (no EventId, only its ReleasedBy mark) is free, and not listed.
     """
     request: dict[str, Any] = {
         "TableName": table.name,
-        "FilterExpression": "#type = :lock AND attribute_exists(EventId)",
-        "ProjectionExpression": "Id, EventId, #owner, LeaseUntil",
-        # TYPE and OWNER are DynamoDB reserved words.
-        "ExpressionAttributeNames": {"#type": "Type", "#owner": "Owner"},
-        "ExpressionAttributeValues": {":lock": {"S": LOCK_TYPE}},
+        "FilterExpression": "(#type = :lock OR begins_with(#type, :slot)) "
+        "AND attribute_exists(EventId)",
+        "ProjectionExpression": "Id, #type, EventId, #owner, LeaseUntil, #limit",
+        # TYPE, OWNER and LIMIT are DynamoDB reserved words.
+        "ExpressionAttributeNames": {"#type": "Type", "#owner": "Owner", "#limit": "Limit"},
+        "ExpressionAttributeValues": {
+            ":lock": {"S": LOCK_TYPE},
+            ":slot": {"S": SLOT_TYPE_PREFIX},
+        },
         "ConsistentRead": True,
     }
     locks: list[HeldLock] = []
+    slots: list[HeldSlot] = []
     with table.reading():
         pages = table.client.get_paginator("scan").paginate(
             **request, PaginationConfig={"PageSize": page_size} if page_size else {}
         )
         for page in pages:
-            locks += [HeldLock.from_item(item) for item in page.get("Items", [])]
-    return sorted(locks, key=lambda lock: lock.lock_id)
+            for item in page.get("Items", []):
+                if item["Type"]["S"] == LOCK_TYPE:
+                    locks.append(HeldLock.from_item(item))
+                elif parse_slot(item["Type"]["S"]) is not None:
+                    slots.append(HeldSlot.from_item(item))
+    slots.sort(key=lambda slot: (slot.lock_id, slot.slot))
+    groups = [
+        Group(key, list(members))
+        for key, members in itertools.groupby(slots, key=lambda slot: slot.lock_id)
+    ]
+    return Holdings(sorted(locks, key=lambda lock: lock.lock_id), groups)
 
 
 def lock_row(lock: HeldLock, now: float) -> list[str]:
@@ -144,45 +239,79 @@ def lock_row(lock: HeldLock, now: float) -> list[str]:
     ]
 
 
+def group_rows(group: Group, now: float) -> list[list[str]]:
+    """A row per held slot of group: its key and how many are held, then the slot as a lock."""
+    key, count = escape(group.key), group.held_text(now)
+    return [[key, count, str(slot.slot), *lock_row(slot, now)[1:]] for slot in group.slots]
+
+
 @click.command()
 @store_options
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, an object per lock.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print a JSON object: "locks", an object per lock, and "groups", one per group.',
+)
 def locks(
     conf: str, lock_table: str | None, profile: str | None, region: str | None, as_json: bool
 ) -> None:
-    """Show the locks held now: lock, event, owner (host:pid:id) and lease left (read-only).
+    """Show the locks held now: lock, event, owner (host:pid:id) and lease left (read-only);
+    then the concurrency groups with held slots: key, holders (of the limit), and each slot.
 
     A Go daemon's lock has no owner and no lease ("Go-style"): it is held until that daemon
     deletes it. This reads the whole table (a Scan, page by page), so it costs reads in
     proportion to the table's size.
     """
     table = open_table(conf, lock_table, profile, region)
-    held = held_locks(table)
+    holdings = held(table)
     now = time.time()
     if as_json:
-        click.echo(json.dumps([lock.as_json(now) for lock in held], indent=2))
-    elif not held:
+        output = {
+            "locks": [lock.as_json(now) for lock in holdings.locks],
+            "groups": [group.as_json(now) for group in holdings.groups],
+        }
+        click.echo(json.dumps(output, indent=2))
+        return
+    if not holdings.locks and not holdings.groups:
         click.echo(f"no locks held in table {table.name!r}", err=True)
-    else:
-        rows = [["LOCK", "EVENT", "OWNER", "LEASE"], *(lock_row(lock, now) for lock in held)]
+    if holdings.locks:
+        rows = [
+            ["LOCK", "EVENT", "OWNER", "LEASE"],
+            *(lock_row(lock, now) for lock in holdings.locks),
+        ]
+        for line in aligned(rows):
+            click.echo(line)
+    if holdings.groups:
+        if holdings.locks:
+            click.echo()
+        rows = [["GROUP", "HELD", "SLOT", "EVENT", "OWNER", "LEASE"]]
+        for group in holdings.groups:
+            rows += group_rows(group, now)
         for line in aligned(rows):
             click.echo(line)
 
 
 def remove_lock(
-    table: Table, lock_id: str, *, force: bool, now: float
+    table: Table, lock_id: str, *, force: bool, now: float, slot: int | None = None
 ) -> tuple[bool, dict[str, Any]]:
-    """Delete lock_id's item if it is held, and (unless force) its lease has passed or it has
-    none: (True, the item removed) or (False, the item that was kept; {} if none)."""
+    """Delete lock_id's item (or slot of group lock_id's) if it is held, and (unless force) its
+    lease has passed or it has none: (True, the item removed) or (False, the item that was kept;
+    {} if none)."""
     condition = "attribute_exists(EventId)"
     values: dict[str, Any] = {}
     if not force:
         condition += " AND (attribute_not_exists(LeaseUntil) OR LeaseUntil < :now)"
         values[":now"] = lease_time(now)
+    key = (
+        {"Id": {"S": lock_id}, "Type": {"S": LOCK_TYPE}}
+        if slot is None
+        else slot_key(lock_id, slot)
+    )
     return conditional_write(
         table.client.delete_item,
         table.name,
-        Key={"Id": {"S": lock_id}, "Type": {"S": LOCK_TYPE}},
+        Key=key,
         ConditionExpression=condition,
         ReturnValues="ALL_OLD",
         **({"ExpressionAttributeValues": values} if values else {}),
@@ -192,6 +321,11 @@ def remove_lock(
 @click.command()
 @store_options
 @click.argument("lock_id")
+@click.option(
+    "--slot",
+    type=click.IntRange(min=0),
+    help="Remove this slot of the concurrency group LOCK_ID (as `locks` lists it), not a lock.",
+)
 @click.option(
     "--force",
     is_flag=True,
@@ -203,39 +337,44 @@ def unlock(
     profile: str | None,
     region: str | None,
     lock_id: str,
+    slot: int | None,
     force: bool,
 ) -> None:
     """Remove LOCK_ID when its lease has expired or it is a Go daemon's lock (which has no lease).
 
-    A live lease is refused unless --force. It says what it removed. A Go daemon's lock is
-    removed without --force: make sure its Go daemon is not still running that job.
+    With --slot N, remove slot N of the concurrency group LOCK_ID, by the same rules. A live
+    lease is refused unless --force. It says what it removed. A Go daemon's lock is removed
+    without --force: make sure its Go daemon is not still running that job.
     """
     table = open_table(conf, lock_table, profile, region)
     now = time.time()
-    removed, item = remove_lock(table, lock_id, force=force, now=now)
+    removed, item = remove_lock(table, lock_id, force=force, now=now, slot=slot)
+    what = f"lock {quote(lock_id)}" if slot is None else f"slot {slot} of group {quote(lock_id)}"
     if not removed:
         if "EventId" not in item:
             raise click.ClickException(
-                f"no lock {quote(lock_id)} is held in table {table.name!r}: nothing removed"
+                f"no {what} is held in table {table.name!r}: nothing removed"
             )
-        kept = HeldLock.from_item(item)
+        kept = HeldLock.from_item(item) if slot is None else HeldSlot.from_item(item)
         raise click.ClickException(
-            f"lock {quote(lock_id)} is held by {escape(kept.owner or '-')} with "
+            f"{what} is held by {escape(kept.owner or '-')} with "
             f"{kept.lease_text(now)} of its lease left: not removed (--force removes it; "
             f"beware: {FORCE_WARNING})"
         )
-    lock = HeldLock.from_item(item)
+    lock = HeldLock.from_item(item) if slot is None else HeldSlot.from_item(item)
     click.echo(removed_text(lock, now))
     if lock.state(now) == "live":
         click.echo(f"sqsjkr: warning: {FORCE_WARNING}", err=True)
 
 
 def removed_text(lock: HeldLock, now: float) -> str:
-    """What unlock says it removed: the lock, its event, its owner and its lease's state."""
-    what = f"removed lock {quote(lock.lock_id)} of event {quote(lock.event_id)}"
+    """What unlock says it removed: the lock or slot, its event, its owner and its lease's state."""
+    what = f"removed {lock.name} of event {quote(lock.event_id)}"
     state = lock.state(now)
     if state == "go":
         return f"{what}, a Go daemon's lock (no owner, no lease)"
+    if state == "unleased":
+        return f"{what} (no owner, no lease)"
     lease = lock.lease_text(now)
     if state == "live":
         lease = f"a live lease with {lease} left, removed by --force"
