@@ -656,5 +656,5 @@ def test_an_unlock_that_fails_on_an_outage_is_retried_until_the_store_answers(
     kicker, stats = make_kicker(source, runner, locker=locker)
     run_until(kicker, lambda: stats.snapshot().succeeded == 1, timeout=20)
     assert locker.held == {} and locker.failures == 0
-    assert 'job m0 could not release lock "L" (EndpointConnectionError' in caplog.text
+    assert 'job m0 could not release its lock "L" (EndpointConnectionError' in caplog.text
     assert "retrying in" in caplog.text

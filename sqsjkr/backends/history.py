@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import error_code, failed_condition, lease_time
 from sqsjkr.backends.dedupe import DynamoDedupe
+from sqsjkr.backends.groups import DynamoGroups
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import DynamoLocker
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
@@ -36,11 +37,12 @@ RUNNING_PREFIX = "Running:"
 
 @dataclass(frozen=True)
 class Ended:
-    """What finished() did with the claim and the lock it was given: True, done; False, no
-    longer ours (lost); None, not done: left to the dedupe store or the locker."""
+    """What finished() did with the claim, the lock and the concurrency group slot it was given:
+    True, done; False, no longer ours (lost); None, not done: left to its store."""
 
     claim: bool | None = None
     lock: bool | None = None
+    slot: bool | None = None
 
 
 NOT_FOLDED = Ended()
@@ -53,12 +55,17 @@ class History(Protocol):
         """The run is in progress: the event's summary shows it as running now."""
 
     def finished(
-        self, record: RunRecord, *, claim: Lease | None = None, lock: Lease | None = None
+        self,
+        record: RunRecord,
+        *,
+        claim: Lease | None = None,
+        lock: Lease | None = None,
+        slot: Lease | None = None,
     ) -> Ended:
         """Store the record and bring the event's summary up to date.
 
-        A store that shares the table of the dedupe store and the locker may, in the same
-        write, mark claim finished and release lock, and says so in its answer.
+        A store that shares the table of the dedupe store, the locker and the groups may, in the
+        same write, mark claim finished and release lock and slot, and says so in its answer.
         """
 
     def runs(self, event_id: str, limit: int) -> list[RunRecord]:
@@ -75,7 +82,12 @@ class NoHistory:
         return None
 
     def finished(
-        self, record: RunRecord, *, claim: Lease | None = None, lock: Lease | None = None
+        self,
+        record: RunRecord,
+        *,
+        claim: Lease | None = None,
+        lock: Lease | None = None,
+        slot: Lease | None = None,
     ) -> Ended:
         return NOT_FOLDED
 
@@ -101,7 +113,12 @@ class MemoryHistory:
             self._summaries[start.event_id] = replace(summary, running=running)
 
     def finished(
-        self, record: RunRecord, *, claim: Lease | None = None, lock: Lease | None = None
+        self,
+        record: RunRecord,
+        *,
+        claim: Lease | None = None,
+        lock: Lease | None = None,
+        slot: Lease | None = None,
     ) -> Ended:
         with self._mutex:
             self.records.append(record)
@@ -137,9 +154,10 @@ def summarise(summary: EventSummary, record: RunRecord) -> EventSummary:
 class DynamoHistory:
     """Run items and summary items in the lock table, next to locks and dedupe records.
 
-    Given the DynamoDedupe and DynamoLocker of the same table, a finished run's record, its
-    summary, the finish of its claim and the release of its lock are one TransactWriteItems:
-    the record costs no call of its own, and a locked job saves one.
+    Given the DynamoDedupe, DynamoLocker and DynamoGroups of the same table, a finished run's
+    record, its summary, the finish of its claim and the release of its lock and its group's
+    slot are one TransactWriteItems: the record costs no call of its own, and a job with a lock
+    or a group saves one for each.
     """
 
     def __init__(
@@ -150,6 +168,7 @@ class DynamoHistory:
         retention_seconds: float,
         claims: DynamoDedupe | None = None,
         locks: DynamoLocker | None = None,
+        slots: DynamoGroups | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._client = client
@@ -157,6 +176,7 @@ class DynamoHistory:
         self._retention = retention_seconds
         self._claims = claims
         self._locks = locks
+        self._slots = slots
         self._clock = clock
 
     # -- writing ----------------------------------------------------------------------------
@@ -165,10 +185,15 @@ class DynamoHistory:
         self._client.update_item(TableName=self._table, **running_update(start))
 
     def finished(
-        self, record: RunRecord, *, claim: Lease | None = None, lock: Lease | None = None
+        self,
+        record: RunRecord,
+        *,
+        claim: Lease | None = None,
+        lock: Lease | None = None,
+        slot: Lease | None = None,
     ) -> Ended:
         writes = [{"Put": self._run_item(record)}, {"Update": self._summary_update(record)}]
-        folds = self._folds(claim, lock)
+        folds = self._folds(claim, lock, slot)
         try:
             self._transact([{"Update": fold.update} for fold in folds] + writes)
         except ClientError as exc:
@@ -178,8 +203,8 @@ class DynamoHistory:
             return self._after_cancel(folds, failed, writes)
         return Ended(**{fold.name: True for fold in folds})
 
-    def _folds(self, claim: Lease | None, lock: Lease | None) -> list[_Fold]:
-        """The claim's finish and the lock's release, as writes of the same transaction."""
+    def _folds(self, claim: Lease | None, lock: Lease | None, slot: Lease | None) -> list[_Fold]:
+        """The claim's finish, the lock's and the slot's release, as writes of one transaction."""
         folds = []
         if claim is not None and self._claims is not None:
             update = self._claims.finish_update(claim)
@@ -187,6 +212,9 @@ class DynamoHistory:
         if lock is not None and self._locks is not None:
             update = self._locks.release_update(lock)
             folds.append(_Fold("lock", lock, update, self._locks.released_by))
+        if slot is not None and self._slots is not None:
+            update = self._slots.leave_update(slot)
+            folds.append(_Fold("slot", slot, update, self._slots.left_by))
         return folds
 
     def _after_cancel(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from sqsjkr.backends.aws import AWS_ERRORS, describe
 from sqsjkr.backends.dedupe import DedupeStore
+from sqsjkr.backends.groups import Groups, NoGroups
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import Locker
 from sqsjkr.backends.sqs import Message, MessageSource
@@ -37,6 +38,7 @@ class InFlight:
     job: Job
     claim: Lease | None = None
     lock: Lease | None = None
+    slot: Lease | None = None  # of its concurrency group
     stop: StopSwitch = field(default_factory=StopSwitch)
 
 
@@ -79,6 +81,7 @@ class Heartbeat:
         dedupe: DedupeStore,
         locker: Locker,
         interval: float,
+        groups: Groups | None = None,
         visibility: int | None,
         flush_deletes: Callable[[], None] = lambda: None,
         lease_lost: Callable[[], None] = lambda: None,
@@ -89,6 +92,7 @@ class Heartbeat:
         self._source = source
         self._dedupe = dedupe
         self._locker = locker
+        self._groups = groups or NoGroups()
         self._interval = interval
         self._visibility = visibility
         self._flush_deletes = flush_deletes
@@ -143,6 +147,7 @@ class Heartbeat:
         for entry in self._jobs.snapshot():
             self._renew(entry, "claim", self._dedupe.renew, "claim on its message", failed)
             self._renew(entry, "lock", self._locker.renew, "lock", failed)
+            self._renew(entry, "slot", self._groups.renew, "concurrency group slot", failed)
 
     def _renew(
         self,

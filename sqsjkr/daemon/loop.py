@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe
 from sqsjkr.backends.dedupe import DedupeStore
+from sqsjkr.backends.groups import Groups
 from sqsjkr.backends.history import History
 from sqsjkr.backends.lease import lease_timing
 from sqsjkr.backends.locks import Locker
@@ -116,6 +117,7 @@ class Kicker:
         listener: RunListener | None = None,
         health: Health | None = None,
         pauses: PauseStore | None = None,
+        groups: Groups | None = None,
     ) -> None:
         """history keeps the runs' records (none by default); listener hears of them as they
         start and end (the reporters)."""
@@ -147,6 +149,7 @@ class Kicker:
             visibility=None if settings.delete_on_receive else settings.visibility,
             flush_deletes=self._deletes.flush,
             lease_lost=stats.lease_lost,
+            groups=groups,
         )
         self._worker = Worker(
             dedupe=dedupe,
@@ -165,6 +168,7 @@ class Kicker:
             lease_lost=stats.lease_lost,
             history=history,
             listener=listener,
+            groups=groups,
         )
 
     def run(self, stop: threading.Event, force: threading.Event | None = None) -> None:

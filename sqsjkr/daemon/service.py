@@ -22,6 +22,7 @@ from sqsjkr.backends.aws import (
     make_session,
 )
 from sqsjkr.backends.dedupe import DedupeStore, DynamoDedupe, NoopDedupe
+from sqsjkr.backends.groups import DynamoGroups, Groups, NoGroups
 from sqsjkr.backends.history import DynamoHistory, History, NoHistory, running_update
 from sqsjkr.backends.lease import MIN_SAFE_LEASE_SECONDS, lease_timing
 from sqsjkr.backends.locks import DynamoLocker, Locker, NoopLocker
@@ -98,6 +99,7 @@ def serve(
             listener=Listeners(reporter, metrics),
             health=health,
             pauses=connected.pauses,
+            groups=connected.groups,
             runner=ShellRunner(
                 kill_grace=config.kicker.kill_grace.seconds,
                 tail_bytes=config.history.output_tail,
@@ -193,6 +195,7 @@ class Connected:
     locker: Locker
     history: History
     pauses: PauseStore | None  # fleet-wide pauses, kept in the lock table
+    groups: Groups  # concurrency groups' slots, kept like locks
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,11 @@ def _connect(
             if config.lock.backend == "dynamodb"
             else NoopLocker()
         )
+    groups: Groups = (
+        DynamoGroups(dynamodb, table, lease_seconds=lease)
+        if config.lock.backend == "dynamodb"
+        else NoGroups()
+    )
     history = given.history
     if history is None:
         history = (
@@ -271,13 +279,14 @@ def _connect(
                 # releases its lock.
                 claims=dedupe if isinstance(dedupe, DynamoDedupe) else None,
                 locks=locker if isinstance(locker, DynamoLocker) else None,
+                slots=groups if isinstance(groups, DynamoGroups) else None,
             )
             if config.history.backend == "dynamodb"
             else NoHistory()
         )
     # Pauses are kept in the table: with no table in use, nothing can pause this daemon.
     pauses = DynamoPauses(dynamodb, table) if uses_table else None
-    return Connected(source, dedupe, locker, history, pauses)
+    return Connected(source, dedupe, locker, history, pauses, groups)
 
 
 def _queue(

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe, is_transient
 from sqsjkr.backends.dedupe import ClaimState, DedupeStore, Retry
+from sqsjkr.backends.groups import Groups, NoGroups
 from sqsjkr.backends.history import NOT_FOLDED, Ended, History, NoHistory
 from sqsjkr.backends.lease import FRESH_LEASE_SHARE, Lease
 from sqsjkr.backends.locks import Held, Locker
@@ -81,6 +82,7 @@ class Worker:
         lease_lost: Callable[[], None] = lambda: None,
         history: History | None = None,
         listener: RunListener | None = None,
+        groups: Groups | None = None,
     ) -> None:
         self._dedupe = dedupe
         self._locker = locker
@@ -91,6 +93,7 @@ class Worker:
         self._trigger = trigger
         self._lease_lost = lease_lost
         self._history = history or NoHistory()
+        self._groups = groups or NoGroups()
         self._listener = listener or NoListener()
 
     def handle(self, entry: InFlight) -> Ending:
@@ -148,12 +151,12 @@ class Worker:
         expired = self._expired(entry, jlog)
         if expired is not None:
             return expired
-        if job.lock_id:
-            waited_from = time.monotonic()
-            refused = self._lock(entry, jlog)
-            progress.lock_wait = time.monotonic() - waited_from
+        waited_from = time.monotonic()
+        for hold in self._holds(job):
+            refused = self._acquire(entry, hold, jlog)
             if refused is not None:
                 return refused
+        progress.lock_wait = time.monotonic() - waited_from
         return self._run(entry, progress, jlog)
 
     def _run(self, entry: InFlight, progress: RunProgress, jlog: JobLog) -> Ending:
@@ -229,66 +232,91 @@ class Worker:
             DELETE, (Outcome.FAILED,), RunOutcome.CANCELLED, f"older than its life_time: {why}"
         )
 
-    def _lock(self, entry: InFlight, jlog: JobLog) -> Ending | None:
-        """Wait for the job's lock, re-checking life_time between tries: None once taken."""
+    def _holds(self, job: Job) -> list[_Hold]:
+        """What the job must hold before it runs, in the order it takes them: its concurrency
+        group's slot, then its lock (one order for all: no two jobs wait for each other)."""
+        holds = []
+        if job.concurrency_key:
+            key, limit = job.concurrency_key, job.concurrency_limit
+            holds.append(
+                _Hold(
+                    f"concurrency group {quote(key)}",
+                    "slot",
+                    lambda: self._groups.try_enter(key, limit, job.event_id),
+                    self._groups.renew,
+                    self._groups.leave,
+                )
+            )
+        if job.lock_id:
+            lock_id = job.lock_id
+            holds.append(
+                _Hold(
+                    f"lock {quote(lock_id)}",
+                    "lock",
+                    lambda: self._locker.try_lock(lock_id, job.event_id),
+                    self._locker.renew,
+                    self._locker.unlock,
+                )
+            )
+        return holds
+
+    def _acquire(self, entry: InFlight, hold: _Hold, jlog: JobLog) -> Ending | None:
+        """Wait until hold is ours, re-checking life_time between tries: None once taken."""
         job = entry.job
-        assert job.lock_id is not None
-        lock = quote(job.lock_id)
         waiting = False
         while True:
             if self._stopping.is_set():
-                jlog.info("gave up waiting for lock %s: stopping", lock)
+                jlog.info("gave up waiting for %s: stopping", hold.what)
                 return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="the daemon was stopping")
             try:
-                held = self._take_lock(entry, jlog)
+                held = self._take(entry, hold, jlog)
                 if held is None:
                     return None
                 holder = held.describe(self._clock())
                 if job.abort_if_locked:
-                    jlog.warning("aborted: lock %s is %s", lock, holder)
-                    why = f"lock {lock} is {holder}"
+                    jlog.warning("aborted: %s is %s", hold.what, holder)
+                    why = f"{hold.what} is {holder}"
                     return Ending(DELETE, (Outcome.FAILED,), RunOutcome.ABORTED, why)
                 # Once at INFO; every try after that at DEBUG only.
                 level = logging.DEBUG if waiting else logging.INFO
-                jlog.log(level, "waits for lock %s, %s", lock, holder)
+                jlog.log(level, "waits for %s, %s", hold.what, holder)
                 waiting = True
             except AWS_ERRORS as exc:
-                self._drop_lock(entry)
+                self._drop(entry, hold)
                 if job.abort_if_locked or not is_transient(exc):
                     # Left on the queue: it comes back to be tried again, and a RedrivePolicy
                     # keeps it in the end.
-                    why = f"could not take lock {lock} ({describe(exc)})"
+                    why = f"could not take {hold.what} ({describe(exc)})"
                     jlog.error("failed: %s", why)
                     return Ending(LEAVE, (Outcome.FAILED,), RunOutcome.FAILED_TO_START, why)
-                jlog.error("could not take lock %s (%s); retrying", lock, describe(exc))
+                jlog.error("could not take %s (%s); retrying", hold.what, describe(exc))
             self._stopping.wait(bounded_wait(self._settings.lock_retry_interval))
             expired = self._expired(entry, jlog)
             if expired is not None:
                 return expired
 
-    def _take_lock(self, entry: InFlight, jlog: JobLog) -> Held | None:
-        """One try at the job's lock: None once it is ours with a fresh lease, else who holds it."""
-        job = entry.job
-        assert job.lock_id is not None
-        taken = self._locker.try_lock(job.lock_id, job.event_id)
+    def _take(self, entry: InFlight, hold: _Hold, jlog: JobLog) -> Held | None:
+        """One try at hold: None once it is ours with a fresh lease, else who holds it."""
+        taken = hold.take()
         if isinstance(taken, Held):
             return taken
-        entry.lock = taken
-        jlog.debug("took lock %s (lease until %.3f)", quote(taken.key), taken.until)
-        if self._fresh(taken, self._locker.renew, "lock", jlog):
+        setattr(entry, hold.field, taken)
+        jlog.debug("took %s (lease until %.3f)", hold.what, taken.until)
+        if self._fresh(taken, hold.renew, hold.what, jlog):
             return None
-        entry.lock = None  # lost to another holder while we were taking it: held, so wait
+        setattr(entry, hold.field, None)  # lost to another holder while we took it: wait
         return Held()
 
-    def _drop_lock(self, entry: InFlight) -> None:
-        """Give up a lock taken in a try that then failed, so it does not stay held for its lease."""
-        lease, entry.lock = entry.lock, None
+    def _drop(self, entry: InFlight, hold: _Hold) -> None:
+        """Give up a lease taken in a try that then failed, so it does not stay held for its lease."""
+        lease = getattr(entry, hold.field)
+        setattr(entry, hold.field, None)
         if lease is None:
             return
         try:
-            self._locker.unlock(lease)
+            hold.release(lease)
         except AWS_ERRORS as exc:
-            log.debug("could not release lock %s (%s)", quote(lease.key), describe(exc))
+            log.debug("could not release %s (%s)", hold.what, describe(exc))
 
     def _fresh(self, lease: Lease, renew: Callable[[Lease], bool], what: str, jlog: JobLog) -> bool:
         """Whether lease has FRESH_LEASE_SHARE of its length left, renewing it if not: a slow
@@ -319,16 +347,22 @@ class Worker:
         # Taken out of the entry first: a renewal failing after this is a release, not a loss.
         claim, entry.claim = entry.claim, None
         lock, entry.lock = entry.lock, None
+        slot, entry.slot = entry.slot, None
         finished = ending.settle.delete
         record = None if ending.run is None else progress.record(ending, self._clock())
         ended = NOT_FOLDED
         if record is not None:
-            ended = self._record(record, claim if finished else None, lock, jlog)
-        if lock is not None:
-            if ended.lock is None:
-                self._unlock(lock, jlog)
-            elif not ended.lock:
-                self._lost("lock", lock, jlog)
+            ended = self._record(record, claim if finished else None, lock, slot, jlog)
+        for lease, answer, release, what in (
+            (lock, ended.lock, self._locker.unlock, "lock"),
+            (slot, ended.slot, self._groups.leave, "concurrency group slot"),
+        ):
+            if lease is None:
+                continue
+            if answer is None:
+                self._release(lease, release, what, jlog)
+            elif not answer:
+                self._lost(what, lease, jlog)
         if claim is not None:
             if ending.retry is not None:
                 self._until_answered(
@@ -344,12 +378,17 @@ class Worker:
             self._listener.report(record)
 
     def _record(
-        self, record: RunRecord, claim: Lease | None, lock: Lease | None, jlog: JobLog
+        self,
+        record: RunRecord,
+        claim: Lease | None,
+        lock: Lease | None,
+        slot: Lease | None,
+        jlog: JobLog,
     ) -> Ended:
         """history.finished, tried again for a while: a record never fails its job or keeps its
-        message. What it did not do with claim and lock is left to their stores."""
+        message. What it did not do with claim, lock and slot is left to their stores."""
         answered, ended = self._until_answered(
-            lambda: self._history.finished(record, claim=claim, lock=lock),
+            lambda: self._history.finished(record, claim=claim, lock=lock, slot=slot),
             "record its run",
             jlog,
             give_up_after=RECORD_RETRY_SECONDS,
@@ -370,11 +409,13 @@ class Worker:
             # The run goes on: only its "running now" in `sqsjkr status` is missing.
             jlog.warning("could not mark its event running (%s)", describe(exc))
 
-    def _unlock(self, lease: Lease, jlog: JobLog) -> None:
-        what = f"release lock {quote(lease.key)}"
-        answered, ours = self._until_answered(lambda: self._locker.unlock(lease), what, jlog)
+    def _release(
+        self, lease: Lease, release: Callable[[Lease], bool], what: str, jlog: JobLog
+    ) -> None:
+        action = f"release its {what} {quote(lease.key)}"
+        answered, ours = self._until_answered(lambda: release(lease), action, jlog)
         if answered and not ours:
-            self._lost("lock", lease, jlog)
+            self._lost(what, lease, jlog)
 
     def _end_claim(self, lease: Lease, jlog: JobLog, *, finished: bool) -> None:
         if not finished:
@@ -434,3 +475,14 @@ def retry_delay(first: float, attempt: int) -> float:
     up to a tenth shorter at random, so that a fleet's retries do not come in step."""
     delay = min(MAX_RETRY_DELAY, first * 2 ** min(attempt - 1, 32))
     return delay * random.uniform(0.9, 1.0)
+
+
+@dataclass(frozen=True)
+class _Hold:
+    """A lease a job must hold to run, and how to take, renew and give it back."""
+
+    what: str  # for the log: 'lock "L"', 'concurrency group "db"'
+    field: str  # the InFlight attribute that keeps it, for the heartbeat
+    take: Callable[[], Lease | Held]
+    renew: Callable[[Lease], bool]
+    release: Callable[[Lease], bool]
