@@ -19,6 +19,12 @@ locals {
         timeout                   = job.timeout
         abort_if_locked           = job.abort_if_locked ? true : null
         disable_life_time_trigger = job.disable_life_time_trigger ? true : null
+        concurrency_key           = job.concurrency_key
+        concurrency_limit         = job.concurrency_limit
+        retries                   = job.retries
+        retry_delay               = job.retry_delay
+        # The call's unset parts are left out too: the daemon reads them as their defaults.
+        http = job.http == null ? null : { for part, value in job.http : part => value if value != null }
       } : field => value if value != null
     }
   }

@@ -59,10 +59,10 @@ variable "retry_policy" {
 }
 
 variable "jobs" {
-  description = "The schedule: one EventBridge Scheduler schedule (or, with schedule_engine = \"rules\", one EventBridge rule) per entry, putting a job message on the queue. The map key names the schedule or rule (<name>-<key>) and is the job's event_id unless event_id is set. Durations use Go syntax (\"90s\", \"1h30m\")."
+  description = "The schedule: one EventBridge Scheduler schedule (or, with schedule_engine = \"rules\", one EventBridge rule) per entry, putting a job message on the queue. The map key names the schedule or rule (<name>-<key>) and is the job's event_id unless event_id is set. Each job has a command or an http call. Durations use Go syntax (\"90s\", \"1h30m\")."
   type = map(object({
     schedule_expression       = string                    # "cron(0 3 * * ? *)" or "rate(5 minutes)"
-    command                   = string                    # run as sh -c COMMAND
+    command                   = optional(string)          # run as sh -c COMMAND (or give http)
     envs                      = optional(map(string), {}) # added to the daemon's environment
     event_id                  = optional(string)          # defaults to the map key
     lock_id                   = optional(string)          # jobs sharing it never run at once
@@ -70,8 +70,21 @@ variable "jobs" {
     timeout                   = optional(string)          # kill the job after it has run this long
     abort_if_locked           = optional(bool, false)     # give up at once when the lock is held
     disable_life_time_trigger = optional(bool, false)     # no life_time trigger for this job
-    enabled                   = optional(bool, true)      # false keeps the schedule or rule, DISABLED
-    description               = optional(string)          # the schedule's or rule's description
+    concurrency_key           = optional(string)          # at most concurrency_limit jobs of a key at once
+    concurrency_limit         = optional(number)          # 1 to 1000; the daemon's default is 1
+    retries                   = optional(number)          # run an errored or timed-out job again, 0 to 100 times
+    retry_delay               = optional(string)          # first wait before a retry, doubling; the daemon's default is 1m
+    # An HTTP call the daemon makes instead of a command (to a URL under its [http] allow):
+    http = optional(object({
+      url            = string                 # http:// or https://
+      method         = optional(string)       # GET, POST (the daemon's default), PUT, PATCH, DELETE, HEAD
+      headers        = optional(map(string))  # request headers
+      body           = optional(string)       # request body
+      timeout        = optional(string)       # give up on the call after this long
+      success_status = optional(list(number)) # statuses that succeed, instead of any 2xx
+    }))
+    enabled     = optional(bool, true) # false keeps the schedule or rule, DISABLED
+    description = optional(string)     # the schedule's or rule's description
     # EventBridge Scheduler only:
     schedule_expression_timezone = optional(string) # default: var.schedule_expression_timezone
     flexible_time_window         = optional(number) # minutes it may run late, to spread load
@@ -111,6 +124,16 @@ variable "jobs" {
   }
 
   validation {
+    condition     = alltrue([for key, job in var.jobs : job.command != null || job.http != null])
+    error_message = "Each job needs a command or an http call."
+  }
+
+  validation {
+    condition     = alltrue([for key, job in var.jobs : job.command == null || job.http == null])
+    error_message = "A job has either a command or an http call, not both."
+  }
+
+  validation {
     condition     = alltrue([for key, job in var.jobs : job.command != ""])
     error_message = "Each job needs a non-empty command."
   }
@@ -133,6 +156,29 @@ variable "jobs" {
 
   validation {
     condition = alltrue([
+      for key, job in var.jobs : job.concurrency_key != "" && (job.concurrency_limit == null || job.concurrency_key != null)
+    ])
+    error_message = "concurrency_key, when set, must not be empty, and concurrency_limit needs a concurrency_key."
+  }
+
+  validation {
+    condition = alltrue([
+      for key, job in var.jobs :
+      job.concurrency_limit == null || try(job.concurrency_limit >= 1 && job.concurrency_limit <= 1000 && floor(job.concurrency_limit) == job.concurrency_limit, false)
+    ])
+    error_message = "concurrency_limit, when set, must be a whole number between 1 and 1000."
+  }
+
+  validation {
+    condition = alltrue([
+      for key, job in var.jobs :
+      job.retries == null || try(job.retries >= 0 && job.retries <= 100 && floor(job.retries) == job.retries, false)
+    ])
+    error_message = "retries, when set, must be a whole number between 0 and 100."
+  }
+
+  validation {
+    condition = alltrue([
       for key, job in var.jobs :
       job.life_time == null || can(regex("^([0-9]+(\\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$", job.life_time))
     ])
@@ -145,6 +191,47 @@ variable "jobs" {
       job.timeout == null || can(regex("^([0-9]+(\\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$", job.timeout))
     ])
     error_message = "timeout must be a Go duration such as \"90s\", \"1h30m\" or \"1.5h\"."
+  }
+
+  validation {
+    condition = alltrue([
+      for key, job in var.jobs :
+      job.retry_delay == null || can(regex("^([0-9]+(\\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$", job.retry_delay))
+    ])
+    error_message = "retry_delay must be a Go duration such as \"90s\", \"1h30m\" or \"1.5h\"."
+  }
+
+  validation {
+    # Only the jobs with a call: the condition of a for expression guards the attributes it reads.
+    condition = alltrue([
+      for key, job in var.jobs :
+      can(regex("^https?://([^/?#]*@)?[^/?#@:][^/?#@]*([/?#].*)?$", job.http.url)) if job.http != null
+    ])
+    error_message = "http.url must be an http:// or https:// URL with a host, such as \"http://127.0.0.1:8080/run\"."
+  }
+
+  validation {
+    condition = alltrue([
+      for key, job in var.jobs :
+      contains(["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"], upper(coalesce(job.http.method, "POST"))) if job.http != null
+    ])
+    error_message = "http.method, when set, must be GET, POST, PUT, PATCH, DELETE or HEAD."
+  }
+
+  validation {
+    condition = alltrue([
+      for key, job in var.jobs :
+      job.http.timeout == null || can(regex("^([0-9]+(\\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$", job.http.timeout)) if job.http != null
+    ])
+    error_message = "http.timeout must be a Go duration such as \"90s\", \"1h30m\" or \"1.5h\"."
+  }
+
+  validation {
+    condition = alltrue([
+      for key, job in var.jobs :
+      job.http.success_status == null || try(length(job.http.success_status) > 0 && alltrue([for status in job.http.success_status : status >= 100 && status <= 599 && floor(status) == status]), false) if job.http != null
+    ])
+    error_message = "http.success_status, when set, must be a non-empty list of status codes from 100 to 599."
   }
 }
 

@@ -14,6 +14,9 @@ import pytest
 
 from sqsjkr import __version__
 from sqsjkr.commands.cli import UsageFailure, translate_go_args
+from sqsjkr.commands.send import option_of, send
+from sqsjkr.contract.duration import parse_duration
+from sqsjkr.contract.http_call import HttpCall
 from sqsjkr.contract.job import MESSAGE_FIELDS, parse_job
 from sqsjkr.errors import InvalidJobError
 
@@ -135,6 +138,10 @@ def write_conf(tmp_path: Path, aws: Aws) -> Path:
     return conf
 
 
+#: A URL the daemon's default [http] allow lets an HTTP job call.
+LOOPBACK = "http://127.0.0.1:8080/jobs/run"
+
+
 def receive_bodies(aws: Aws) -> list[dict[str, object]]:
     response = aws.sqs.receive_message(QueueUrl=aws.queue_url, MaxNumberOfMessages=10)
     return [json.loads(m["Body"]) for m in response.get("Messages", [])]
@@ -163,6 +170,66 @@ def test_send_builds_the_message_from_options(tmp_path: Path, aws: Aws) -> None:
     }
 
 
+def test_send_builds_concurrency_groups_and_retries_from_options(tmp_path: Path, aws: Aws) -> None:
+    result = sqsjkr(
+        "send", "-c", str(write_conf(tmp_path, aws)), "--command", "reindex",
+        "--concurrency-key", "search-db", "--concurrency-limit", "3",
+        "--retries", "4", "--retry-delay", "30s",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [body] = receive_bodies(aws)
+    assert body == {
+        "command": "reindex",
+        "concurrency_key": "search-db",
+        "concurrency_limit": 3,
+        "retries": 4,
+        "retry_delay": "30s",
+    }
+    job = parse_job(json.dumps(body), message_id="m", sent_at=0.0)
+    assert (job.concurrency_key, job.concurrency_limit) == ("search-db", 3)
+    assert (job.retries, job.retry_delay) == (4, parse_duration("30s"))
+
+
+def test_send_builds_an_http_job_from_options(tmp_path: Path, aws: Aws) -> None:
+    result = sqsjkr(
+        "send", "-c", str(write_conf(tmp_path, aws)), "--http-url", LOOPBACK,
+        "--http-method", "put", "--http-header", "Content-Type=application/json",
+        "--http-header", "X-Token=a=b", "--http-body", '{"full": true}',
+        "--http-timeout", "45", "--success-status", "200", "--success-status", "409",
+        "--event-id", "reindex-api", "--retries", "2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [body] = receive_bodies(aws)
+    assert body == {
+        "http": {
+            "url": LOOPBACK,
+            "method": "put",
+            "headers": {"Content-Type": "application/json", "X-Token": "a=b"},
+            "body": '{"full": true}',
+            "timeout": 45,
+            "success_status": [200, 409],
+        },
+        "event_id": "reindex-api",
+        "retries": 2,
+    }
+    job = parse_job(json.dumps(body), message_id="m", sent_at=0.0)
+    assert job.command == ""
+    assert job.http is not None
+    assert (job.http.method, job.http.timeout) == ("PUT", parse_duration("45s"))
+    assert job.http.succeeded(409) and not job.http.succeeded(201)
+
+
+def test_every_message_field_has_a_send_option() -> None:
+    """Each field of the daemon's message, and each part of "http", can be sent without --body;
+    its errors name the option that set it."""
+    options = {name for param in send.params for name in param.opts}
+    http_parts = {f"http.{name}" for name in HttpCall.__dataclass_fields__}
+    for field in MESSAGE_FIELDS | http_parts:
+        error = InvalidJobError(f'field "{field}": wrong')
+        option = option_of(error)
+        assert option in options, f"{field}: no option of send sets it"
+
+
 def test_send_takes_a_whole_body_and_a_delay(tmp_path: Path, aws: Aws) -> None:
     body = '{"command": "true", "life_time": "1h30m"}'
     result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", body, "--delay", "1")
@@ -175,10 +242,46 @@ def test_send_takes_a_whole_body_and_a_delay(tmp_path: Path, aws: Aws) -> None:
     ("args", "text"),
     [
         (["--body", '{"command": 1}'], 'invalid job, nothing sent: field "command"'),
-        (["--command", "true", "--life-time", "soon"], 'field "life_time"'),
+        (["--command", "true", "--life-time", "soon"], '--life-time: field "life_time"'),
         (["--command", "true", "--env", "NOEQUALS"], "--env 'NOEQUALS': expected KEY=VALUE"),
         (["--body", "{}", "--command", "true"], "either --body or the job options"),
-        ([], "--command or --body is required"),
+        # Given, though 0 is false: the body and the options still conflict.
+        (["--body", '{"command": "true"}', "--retries", "0"], "either --body or the job options"),
+        ([], "--command, --http-url or --body is required"),
+        (
+            ["--command", "true", "--concurrency-limit", "2"],
+            "--concurrency-limit needs --concurrency-key",
+        ),
+        (
+            ["--command", "true", "--concurrency-key", "db", "--concurrency-limit", "1001"],
+            '--concurrency-limit: field "concurrency_limit": must be between 1 and 1000',
+        ),
+        (["--command", "true", "--retries", "101"], '--retries: field "retries"'),
+        (["--command", "true", "--retries", "-1"], '--retries: field "retries"'),
+        (["--command", "true", "--retry-delay", "soon"], '--retry-delay: field "retry_delay"'),
+        (["--command", "true", "--retry-delay", "-1m"], '--retry-delay: field "retry_delay"'),
+        (["--command", "true", "--retries", "x"], "'--retries': 'x' is not a valid integer"),
+        (["--command", "true", "--http-url", LOOPBACK], "either --command or --http-url"),
+        (["--command", "true", "--http-body", "{}"], "--http-body needs --http-url"),
+        (["--command", "true", "--success-status", "204"], "--success-status needs --http-url"),
+        (["--http-url", "ftp://127.0.0.1/x"], '--http-url: field "http.url"'),
+        (["--http-url", LOOPBACK, "--http-method", "TRACE"], '--http-method: field "http.method"'),
+        (
+            ["--http-url", LOOPBACK, "--http-header", "X-A"],
+            "--http-header 'X-A': expected KEY=VALUE",
+        ),
+        (
+            ["--http-url", LOOPBACK, "--http-header", "X-A=1\r\nX-B: 2"],
+            '--http-header: field "http.headers.X-A": must not contain a line break',
+        ),
+        (
+            ["--http-url", LOOPBACK, "--http-timeout", "soon"],
+            '--http-timeout: field "http.timeout"',
+        ),
+        (
+            ["--http-url", LOOPBACK, "--success-status", "99"],
+            '--success-status: field "http.success_status"',
+        ),
     ],
 )
 def test_send_refuses_invalid_jobs_and_sends_nothing(

@@ -20,9 +20,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sqsjkr.contract.duration import parse_duration
+from sqsjkr.contract.duration import Duration, parse_duration
+from sqsjkr.contract.http_call import LOOPBACK, METHODS, HttpCall
+from sqsjkr.contract.http_call import allowed as url_allowed
 from sqsjkr.contract.job import parse_job
-from sqsjkr.errors import DurationError
+from sqsjkr.errors import DurationError, InvalidJobError
 
 from .conftest import sqsjkr_argv
 
@@ -37,7 +39,7 @@ PLUGIN_DIR = Path(os.environ.get("SQSJKR_TF_PLUGIN_DIR", "/opt/tf-plugins"))
 #: of this shape, so a renamed or retyped attribute breaks it.
 JOB_SCHEMA = {
     "schedule_expression": "string",
-    "command": "string",
+    "command": "optional(string)",
     "envs": "optional(map(string), {})",
     "event_id": "optional(string)",
     "lock_id": "optional(string)",
@@ -45,6 +47,13 @@ JOB_SCHEMA = {
     "timeout": "optional(string)",
     "abort_if_locked": "optional(bool, false)",
     "disable_life_time_trigger": "optional(bool, false)",
+    "concurrency_key": "optional(string)",
+    "concurrency_limit": "optional(number)",
+    "retries": "optional(number)",
+    "retry_delay": "optional(string)",
+    "http": "optional(object({url = string, method = optional(string), "
+    "headers = optional(map(string)), body = optional(string), timeout = optional(string), "
+    "success_status = optional(list(number))}))",
     "enabled": "optional(bool, true)",
     "description": "optional(string)",
     "schedule_expression_timezone": "optional(string)",
@@ -61,6 +70,11 @@ MESSAGE_FIELDS = {
     "timeout",
     "abort_if_locked",
     "disable_life_time_trigger",
+    "concurrency_key",
+    "concurrency_limit",
+    "retries",
+    "retry_delay",
+    "http",
 }
 
 #: Every call the daemon makes, as IAM actions (the Batch calls are authorised by the single ones).
@@ -290,9 +304,11 @@ def job_defaults(module: Config) -> dict[str, Any]:
     """The value each optional attribute of var.jobs takes when a job leaves it out."""
     defaults: dict[str, Any] = {}
     for name, declared in job_schema(module).items():
-        match = re.fullmatch(r"optional\((.+?)(?:, (.+))?\)", declared)
+        match = re.fullmatch(r"optional\((.+)\)", declared)
         if match:
-            defaults[name] = {"{}": {}, "false": False, "true": True, None: None}[match.group(2)]
+            # optional(TYPE) or optional(TYPE, DEFAULT); TYPE may hold commas of its own.
+            default = (split_top_level(match.group(1))[1:] or [None])[0]
+            defaults[name] = {"{}": {}, "false": False, "true": True, None: None}[default]
     return defaults
 
 
@@ -341,6 +357,15 @@ def build_message(module: Config, key: str, job: dict[str, Any]) -> dict[str, An
             value = values.get(match.group(1)) or None
         elif match := re.fullmatch(rf"{attribute} \? true : null", text):
             value = True if values.get(match.group(1)) else None
+        elif match := re.fullmatch(
+            rf"{attribute} == null \? null : "
+            rf"\{{for (\w+), (\w+) in {attribute} : \2 => \3 if \3 != null\}}",
+            text,
+        ):
+            # An object attribute, with its own unset parts left out.
+            assert match.group(1) == match.group(4), text
+            inner = values.get(match.group(1))
+            value = None if inner is None else {k: v for k, v in inner.items() if v is not None}
         else:
             pytest.fail(f"local.job_messages: no evaluator for {name} = {text}")
         if value is not None:
@@ -694,11 +719,41 @@ def test_message_keeps_every_set_field(module: Config) -> None:
         "timeout": "2h",
         "abort_if_locked": True,
         "disable_life_time_trigger": True,
+        "concurrency_key": "db",
+        "concurrency_limit": 3,
+        "retries": 2,
+        "retry_delay": "30s",
         "enabled": False,
         "description": "not part of the message",
     }
     expected = {k: v for k, v in job.items() if k in MESSAGE_FIELDS}
     assert build_message(module, "key", job) == expected
+    parse_job(body_of(expected), message_id="m", sent_at=0)
+
+
+def test_message_keeps_every_set_part_of_an_http_call(module: Config) -> None:
+    call = {
+        "url": "http://127.0.0.1:8080/run",
+        "method": "PUT",
+        "headers": {"X-A": "1"},
+        "body": "{}",
+        "timeout": "10s",
+        "success_status": [200, 409],
+    }
+    job = {"schedule_expression": "rate(1 day)", "http": call, "retries": 0}
+    message = build_message(module, "key", job)
+    # retries = 0 is set, and sent: only null is left out.
+    assert message == {"http": call, "event_id": "key", "retries": 0}
+    assert parse_job(body_of(message), message_id="m", sent_at=0).http == http_call(call)
+
+
+def test_message_leaves_an_http_calls_unset_parts_out(module: Config) -> None:
+    # Terraform fills an object's unset optional attributes with null.
+    call = {"url": "http://127.0.0.1/", "method": None, "headers": None, "body": None}
+    call |= {"timeout": None, "success_status": None}
+    job = {"schedule_expression": "rate(1 day)", "http": call}
+    message = build_message(module, "key", job)
+    assert message == {"http": {"url": "http://127.0.0.1/"}, "event_id": "key"}
 
 
 def test_rules_refuse_what_only_the_scheduler_has(module: Config) -> None:
@@ -871,8 +926,47 @@ def go_durations(draw: st.DrawFn) -> str:
     return "".join(f"{n}{'.' + f if f else ''}{unit}" for n, f, unit in parts)
 
 
-def test_life_time_and_timeout_share_one_duration_check(module: Config) -> None:
-    assert validation_regex(module, "job.life_time") == validation_regex(module, "job.timeout")
+@pytest.mark.parametrize("subject", ["job.timeout", "job.retry_delay", "job.http.timeout"])
+def test_every_duration_has_the_same_check(module: Config, subject: str) -> None:
+    assert validation_regex(module, subject) == validation_regex(module, "job.life_time")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8080/run",
+        "https://jobs.internal.example.com/run?x=1",
+        "http://[::1]/",
+        "http://localhost",
+        "ftp://127.0.0.1/",
+        "http:///run",
+        "127.0.0.1:8080/run",
+        "http://user@/x",
+        "http://user:secret@127.0.0.1/x",
+        "http://:8080/",
+    ],
+)
+def test_module_checks_http_urls_as_the_daemon_does(module: Config, url: str) -> None:
+    # regex() in terraform finds a match anywhere, as re.search does.
+    accepted = bool(re.search(validation_regex(module, "job.http.url"), url))
+    try:
+        parse_job(json.dumps({"http": {"url": url}}), message_id="m", sent_at=0)
+    except InvalidJobError:
+        parsed = False
+    else:
+        parsed = True
+    assert accepted is parsed
+
+
+def test_module_allows_the_daemons_http_methods(module: Config) -> None:
+    [condition] = [
+        v["condition"]
+        for v in module.variables["jobs"]["validation"]
+        if "job.http.method" in v["condition"]
+    ]
+    listed = re.search(r"contains\(\[([^]]*)\]", condition)
+    assert listed, condition
+    assert tuple(json.loads(f"[{listed.group(1)}]")) == METHODS
 
 
 @settings(max_examples=150, deadline=None)
@@ -945,6 +1039,14 @@ def test_example_shows_every_kind_of_job() -> None:
     assert any(j.get("lock_id") and j.get("life_time") and j.get("timeout") for j in jobs), (
         "a job with lock_id, life_time and timeout"
     )
+    assert any(
+        j.get("concurrency_key") and j.get("concurrency_limit", 1) > 1 and j.get("retries")
+        for j in jobs
+    ), "a job of a concurrency group, with retries"
+    http_jobs = [j["http"] for j in jobs if j.get("http")]
+    assert http_jobs, "an HTTP job"
+    # The daemon's default [http] allow: an example that works without configuring it.
+    assert all(url_allowed(call["url"], LOOPBACK) for call in http_jobs)
 
 
 @pytest.mark.parametrize(("key", "job"), list(EXAMPLE_JOBS.items()), ids=list(EXAMPLE_JOBS))
@@ -966,20 +1068,38 @@ def test_example_job_reaches_the_daemon_intact(
 ) -> None:
     body = body_of(build_message(module, key, job))
     parsed = parse_job(body, message_id="m", sent_at=0)
-    assert parsed.command == job["command"]
+    assert parsed.command == job.get("command", "")
     assert parsed.event_id == (job.get("event_id") or key)
     assert parsed.lock_id == job.get("lock_id")
     assert dict(parsed.envs) == job.get("envs", {})
-    expected_life_time = parse_duration(job["life_time"]) if job.get("life_time") else None
-    assert parsed.life_time == expected_life_time
+    assert parsed.life_time == duration_or_none(job.get("life_time"))
+    assert parsed.timeout == duration_or_none(job.get("timeout"))
     assert parsed.abort_if_locked is job.get("abort_if_locked", False)
     assert parsed.disable_life_time_trigger is job.get("disable_life_time_trigger", False)
-    if job.get("timeout"):
-        assert json.loads(body)["timeout"] == job["timeout"]
-        timeout = parse_duration(job["timeout"])
-        # Job.timeout arrives with the job-timeout change; until then the daemon ignores the field.
-        if hasattr(parsed, "timeout"):
-            assert parsed.timeout == timeout
+    assert parsed.concurrency_key == job.get("concurrency_key")
+    assert parsed.concurrency_limit == job.get("concurrency_limit", 1)
+    assert parsed.retries == job.get("retries", 0)
+    assert parsed.retry_delay == parse_duration(job.get("retry_delay", "1m"))
+    assert parsed.http == http_call(job.get("http"))
+
+
+def duration_or_none(text: str | None) -> Duration | None:
+    return None if text is None else parse_duration(text)
+
+
+def http_call(call: dict[str, Any] | None) -> HttpCall | None:
+    """The HttpCall that a job's http attribute should become in the daemon."""
+    if call is None:
+        return None
+    statuses = call.get("success_status")
+    return HttpCall(
+        url=call["url"],
+        method=call.get("method", "POST").upper(),
+        headers=call.get("headers", {}),
+        body=call.get("body"),
+        timeout=duration_or_none(call.get("timeout")),
+        success_status=None if statuses is None else tuple(statuses),
+    )
 
 
 # --- formatting ----------------------------------------------------------------------------
@@ -1059,10 +1179,18 @@ def planned(directory: Path, *args: str) -> dict[str, dict[str, Any]]:
     }
 
 
-@needs_providers
-def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
-    tmp_path: Path, moto_endpoint: str
-) -> None:
+@dataclass
+class ExamplePlan:
+    """The example's plan, with the jobs of a crontab given as a -var-file (crontab2tf's output)."""
+
+    schedules: dict[str, dict[str, Any]]  # the planned values of each schedule, by job key
+    crontab_jobs: dict[str, dict[str, Any]]  # the jobs of the -var-file
+
+
+@pytest.fixture(scope="module")
+def example_plan(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> ExamplePlan:
+    """Planned once per module: a plan takes half a minute."""
+    tmp_path = tmp_path_factory.mktemp("example-plan")
     example = initialised_copy(tmp_path, "examples/multi-job")
     (example / "offline_override.tf").write_text(OFFLINE_PROVIDER % moto_endpoint)
     crontab = tmp_path / "crontab"
@@ -1077,9 +1205,18 @@ def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
         timeout=60,
     )
     assert converted.returncode == 0, converted.stderr
-    jobs = load_hcl(tfvars)["jobs"]
     resources = planned(example, f"-var-file={tfvars}")
-    schedules = by_key(resources, "module.sqsjkr.aws_scheduler_schedule.job")
+    return ExamplePlan(
+        schedules=by_key(resources, "module.sqsjkr.aws_scheduler_schedule.job"),
+        crontab_jobs=literal(load_hcl(tfvars)["jobs"]),
+    )
+
+
+@needs_providers
+def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
+    example_plan: ExamplePlan,
+) -> None:
+    schedules, jobs = example_plan.schedules, example_plan.crontab_jobs
     assert set(schedules) == set(EXAMPLE_JOBS) | set(jobs)
     for key, job in jobs.items():
         assert schedules[key]["schedule_expression"] == job["schedule_expression"]
@@ -1087,6 +1224,19 @@ def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
     # Each line's own zone, over the example's default (Asia/Tokyo).
     zones = {key: schedules[key]["schedule_expression_timezone"] for key in jobs}
     assert sorted(zones.values()) == ["Europe/Berlin", "UTC"]
+
+
+@needs_providers
+def test_terraform_sends_the_messages_this_file_evaluates(
+    module: Config, example_plan: ExamplePlan
+) -> None:
+    """Terraform's own jsonencode of local.job_messages, for every kind of job in the example
+    (a concurrency group with retries, an HTTP call) and crontab2tf's: build_message reads the
+    expression as terraform does, and the daemon takes what terraform sends."""
+    for key, job in {**EXAMPLE_JOBS, **example_plan.crontab_jobs}.items():
+        [target] = example_plan.schedules[key]["target"]
+        assert json.loads(target["input"]) == build_message(module, key, job), key
+        parse_job(target["input"], message_id="m", sent_at=0)
 
 
 def by_key(resources: dict[str, dict[str, Any]], address: str) -> dict[str, dict[str, Any]]:
@@ -1111,10 +1261,19 @@ def test_terraform_validates_the_module_and_the_example(tmp_path: Path) -> None:
 MODULE_PROVIDER = OFFLINE_PROVIDER.replace('  endpoints {\n    sts = "%s"\n  }\n', "")
 
 
-@needs_providers
-def test_rules_engine_plans_the_old_modules_rules_and_refuses_time_zones(tmp_path: Path) -> None:
-    module = initialised_copy(tmp_path)
+@pytest.fixture(scope="module")
+def offline_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module, initialised once per test module as a root configuration that plans offline."""
+    module = initialised_copy(tmp_path_factory.mktemp("module"))
     (module / "offline.tf").write_text(MODULE_PROVIDER)
+    return module
+
+
+@needs_providers
+def test_rules_engine_plans_the_old_modules_rules_and_refuses_time_zones(
+    offline_module: Path,
+) -> None:
+    module = offline_module
     jobs = 'jobs={nightly={schedule_expression="cron(0 3 * * ? *)", command="backup"}}'
     resources = planned(module, "-var", "schedule_engine=rules", "-var", jobs)
     assert set(by_key(resources, "aws_cloudwatch_event_rule.job")) == {"nightly"}
@@ -1159,3 +1318,54 @@ def test_terraform_working_files_are_ignored_by_git() -> None:
         timeout=30,
     )
     assert checked.stdout.split() == leftovers
+
+
+#: A job that fails one check of the fields of issue 11 each, and the check's message.
+REFUSED_JOBS = {
+    'neither={schedule_expression="rate(1 day)"}': "Each job needs a command or an http call.",
+    'both={schedule_expression="rate(1 day)", command="x", http={url="http://127.0.0.1/"}}': (
+        "A job has either a command or an http call, not both."
+    ),
+    'no-key={schedule_expression="rate(1 day)", command="x", concurrency_limit=2}': (
+        "concurrency_limit needs a concurrency_key."
+    ),
+    'limit={schedule_expression="rate(1 day)", command="x", concurrency_key="k", '
+    "concurrency_limit=1001}": "concurrency_limit, when set, must be a whole number between 1 and 1000.",
+    'retries={schedule_expression="rate(1 day)", command="x", retries=1.5}': (
+        "retries, when set, must be a whole number between 0 and 100."
+    ),
+    'delay={schedule_expression="rate(1 day)", command="x", retry_delay="1d"}': (
+        'retry_delay must be a Go duration such as "90s", "1h30m" or "1.5h".'
+    ),
+    'url={schedule_expression="rate(1 day)", http={url="ftp://127.0.0.1/"}}': (
+        "http.url must be an http:// or https:// URL with a host"
+    ),
+    'method={schedule_expression="rate(1 day)", http={url="http://127.0.0.1/", method="TRACE"}}': (
+        "http.method, when set, must be GET, POST, PUT, PATCH, DELETE or HEAD."
+    ),
+    'timeout={schedule_expression="rate(1 day)", http={url="http://127.0.0.1/", timeout="soon"}}': (
+        'http.timeout must be a Go duration such as "90s", "1h30m" or "1.5h".'
+    ),
+    'status={schedule_expression="rate(1 day)", http={url="http://127.0.0.1/", '
+    "success_status=[99]}}": "http.success_status, when set, must be a non-empty list of status codes",
+}
+
+
+@needs_providers
+def test_plan_refuses_bad_groups_retries_and_http_calls(offline_module: Path) -> None:
+    jobs = "jobs={" + ", ".join(REFUSED_JOBS) + "}"
+    refused = terraform(
+        offline_module,
+        "plan",
+        "-input=false",
+        "-lock=false",
+        "-no-color",
+        "-var",
+        jobs,
+        check=False,
+    )
+    assert refused.returncode == 1
+    # Terraform wraps its messages in a box: read them as one line of words.
+    said = " ".join(refused.stderr.replace("\u2502", " ").split())
+    for message in REFUSED_JOBS.values():
+        assert message in said, message

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -18,18 +21,20 @@ from sqsjkr.backends.sqs import resolve_queue_url
 from sqsjkr.commands.options import UsageFailure, conf_option, load, profile_option, region_option
 from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
 from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.http_call import METHODS
 from sqsjkr.contract.job import MESSAGE_FIELDS, build_body, parse_job
 from sqsjkr.errors import InvalidJobError, quote
 
 
-def parse_env(values: Sequence[str]) -> dict[str, str]:
-    envs = {}
+def key_values(option: str, values: Sequence[str]) -> dict[str, str]:
+    """Repeated KEY=VALUE options (--env, --http-header) as a dict; the last of a key wins."""
+    pairs = {}
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise UsageFailure(f"--env {item!r}: expected KEY=VALUE")
-        envs[key] = value
-    return envs
+            raise UsageFailure(f"{option} {item!r}: expected KEY=VALUE")
+        pairs[key] = value
+    return pairs
 
 
 def duration_option(text: str | None) -> int | str | None:
@@ -83,18 +88,225 @@ def unknown_fields(body: str) -> list[str]:
     return warnings
 
 
+#: The option that sets each message field (a dotted path inside "http"), for errors: whoever
+#: used the options never saw the field names.
+_FIELD_OPTIONS = {
+    "command": "--command",
+    "env": "--env",
+    "envs": "--env",
+    "event_id": "--event-id",
+    "lock_id": "--lock-id",
+    "life_time": "--life-time",
+    "timeout": "--timeout",
+    "abort_if_locked": "--abort-if-locked",
+    "disable_life_time_trigger": "--disable-life-time-trigger",
+    "concurrency_key": "--concurrency-key",
+    "concurrency_limit": "--concurrency-limit",
+    "retries": "--retries",
+    "retry_delay": "--retry-delay",
+    "http": "--http-url",
+    "http.url": "--http-url",
+    "http.method": "--http-method",
+    "http.headers": "--http-header",
+    "http.body": "--http-body",
+    "http.timeout": "--http-timeout",
+    "http.success_status": "--success-status",
+}
+#: How contract.fields.field_error starts its message: the field's name, JSON-quoted.
+_FIELD_ERROR = re.compile(r'field ("(?:[^"\\]|\\.)*"): ')
+#: The options whose parameter name is not the option's own.
+_OPTION_NAMES = {
+    "envs": "--env",
+    "http_headers": "--http-header",
+    "success_statuses": "--success-status",
+}
+
+
+def option_of(error: InvalidJobError) -> str | None:
+    """The option that set the field an error of the daemon's parser names, if one did."""
+    match = _FIELD_ERROR.match(str(error))
+    if not match:
+        return None
+    name = json.loads(match.group(1))
+    # Longest first: "http.headers.X" is --http-header's, "http" alone is --http-url's.
+    for field_name in sorted(_FIELD_OPTIONS, key=len, reverse=True):
+        if name == field_name or name.startswith(f"{field_name}."):
+            return _FIELD_OPTIONS[field_name]
+    return None
+
+
+def _is_set(value: object) -> bool:
+    # Not a truth test: --retries 0 and --concurrency-limit 0 are given all the same.
+    return value is not None and value is not False and value != ()
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """The job as the command-line options give it, before it becomes a message body."""
+
+    command: str | None
+    envs: tuple[str, ...]
+    event_id: str | None
+    lock_id: str | None
+    life_time: str | None
+    timeout: str | None
+    abort_if_locked: bool
+    disable_life_time_trigger: bool
+    concurrency_key: str | None
+    concurrency_limit: int | None
+    retries: int | None
+    retry_delay: str | None
+    http_url: str | None
+    http_method: str | None
+    http_headers: tuple[str, ...]
+    http_body: str | None
+    http_timeout: str | None
+    success_statuses: tuple[int, ...]
+
+    def given(self) -> list[str]:
+        """The options given, by their names on the command line."""
+        return [
+            _OPTION_NAMES.get(item.name, "--" + item.name.replace("_", "-"))
+            for item in fields(self)
+            if _is_set(getattr(self, item.name))
+        ]
+
+    def body(self) -> str:
+        """The message body, checked with the daemon's parser; errors name the option at fault."""
+        self._check_combinations()
+        try:
+            return build_body(
+                self.command,
+                envs=key_values("--env", self.envs),
+                event_id=self.event_id,
+                lock_id=self.lock_id,
+                life_time=duration_option(self.life_time),
+                timeout=duration_option(self.timeout),
+                abort_if_locked=self.abort_if_locked,
+                disable_life_time_trigger=self.disable_life_time_trigger,
+                http=self._http(),
+                concurrency_key=self.concurrency_key,
+                concurrency_limit=self.concurrency_limit,
+                retries=self.retries,
+                retry_delay=duration_option(self.retry_delay),
+            )
+        except InvalidJobError as exc:
+            option = option_of(exc)
+            where = f"{option}: " if option else ""
+            raise UsageFailure(f"invalid job, nothing sent: {where}{exc}") from exc
+
+    def _check_combinations(self) -> None:
+        given = self.given()
+        if self.command is not None and self.http_url is not None:
+            raise UsageFailure("give either --command or --http-url, not both")
+        if self.command is None and self.http_url is None:
+            raise UsageFailure("--command, --http-url or --body is required")
+        if self.http_url is None:
+            for option in given:
+                if option.startswith("--http-") or option == "--success-status":
+                    raise UsageFailure(f"{option} needs --http-url")
+        if self.concurrency_limit is not None and not self.concurrency_key:
+            raise UsageFailure("--concurrency-limit needs --concurrency-key")
+
+    def _http(self) -> dict[str, object] | None:
+        if self.http_url is None:
+            return None
+        call: dict[str, object] = {"url": self.http_url}
+        if self.http_method is not None:
+            call["method"] = self.http_method
+        if self.http_headers:
+            call["headers"] = key_values("--http-header", self.http_headers)
+        if self.http_body is not None:
+            call["body"] = self.http_body
+        if self.http_timeout is not None:
+            call["timeout"] = duration_option(self.http_timeout)
+        if self.success_statuses:
+            call["success_status"] = list(self.success_statuses)
+        return call
+
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+_JOB_OPTIONS = [
+    click.option("--command", help="Shell command to run (sh -c)."),
+    click.option(
+        "--env", "envs", multiple=True, metavar="KEY=VALUE", help="Job environment; repeat."
+    ),
+    click.option("--event-id", help="Name of the schedule (default: the message id)."),
+    click.option("--lock-id", help="Jobs with one lock_id never run at once."),
+    click.option("--life-time", help='Cancel when older: seconds or a duration ("90s", "1h30m").'),
+    click.option("--timeout", help='Stop the job after this long: seconds or a duration ("30m").'),
+    click.option("--abort-if-locked", is_flag=True, help="Give up at once when the lock is held."),
+    click.option("--disable-life-time-trigger", is_flag=True),
+    click.option(
+        "--concurrency-key",
+        metavar="KEY",
+        help="At most --concurrency-limit jobs of one key run at once, across all hosts.",
+    ),
+    click.option(
+        "--concurrency-limit",
+        type=int,
+        metavar="N",
+        help="How many jobs of --concurrency-key may run at once (1 to 1000; default 1).",
+    ),
+    click.option(
+        "--retries",
+        type=int,
+        metavar="N",
+        help="Run an errored or timed-out job again, up to N times (0 to 100).",
+    ),
+    click.option(
+        "--retry-delay",
+        metavar="DURATION",
+        help='Wait before the first retry, doubling after each ("30s"; default 1m).',
+    ),
+    click.option(
+        "--http-url",
+        metavar="URL",
+        help="Make an HTTP call instead of running a command (the daemon's [http] allow "
+        "decides which URLs it calls).",
+    ),
+    click.option(
+        "--http-method",
+        metavar="METHOD",
+        help=f"Method of the call: {', '.join(METHODS)} (default POST).",
+    ),
+    click.option(
+        "--http-header",
+        "http_headers",
+        multiple=True,
+        metavar="NAME=VALUE",
+        help="A header of the call; repeat.",
+    ),
+    click.option("--http-body", metavar="TEXT", help="Body of the call."),
+    click.option(
+        "--http-timeout",
+        metavar="DURATION",
+        help="Give up on the call after this long (default: --timeout, else [kicker] job_timeout).",
+    ),
+    click.option(
+        "--success-status",
+        "success_statuses",
+        type=int,
+        multiple=True,
+        metavar="N",
+        help="A status that counts as success, instead of any 2xx; repeat.",
+    ),
+]
+
+
+def job_options(command: _Command) -> _Command:
+    """The options that build a job, in the order --help lists them."""
+    for option in reversed(_JOB_OPTIONS):
+        command = option(command)
+    return command
+
+
 @click.command()
 @conf_option
 @profile_option
 @region_option
-@click.option("--command", help="Shell command to run (sh -c).")
-@click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Job environment; repeat.")
-@click.option("--event-id", help="Name of the schedule (default: the message id).")
-@click.option("--lock-id", help="Jobs with one lock_id never run at once.")
-@click.option("--life-time", help='Cancel when older: seconds or a duration ("90s", "1h30m").')
-@click.option("--timeout", help='Stop the job after this long: seconds or a duration ("30m").')
-@click.option("--abort-if-locked", is_flag=True, help="Give up at once when the lock is held.")
-@click.option("--disable-life-time-trigger", is_flag=True)
+@job_options
 @click.option("--delay", type=click.IntRange(0, 900), default=0, help="SQS DelaySeconds.")
 @click.option(
     "--body",
@@ -124,14 +336,6 @@ def send(
     conf: str,
     profile: str | None,
     region: str | None,
-    command: str | None,
-    envs: tuple[str, ...],
-    event_id: str | None,
-    lock_id: str | None,
-    life_time: str | None,
-    timeout: str | None,
-    abort_if_locked: bool,
-    disable_life_time_trigger: bool,
     delay: int,
     body: str | None,
     at_time: str | None,
@@ -139,24 +343,15 @@ def send(
     zone: str | None,
     list_scheduled: bool,
     cancel: str | None,
+    **job: Any,
 ) -> None:
     """Validate a job and put it on the queue; prints the message id.
 
     With --at or --in, EventBridge Scheduler puts it on the queue later instead; prints the
     name of its one-time schedule.
     """
-    built_from_options = any(
-        [
-            command,
-            envs,
-            event_id,
-            lock_id,
-            life_time,
-            timeout,
-            abort_if_locked,
-            disable_life_time_trigger,
-        ]
-    )
+    options = JobOptions(**job)
+    built_from_options = bool(options.given())
     if list_scheduled or cancel is not None:
         others = built_from_options or body or at_time or in_time or zone or delay
         manage_scheduled(
@@ -169,25 +364,13 @@ def send(
     later = check_timing(at_time, in_time, zone, delay)
     if body is not None and built_from_options:
         raise UsageFailure("give either --body or the job options (--command, ...), not both")
-    if body is None and command is None:
-        raise UsageFailure("--command or --body is required")
-    try:
-        if body is not None:
+    if body is not None:
+        try:
             body = checked_body(body)
-        else:
-            assert command is not None
-            body = build_body(
-                command,
-                envs=parse_env(envs),
-                event_id=event_id,
-                lock_id=lock_id,
-                life_time=duration_option(life_time),
-                timeout=duration_option(timeout),
-                abort_if_locked=abort_if_locked,
-                disable_life_time_trigger=disable_life_time_trigger,
-            )  # checked with the daemon's parser, too
-    except InvalidJobError as exc:
-        raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
+        except InvalidJobError as exc:
+            raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
+    else:
+        body = options.body()
     config = load(conf, Overrides(profile=profile, region=region))
     when = when_of(config, at_time, in_time, zone) if later else None
     session = make_session(region=config.account.region, profile=config.account.profile)

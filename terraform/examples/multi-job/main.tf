@@ -105,6 +105,37 @@ locals {
       disable_life_time_trigger = true
     }
 
+    search-reindex = {
+      description         = "Incremental reindex of the search cluster, every two hours"
+      schedule_expression = "cron(15 0/2 * * ? *)"
+      command             = "/opt/batch/bin/search-reindex --incremental"
+      # A concurrency group: at most two jobs of the key run at once across all hosts, where a
+      # lock_id allows one. Other jobs that load the cluster would name the same key.
+      concurrency_key   = "search-cluster"
+      concurrency_limit = 2
+      # An errored or timed-out run is run again, up to three times, 2, 4 and then 8 minutes
+      # later; the final failure is what the reporters and `sqsjkr status` see.
+      retries     = 3
+      retry_delay = "2m"
+      timeout     = "30m"
+    }
+
+    # An HTTP job: whichever host receives it calls the app on that same host, as the daemon's
+    # default [http] allow (loopback only) permits. 200 and 409 (already warm) count as success.
+    warm-api-cache = {
+      schedule_expression = "rate(15 minutes)"
+      http = {
+        url            = "http://127.0.0.1:8080/internal/cache/warm"
+        method         = "POST"
+        headers        = { "Content-Type" = "application/json" }
+        body           = "{\"scope\": \"catalog\"}"
+        timeout        = "2m"
+        success_status = [200, 409]
+      }
+      life_time = "10m"
+      retries   = 1
+    }
+
     legacy-partner-export = {
       description         = "Monthly export for the old partner API; off until they confirm the new endpoint"
       schedule_expression = "cron(0 0 1 * ? *)"
