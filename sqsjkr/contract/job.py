@@ -131,7 +131,7 @@ def parse_job(
         concurrency_key=key,
         concurrency_limit=limit,
         retries=integer(fields, "retries", 0, 0, MAX_RETRIES),
-        retry_delay=duration_field(fields, "retry_delay") or DEFAULT_RETRY_DELAY,
+        retry_delay=_retry_delay(fields),
     )
 
 
@@ -143,6 +143,13 @@ def _command_or_http(
     if fields.get("command") is not None:
         raise field_error("http", 'give either "command" or "http", not both')
     return "", parse_http(fields["http"], allow)
+
+
+def _retry_delay(fields: Mapping[str, object]) -> Duration:
+    """retry_delay: absent means the default; 0 means at once."""
+    if fields.get("retry_delay") is None:
+        return DEFAULT_RETRY_DELAY
+    return duration_field(fields, "retry_delay") or Duration(0)
 
 
 def _concurrency(fields: Mapping[str, object]) -> tuple[str | None, int]:
