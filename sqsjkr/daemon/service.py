@@ -35,6 +35,7 @@ from sqsjkr.backends.sqs import (
 )
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.duration import Duration
+from sqsjkr.daemon.http_runner import HttpRunner, Runners
 from sqsjkr.daemon.loop import Kicker, KickerSettings
 from sqsjkr.daemon.runner import ShellRunner
 from sqsjkr.daemon.runs import Listeners
@@ -90,6 +91,16 @@ def serve(
             return  # stopped while starting
         source = connected.source
         reporter = Reporter(config.report)
+        runners = Runners(
+            ShellRunner(
+                kill_grace=config.kicker.kill_grace.seconds,
+                tail_bytes=config.history.output_tail,
+            ),
+            HttpRunner(
+                tail_bytes=config.history.output_tail,
+                max_connections=config.kicker.max_concurrent_num,
+            ),
+        )
         kicker = Kicker(
             source,
             dedupe=connected.dedupe,
@@ -98,10 +109,7 @@ def serve(
             listener=Listeners(reporter, metrics),
             health=health,
             pauses=connected.pauses,
-            runner=ShellRunner(
-                kill_grace=config.kicker.kill_grace.seconds,
-                tail_bytes=config.history.output_tail,
-            ),
+            runner=runners,
             stats=stats,
             settings=KickerSettings(
                 max_workers=config.kicker.max_concurrent_num,
@@ -114,6 +122,7 @@ def serve(
                 job_timeout=_seconds(config.kicker.job_timeout),
                 shutdown_timeout=_seconds(config.kicker.shutdown_timeout),
                 pause_refresh=config.kicker.pause_refresh.seconds,
+                http_allow=config.http.allow,
             ),
             notifier=notifier,
         )
@@ -129,6 +138,7 @@ def serve(
         try:
             kicker.run(stop, force)
         finally:
+            runners.close()
             # After the drain: the last runs' reports get [report] timeout to go out.
             reporter.close()
     finally:
