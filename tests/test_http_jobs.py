@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from .conftest import (
     config_text,
     counted,
     free_port,
+    sqsjkr_argv,
     wait_until,
 )
 
@@ -591,3 +593,58 @@ def test_the_daemon_sends_the_run_headers(
     assert headers["X-Sqsjkr-Attempt"] == "1"
     assert headers["X-Sqsjkr-Host"] == socket.gethostname()
     assert headers["X-Sqsjkr-Scheduled-At"].endswith("Z")
+
+
+def test_send_checks_the_url_against_its_configs_allow_list(tmp_path: Path, aws: Aws) -> None:
+    conf = tmp_path / "config.toml"
+    allowed_prefix = "http://127.0.0.1:9/jobs/"
+    conf.write_text(
+        config_text(aws, stats="stats_port = 0") + f'[http]\nallow = ["{allowed_prefix}"]\n'
+    )
+
+    def send(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = sqsjkr_argv("send", "-c", str(conf), *args)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+    # Loopback, which the default allows: this config does not.
+    refused = send("--http-url", "http://127.0.0.1:9/admin")
+    assert refused.returncode == 2
+    assert "invalid job, nothing sent" in refused.stderr and "[http] allow" in refused.stderr
+    assert aws.queue_counts() == (0, 0)
+    sent = send(
+        "--http-url", allowed_prefix + "run", "--http-method", "put",
+        "--http-header", "X-Team=ops", "--http-body", "{}", "--event-id", "ev",
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    [message] = aws.sqs.receive_message(QueueUrl=aws.queue_url)["Messages"]
+    assert json.loads(message["Body"]) == {
+        "http": {
+            "url": allowed_prefix + "run",
+            "method": "put",
+            "headers": {"X-Team": "ops"},
+            "body": "{}",
+        },
+        "event_id": "ev",
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["--http-method", "GET"], "need --http-url"),
+        (
+            ["--http-url", "http://127.0.0.1/", "--command", "true"],
+            "either --command or --http-url",
+        ),
+        (["--http-url", "http://127.0.0.1/", "--http-header", "NoValue"], "expected NAME=VALUE"),
+    ],
+)
+def test_send_refuses_http_options_that_do_not_fit(
+    tmp_path: Path, aws: Aws, args: list[str], problem: str
+) -> None:
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
+    argv = sqsjkr_argv("send", "-c", str(conf), *args)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and problem in result.stderr
+    assert aws.queue_counts() == (0, 0)

@@ -32,6 +32,34 @@ def parse_env(values: Sequence[str]) -> dict[str, str]:
     return envs
 
 
+def parse_headers(values: Sequence[str]) -> dict[str, str]:
+    headers = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise UsageFailure(f"--http-header {item!r}: expected NAME=VALUE")
+        headers[name] = value
+    return headers
+
+
+def http_option(
+    url: str | None, method: str | None, headers: Sequence[str], body: str | None
+) -> dict[str, object] | None:
+    """The "http" field from the --http-* options; None without --http-url."""
+    if url is None:
+        if method is not None or headers or body is not None:
+            raise UsageFailure("--http-method, --http-header and --http-body need --http-url")
+        return None
+    call: dict[str, object] = {"url": url}
+    if method is not None:
+        call["method"] = method
+    if headers:
+        call["headers"] = parse_headers(headers)
+    if body is not None:
+        call["body"] = body
+    return call
+
+
 def duration_option(text: str | None) -> int | str | None:
     """A --life-time or --timeout as the message carries it: int seconds or Go syntax."""
     if text is None:
@@ -88,6 +116,16 @@ def unknown_fields(body: str) -> list[str]:
 @profile_option
 @region_option
 @click.option("--command", help="Shell command to run (sh -c).")
+@click.option("--http-url", metavar="URL", help="Make this HTTP call instead of a command.")
+@click.option("--http-method", metavar="METHOD", help="The call's method (default POST).")
+@click.option(
+    "--http-header",
+    "http_headers",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A header of the call; repeat.",
+)
+@click.option("--http-body", metavar="TEXT", help="The call's body.")
 @click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Job environment; repeat.")
 @click.option("--event-id", help="Name of the schedule (default: the message id).")
 @click.option("--lock-id", help="Jobs with one lock_id never run at once.")
@@ -125,6 +163,10 @@ def send(
     profile: str | None,
     region: str | None,
     command: str | None,
+    http_url: str | None,
+    http_method: str | None,
+    http_headers: tuple[str, ...],
+    http_body: str | None,
     envs: tuple[str, ...],
     event_id: str | None,
     lock_id: str | None,
@@ -148,6 +190,10 @@ def send(
     built_from_options = any(
         [
             command,
+            http_url,
+            http_method,
+            http_headers,
+            http_body is not None,
             envs,
             event_id,
             lock_id,
@@ -169,15 +215,18 @@ def send(
     later = check_timing(at_time, in_time, zone, delay)
     if body is not None and built_from_options:
         raise UsageFailure("give either --body or the job options (--command, ...), not both")
-    if body is None and command is None:
-        raise UsageFailure("--command or --body is required")
+    http = http_option(http_url, http_method, http_headers, http_body)
+    if body is None and command is None and http is None:
+        raise UsageFailure("--command or --body is required (or --http-url for an HTTP job)")
+    if command is not None and http_url is not None:
+        raise UsageFailure("give either --command or --http-url, not both")
     try:
         if body is not None:
             body = checked_body(body)
         else:
-            assert command is not None
             body = build_body(
                 command,
+                http=http,
                 envs=parse_env(envs),
                 event_id=event_id,
                 lock_id=lock_id,
@@ -189,6 +238,11 @@ def send(
     except InvalidJobError as exc:
         raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
     config = load(conf, Overrides(profile=profile, region=region))
+    try:
+        # The daemons' [http] allow is not known here: this config's stands in for it.
+        parse_job(body, message_id="(not sent)", sent_at=0.0, http_allow=config.http.allow)
+    except InvalidJobError as exc:
+        raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
     when = when_of(config, at_time, in_time, zone) if later else None
     session = make_session(region=config.account.region, profile=config.account.profile)
     sqs = make_client(session, "sqs")
