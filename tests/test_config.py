@@ -19,6 +19,7 @@ from sqsjkr.contract.config import (
     Config,
     DedupeConfig,
     HistoryConfig,
+    HttpConfig,
     KickerConfig,
     LockConfig,
     LogConfig,
@@ -660,6 +661,7 @@ SECTION_TYPES = {
     "history": HistoryConfig,
     "report": ReportConfig,
     "log": LogConfig,
+    "http": HttpConfig,
 }
 
 

@@ -191,7 +191,6 @@ def test_a_command_too_long_for_execve_is_the_jobs_own_failure(
     assert invocations(port)["errored"] == 0
     wait_until(lambda: aws.queue_counts() == (0, 0), what="its message deleted")
     daemon.wait_for_log(
-        f"job {message_id} (event too-long) failed: its command cannot be started "
-        "(Argument list too long)"
+        f"job {message_id} (event too-long) failed: it cannot be started (Argument list too long)"
     )
     assert daemon.stop() == 0

@@ -66,11 +66,13 @@ def test_a_pause_of_all_stops_receiving_until_resumed(
 
 
 def test_a_pause_with_an_end_ends_by_itself(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:
-    pause(aws, "brief", until=time.time() + 3)
+    pause(
+        aws, "brief", until=time.time() + 8
+    )  # room for a slow start: the pause must still hold at the send
     daemon, port = run_daemon(start_daemon, tmp_path, aws, pause_refresh="1s")
     aws.send({"command": "echo brief >> ran", "event_id": "brief"})
     daemon.wait_for_log("held back for ")
-    wait_until(counted(port, succeeded=1), timeout=30, what="the job, once the pause ended")
+    wait_until(counted(port, succeeded=1), timeout=40, what="the job, once the pause ended")
     assert daemon.stop() == 0
 
 

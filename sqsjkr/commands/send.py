@@ -199,12 +199,12 @@ class JobOptions:
         given = self.given()
         if self.command is not None and self.http_url is not None:
             raise UsageFailure("give either --command or --http-url, not both")
-        if self.command is None and self.http_url is None:
-            raise UsageFailure("--command, --http-url or --body is required")
         if self.http_url is None:
             for option in given:
                 if option.startswith("--http-") or option == "--success-status":
                     raise UsageFailure(f"{option} needs --http-url")
+        if self.command is None and self.http_url is None:
+            raise UsageFailure("--command, --http-url or --body is required")
         if self.concurrency_limit is not None and not self.concurrency_key:
             raise UsageFailure("--concurrency-limit needs --concurrency-key")
 
@@ -372,6 +372,11 @@ def send(
     else:
         body = options.body()
     config = load(conf, Overrides(profile=profile, region=region))
+    try:
+        # The daemons' [http] allow is not known here: this config's stands in for it.
+        parse_job(body, message_id="(not sent)", sent_at=0.0, http_allow=config.http.allow)
+    except InvalidJobError as exc:
+        raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
     when = when_of(config, at_time, in_time, zone) if later else None
     session = make_session(region=config.account.region, profile=config.account.profile)
     sqs = make_client(session, "sqs")

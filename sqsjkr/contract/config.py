@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sqsjkr.contract.duration import Duration, duration_value
+from sqsjkr.contract.http_call import LOOPBACK
 from sqsjkr.contract.limits import MAX_VISIBILITY_SECONDS
 from sqsjkr.contract.template import render_template
 from sqsjkr.errors import ConfigError, DurationError
@@ -126,6 +127,14 @@ class ReportConfig:
 
 
 @dataclass(frozen=True)
+class HttpConfig:
+    """[http]: where HTTP jobs may go."""
+
+    #: URL prefixes an HTTP job may call; a message naming any other URL is refused as malformed.
+    allow: tuple[str, ...] = LOOPBACK
+
+
+@dataclass(frozen=True)
 class LogConfig:
     """[log]: how the daemon writes its log (to stderr, which systemd sends to the journal)."""
 
@@ -145,6 +154,7 @@ class Config:
     history: HistoryConfig = HistoryConfig()
     report: ReportConfig = ReportConfig()
     log: LogConfig = LogConfig()
+    http: HttpConfig = HttpConfig()
 
 
 @dataclass(frozen=True)
@@ -170,6 +180,7 @@ _SECTIONS: dict[str, type] = {
     "history": HistoryConfig,
     "report": ReportConfig,
     "log": LogConfig,
+    "http": HttpConfig,
 }
 _BACKENDS = ("dynamodb", "none")
 _ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+")
@@ -503,6 +514,7 @@ def parse_config(
         _history_config(table("history")),
         _report_config(table("report")),
         LogConfig(format=table("log").choice("format", LogConfig.format, ("text", "json"))),
+        _http_config(table("http")),
     )
 
 
@@ -536,6 +548,32 @@ def _report_config(report: _Table) -> ReportConfig:
         timeout=report.duration("timeout", ReportConfig.timeout),
         max_concurrent=report.integer("max_concurrent", ReportConfig.max_concurrent, 1, 64),
     )
+
+
+def _http_config(http: _Table) -> HttpConfig:
+    if "allow" not in http.values:
+        return HttpConfig()
+    allow = http.strings("allow")
+    for i, prefix in enumerate(allow):
+        problem = _url_prefix_problem(prefix)
+        if problem:
+            raise http.fail("allow", f"item {i} {problem}, got {_show(prefix)}")
+    return HttpConfig(allow=allow)
+
+
+def _url_prefix_problem(prefix: str) -> str:
+    """Why prefix cannot be an [http] allow prefix, or "" if it can."""
+    parts = urlsplit(prefix)
+    try:
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        return "must be an http:// or https:// URL with a host"
+    if parts.query or parts.fragment or prefix.endswith(("?", "#")):
+        # Only scheme, host, port and path are compared: a query would be ignored.
+        return "must not have a query or a fragment"
+    return ""
 
 
 def _schedule_config(schedule: _Table) -> ScheduleConfig:

@@ -20,6 +20,7 @@ from sqsjkr.backends.lease import lease_timing
 from sqsjkr.backends.locks import Locker
 from sqsjkr.backends.pause import PauseStore
 from sqsjkr.backends.sqs import MAX_BATCH, Message, MessageSource
+from sqsjkr.contract.http_call import LOOPBACK
 from sqsjkr.contract.job import Job, parse_job
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
 from sqsjkr.daemon.pausing import Pausing, describe_pause
@@ -61,6 +62,8 @@ class KickerSettings:
     shutdown_timeout: float | None = None  # None: wait for running jobs without limit
     #: How old the copy of the fleet's pauses may get before it is read again.
     pause_refresh: float = 60.0
+    #: URL prefixes HTTP jobs may call ([http] allow); a message naming another is malformed.
+    http_allow: tuple[str, ...] = LOOPBACK
 
 
 class PendingDeletes:
@@ -326,7 +329,10 @@ class Kicker:
                 )
             try:
                 job = parse_job(
-                    message.body, message_id=message.message_id, sent_at=message.sent_at
+                    message.body,
+                    message_id=message.message_id,
+                    sent_at=message.sent_at,
+                    http_allow=self._settings.http_allow,
                 )
             except InvalidJobError as exc:
                 self._stats.invalid()

@@ -36,6 +36,7 @@ from sqsjkr.backends.sqs import (
 )
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.duration import Duration
+from sqsjkr.daemon.http_runner import HttpRunner, Runners
 from sqsjkr.daemon.loop import Kicker, KickerSettings
 from sqsjkr.daemon.runner import ShellRunner
 from sqsjkr.daemon.runs import Listeners
@@ -91,6 +92,16 @@ def serve(
             return  # stopped while starting
         source = connected.source
         reporter = Reporter(config.report)
+        runners = Runners(
+            ShellRunner(
+                kill_grace=config.kicker.kill_grace.seconds,
+                tail_bytes=config.history.output_tail,
+            ),
+            HttpRunner(
+                tail_bytes=config.history.output_tail,
+                max_connections=config.kicker.max_concurrent_num,
+            ),
+        )
         kicker = Kicker(
             source,
             dedupe=connected.dedupe,
@@ -100,10 +111,7 @@ def serve(
             health=health,
             pauses=connected.pauses,
             groups=connected.groups,
-            runner=ShellRunner(
-                kill_grace=config.kicker.kill_grace.seconds,
-                tail_bytes=config.history.output_tail,
-            ),
+            runner=runners,
             stats=stats,
             settings=KickerSettings(
                 max_workers=config.kicker.max_concurrent_num,
@@ -116,6 +124,7 @@ def serve(
                 job_timeout=_seconds(config.kicker.job_timeout),
                 shutdown_timeout=_seconds(config.kicker.shutdown_timeout),
                 pause_refresh=config.kicker.pause_refresh.seconds,
+                http_allow=config.http.allow,
             ),
             notifier=notifier,
         )
@@ -131,6 +140,7 @@ def serve(
         try:
             kicker.run(stop, force)
         finally:
+            runners.close()
             # After the drain: the last runs' reports get [report] timeout to go out.
             reporter.close()
     finally:

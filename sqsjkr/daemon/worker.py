@@ -182,10 +182,16 @@ class Worker:
         return self._retry_if_due(self._ended(progress.result, timeout, jlog), progress, jlog)
 
     def _retry_if_due(self, ending: Ending, progress: RunProgress, jlog: JobLog) -> Ending:
-        """An errored or timed-out run with retries left runs again after its delay: the
-        message is hidden until then, and its claim remembers the runs so far."""
+        """An errored or timed-out run, or an HTTP call that could not connect, with retries left
+        runs again after its delay: the message is hidden until then, and its claim remembers the
+        runs so far."""
         job = progress.job
-        if ending.run not in RETRIED or progress.attempt > job.retries:
+        # An HTTP service that refused the call may be restarting; a command that cannot start
+        # (no sh, arguments too long) fails the same way every time.
+        retried = ending.run in RETRIED or (
+            ending.run is RunOutcome.FAILED_TO_START and job.http is not None
+        )
+        if not retried or progress.attempt > job.retries:
             return ending
         delay = retry_delay(job.retry_delay.seconds, progress.attempt)
         retry = Retry(attempts=progress.attempt, at=self._clock() + delay)
@@ -197,7 +203,7 @@ class Worker:
     @staticmethod
     def _ended(result: RunResult, timeout: float | None, jlog: JobLog) -> Ending:
         if result.start_error is not None:
-            jlog.error("failed: its command cannot be started (%s)", result.start_error)
+            jlog.error("failed: it cannot be started (%s)", result.start_error)
             return Ending(DELETE, (Outcome.FAILED,), RunOutcome.FAILED_TO_START, result.start_error)
         if result.stopped is StopReason.CANCELLED:
             jlog.warning(
