@@ -205,7 +205,7 @@ def test_a_missing_queue_fails_and_its_checks_are_left(
         (
             "FAIL",
             "not found in account 123456789012, region us-east-1 "
-            "(check [sqs] queue_name, [account] id and region)",
+            "(check its name in [sqs] or [[queues]], [account] id and region)",
         )
     ]
 

@@ -16,7 +16,8 @@ from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import Held, MemoryLocker
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
-from sqsjkr.daemon.loop import Kicker, KickerSettings, PendingDeletes
+from sqsjkr.daemon.intake import PendingDeletes
+from sqsjkr.daemon.loop import Kicker, KickerSettings
 from sqsjkr.daemon.runner import RunResult, StopReason, StopSwitch
 from sqsjkr.errors import ResourceMissingError
 from sqsjkr.observability.stats import Stats

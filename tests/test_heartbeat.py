@@ -14,6 +14,7 @@ from sqsjkr.backends.locks import MemoryLocker
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
+from sqsjkr.daemon.intake import hide_again
 
 from .conftest import wait_until
 
@@ -76,13 +77,22 @@ def heartbeat(
 ) -> Heartbeat:
     return Heartbeat(
         jobs,
-        source=source,
+        hide=hider(source, visibility),
         dedupe=dedupe,
         locker=locker,
         interval=0.01,
-        visibility=visibility,
         lease_lost=lease_lost,
     )
+
+
+def hider(source: Source, visibility: int | None) -> Callable[[list[InFlight]], None]:
+    """The loop's hiding of one queue's messages; None: deleted on receipt, never hidden."""
+
+    def hide(entries: list[InFlight]) -> None:
+        if visibility is not None:
+            hide_again(source, [entry.message for entry in entries], visibility)
+
+    return hide
 
 
 def beat(hb: Heartbeat) -> None:
@@ -220,11 +230,10 @@ def test_hiding_holds_the_lock_that_settling_waits_for_and_flushes_deletes() -> 
     source = Checking()
     hb = Heartbeat(
         jobs,
-        source=source,
+        hide=hider(source, 75),
         dedupe=dedupe,
         locker=locker,
         interval=0.01,
-        visibility=75,
         flush_deletes=lambda: flushed.append(holder[0].hiding.locked()),
     )
     holder.append(hb)

@@ -30,8 +30,8 @@ from sqsjkr.commands.options import (
     profile_option,
     region_option,
 )
-from sqsjkr.contract.config import Config, Overrides
-from sqsjkr.daemon.service import Timing
+from sqsjkr.contract.config import Config, Overrides, QueueConfig
+from sqsjkr.daemon.service import intake_settings
 from sqsjkr.errors import ResourceMissingError
 
 #: A queue keeps a job while no host can run it (the fleet down, a deploy gone wrong). Under a
@@ -168,24 +168,22 @@ def check_lease(config: Config) -> Result:
     return ok("lease", f"{lease} (safe from {MIN_SAFE_LEASE_SECONDS}s)")
 
 
-def check_visibility(config: Config) -> Result:
-    timing = Timing.of(config)
-    if timing.delete_on_receive:
-        return ok("visibility", f"{timing.visibility}s (messages are deleted on receive)")
+def check_visibility(config: Config, queue: QueueConfig) -> Result:
+    intake = intake_settings(config, queue)
+    subject = f"visibility of {queue.name}" if config.queues else "visibility"
+    if intake.delete_on_receive:
+        return ok(subject, f"{intake.visibility}s (messages are deleted on receive)")
     lease = config.lock.lease
-    margin = timing.visibility - lease.seconds
-    text = f"{timing.visibility}s, lease {lease} + {margin:g}s"
+    margin = intake.visibility - lease.seconds
+    text = f"{intake.visibility}s, lease {lease} + {margin:g}s"
     if config.dedupe.backend == "dynamodb" and margin < MIN_VISIBILITY_MARGIN_SECONDS:
         return warn(
-            "visibility",
-            f"{text}: [sqs] visibility_timeout is less than {MIN_VISIBILITY_MARGIN_SECONDS}s "
+            subject,
+            f"{text}: the visibility_timeout is less than {MIN_VISIBILITY_MARGIN_SECONDS}s "
             "over the lease, so a dead daemon's message may reappear before its claim expires "
             "and wait out the lease again; leave it unset to derive it from the lease",
         )
-    return ok("visibility", text)
-
-
-# -- credentials --------------------------------------------------------------------------------
+    return ok(subject, text)
 
 
 def check_credentials(session: Any) -> Result:
@@ -214,9 +212,8 @@ def check_credentials(session: Any) -> Result:
 # -- the queue ----------------------------------------------------------------------------------
 
 
-def queue_checks(sqs: Any, config: Config) -> Iterator[Result]:
+def queue_checks(sqs: Any, config: Config, name: str) -> Iterator[Result]:
     """The queue, its retention and its dead-letter queue."""
-    name = config.sqs.queue_name
     subject = f"queue {name}"
     try:
         url = resolve_queue_url(sqs, name, config.account.id)
@@ -224,7 +221,7 @@ def queue_checks(sqs: Any, config: Config) -> Iterator[Result]:
         yield fail(
             subject,
             f"not found in account {config.account.id}, region {config.account.region} "
-            "(check [sqs] queue_name, [account] id and region)",
+            "(check its name in [sqs] or [[queues]], [account] id and region)",
             stop=True,
         )
         return
@@ -511,7 +508,9 @@ def exercise(subject: str, name: str, call: Callable[[], Any]) -> Result:
 def run_checks(config: Config) -> Iterator[Result]:
     """Every check after the config's, in order; a service that cannot be reached is left."""
     yield check_lease(config)
-    yield check_visibility(config)
+    queues = config.all_queues()
+    for queue in queues:
+        yield check_visibility(config, queue)
     try:
         session = make_session(region=config.account.region, profile=config.account.profile)
     except BotoCoreError as exc:  # an unknown profile
@@ -521,18 +520,23 @@ def run_checks(config: Config) -> Iterator[Result]:
     yield credentials
     if credentials.stop:
         return
-    queue_found = True
-    for result in queue_checks(make_client(session, "sqs"), config):
-        queue_found = queue_found and not result.stop
-        yield result
+    found = []
+    sqs = make_client(session, "sqs")
+    for queue in queues:
+        queue_found = True
+        for result in queue_checks(sqs, config, queue.name):
+            queue_found = queue_found and not result.stop
+            yield result
+        if queue_found:
+            found.append(queue.name)
     if uses_table(config):
         yield from table_checks(make_client(session, "dynamodb"), config)
     else:
         yield ok("table", "not used ([lock], [dedupe] and [history] backends are none)")
-    if queue_found:
+    for name in found:
         yield Result(
             Level.SKIP,
-            f"queue {config.sqs.queue_name}",
+            f"queue {name}",
             f"not exercised, as each needs a message: {', '.join(NOT_EXERCISED)}, and "
             "sqs:SendMessage to the dead-letter queue, if any",
         )

@@ -60,6 +60,21 @@ class SqsConfig:
 
 
 @dataclass(frozen=True)
+class QueueConfig:
+    """One queue the daemon receives from, with its own workers: [sqs] (with [kicker]'s workers
+    and delete_message), then each [[queues]] table."""
+
+    name: str
+    max_concurrent_num: int = 20
+    wait_time_seconds: int = 10
+    #: None: derived from [lock] lease, as for [sqs] visibility_timeout.
+    visibility_timeout: int | None = None
+    delete_message: str = "on_finish"
+    #: Messages received beyond the free workers, kept in flight until a worker is free.
+    prefetch: int = 0
+
+
+@dataclass(frozen=True)
 class KickerConfig:
     """[kicker]: the workers, job limits, shutdown, the life_time trigger and the stats endpoint."""
 
@@ -76,6 +91,8 @@ class KickerConfig:
     kill_grace: Duration = Duration.of_seconds(10)  # between SIGTERM and SIGKILL
     #: How old the daemon's copy of the fleet's pauses may get before it reads them again.
     pause_refresh: Duration = Duration.of_seconds(60)
+    #: [sqs]'s queue: messages received beyond the free workers (see QueueConfig.prefetch).
+    prefetch: int = 0
 
 
 @dataclass(frozen=True)
@@ -155,6 +172,23 @@ class Config:
     report: ReportConfig = ReportConfig()
     log: LogConfig = LogConfig()
     http: HttpConfig = HttpConfig()
+    #: Every queue received from; the first is [sqs]'s when it names one. Empty: [sqs] only.
+    queues: tuple[QueueConfig, ...] = ()
+
+    def all_queues(self) -> tuple[QueueConfig, ...]:
+        """The queues the daemon receives from, [sqs]'s first."""
+        if self.queues:
+            return self.queues
+        return (
+            QueueConfig(
+                name=self.sqs.queue_name,
+                max_concurrent_num=self.kicker.max_concurrent_num,
+                wait_time_seconds=self.sqs.wait_time_seconds,
+                visibility_timeout=self.sqs.visibility_timeout,
+                delete_message=self.kicker.delete_message,
+                prefetch=self.kicker.prefetch,
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -224,7 +258,9 @@ class _Table:
 
     def fail(self, key: str, problem: str) -> ConfigError:
         where = " (from the command line)" if key in self.from_cli else ""
-        return ConfigError(f"config {self.source}: [{self.section}] {key}{where} {problem}")
+        # "[kicker]", or an array's table as "[[queues]] #2".
+        section = self.section if self.section.startswith("[") else f"[{self.section}]"
+        return ConfigError(f"config {self.source}: {section} {key}{where} {problem}")
 
     def string(self, key: str, default: str | None = None, *, required: bool = False) -> str:
         """A non-empty string."""
@@ -320,6 +356,8 @@ def _tables(source: str, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Split the document into the known sections, warning about everything else."""
     tables: dict[str, dict[str, Any]] = {}
     for name, value in data.items():
+        if name == "queues":
+            continue  # an array of tables, read by _queue_configs
         dataclass_type = _SECTIONS.get(name)
         if dataclass_type is None:
             if isinstance(value, dict):
@@ -438,8 +476,14 @@ def parse_config(
     )
 
     sqs = table("sqs")
+    more_queues = data.get("queues", [])
     sqs_config = SqsConfig(
-        queue_name=sqs.string("queue_name", required=True),
+        queue_name=sqs.string(
+            "queue_name",
+            # A placeholder when the first [[queues]] has no name: its own check names it.
+            (_first_queue_name(more_queues) or "?") if more_queues else None,
+            required=not more_queues,
+        ),
         wait_time_seconds=sqs.integer("wait_time_seconds", SqsConfig.wait_time_seconds, 0, 20),
         visibility_timeout=(
             sqs.integer("visibility_timeout", 0, 0, MAX_VISIBILITY_SECONDS)
@@ -480,6 +524,7 @@ def parse_config(
             low=Duration.of_seconds(1),
             high=KickerConfig.pause_refresh,
         ),
+        prefetch=kicker.integer("prefetch", 0, 0, _MAX_PREFETCH),
     )
 
     lock = table("lock")
@@ -489,17 +534,19 @@ def parse_config(
         retry_interval=lock.duration("retry_interval", LockConfig.retry_interval),
         lease=lock.duration("lease", LockConfig.lease, low=_MIN_LEASE, high=_MAX_LEASE),
     )
-    visibility = sqs_config.visibility_timeout
-    if (
-        kicker_config.delete_message == "on_finish"
-        and visibility is not None
-        and visibility <= lock_config.lease.seconds
-    ):
-        raise ConfigError(
-            f"config {source}: [sqs] visibility_timeout ({visibility} s) must be longer than "
-            f"[lock] lease ({lock_config.lease}), or a message would reappear while its job "
-            "still runs; leave visibility_timeout unset to derive it from the lease"
-        )
+    queues = _queue_configs(source, more_queues, sqs, sqs_config, kicker_config)
+    for where, queue in zip(_queue_places(sqs, more_queues), queues, strict=True):
+        visibility = queue.visibility_timeout
+        if (
+            queue.delete_message == "on_finish"
+            and visibility is not None
+            and visibility <= lock_config.lease.seconds
+        ):
+            raise ConfigError(
+                f"config {source}: {where} visibility_timeout ({visibility} s) must be longer "
+                f"than [lock] lease ({lock_config.lease}), or a message would reappear while its "
+                "job still runs; leave visibility_timeout unset to derive it from the lease"
+            )
 
     dedupe = table("dedupe")
     dedupe_config = DedupeConfig(backend=dedupe.choice("backend", DedupeConfig.backend, _BACKENDS))
@@ -515,7 +562,82 @@ def parse_config(
         _report_config(table("report")),
         LogConfig(format=table("log").choice("format", LogConfig.format, ("text", "json"))),
         _http_config(table("http")),
+        queues if more_queues else (),
     )
+
+
+#: Messages a queue may take beyond its free workers ([kicker] prefetch, [[queues]] prefetch).
+_MAX_PREFETCH = 100
+
+
+def _first_queue_name(more_queues: object) -> str | None:
+    """The first [[queues]] name, which stands for [sqs] queue_name when that is not set."""
+    if isinstance(more_queues, list) and more_queues and isinstance(more_queues[0], dict):
+        name = more_queues[0].get("name")
+        return name if isinstance(name, str) and name else None
+    return None
+
+
+def _queue_places(sqs: _Table, more_queues: list[Any]) -> list[str]:
+    """How errors name each queue of _queue_configs, in its order."""
+    first = ["[sqs]"] if "queue_name" in sqs.values or not more_queues else []
+    return first + [f"[[queues]] #{i + 1}" for i in range(len(more_queues))]
+
+
+def _queue_configs(
+    source: str, more_queues: object, sqs: _Table, sqs_config: SqsConfig, kicker: KickerConfig
+) -> tuple[QueueConfig, ...]:
+    """[sqs]'s queue (when it names one), then each [[queues]] table, with [kicker]'s and
+    [sqs]'s values as the defaults of what a [[queues]] table leaves out."""
+    if not isinstance(more_queues, list) or not all(isinstance(q, dict) for q in more_queues):
+        raise ConfigError(
+            f"config {source}: queues must be an array of tables ([[queues]] sections), "
+            f"got {_show(more_queues)}"
+        )
+    default = QueueConfig(
+        name=sqs_config.queue_name,
+        max_concurrent_num=kicker.max_concurrent_num,
+        wait_time_seconds=sqs_config.wait_time_seconds,
+        visibility_timeout=sqs_config.visibility_timeout,
+        delete_message=kicker.delete_message,
+        prefetch=kicker.prefetch,
+    )
+    queues = [default] if "queue_name" in sqs.values or not more_queues else []
+    known = {f.name: f.name for f in fields(QueueConfig)}
+    for i, raw in enumerate(more_queues):
+        table = _Table(source, f"[[queues]] #{i + 1}", raw)
+        for key in raw:
+            if key not in known:
+                hint = _did_you_mean(key, known)
+                log.warning("unknown config key [[queues]] #%d %s in %s (ignored%s)",
+                            i + 1, key, source, hint)  # fmt: skip
+        visibility = default.visibility_timeout
+        if "visibility_timeout" in raw:
+            visibility = table.integer("visibility_timeout", 0, 0, MAX_VISIBILITY_SECONDS)
+        queues.append(
+            QueueConfig(
+                name=table.string("name", required=True),
+                max_concurrent_num=table.integer(
+                    "max_concurrent_num", default.max_concurrent_num, 1
+                ),
+                wait_time_seconds=table.integer(
+                    "wait_time_seconds", default.wait_time_seconds, 0, 20
+                ),
+                visibility_timeout=visibility,
+                delete_message=table.choice(
+                    "delete_message", default.delete_message, ("on_finish", "on_receive")
+                ),
+                prefetch=table.integer("prefetch", default.prefetch, 0, _MAX_PREFETCH),
+            )
+        )
+    names = [q.name for q in queues]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(
+                f"config {source}: queue {name!r} is named twice ([sqs] queue_name and "
+                "[[queues]] name): each queue may appear once"
+            )
+    return tuple(queues)
 
 
 #: A run record must fit a DynamoDB item (400 KB) with room to spare.

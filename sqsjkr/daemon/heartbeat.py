@@ -16,7 +16,7 @@ from sqsjkr.backends.dedupe import DedupeStore
 from sqsjkr.backends.groups import Groups, NoGroups
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import Locker
-from sqsjkr.backends.sqs import Message, MessageSource
+from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
 from sqsjkr.daemon.runner import StopSwitch
 from sqsjkr.errors import quote
@@ -40,6 +40,7 @@ class InFlight:
     lock: Lease | None = None
     slot: Lease | None = None  # of its concurrency group
     stop: StopSwitch = field(default_factory=StopSwitch)
+    queue: str = ""  # the name of the queue it came from
 
 
 class InFlightJobs:
@@ -77,24 +78,22 @@ class Heartbeat:
         self,
         jobs: InFlightJobs,
         *,
-        source: MessageSource,
+        hide: Callable[[list[InFlight]], None],
         dedupe: DedupeStore,
         locker: Locker,
         interval: float,
         groups: Groups | None = None,
-        visibility: int | None,
         flush_deletes: Callable[[], None] = lambda: None,
         lease_lost: Callable[[], None] = lambda: None,
     ) -> None:
-        """visibility: seconds to hide in-flight messages for at each beat; None to leave them
-        alone (they were deleted on receive)."""
+        """hide: hides in-flight jobs' messages again, each for its queue's visibility timeout
+        (and logs its own failures: the lease timing leaves room for a missed beat)."""
         self._jobs = jobs
-        self._source = source
+        self._hide = hide
         self._dedupe = dedupe
         self._locker = locker
         self._groups = groups or NoGroups()
         self._interval = interval
-        self._visibility = visibility
         self._flush_deletes = flush_deletes
         self._lease_lost = lease_lost
         #: Held while a beat hides messages. Taken after removing a job from the set, it
@@ -127,14 +126,8 @@ class Heartbeat:
         """Hide every in-flight message again for the visibility timeout; send due deletes."""
         with self.hiding:
             entries = self._jobs.snapshot()
-            if entries and self._visibility is not None:
-                try:
-                    self._source.set_visibility([e.message for e in entries], self._visibility)
-                except AWS_ERRORS as exc:
-                    # The lease timing leaves room for a missed beat: the next one retries.
-                    log.error(
-                        "could not extend the visibility of in-flight messages: %s", describe(exc)
-                    )
+            if entries:
+                self._hide(entries)
         # Finished jobs' messages wait in a batch; sending it from here too bounds their wait
         # even while the receive loop sits in a long poll or a backoff.
         self._flush_deletes()

@@ -34,9 +34,10 @@ from sqsjkr.backends.sqs import (
     queue_settings,
     resolve_queue_url,
 )
-from sqsjkr.contract.config import Config
+from sqsjkr.contract.config import Config, QueueConfig
 from sqsjkr.contract.duration import Duration
 from sqsjkr.daemon.http_runner import HttpRunner, Runners
+from sqsjkr.daemon.intake import IntakeSettings
 from sqsjkr.daemon.loop import Kicker, KickerSettings
 from sqsjkr.daemon.runner import ShellRunner
 from sqsjkr.daemon.runs import Listeners
@@ -75,7 +76,12 @@ def serve(
     with the stats server's bound address ("127.0.0.1:8061", "unix:/path") once it listens.
     """
     _warn_on_short_lease(config)
-    stats = Stats(config.kicker.max_concurrent_num)
+    queues = config.all_queues()
+    workers = sum(queue.max_concurrent_num for queue in queues)
+    stats = Stats(
+        workers,
+        {q.name: q.max_concurrent_num for q in queues} if len(queues) > 1 else None,
+    )
     health = Health()
     metrics = Metrics(stats, health)
     # Stats first: a taken port fails before any AWS call, and monitoring sees a daemon that is
@@ -84,13 +90,11 @@ def serve(
     try:
         if on_listening is not None:
             on_listening(server.address)
-        timing = Timing.of(config)
         connected = _connect(
-            config, timing, stop, Stores(dedupe, locker, history), Observers(health, metrics)
+            config, stop, Stores(dedupe, locker, history), Observers(health, metrics)
         )
         if connected is None:
             return  # stopped while starting
-        source = connected.source
         reporter = Reporter(config.report)
         runners = Runners(
             ShellRunner(
@@ -99,11 +103,11 @@ def serve(
             ),
             HttpRunner(
                 tail_bytes=config.history.output_tail,
-                max_connections=config.kicker.max_concurrent_num,
+                max_connections=workers,
             ),
         )
         kicker = Kicker(
-            source,
+            connected.sources,
             dedupe=connected.dedupe,
             locker=connected.locker,
             history=connected.history,
@@ -114,13 +118,9 @@ def serve(
             runner=runners,
             stats=stats,
             settings=KickerSettings(
-                max_workers=config.kicker.max_concurrent_num,
                 life_time_trigger=config.kicker.life_time_trigger,
                 lock_retry_interval=config.lock.retry_interval.seconds,
-                delete_window=timing.delete_window,
-                delete_on_receive=timing.delete_on_receive,
                 lease=config.lock.lease.seconds,
-                visibility=timing.visibility,
                 job_timeout=_seconds(config.kicker.job_timeout),
                 shutdown_timeout=_seconds(config.kicker.shutdown_timeout),
                 pause_refresh=config.kicker.pause_refresh.seconds,
@@ -128,14 +128,15 @@ def serve(
             ),
             notifier=notifier,
         )
-        log.info(
-            "queue %s, lock table %r, lease %s, visibility timeout %ds, messages deleted %s",
-            source.queue_url,
-            config.lock.table,
-            config.lock.lease,
-            timing.visibility,
-            "on receive (at-most-once)" if timing.delete_on_receive else "when jobs finish",
-        )
+        for source, queue in connected.sources:
+            log.info(
+                "queue %s, lock table %r, lease %s, visibility timeout %ds, messages deleted %s",
+                source.queue_url,
+                config.lock.table,
+                config.lock.lease,
+                queue.visibility,
+                "on receive (at-most-once)" if queue.delete_on_receive else "when jobs finish",
+            )
         reporter.start()
         try:
             kicker.run(stop, force)
@@ -147,27 +148,26 @@ def serve(
         server.close()
 
 
-@dataclass(frozen=True)
-class Timing:
-    """The visibility timeout and the delete window that go with the config's lease and mode."""
-
-    delete_on_receive: bool
-    visibility: int
-    delete_window: float
-
-    @classmethod
-    def of(cls, config: Config) -> Timing:
-        lease = config.lock.lease.seconds
-        interval, derived = lease_timing(lease)
-        on_receive = config.kicker.delete_message == "on_receive"
-        visibility = config.sqs.visibility_timeout
-        if visibility is None:
-            visibility = GO_VISIBILITY_TIMEOUT if on_receive else derived
-        # A finished job's message waits in the delete batch while the next receive may
-        # long-poll. Its visibility was last renewed up to a heartbeat ago (never, in on_receive
-        # mode, where it waits from its receipt), so the window keeps the delete well inside.
-        left = visibility - (0 if on_receive else interval) - config.sqs.wait_time_seconds
-        return cls(on_receive, visibility, max(0.0, left / 3))
+def intake_settings(config: Config, queue: QueueConfig) -> IntakeSettings:
+    """One queue's settings: its visibility timeout and delete window go with the lease."""
+    lease = config.lock.lease.seconds
+    interval, derived = lease_timing(lease)
+    on_receive = queue.delete_message == "on_receive"
+    visibility = queue.visibility_timeout
+    if visibility is None:
+        visibility = GO_VISIBILITY_TIMEOUT if on_receive else derived
+    # A finished job's message waits in the delete batch while the next receive may
+    # long-poll. Its visibility was last renewed up to a heartbeat ago (never, in on_receive
+    # mode, where it waits from its receipt), so the window keeps the delete well inside.
+    left = visibility - (0 if on_receive else interval) - queue.wait_time_seconds
+    return IntakeSettings(
+        name=queue.name,
+        max_workers=queue.max_concurrent_num,
+        prefetch=queue.prefetch,
+        delete_window=max(0.0, left / 3),
+        delete_on_receive=on_receive,
+        visibility=visibility,
+    )
 
 
 def _warn_on_short_lease(config: Config) -> None:
@@ -200,7 +200,7 @@ class Stores:
 class Connected:
     """The queue and the stores, once AWS has answered."""
 
-    source: SqsSource
+    sources: list[tuple[SqsSource, IntakeSettings]]
     dedupe: DedupeStore
     locker: Locker
     history: History
@@ -221,23 +221,32 @@ class Observers:
 
 
 def _connect(
-    config: Config, timing: Timing, stop: threading.Event, given: Stores, observers: Observers
+    config: Config, stop: threading.Event, given: Stores, observers: Observers
 ) -> Connected | None:
-    """The queue and the stores, retrying while AWS cannot be reached; None if stopped."""
+    """The queues and the stores, retrying while AWS cannot be reached; None if stopped."""
     session = make_session(region=config.account.region, profile=config.account.profile)
-    pool = config.kicker.max_concurrent_num + 2
+    queues = config.all_queues()
+    # A connection for each worker, and each queue's receive and heartbeat.
+    pool = sum(queue.max_concurrent_num for queue in queues) + 2 * len(queues)
     sqs = observers.watch(make_client(session, "sqs", max_pool=pool), "sqs")
-    found = _queue(config, sqs, stop)
-    if found is None:
-        return None
-    queue_url, settings, dead_letter_url = found
-    source = SqsSource(
-        sqs,
-        queue_url,
-        wait_time_seconds=config.sqs.wait_time_seconds,
-        visibility_timeout=timing.visibility,
-        dead_letter_url=dead_letter_url,
-    )
+    sources = []
+    retention = 0
+    for queue in queues:
+        found = _queue(config, queue.name, sqs, stop)
+        if found is None:
+            return None
+        queue_url, settings, dead_letter_url = found
+        intake = intake_settings(config, queue)
+        source = SqsSource(
+            sqs,
+            queue_url,
+            wait_time_seconds=queue.wait_time_seconds,
+            visibility_timeout=intake.visibility,
+            dead_letter_url=dead_letter_url,
+        )
+        sources.append((source, intake))
+        # Dedupe records outlive any message of any queue.
+        retention = max(retention, settings.retention_seconds)
     dynamodb = observers.watch(make_client(session, "dynamodb", max_pool=pool), "dynamodb")
     table = config.lock.table
     uses_table = (
@@ -258,7 +267,7 @@ def _connect(
             DynamoDedupe(
                 dynamodb,
                 table,
-                retention_seconds=settings.retention_seconds,
+                retention_seconds=retention,
                 lease_seconds=lease,
                 # A run shows as running now in its event's summary from the claim's own write.
                 note_running=running_update if records_history else None,
@@ -296,22 +305,22 @@ def _connect(
         )
     # Pauses are kept in the table: with no table in use, nothing can pause this daemon.
     pauses = DynamoPauses(dynamodb, table) if uses_table else None
-    return Connected(source, dedupe, locker, history, pauses, groups)
+    return Connected(sources, dedupe, locker, history, pauses, groups)
 
 
 def _queue(
-    config: Config, sqs: Any, stop: threading.Event
+    config: Config, name: str, sqs: Any, stop: threading.Event
 ) -> tuple[str, QueueSettings, str | None] | None:
     """The queue's URL, its settings and its dead-letter queue's URL; None if stopped."""
     queue_url = _retry_at_startup(
-        lambda: resolve_queue_url(sqs, config.sqs.queue_name, config.account.id),
-        f"looking up SQS queue {config.sqs.queue_name!r}",
+        lambda: resolve_queue_url(sqs, name, config.account.id),
+        f"looking up SQS queue {name!r}",
         stop,
     )
     if queue_url is None:
         return None
     settings = _retry_at_startup(
-        lambda: queue_settings(sqs, queue_url), "reading the queue's attributes", stop
+        lambda: queue_settings(sqs, queue_url), f"reading the attributes of queue {name!r}", stop
     )
     if settings is None:
         return None

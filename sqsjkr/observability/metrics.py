@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 from sqsjkr import __version__
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.observability.health import Health
-from sqsjkr.observability.stats import Stats
+from sqsjkr.observability.stats import Stats, StatsSnapshot
 
 #: Seconds: from a few milliseconds (a trivial job, a free lock) to a day.
 _BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 10800, 43200, 86400)
@@ -117,6 +117,7 @@ class _StateCollector(Collector):
         workers.add_metric(["busy"], snapshot.busy)
         workers.add_metric(["idle"], snapshot.idle)
         yield workers
+        yield from _per_queue(self._stats.queues())
         yield CounterMetricFamily(
             "sqsjkr_leases_lost",
             "Locks and claims found taken over by another daemon while their job ran here",
@@ -129,3 +130,24 @@ class _StateCollector(Collector):
                 "Unix time the receive loop last went round",
                 value=last_turn,
             )
+
+
+def _per_queue(queues: dict[str, StatsSnapshot]) -> Iterator[Metric]:
+    """Each queue's jobs and workers, labelled with its name, when the daemon has several."""
+    if not queues:
+        return
+    jobs = CounterMetricFamily(
+        "sqsjkr_queue_jobs",
+        "Jobs of one queue that reached an end, by outcome (as the stats' invocations)",
+        labels=["queue", "outcome"],
+    )
+    workers = GaugeMetricFamily(
+        "sqsjkr_queue_workers", "Workers of one queue, by state", labels=["queue", "state"]
+    )
+    for name, snap in queues.items():
+        for outcome, count in snap.v2()["invocations"].items():
+            jobs.add_metric([name, outcome], count)
+        workers.add_metric([name, "busy"], snap.busy)
+        workers.add_metric([name, "idle"], snap.idle)
+    yield jobs
+    yield workers

@@ -65,7 +65,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path == "/stats/metrics":
             self._send_json(200, server.stats.snapshot().v1())
         elif path == "/stats/metrics/v2":
-            self._send_json(200, server.stats.snapshot().v2())
+            self._send_json(200, server.stats.v2())
         elif path == "/metrics" and server.metrics is not None:
             self._send(200, server.metrics.exposition(), PROMETHEUS_CONTENT_TYPE)
         elif path == "/healthz" and server.health is not None:

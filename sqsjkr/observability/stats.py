@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Outcome", "Stats", "StatsSnapshot"]
 
@@ -57,10 +59,13 @@ class StatsSnapshot:
 class Stats:
     """Thread-safe counters; busy + idle == workers always."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, queues: Mapping[str, int] | None = None) -> None:
+        """queues: each queue's workers, when there are several, for per-queue figures; the
+        methods that take a queue count its job there as well as in the totals."""
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self._workers = workers
+        self._queues = {name: Stats(n) for name, n in (queues or {}).items()}
         self._lock = threading.Lock()
         self._busy = 0
         self._counts = dict.fromkeys(Outcome, 0)
@@ -71,26 +76,34 @@ class Stats:
     def workers(self) -> int:
         return self._workers
 
-    def job_started(self) -> None:
+    def job_started(self, queue: str | None = None) -> None:
         """Mark one worker busy; more jobs than workers means the dispatcher is broken."""
+        if queue in self._queues:
+            self._queues[queue].job_started()
         with self._lock:
             if self._busy >= self._workers:
                 raise RuntimeError(f"job_started with all {self._workers} workers already busy")
             self._busy += 1
 
-    def job_finished(self) -> None:
+    def job_finished(self, queue: str | None = None) -> None:
         """Mark one worker idle again; finishing more jobs than started is a bug too."""
+        if queue in self._queues:
+            self._queues[queue].job_finished()
         with self._lock:
             if self._busy <= 0:
                 raise RuntimeError("job_finished without a matching job_started")
             self._busy -= 1
 
-    def count(self, outcome: Outcome) -> None:
+    def count(self, outcome: Outcome, queue: str | None = None) -> None:
+        if queue in self._queues:
+            self._queues[queue].count(outcome)
         with self._lock:
             self._counts[outcome] += 1
 
-    def invalid(self) -> None:
+    def invalid(self, queue: str | None = None) -> None:
         """A message that is not a job: counted failed, as the Go daemon did, and apart."""
+        if queue in self._queues:
+            self._queues[queue].invalid()
         with self._lock:
             self._counts[Outcome.FAILED] += 1
             self._invalid += 1
@@ -113,3 +126,15 @@ class Stats:
                 leases_lost=self._leases_lost,
                 invalid=self._invalid,
             )
+
+    def queues(self) -> dict[str, StatsSnapshot]:
+        """Each queue's own figures, when the daemon receives from several; else empty."""
+        return {name: stats.snapshot() for name, stats in self._queues.items()}
+
+    def v2(self) -> dict[str, Any]:
+        """The body of GET /stats/metrics/v2: the totals, and with several queues, each one's
+        figures under "queues" (a daemon of one queue answers exactly as the Go daemon)."""
+        body: dict[str, Any] = self.snapshot().v2()
+        if self._queues:
+            body["queues"] = {name: snap.v2() for name, snap in self.queues().items()}
+        return body

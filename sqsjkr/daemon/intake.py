@@ -1,0 +1,174 @@
+"""One queue's intake: its source, its workers, its pending deletes and the pauses it holds back.
+
+The Kicker (loop.py) owns one per queue and shares the heartbeat, the stores and the drain among them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqsjkr.backends.aws import AWS_ERRORS, describe
+from sqsjkr.backends.lease import lease_timing
+from sqsjkr.backends.sqs import MAX_BATCH, Message, MessageSource
+from sqsjkr.daemon.pausing import Pausing
+from sqsjkr.daemon.worker import Worker
+
+log = logging.getLogger("sqsjkr.daemon")
+
+
+@dataclass(frozen=True)
+class IntakeSettings:
+    """The knobs of one queue; service.py derives them from its [sqs] or [[queues]] table."""
+
+    name: str = ""  # the queue's name, for logs and per-queue figures
+    max_workers: int = 20
+    #: Messages received beyond the free workers, kept in flight (hidden by the heartbeat) until
+    #: a worker is free: fewer receives for hosts with few workers, less work for other hosts.
+    prefetch: int = 0
+    #: After a full receive (a backlog), wait up to this long for a batch's worth of free workers,
+    #: so that one ReceiveMessage serves many jobs.
+    gather_window: float = 0.5
+    #: Deletes wait up to this long to share a DeleteMessageBatch; see service.py for the bound
+    #: that keeps a delete ahead of the message's visibility timeout.
+    delete_window: float = 10.0
+    #: True: delete every message as soon as it is received (the Go daemon's at-most-once).
+    delete_on_receive: bool = False
+    #: The visibility timeout in-flight messages get on receipt and at each heartbeat.
+    visibility: int = lease_timing(60.0)[1]
+
+
+class PendingDeletes:
+    """Messages to delete, sent in full DeleteMessageBatch calls or once the oldest has waited."""
+
+    def __init__(self, source: MessageSource, window: float) -> None:
+        self._source = source
+        self._window = window
+        self._mutex = threading.Lock()
+        self._messages: list[Message] = []
+        self._since = 0.0
+
+    def add(self, messages: Sequence[Message]) -> None:
+        with self._mutex:
+            if messages and not self._messages:
+                self._since = time.monotonic()
+            self._messages.extend(messages)
+
+    def flush(self, force: bool = False) -> None:
+        """Delete what is pending if a batch is full, the window has passed, or force."""
+        with self._mutex:
+            if not self._messages:
+                return
+            waited = time.monotonic() - self._since
+            if not force and len(self._messages) < MAX_BATCH and waited < self._window:
+                return
+            messages, self._messages = self._messages, []
+        log.debug(
+            "deleting %d message(s): %s", len(messages), " ".join(m.message_id for m in messages)
+        )
+        try:
+            self._source.delete(messages)
+        except AWS_ERRORS as exc:
+            # Their jobs are done and their dedupe records say so: a redelivery is deleted unrun.
+            log.error("could not delete %d message(s): %s", len(messages), describe(exc))
+
+
+class Intake:
+    """One queue as the daemon works it: how many of its slots are free, and its messages."""
+
+    def __init__(
+        self,
+        source: MessageSource,
+        settings: IntakeSettings,
+        worker: Worker,
+        pausing: Pausing | None,
+    ) -> None:
+        self.source = source
+        self.settings = settings
+        self.worker = worker
+        self.pausing = pausing
+        self.deletes = PendingDeletes(source, settings.delete_window)
+        # Slots: workers plus prefetch. A prefetched job waits in the pool's queue for a worker.
+        self.capacity = settings.max_workers + settings.prefetch
+        self._free = self.capacity
+        self._free_changed = threading.Condition()
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    def wait_for_free(self, stop: threading.Event, backlog: bool) -> int:
+        """The free slots once there is one (0 if stopped); after a backlog, wait up to the
+        gather window for a batch's worth."""
+        with self._free_changed:
+            # The timeout lets the loop notice stop, which a signal handler sets without notifying.
+            self._free_changed.wait_for(lambda: self._free > 0 or stop.is_set(), timeout=0.5)
+            if backlog and self._free > 0:
+                batch = min(MAX_BATCH, self.capacity)
+                self._free_changed.wait_for(
+                    lambda: self._free >= batch or stop.is_set(),
+                    timeout=self.settings.gather_window,
+                )
+            return 0 if stop.is_set() else self._free
+
+    def take(self) -> None:
+        with self._free_changed:
+            self._free -= 1
+
+    def give_back_slot(self) -> None:
+        with self._free_changed:
+            self._free += 1
+            self._free_changed.notify_all()
+
+    def wake(self) -> None:
+        """Let a receive loop waiting for free slots look at its stop event now."""
+        with self._free_changed:
+            self._free_changed.notify_all()
+
+    def reject(self, message: Message, reason: str) -> None:
+        try:
+            self.source.reject(message, reason)
+        except AWS_ERRORS as exc:
+            # Left on the queue: it comes back, and a RedrivePolicy moves it on in the end.
+            log.error(
+                "invalid message %s (%s) could not be taken off the queue: %s",
+                message.message_id,
+                reason,
+                describe(exc),
+            )
+
+    def give_back(self, messages: Sequence[Message]) -> None:
+        if not messages:
+            return
+        log.info("giving back %d message(s) received while stopping", len(messages))
+        self.set_visibility(messages, 0)
+
+    def set_visibility(self, messages: Sequence[Message], seconds: int) -> None:
+        try:
+            self.source.set_visibility(messages, seconds)
+        except AWS_ERRORS as exc:
+            log.error(
+                "could not change the visibility of message(s) %s (%s); they reappear when "
+                "their visibility timeout ends",
+                ", ".join(m.message_id for m in messages),
+                describe(exc),
+            )
+
+    def hide(self, messages: Sequence[Message]) -> None:
+        """Hide in-flight messages again for the visibility timeout (a heartbeat's beat)."""
+        if not self.settings.delete_on_receive:  # else deleted on receipt: nothing to hide
+            hide_again(self.source, messages, self.settings.visibility)
+
+
+def hide_again(source: MessageSource, messages: Sequence[Message], visibility: int) -> None:
+    """Hide in-flight messages for visibility seconds more; a failure is logged, not raised."""
+    if not messages:
+        return
+    try:
+        source.set_visibility(messages, visibility)
+    except AWS_ERRORS as exc:
+        # The lease timing leaves room for a missed beat: the next one retries.
+        log.error("could not extend the visibility of in-flight messages: %s", describe(exc))
