@@ -1,6 +1,6 @@
 """sqsjkr: the SQS Job Kicker.
 
-Receives JSON jobs from an SQS queue and runs them as shell commands, with DynamoDB locks and dedupe.
+Receives JSON jobs from SQS queues and runs them (shell commands or HTTP calls), with DynamoDB locks and dedupe.
 """
 
 from __future__ import annotations
@@ -28,6 +28,16 @@ _PUBLIC = {
     "DynamoDedupe": "sqsjkr.backends.dedupe",
     "MemoryDedupe": "sqsjkr.backends.dedupe",
     "NoopDedupe": "sqsjkr.backends.dedupe",
+    "History": "sqsjkr.backends.history",
+    "DynamoHistory": "sqsjkr.backends.history",
+    "MemoryHistory": "sqsjkr.backends.history",
+    "NoHistory": "sqsjkr.backends.history",
+    "Groups": "sqsjkr.backends.groups",
+    "DynamoGroups": "sqsjkr.backends.groups",
+    "PauseStore": "sqsjkr.backends.pause",
+    "DynamoPauses": "sqsjkr.backends.pause",
+    "HttpRunner": "sqsjkr.daemon.http_runner",
+    "IntakeSettings": "sqsjkr.daemon.intake",
     "Job": "sqsjkr.contract.job",
     "parse_job": "sqsjkr.contract.job",
     "build_body": "sqsjkr.contract.job",
