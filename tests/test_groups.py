@@ -1,7 +1,7 @@
 """Concurrency groups: DynamoGroups against the moto server over HTTP, MemoryGroups and NoGroups,
-and `sqsjkr locks` / `sqsjkr unlock --slot` on groups.
+`sqsjkr locks` / `sqsjkr unlock --slot` on groups, and groups end to end across real daemons.
 
-Leases are tested with an injected clock: no test sleeps for a lease to pass.
+Leases are tested with an injected clock, except end to end, where they are a few seconds long.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import json
 import logging
 import random
 import re
+import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +33,9 @@ from sqsjkr.backends.groups import (
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import DynamoLocker
 
-from .conftest import Aws, config_text
+from .conftest import Aws, Daemon, Start, config_text, counted, invocations, run_daemon, wait_until
 from .test_backends import T0, Clock, LostResponses, client
+from .test_crash import WAIT_FOR_RELEASE, kill_group, lines
 from .test_history_cli import sqsjkr
 
 Run = Callable[..., tuple[int, str, str]]
@@ -258,11 +261,11 @@ class CountingClient:
     def __getattr__(self, name: str) -> Any:
         call = getattr(self._real, name)
 
-        def counted(**request: Any) -> Any:
+        def counting(**request: Any) -> Any:
             self.calls[name] += 1
             return call(**request)
 
-        return counted
+        return counting
 
 
 @pytest.mark.parametrize("round_", range(3))
@@ -479,3 +482,179 @@ def test_unlock_slot_of_a_slot_no_one_holds_and_of_an_unleased_slot(aws: Aws, cl
     )
     code, _, err = cli("unlock", "db", "--slot", "-1")
     assert code == 2 and "--slot" in err
+
+
+# --- end to end: real daemons sharing one queue and table --------------------------------------
+
+
+def group_job(key: str, limit: int, command: str, **fields: Any) -> dict[str, Any]:
+    return {"command": command, "concurrency_key": key, "concurrency_limit": limit, **fields}
+
+
+def most_at_once(trace: list[str]) -> int:
+    """The most jobs running at once, by the order of their "start"/"end" lines: the file is
+    appended to (O_APPEND), so its order is the order in which the lines were written."""
+    running = most = 0
+    for line in trace:
+        running += 1 if line.startswith("start ") else -1
+        most = max(most, running)
+    return most
+
+
+def trace_of(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def started(path: Path) -> int:
+    return sum(line.startswith("start ") for line in trace_of(path))
+
+
+def owned_by(daemon: Daemon) -> str:
+    """The start of the owner of every lease a daemon takes: host:pid:."""
+    return f"{socket.gethostname()}:{daemon.proc.pid}:"
+
+
+def slot_leases(aws: Aws, key: str) -> dict[int, float]:
+    """slot -> LeaseUntil of every held slot of group key."""
+    items = aws.dynamodb.query(
+        TableName=aws.table,
+        KeyConditionExpression="Id = :key",
+        ExpressionAttributeValues={":key": {"S": key}},
+        ConsistentRead=True,
+    )["Items"]
+    return {
+        int(item["Type"]["S"].removeprefix("slot#")): float(item["LeaseUntil"]["N"])
+        for item in items
+        if "EventId" in item
+    }
+
+
+def test_a_group_of_two_never_runs_three_at_once_across_two_daemons(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    # Each job writes its start, waits for the gate, then runs a little while; $PPID is the
+    # daemon that ran it.
+    command = (
+        f"echo start $$ $PPID >> trace; {WAIT_FOR_RELEASE}; sleep 0.2; echo end $$ $PPID >> trace"
+    )
+    for _ in range(8):
+        aws.send(group_job("db", 2, command))
+    # A takes three messages (its workers), runs two and waits with the third; B takes three
+    # more and waits with them all.
+    first, first_port = run_daemon(start_daemon, tmp_path, aws, lease="3s", max_concurrent_num=3)
+    wait_until(lambda: started(tmp_path / "trace") >= 2, timeout=30, what="two jobs running")
+    first.wait_for_log('waits for concurrency group "db", full (2 held, limit 2)', timeout=30)
+    second, second_port = run_daemon(start_daemon, tmp_path, aws, lease="3s", max_concurrent_num=3)
+    wait_until(
+        lambda: second.log.count('waits for concurrency group "db", full (2 held') == 3,
+        timeout=30,
+        what="the second daemon's three jobs waiting",
+    )
+    # The two slots outlive their first lease, renewed by A's heartbeat while the jobs run;
+    # the four waiting jobs keep trying meanwhile, and would take a slot whose lease passed.
+    leases = slot_leases(aws, "db")
+    assert len(leases) == 2
+    wait_until(
+        lambda: (
+            time.time() > max(leases.values()) + 1
+            and all(until > leases[slot] for slot, until in slot_leases(aws, "db").items())
+        ),
+        timeout=30,
+        what="the slots renewed past their first lease",
+    )
+    # Still the same two running: none ended, and none more started.
+    assert [line.split()[0] for line in trace_of(tmp_path / "trace")] == ["start", "start"]
+    (tmp_path / "release").touch()
+
+    def all_ran() -> bool:
+        return invocations(first_port)["succeeded"] + invocations(second_port)["succeeded"] == 8
+
+    wait_until(all_ran, timeout=60, what="all eight jobs run")
+    trace = trace_of(tmp_path / "trace")
+    assert len(trace) == 16
+    assert most_at_once(trace) == 2
+    ran_by = Counter(line.split()[2] for line in trace if line.startswith("start "))
+    assert set(ran_by) == {str(first.proc.pid), str(second.proc.pid)}
+    # B ran the three jobs it waited with, at least.
+    assert ran_by[str(second.proc.pid)] >= 3
+    assert slot_leases(aws, "db") == {}
+    assert first.stop() == 0 and second.stop() == 0
+
+
+def test_a_slot_of_a_killed_daemon_is_taken_over_and_its_job_runs_again(
+    start_daemon: Start, tmp_path: Path, aws: Aws, cli: Run
+) -> None:
+    # A has a single worker: busy with the first job, it receives nothing more.
+    first, _ = run_daemon(start_daemon, tmp_path, aws, lease="2s", max_concurrent_num=1)
+    killed_id = aws.send(
+        group_job("g", 1, f"echo $$ >> pids; echo run >> runs; {WAIT_FOR_RELEASE}")
+    )
+    wait_until(lambda: lines(tmp_path / "runs") == ["run"], timeout=30, what="job running")
+    second, port = run_daemon(start_daemon, tmp_path, aws, lease="2s")
+    waiting_id = aws.send(
+        group_job("g", 1, "echo $PPID > second; while [ ! -f release2 ]; do sleep 0.05; done")
+    )
+    second.wait_for_log('waits for concurrency group "g", full (1 held, limit 1)', timeout=30)
+    slot = slot_item(aws, "g", 0)
+    assert slot is not None and slot["EventId"] == {"S": killed_id}
+    dead_owner = slot["Owner"]["S"]
+    assert dead_owner.startswith(owned_by(first))
+
+    first.kill()
+    kill_group(tmp_path / "pids")
+    (tmp_path / "release").touch()  # the killed job, run again, ends at once
+    # The waiting job takes the slot over once A's lease has passed, and holds it.
+    wait_until((tmp_path / "second").exists, timeout=30, what="the waiting job running")
+    assert (tmp_path / "second").read_text().split() == [str(second.proc.pid)]
+    slot = slot_item(aws, "g", 0)
+    assert slot is not None and slot["EventId"] == {"S": waiting_id}
+    assert slot["Owner"]["S"].startswith(owned_by(second))
+    assert f'concurrency group "g": slot 0 taken over from {dead_owner}' in second.log
+    # The killed job was not finished: its message comes back, and B runs it again.
+    (tmp_path / "release2").touch()
+    wait_until(counted(port, succeeded=2), timeout=60, what="both jobs run by B")
+    assert lines(tmp_path / "runs") == ["run", "run"]
+    assert f"message {killed_id} delivered again (receive 2)" in second.log
+    wait_until(lambda: aws.queue_counts() == (0, 0), timeout=30, what="messages deleted")
+    assert slot_leases(aws, "g") == {}
+    assert json.loads(cli("locks", "--json")[1]) == {"locks": [], "groups": []}
+    assert second.stop() == 0
+
+
+def test_locks_shows_the_slots_of_running_jobs_with_their_daemon(
+    start_daemon: Start, tmp_path: Path, aws: Aws, cli: Run
+) -> None:
+    daemon, port = run_daemon(start_daemon, tmp_path, aws, lease="3s", max_concurrent_num=3)
+    for i in range(3):
+        command = f"echo start ev-{i} >> trace; {WAIT_FOR_RELEASE}"
+        aws.send(group_job("db", 2, command, event_id=f"ev-{i}"))
+    wait_until(lambda: started(tmp_path / "trace") == 2, timeout=30, what="two jobs running")
+    daemon.wait_for_log('waits for concurrency group "db", full (2 held, limit 2)', timeout=30)
+    running = sorted(line.split()[1] for line in trace_of(tmp_path / "trace"))
+
+    code, out, err = cli("locks", "--json")
+    assert (code, err) == (0, "")
+    listed = json.loads(out)
+    assert listed["locks"] == []
+    [group] = listed["groups"]
+    assert (group["key"], group["holders"], group["limit"]) == ("db", 2, 2)
+    assert sorted(slot["slot"] for slot in group["slots"]) == [0, 1]
+    assert sorted(slot["event_id"] for slot in group["slots"]) == running
+    for slot in group["slots"]:
+        assert slot["owner"].startswith(owned_by(daemon))
+        assert (slot["state"], slot["limit"]) == ("live", 2)
+        assert 0 < slot["lease_left"] <= 3
+
+    code, out, err = cli("locks")
+    assert (code, err) == (0, "")
+    header, *rows = out.splitlines()
+    assert header.split() == ["GROUP", "HELD", "SLOT", "EVENT", "OWNER", "LEASE"]
+    assert sorted(row.split()[5] for row in rows) == running
+    for row in rows:
+        assert row.split()[:4] == ["db", "2", "of", "2"]
+        assert row.split()[6].startswith(owned_by(daemon))
+
+    (tmp_path / "release").touch()
+    wait_until(counted(port, succeeded=3), timeout=30, what="the three jobs run")
+    assert cli("locks") == (0, "", f"no locks held in table {aws.table!r}\n")
+    assert daemon.stop() == 0
