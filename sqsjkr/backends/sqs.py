@@ -28,6 +28,26 @@ ORIGINAL_ID_ATTRIBUTE = "sqsjkr_message_id"
 RECEIVE_COUNT_ATTRIBUTE = "sqsjkr_receive_count"
 #: How much of an invalid body is logged when there is no dead-letter queue to keep it.
 _LOGGED_BODY_BYTES = 4096
+#: What SQS requires a FIFO queue's name to end in.
+FIFO_SUFFIX = ".fifo"
+#: The group of a message sent to a FIFO queue that had none (a standard queue's message).
+FALLBACK_GROUP_ID = "sqsjkr"
+
+
+def is_fifo(queue: str) -> bool:
+    """Whether a queue (its name, URL or ARN) is a FIFO queue: SQS requires the suffix of those."""
+    return queue.endswith(FIFO_SUFFIX)
+
+
+def fifo_send_parameters(group_id: str | None, deduplication_id: str) -> dict[str, str]:
+    """SendMessage parameters for a FIFO queue: the message's group (kept in order behind the
+    rest of it), and an explicit deduplication id, so that a send retried after a lost answer is
+    dropped by SQS within its five minutes whether or not the queue has content-based
+    deduplication. FIFO queues take no per-message DelaySeconds: never pass one with these."""
+    return {
+        "MessageGroupId": group_id or FALLBACK_GROUP_ID,
+        "MessageDeduplicationId": deduplication_id,
+    }
 
 
 @dataclass(frozen=True)
@@ -41,6 +61,8 @@ class Message:
     receive_count: int = 1
     #: SQS message attributes as received, passed on unchanged to a dead-letter queue.
     attributes: Mapping[str, Any] = field(default_factory=dict)
+    #: The MessageGroupId of a FIFO queue's message; None on a standard queue.
+    group_id: str | None = None
 
 
 class MessageSource(Protocol):
@@ -136,6 +158,8 @@ class SqsSource:
             MaxNumberOfMessages=max(1, min(MAX_BATCH, max_messages)),
             WaitTimeSeconds=self._wait_time_seconds,
             VisibilityTimeout=self._visibility_timeout,
+            # Every system attribute: SentTimestamp and ApproximateReceiveCount, and on a FIFO
+            # queue MessageGroupId, MessageDeduplicationId and SequenceNumber.
             AttributeNames=["All"],
             MessageAttributeNames=["All"],
         )
@@ -182,11 +206,16 @@ class SqsSource:
             for name, value in ours.items():
                 if len(attributes) < _MAX_MESSAGE_ATTRIBUTES:
                     attributes[name] = value
-            self._client.send_message(
-                QueueUrl=self.dead_letter_url,
-                MessageBody=message.body,
-                MessageAttributes=attributes,
-            )
+            request: dict[str, Any] = {
+                "QueueUrl": self.dead_letter_url,
+                "MessageBody": message.body,
+                "MessageAttributes": attributes,
+            }
+            if is_fifo(self.dead_letter_url):
+                # A FIFO queue's dead-letter queue is FIFO too. The source message id as the
+                # deduplication id: a reject retried after a lost answer is not kept twice.
+                request.update(fifo_send_parameters(message.group_id, message.message_id))
+            self._client.send_message(**request)
             log.error(
                 "invalid message %s moved to the dead-letter queue: %s",
                 message.message_id,
@@ -216,4 +245,5 @@ def _to_message(raw: dict[str, Any]) -> Message:
         sent_at=int(attributes.get("SentTimestamp", 0)) / 1000.0,
         receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
         attributes=raw.get("MessageAttributes", {}),
+        group_id=attributes.get("MessageGroupId"),
     )
