@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -37,6 +38,29 @@ FALLBACK_GROUP_ID = "sqsjkr"
 def is_fifo(queue: str) -> bool:
     """Whether a queue (its name, URL or ARN) is a FIFO queue: SQS requires the suffix of those."""
     return queue.endswith(FIFO_SUFFIX)
+
+
+#: What SQS allows in a MessageGroupId or MessageDeduplicationId: 1 to 128 of these.
+_FIFO_ID_CHARACTERS = re.compile(r"[0-9A-Za-z!-/:-@\[-`{-~]{1,128}")
+_NOT_FIFO_ID_CHARACTER = re.compile(r"[^0-9A-Za-z!-/:-@\[-`{-~]")
+
+
+def fifo_id_error(value: str) -> str | None:
+    """Why SQS would refuse value as a MessageGroupId or MessageDeduplicationId; None if not."""
+    if _FIFO_ID_CHARACTERS.fullmatch(value):
+        return None
+    return (
+        f"{quote(value)} is not a valid FIFO id: SQS takes 1 to 128 letters, digits and "
+        "punctuation (no spaces or other characters)"
+    )
+
+
+def group_id_of(event_id: str | None) -> str:
+    """The message group of a job sent without one: its event_id, with what SQS does not take
+    in a group id replaced by "_" and cut to 128 characters; FALLBACK_GROUP_ID without one."""
+    if not event_id:
+        return FALLBACK_GROUP_ID
+    return _NOT_FIFO_ID_CHARACTER.sub("_", event_id)[:128]
 
 
 def fifo_send_parameters(group_id: str | None, deduplication_id: str) -> dict[str, str]:
@@ -117,6 +141,29 @@ def queue_settings(client: Any, queue_url: str) -> QueueSettings:
     return QueueSettings(
         retention_seconds=int(attributes["MessageRetentionPeriod"]),
         dead_letter_arn=redrive.get("deadLetterTargetArn"),
+    )
+
+
+@dataclass(frozen=True)
+class SendSettings:
+    """What a sender needs to know of the queue it sends to."""
+
+    fifo: bool
+    content_based_deduplication: bool  # a FIFO queue that deduplicates by the body's SHA-256
+    max_receive_count: int | None  # from the RedrivePolicy, if there is one
+
+
+def send_settings(client: Any, queue_url: str) -> SendSettings:
+    """The queue's kind, deduplication and maxReceiveCount, read in one call."""
+    attributes = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])[
+        "Attributes"
+    ]
+    redrive = json.loads(attributes.get("RedrivePolicy") or "{}")
+    count = redrive.get("maxReceiveCount")
+    return SendSettings(
+        fifo=attributes.get("FifoQueue") == "true",
+        content_based_deduplication=attributes.get("ContentBasedDeduplication") == "true",
+        max_receive_count=None if count is None else int(count),
     )
 
 
