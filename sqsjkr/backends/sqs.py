@@ -40,14 +40,15 @@ def is_fifo(queue: str) -> bool:
     return queue.endswith(FIFO_SUFFIX)
 
 
-#: What SQS allows in a MessageGroupId or MessageDeduplicationId: 1 to 128 of these.
-_FIFO_ID_CHARACTERS = re.compile(r"[0-9A-Za-z!-/:-@\[-`{-~]{1,128}")
-_NOT_FIFO_ID_CHARACTER = re.compile(r"[^0-9A-Za-z!-/:-@\[-`{-~]")
+#: What SQS allows in a MessageGroupId or MessageDeduplicationId: 1 to 128 letters, digits and
+#: punctuation, which is printable ASCII without the space.
+_FIFO_ID = re.compile(r"[!-~]{1,128}")
+_NOT_FIFO_ID_CHARACTER = re.compile(r"[^!-~]")
 
 
 def fifo_id_error(value: str) -> str | None:
     """Why SQS would refuse value as a MessageGroupId or MessageDeduplicationId; None if not."""
-    if _FIFO_ID_CHARACTERS.fullmatch(value):
+    if _FIFO_ID.fullmatch(value):
         return None
     return (
         f"{quote(value)} is not a valid FIFO id: SQS takes 1 to 128 letters, digits and "
