@@ -283,6 +283,21 @@ def test_a_malformed_message_goes_to_the_fifo_dead_letter_queue_in_its_group(
     assert dead["Attributes"]["MessageDeduplicationId"] == bad
     assert dead["MessageAttributes"]["sqsjkr_message_id"]["StringValue"] == bad
     assert daemon.stop() == 0
+    fifo.site.sqs.change_message_visibility(
+        QueueUrl=fifo.dlq_url, ReceiptHandle=dead["ReceiptHandle"], VisibilityTimeout=0
+    )
+    # Sent back into its group, deduplicated by its original id.
+    conf = tmp_path / "dlq.toml"
+    conf.write_text(config_text(fifo.site, stats="stats_port = 0"))
+    with pytest.raises(SystemExit) as exited:
+        main(["dlq", "redrive", "--all", "--yes", "--force", "-c", str(conf)])
+    assert exited.value.code == 0
+    [back] = fifo.site.sqs.receive_message(QueueUrl=fifo.site.queue_url, AttributeNames=["All"])[
+        "Messages"
+    ]
+    assert back["Body"] == "not json"
+    assert back["Attributes"]["MessageGroupId"] == "G"
+    assert back["Attributes"]["MessageDeduplicationId"] == bad
 
 
 # -- sqsjkr send ----------------------------------------------------------------------------------
