@@ -85,6 +85,15 @@ resource "aws_scheduler_schedule" "job" {
     role_arn = aws_iam_role.scheduler.arn
     input    = jsonencode(local.job_messages[each.key])
 
+    # A FIFO queue needs each message's group: the job's own, so that its runs keep their order.
+    dynamic "sqs_parameters" {
+      for_each = var.fifo ? [local.message_groups[each.key]] : []
+
+      content {
+        message_group_id = sqs_parameters.value
+      }
+    }
+
     retry_policy {
       maximum_event_age_in_seconds = var.retry_policy.maximum_event_age_in_seconds
       maximum_retry_attempts       = var.retry_policy.maximum_retry_attempts

@@ -30,6 +30,14 @@ locals {
   }
 }
 
+locals {
+  # The message group of each job on a FIFO queue: its event_id, with what SQS does not take in a
+  # group id (anything but printable ASCII, space included) replaced by "_", as `sqsjkr send` does.
+  message_groups = {
+    for key, job in var.jobs : key => substr(replace(coalesce(job.event_id, key), "/[^!-~]/", "_"), 0, 128)
+  }
+}
+
 resource "aws_cloudwatch_event_rule" "job" {
   for_each = local.rule_jobs
 
@@ -64,6 +72,14 @@ resource "aws_cloudwatch_event_target" "job" {
   target_id = "sqsjkr-queue"
   arn       = aws_sqs_queue.jobs.arn
   input     = jsonencode(local.job_messages[each.key])
+
+  dynamic "sqs_target" {
+    for_each = var.fifo ? [local.message_groups[each.key]] : []
+
+    content {
+      message_group_id = sqs_target.value
+    }
+  }
 
   lifecycle {
     precondition {

@@ -1,7 +1,17 @@
 # The job queue, its dead-letter queue and who may send to the queue.
 
+locals {
+  # SQS requires a FIFO queue's name to end in .fifo, and a FIFO queue's DLQ to be FIFO too.
+  queue_suffix = var.fifo ? ".fifo" : ""
+  # Jobs whose rate() fires within SQS's 5-minute deduplication window of a FIFO queue.
+  fifo_too_often = sort([
+    for key, job in var.jobs : key if can(regex("^rate\\([1-4] minutes?\\)$", job.schedule_expression))
+  ])
+}
+
 resource "aws_sqs_queue" "dlq" {
-  name                      = "${var.name}-dlq"
+  name                      = "${var.name}-dlq${local.queue_suffix}"
+  fifo_queue                = var.fifo
   message_retention_seconds = var.dlq_message_retention_seconds
   # SQS-managed keys: EventBridge cannot send to a queue under the AWS-managed KMS key, and a
   # customer key would need kms: grants for both EventBridge and the hosts.
@@ -10,10 +20,14 @@ resource "aws_sqs_queue" "dlq" {
 }
 
 resource "aws_sqs_queue" "jobs" {
-  name                       = var.name
-  visibility_timeout_seconds = var.visibility_timeout_seconds
-  message_retention_seconds  = var.message_retention_seconds
-  sqs_managed_sse_enabled    = true
+  name       = "${var.name}${local.queue_suffix}"
+  fifo_queue = var.fifo
+  # EventBridge Scheduler sends to a FIFO queue only with content-based deduplication: a message
+  # with the same body as one sent in the last 5 minutes is dropped (see the variable fifo).
+  content_based_deduplication = var.fifo ? true : null
+  visibility_timeout_seconds  = var.visibility_timeout_seconds
+  message_retention_seconds   = var.message_retention_seconds
+  sqs_managed_sse_enabled     = true
 
   # A message that keeps coming back (hosts dying mid-job, a job that never gets its lock) ends
   # up in the DLQ instead of cycling for the whole retention period.
@@ -28,6 +42,12 @@ resource "aws_sqs_queue" "jobs" {
     precondition {
       condition     = var.dlq_message_retention_seconds >= var.message_retention_seconds
       error_message = "dlq_message_retention_seconds must be at least message_retention_seconds: a message moved to the DLQ keeps its first enqueue time."
+    }
+    # Content-based deduplication drops a schedule's message equal to one sent in the last 5
+    # minutes: a job that fires more often would silently run less often.
+    precondition {
+      condition     = !var.fifo || length(local.fifo_too_often) == 0
+      error_message = "With fifo = true, SQS drops a message equal to one sent in the last 5 minutes, and jobs ${join(", ", local.fifo_too_often)} are scheduled more often than that: schedule them less often, or use a standard queue (fifo = false)."
     }
   }
 }

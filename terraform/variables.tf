@@ -268,6 +268,12 @@ variable "dlq_message_retention_seconds" {
   }
 }
 
+variable "fifo" {
+  description = "Make the queue and its DLQ FIFO queues (<name>.fifo, <name>-dlq.fifo, with content-based deduplication, which EventBridge Scheduler requires): each job's messages form a message group (its event_id), run one at a time and in order. SQS drops a message whose body equals one sent in the last 5 minutes, so a job scheduled more often than every 5 minutes runs at most once per 5 minutes. Changing it replaces both queues. Use <name>.fifo as [sqs] queue_name."
+  type        = bool
+  default     = false
+}
+
 variable "max_receive_count" {
   description = "Receives after which SQS moves a message to the DLQ (the redrive policy's maxReceiveCount). A message is received again when a host dies mid-job or gives it back."
   type        = number

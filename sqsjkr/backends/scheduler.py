@@ -72,9 +72,14 @@ def create_one_time(
     queue: QueueTarget,
     role_arn: str,
     body: str,
+    message_group_id: str | None = None,
 ) -> None:
-    """Schedule body to be put on the queue at `when`, once; the schedule deletes itself after."""
+    """Schedule body to be put on the queue at `when`, once; the schedule deletes itself after.
+
+    A FIFO queue needs message_group_id (and content-based deduplication on the queue)."""
     target: dict[str, Any] = {"Arn": queue.arn, "RoleArn": role_arn, "Input": body}
+    if message_group_id is not None:
+        target["SqsParameters"] = {"MessageGroupId": message_group_id}
     if queue.dead_letter_arn:
         # Where alarms already look: a job the scheduler could not send is not lost silently.
         target["DeadLetterConfig"] = {"Arn": queue.dead_letter_arn}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -28,6 +29,50 @@ ORIGINAL_ID_ATTRIBUTE = "sqsjkr_message_id"
 RECEIVE_COUNT_ATTRIBUTE = "sqsjkr_receive_count"
 #: How much of an invalid body is logged when there is no dead-letter queue to keep it.
 _LOGGED_BODY_BYTES = 4096
+#: What SQS requires a FIFO queue's name to end in.
+FIFO_SUFFIX = ".fifo"
+#: The group of a message sent to a FIFO queue that had none (a standard queue's message).
+FALLBACK_GROUP_ID = "sqsjkr"
+
+
+def is_fifo(queue: str) -> bool:
+    """Whether a queue (its name, URL or ARN) is a FIFO queue: SQS requires the suffix of those."""
+    return queue.endswith(FIFO_SUFFIX)
+
+
+#: What SQS allows in a MessageGroupId or MessageDeduplicationId: 1 to 128 letters, digits and
+#: punctuation, which is printable ASCII without the space.
+_FIFO_ID = re.compile(r"[!-~]{1,128}")
+_NOT_FIFO_ID_CHARACTER = re.compile(r"[^!-~]")
+
+
+def fifo_id_error(value: str) -> str | None:
+    """Why SQS would refuse value as a MessageGroupId or MessageDeduplicationId; None if not."""
+    if _FIFO_ID.fullmatch(value):
+        return None
+    return (
+        f"{quote(value)} is not a valid FIFO id: SQS takes 1 to 128 letters, digits and "
+        "punctuation (no spaces or other characters)"
+    )
+
+
+def group_id_of(event_id: str | None) -> str:
+    """The message group of a job sent without one: its event_id, with what SQS does not take
+    in a group id replaced by "_" and cut to 128 characters; FALLBACK_GROUP_ID without one."""
+    if not event_id:
+        return FALLBACK_GROUP_ID
+    return _NOT_FIFO_ID_CHARACTER.sub("_", event_id)[:128]
+
+
+def fifo_send_parameters(group_id: str | None, deduplication_id: str) -> dict[str, str]:
+    """SendMessage parameters for a FIFO queue: the message's group (kept in order behind the
+    rest of it), and an explicit deduplication id, so that a send retried after a lost answer is
+    dropped by SQS within its five minutes whether or not the queue has content-based
+    deduplication. FIFO queues take no per-message DelaySeconds: never pass one with these."""
+    return {
+        "MessageGroupId": group_id or FALLBACK_GROUP_ID,
+        "MessageDeduplicationId": deduplication_id,
+    }
 
 
 @dataclass(frozen=True)
@@ -41,6 +86,8 @@ class Message:
     receive_count: int = 1
     #: SQS message attributes as received, passed on unchanged to a dead-letter queue.
     attributes: Mapping[str, Any] = field(default_factory=dict)
+    #: The MessageGroupId of a FIFO queue's message; None on a standard queue.
+    group_id: str | None = None
 
 
 class MessageSource(Protocol):
@@ -98,6 +145,29 @@ def queue_settings(client: Any, queue_url: str) -> QueueSettings:
     )
 
 
+@dataclass(frozen=True)
+class SendSettings:
+    """What a sender needs to know of the queue it sends to."""
+
+    fifo: bool
+    content_based_deduplication: bool  # a FIFO queue that deduplicates by the body's SHA-256
+    max_receive_count: int | None  # from the RedrivePolicy, if there is one
+
+
+def send_settings(client: Any, queue_url: str) -> SendSettings:
+    """The queue's kind, deduplication and maxReceiveCount, read in one call."""
+    attributes = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])[
+        "Attributes"
+    ]
+    redrive = json.loads(attributes.get("RedrivePolicy") or "{}")
+    count = redrive.get("maxReceiveCount")
+    return SendSettings(
+        fifo=attributes.get("FifoQueue") == "true",
+        content_based_deduplication=attributes.get("ContentBasedDeduplication") == "true",
+        max_receive_count=None if count is None else int(count),
+    )
+
+
 def dead_letter_queue_url(client: Any, arn: str) -> str:
     """The URL of the queue an ARN names (arn:aws:sqs:REGION:ACCOUNT:NAME)."""
     parts = arn.split(":")
@@ -136,6 +206,8 @@ class SqsSource:
             MaxNumberOfMessages=max(1, min(MAX_BATCH, max_messages)),
             WaitTimeSeconds=self._wait_time_seconds,
             VisibilityTimeout=self._visibility_timeout,
+            # Every system attribute: SentTimestamp and ApproximateReceiveCount, and on a FIFO
+            # queue MessageGroupId, MessageDeduplicationId and SequenceNumber.
             AttributeNames=["All"],
             MessageAttributeNames=["All"],
         )
@@ -182,11 +254,16 @@ class SqsSource:
             for name, value in ours.items():
                 if len(attributes) < _MAX_MESSAGE_ATTRIBUTES:
                     attributes[name] = value
-            self._client.send_message(
-                QueueUrl=self.dead_letter_url,
-                MessageBody=message.body,
-                MessageAttributes=attributes,
-            )
+            request: dict[str, Any] = {
+                "QueueUrl": self.dead_letter_url,
+                "MessageBody": message.body,
+                "MessageAttributes": attributes,
+            }
+            if is_fifo(self.dead_letter_url):
+                # A FIFO queue's dead-letter queue is FIFO too. The source message id as the
+                # deduplication id: a reject retried after a lost answer is not kept twice.
+                request.update(fifo_send_parameters(message.group_id, message.message_id))
+            self._client.send_message(**request)
             log.error(
                 "invalid message %s moved to the dead-letter queue: %s",
                 message.message_id,
@@ -216,4 +293,5 @@ def _to_message(raw: dict[str, Any]) -> Message:
         sent_at=int(attributes.get("SentTimestamp", 0)) / 1000.0,
         receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
         attributes=raw.get("MessageAttributes", {}),
+        group_id=attributes.get("MessageGroupId"),
     )

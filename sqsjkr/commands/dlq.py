@@ -22,6 +22,8 @@ from sqsjkr.backends.sqs import (
     RECEIVE_COUNT_ATTRIBUTE,
     REJECT_REASON_ATTRIBUTE,
     dead_letter_queue_url,
+    fifo_send_parameters,
+    is_fifo,
     queue_settings,
     resolve_queue_url,
 )
@@ -46,7 +48,6 @@ PEEK_WAIT_SECONDS = 1
 BODY_EXCERPT = 80
 #: The attributes the daemon adds to a message it dead-letters; a redrive leaves them behind.
 OUR_ATTRIBUTE_PREFIX = "sqsjkr_"
-FIFO_FALLBACK_GROUP = "sqsjkr-redrive"
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Queues:
 
     @property
     def fifo(self) -> bool:
-        return self.name.endswith(".fifo")
+        return is_fifo(self.name)
 
 
 def open_queues(conf: str, profile: str | None, region: str | None) -> Queues:
@@ -298,9 +299,12 @@ def send_back(queues: Queues, letter: DeadLetter) -> str:
     if attributes:
         request["MessageAttributes"] = attributes
     if queues.fifo:
-        request["MessageGroupId"] = letter.system.get("MessageGroupId", FIFO_FALLBACK_GROUP)
-        # A redrive retried within SQS's five-minute window is not sent twice.
-        request["MessageDeduplicationId"] = letter.message_id
+        # Back into its own group (SQS and the daemon's reject keep the group in the DLQ), and
+        # deduplicated by its original id: a redrive retried after a lost answer, within SQS's
+        # five minutes, is not sent twice. No DelaySeconds: FIFO queues refuse it per message.
+        request.update(
+            fifo_send_parameters(letter.system.get("MessageGroupId"), letter.original_id)
+        )
     return str(queues.sqs.send_message(**request)["MessageId"])
 
 

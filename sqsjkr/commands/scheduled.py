@@ -55,9 +55,18 @@ def when_of(config: Config, at_text: str | None, in_text: str | None, zone: str 
 
 
 def schedule_job(
-    config: Config, session: Any, sqs: Any, queue_url: str, body: str, when: OneTime
+    config: Config,
+    session: Any,
+    sqs: Any,
+    queue_url: str,
+    body: str,
+    when: OneTime,
+    *,
+    group_id: str | None = None,
 ) -> None:
-    """Create the one-time schedule of body; prints its name, and when it runs on stderr."""
+    """Create the one-time schedule of body; prints its name, and when it runs on stderr.
+
+    group_id: the message group, for a FIFO queue (None for a standard one)."""
     role_arn = config.schedule.role_arn
     if role_arn is None:
         raise UsageFailure(
@@ -74,6 +83,7 @@ def schedule_job(
         queue=queue_target(sqs, queue_url),
         role_arn=role_arn,
         body=body,
+        message_group_id=group_id,
     )
     click.echo(name)
     click.echo(

@@ -17,7 +17,14 @@ from typing import Any, TypeVar
 import click
 
 from sqsjkr.backends.aws import make_client, make_session
-from sqsjkr.backends.sqs import resolve_queue_url
+from sqsjkr.backends.sqs import (
+    SendSettings,
+    fifo_id_error,
+    fifo_send_parameters,
+    group_id_of,
+    resolve_queue_url,
+    send_settings,
+)
 from sqsjkr.commands.options import UsageFailure, conf_option, load, profile_option, region_option
 from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
 from sqsjkr.contract.config import Overrides
@@ -307,7 +314,23 @@ def job_options(command: _Command) -> _Command:
 @profile_option
 @region_option
 @job_options
-@click.option("--delay", type=click.IntRange(0, 900), default=0, help="SQS DelaySeconds.")
+@click.option(
+    "--delay",
+    type=click.IntRange(0, 900),
+    default=0,
+    help="SQS DelaySeconds (not for FIFO queues, which have no per-message delay).",
+)
+@click.option(
+    "--group-id",
+    metavar="ID",
+    help="FIFO queues: the message group (default: the job's event_id, else sqsjkr).",
+)
+@click.option(
+    "--dedupe-id",
+    metavar="ID",
+    help="FIFO queues: the MessageDeduplicationId (default: none, for a queue with "
+    "content-based deduplication).",
+)
 @click.option(
     "--body",
     metavar="JSON|-|@PATH",
@@ -337,6 +360,8 @@ def send(
     profile: str | None,
     region: str | None,
     delay: int,
+    group_id: str | None,
+    dedupe_id: str | None,
     body: str | None,
     at_time: str | None,
     in_time: str | None,
@@ -353,7 +378,8 @@ def send(
     options = JobOptions(**job)
     built_from_options = bool(options.given())
     if list_scheduled or cancel is not None:
-        others = built_from_options or body or at_time or in_time or zone or delay
+        others = any((built_from_options, body, at_time, in_time, zone, delay, group_id))
+        others = others or dedupe_id is not None
         manage_scheduled(
             lambda: load(conf, Overrides(profile=profile, region=region)),
             listing=list_scheduled,
@@ -381,8 +407,87 @@ def send(
     session = make_session(region=config.account.region, profile=config.account.profile)
     sqs = make_client(session, "sqs")
     queue_url = resolve_queue_url(sqs, config.sqs.queue_name, config.account.id)
+    queue = QueueSend(config.sqs.queue_name, send_settings(sqs, queue_url))
+    queue.warn_of_retries(body)
+    fifo = queue.fifo_parameters(body, group_id, dedupe_id, delay=delay, later=later)
     if when is not None:
-        schedule_job(config, session, sqs, queue_url, body, when)
+        group = None if fifo is None else fifo["MessageGroupId"]
+        schedule_job(config, session, sqs, queue_url, body, when, group_id=group)
         return
-    response = sqs.send_message(QueueUrl=queue_url, MessageBody=body, DelaySeconds=delay)
+    request: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": body}
+    if fifo is None:
+        request["DelaySeconds"] = delay
+    else:
+        request.update(fifo)
+    response = sqs.send_message(**request)
     click.echo(response["MessageId"])
+
+
+@dataclass(frozen=True)
+class QueueSend:
+    """What sending a job to one queue takes: FIFO parameters, and a word on its RedrivePolicy."""
+
+    name: str
+    settings: SendSettings
+
+    def warn_of_retries(self, body: str) -> None:
+        """Warn when a job's retries can take it past the queue's maxReceiveCount: every run is
+        a receive, and SQS moves a message received that many times to the dead-letter queue."""
+        retries = parse_job(body, message_id="(not sent)", sent_at=0.0).retries
+        count = self.settings.max_receive_count
+        if retries and count is not None and count <= retries + 1:
+            click.echo(
+                f"sqsjkr: warning: queue {self.name} moves a message to its dead-letter queue "
+                f"after {count} receives (RedrivePolicy maxReceiveCount), and a job with "
+                f"{retries} retries may be received {retries + 1} times or more: its retries "
+                f"can move it to the dead-letter queue (give the queue a count above "
+                f"{retries + 1})",
+                err=True,
+            )
+
+    def fifo_parameters(
+        self, body: str, group_id: str | None, dedupe_id: str | None, *, delay: int, later: bool
+    ) -> dict[str, str] | None:
+        """MessageGroupId (and MessageDeduplicationId) for a FIFO queue; None for a standard
+        one. UsageFailure for options the queue cannot take."""
+        if not self.settings.fifo:
+            for option, value in (("--group-id", group_id), ("--dedupe-id", dedupe_id)):
+                if value is not None:
+                    raise UsageFailure(
+                        f"{option} is for FIFO queues; queue {self.name} is a standard queue"
+                    )
+            return None
+        if delay:
+            raise UsageFailure(
+                f"--delay: queue {self.name} is a FIFO queue, and SQS takes no per-message delay "
+                "on those (only the queue's own DelaySeconds); use --in for a later run"
+            )
+        for option, value in (("--group-id", group_id), ("--dedupe-id", dedupe_id)):
+            error = None if value is None else fifo_id_error(value)
+            if error is not None:
+                raise UsageFailure(f"{option}: {error}")
+        self._check_deduplication(dedupe_id, later)
+        group = group_id or group_id_of(json.loads(body).get("event_id"))
+        if dedupe_id is not None:
+            return fifo_send_parameters(group, dedupe_id)
+        return {"MessageGroupId": group}  # deduplicated by its content
+
+    def _check_deduplication(self, dedupe_id: str | None, later: bool) -> None:
+        if later:
+            if dedupe_id is not None:
+                raise UsageFailure(
+                    "--dedupe-id is for jobs sent now: EventBridge Scheduler sends to a FIFO "
+                    "queue with no deduplication id, by the queue's content-based deduplication"
+                )
+            if not self.settings.content_based_deduplication:
+                raise UsageFailure(
+                    f"--at and --in: queue {self.name} is a FIFO queue without content-based "
+                    "deduplication, and EventBridge Scheduler can only send to a FIFO queue that "
+                    "has it (ContentBasedDeduplication; the terraform module sets it)"
+                )
+        elif dedupe_id is None and not self.settings.content_based_deduplication:
+            raise UsageFailure(
+                f"queue {self.name} is a FIFO queue without content-based deduplication: give "
+                "--dedupe-id ID (SQS drops a later message with the same id for 5 minutes), or "
+                "turn on ContentBasedDeduplication on the queue"
+            )
