@@ -224,7 +224,6 @@ def test_a_group_waits_behind_its_message_that_waits_for_a_lock(
     assert daemon.stop() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="lead wires GroupOrder")
 def test_a_group_received_in_one_batch_runs_in_order(
     fifo: Fifo, start_daemon: Start, tmp_path: Path
 ) -> None:
@@ -246,7 +245,6 @@ def test_a_group_received_in_one_batch_runs_in_order(
     assert daemon.stop() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="lead wires GroupOrder")
 def test_a_group_waits_behind_its_message_hidden_for_a_retry(
     fifo: Fifo, start_daemon: Start, tmp_path: Path
 ) -> None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from sqsjkr.backends.aws import AWS_ERRORS, describe
 from sqsjkr.backends.lease import lease_timing
 from sqsjkr.backends.sqs import MAX_BATCH, Message, MessageSource
+from sqsjkr.daemon.fifo import GroupOrder
+from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.pausing import Pausing
 from sqsjkr.daemon.worker import Worker
 
@@ -91,6 +93,8 @@ class Intake:
         self.worker = worker
         self.pausing = pausing
         self.deletes = PendingDeletes(source, settings.delete_window)
+        #: A FIFO queue's messages of one group run one at a time, in order.
+        self.order: GroupOrder[InFlight] = GroupOrder()
         # Slots: workers plus prefetch. A prefetched job waits in the pool's queue for a worker.
         self.capacity = settings.max_workers + settings.prefetch
         self._free = self.capacity

@@ -23,6 +23,7 @@ from sqsjkr.backends.pause import PauseStore
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.http_call import LOOPBACK
 from sqsjkr.contract.job import Job, parse_job
+from sqsjkr.daemon.fifo import behind_held
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
 from sqsjkr.daemon.intake import Intake, IntakeSettings
 from sqsjkr.daemon.pausing import Pausing, describe_pause
@@ -185,6 +186,7 @@ class Kicker:
                 with self._intake_lock:
                     self._stopping.set()
                 for intake in self._intakes.values():
+                    self._give_back_waiting(intake, intake.order.drain())
                     intake.wake()
                 self._drain(force)
                 for receiver in receivers:
@@ -279,8 +281,10 @@ class Kicker:
                     intake.give_back([entry.message for entry in entries])
                     return
                 for entry in entries:
-                    intake.take()
+                    # Kept hidden by the heartbeat, even while it waits behind its FIFO group.
                     self._in_flight.add(entry)
+                for entry in intake.order.admit(entries):
+                    intake.take()
                     pool.submit(self._work, intake, entry)
             self._report_workers()
 
@@ -326,7 +330,9 @@ class Kicker:
             accepted.append(InFlight(message, job, queue=intake.name))
         if intake.pausing is not None and accepted:
             held = intake.pausing.hold_back([(e.message, e.job.event_id) for e in accepted])
-            accepted = [e for e in accepted if e.message.message_id not in held]
+            # A FIFO group's later messages must not run before its held one.
+            accepted, behind = behind_held(accepted, held)
+            intake.set_visibility([e.message for e in behind], 0)
         if intake.settings.delete_on_receive:
             # At once: a crash between here and a later batch would run these jobs again.
             intake.deletes.add([entry.message for entry in accepted])
@@ -349,6 +355,18 @@ class Kicker:
     # -- one job ----------------------------------------------------------------------------------
 
     def _work(self, intake: Intake, entry: InFlight) -> None:
+        """Run entry's job, then on the same worker each message of its FIFO group that waited
+        behind it on this host, in order."""
+        following: InFlight | None = entry
+        try:
+            while following is not None:
+                following = self._work_one(intake, following)
+        finally:
+            intake.give_back_slot()
+            self._report_workers()
+
+    def _work_one(self, intake: Intake, entry: InFlight) -> InFlight | None:
+        """Run one job and settle its message; the next of its message group, if any."""
         self._stats.job_started(intake.name)
         # Should handle() fail, the message is left to reappear: its job runs again.
         ending = Ending(LEAVE, (Outcome.FAILED,))
@@ -367,14 +385,30 @@ class Kicker:
                 self._settle(intake, entry, ending.settle)
             finally:
                 self._stats.job_finished(intake.name)
-                intake.give_back_slot()
-                self._report_workers()
         if ending.settle.pause_intake:
             self._pause.fail()
         else:
             self._pause.reset()
         for outcome in ending.counts:
             self._stats.count(outcome, intake.name)
+        if ending.settle.delete or intake.settings.delete_on_receive:
+            return intake.order.finished(entry)
+        # It runs again later: what waits behind it must not run first.
+        self._give_back_waiting(intake, intake.order.given_back(entry))
+        return None
+
+    def _give_back_waiting(self, intake: Intake, entries: Sequence[InFlight]) -> None:
+        """Messages that waited behind another of their FIFO group go back to the queue, which
+        hands them out again after it."""
+        if not entries:
+            return
+        for entry in entries:
+            self._in_flight.discard(entry)
+        log.info(
+            "giving back %d message(s) that waited behind another of their message group",
+            len(entries),
+        )
+        intake.set_visibility([entry.message for entry in entries], 0)
 
     def _settle(self, intake: Intake, entry: InFlight, settle: Settle) -> None:
         """Do with the message what the job's end asks for."""
