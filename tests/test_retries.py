@@ -4,6 +4,7 @@ first send; and the dedupe record that counts the runs."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from datetime import datetime, timezone
@@ -183,3 +184,32 @@ def test_a_claim_notes_its_run_in_the_same_write(aws: Aws, noted: bool) -> None:
     # A second claim of the same message is refused, and notes nothing.
     other = store.claim("m1", running=start)
     assert other.state is ClaimState.RUNNING and not other.noted
+
+
+def test_a_retry_past_max_receive_count_is_named_in_the_log(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    """SQS dead-letters a message past its maxReceiveCount: the retry that cannot run says so."""
+    dlq = aws.sqs.create_queue(QueueName=f"{aws.queue_name}-dlq")["QueueUrl"]
+    arn = aws.sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]
+    policy = {"deadLetterTargetArn": arn["QueueArn"], "maxReceiveCount": 1}
+    aws.sqs.set_queue_attributes(
+        QueueUrl=aws.queue_url, Attributes={"RedrivePolicy": json.dumps(policy)}
+    )
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    aws.send({"command": "exit 1", "event_id": "doomed", "retries": 2, "retry_delay": "0s"})
+    daemon.wait_for_log("its retry cannot run here: the message has been received 1 time(s)")
+    assert "maxReceiveCount above retries + 1 (3)" in daemon.log
+    wait_until(
+        lambda: (
+            int(
+                aws.sqs.get_queue_attributes(
+                    QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"]
+                )["Attributes"]["ApproximateNumberOfMessages"]
+            )
+            == 1
+        ),
+        what="the message in the dead-letter queue",
+    )
+    assert invocations(port)["errored"] == 1
+    assert daemon.stop() == 0

@@ -130,6 +130,7 @@ class QueueSettings:
 
     retention_seconds: int  # how long a dedupe record must outlive its message
     dead_letter_arn: str | None  # from the RedrivePolicy, if there is one
+    max_receive_count: int | None = None  # likewise
 
 
 def queue_settings(client: Any, queue_url: str) -> QueueSettings:
@@ -139,9 +140,11 @@ def queue_settings(client: Any, queue_url: str) -> QueueSettings:
     )
     attributes = response["Attributes"]
     redrive = json.loads(attributes.get("RedrivePolicy") or "{}")
+    count = redrive.get("maxReceiveCount")
     return QueueSettings(
         retention_seconds=int(attributes["MessageRetentionPeriod"]),
         dead_letter_arn=redrive.get("deadLetterTargetArn"),
+        max_receive_count=None if count is None else int(count),
     )
 
 

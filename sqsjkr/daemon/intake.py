@@ -41,6 +41,8 @@ class IntakeSettings:
     delete_on_receive: bool = False
     #: The visibility timeout in-flight messages get on receipt and at each heartbeat.
     visibility: int = lease_timing(60.0)[1]
+    #: The queue's RedrivePolicy maxReceiveCount: past it, SQS dead-letters instead of delivering.
+    max_receive_count: int | None = None
 
 
 class PendingDeletes:

@@ -129,6 +129,7 @@ class Kicker:
                     job_timeout=settings.job_timeout,
                     hide_margin=max(1, int(queue.visibility - settings.lease)),
                     lease=settings.lease,
+                    max_receive_count=queue.max_receive_count,
                 ),
                 clock=clock,
                 trigger=trigger,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -236,7 +236,9 @@ def _connect(
         if found is None:
             return None
         queue_url, settings, dead_letter_url = found
-        intake = intake_settings(config, queue)
+        intake = replace(
+            intake_settings(config, queue), max_receive_count=settings.max_receive_count
+        )
         source = SqsSource(
             sqs,
             queue_url,

@@ -64,6 +64,8 @@ class WorkerSettings:
     hide_margin: int = 15
     #: The lease of locks and claims: a job starts only with FRESH_LEASE_SHARE of it left.
     lease: float = 60.0
+    #: The queue's RedrivePolicy maxReceiveCount, if any: a retry is one more receive.
+    max_receive_count: int | None = None
 
 
 class Worker:
@@ -198,6 +200,15 @@ class Worker:
         jlog.warning(
             "will run again in %.0fs (retry %d of %d)", delay, progress.attempt, job.retries
         )
+        limit = self._settings.max_receive_count
+        if limit is not None and progress.message.receive_count >= limit:
+            jlog.warning(
+                "its retry cannot run here: the message has been received %d time(s), the "
+                "queue's maxReceiveCount, so SQS moves it to the dead-letter queue instead; "
+                "give the queue a maxReceiveCount above retries + 1 (%d)",
+                progress.message.receive_count,
+                job.retries + 1,
+            )
         return replace(ending, settle=Settle(visible_in=_hide_for(delay)), retry=retry)
 
     @staticmethod
