@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import urllib.request
 import uuid
 from dataclasses import replace
@@ -15,7 +16,17 @@ import pytest
 from sqsjkr.contract.config import QueueConfig, parse_config
 from sqsjkr.errors import ConfigError
 
-from .conftest import Aws, Daemon, Start, config_text, counted, free_port, run_daemon, wait_until
+from .conftest import (
+    Aws,
+    Daemon,
+    Start,
+    config_text,
+    counted,
+    free_port,
+    run_daemon,
+    sqsjkr_argv,
+    wait_until,
+)
 
 BASE = '[account]\nid = "123456789012"\nregion = "us-east-1"\n'
 
@@ -152,3 +163,27 @@ def test_the_go_config_means_one_queue() -> None:
 def test_a_bad_queue_names_its_table_and_key(text: str, problem: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(problem)):
         parse_config(BASE + text)
+
+
+def test_send_and_dlq_take_a_queue_by_name(tmp_path: Path, aws: Aws) -> None:
+    heavy = second_queue(aws)
+    conf = tmp_path / "config.toml"
+    conf.write_text(
+        config_text(aws, stats="stats_port = 0") + f'\n[[queues]]\nname = "{heavy.queue_name}"\n'
+    )
+    sent = subprocess.run(
+        sqsjkr_argv("send", "-c", str(conf), "--queue", heavy.queue_name, "--command", "true"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert (aws.queue_counts(), heavy.queue_counts()) == ((0, 0), (1, 0))
+    # The heavy queue has no RedrivePolicy: dlq names it, not the [sqs] queue.
+    dlq = subprocess.run(
+        sqsjkr_argv("dlq", "list", "-c", str(conf), "--queue", heavy.queue_name),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert dlq.returncode != 0 and f"queue {heavy.queue_name!r} has no RedrivePolicy" in dlq.stderr

@@ -33,6 +33,7 @@ from sqsjkr.commands.options import (
     conf_option,
     load,
     profile_option,
+    queue_option,
     region_option,
 )
 from sqsjkr.contract.config import Overrides
@@ -65,11 +66,11 @@ class Queues:
         return is_fifo(self.name)
 
 
-def open_queues(conf: str, profile: str | None, region: str | None) -> Queues:
+def open_queues(conf: str, profile: str | None, region: str | None, queue: str | None) -> Queues:
     config = load(conf, Overrides(profile=profile, region=region))
     session = make_session(region=config.account.region, profile=config.account.profile)
     sqs = make_client(session, "sqs")
-    name = config.sqs.queue_name
+    name = queue or config.sqs.queue_name
     url = resolve_queue_url(sqs, name, config.account.id)
     arn = queue_settings(sqs, url).dead_letter_arn
     if arn is None:
@@ -370,7 +371,7 @@ def redrive_named(redrive: Redrive, wanted: Sequence[str]) -> list[str]:
 
 
 def queue_options(command: Any) -> Any:
-    for option in (region_option, profile_option, conf_option):
+    for option in (queue_option, region_option, profile_option, conf_option):
         command = option(command)
     return command
 
@@ -383,9 +384,11 @@ def dlq() -> None:
 @dlq.command("list")
 @queue_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, an object per message.")
-def list_(conf: str, profile: str | None, region: str | None, as_json: bool) -> None:
+def list_(
+    conf: str, profile: str | None, region: str | None, queue_name: str | None, as_json: bool
+) -> None:
     """Every message in the dead-letter queue, left there."""
-    queues = open_queues(conf, profile, region)
+    queues = open_queues(conf, profile, region, queue_name)
     with Peek(queues.sqs, queues.dlq_url) as peek:
         letters = [letter for page in peek.pages() for letter in page]
     letters.sort(key=lambda letter: letter.sent_at)
@@ -402,9 +405,16 @@ def list_(conf: str, profile: str | None, region: str | None, as_json: bool) -> 
 @queue_options
 @click.option("--json", "as_json", is_flag=True, help="Print the message as a JSON object.")
 @click.argument("message_id")
-def show(conf: str, profile: str | None, region: str | None, as_json: bool, message_id: str) -> int:
+def show(
+    conf: str,
+    profile: str | None,
+    region: str | None,
+    queue_name: str | None,
+    as_json: bool,
+    message_id: str,
+) -> int:
     """One message, whole: MESSAGE_ID is its id in the dead-letter queue or its original id."""
-    queues = open_queues(conf, profile, region)
+    queues = open_queues(conf, profile, region, queue_name)
     with Peek(queues.sqs, queues.dlq_url) as peek:
         letter = next(
             (found for page in peek.pages() for found in page if found.matches(message_id)), None
@@ -433,6 +443,7 @@ def redrive(
     conf: str,
     profile: str | None,
     region: str | None,
+    queue_name: str | None,
     all_: bool,
     yes: bool,
     force: bool,
@@ -446,7 +457,7 @@ def redrive(
     """
     if all_ == bool(message_ids):
         raise UsageFailure("redrive takes message ids or --all (not both)")
-    queues = open_queues(conf, profile, region)
+    queues = open_queues(conf, profile, region, queue_name)
     if all_ and not yes:
         click.confirm(
             f"Send every message of dead-letter queue {queues.dlq_name} back to queue "

@@ -46,6 +46,12 @@ profile_option = click.option(
     "--profile", help="AWS credentials profile (overrides [account] profile)."
 )
 region_option = click.option("--region", help="AWS region (overrides [account] region).")
+queue_option = click.option(
+    "--queue",
+    "queue_name",
+    metavar="NAME",
+    help="The queue, by name (default: [sqs] queue_name, else the first [[queues]]).",
+)
 lock_table_option = click.option(
     "--lock-table", metavar="NAME", help="DynamoDB table (overrides [lock] table)."
 )

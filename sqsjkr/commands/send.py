@@ -25,7 +25,14 @@ from sqsjkr.backends.sqs import (
     resolve_queue_url,
     send_settings,
 )
-from sqsjkr.commands.options import UsageFailure, conf_option, load, profile_option, region_option
+from sqsjkr.commands.options import (
+    UsageFailure,
+    conf_option,
+    load,
+    profile_option,
+    queue_option,
+    region_option,
+)
 from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.http_call import METHODS
@@ -355,10 +362,12 @@ def job_options(command: _Command) -> _Command:
 )
 @click.option("--list-scheduled", is_flag=True, help="List the --at and --in jobs still to run.")
 @click.option("--cancel", metavar="NAME", help="Cancel an --at or --in job, by its name.")
+@queue_option
 def send(
     conf: str,
     profile: str | None,
     region: str | None,
+    queue_name: str | None,
     delay: int,
     group_id: str | None,
     dedupe_id: str | None,
@@ -378,7 +387,9 @@ def send(
     options = JobOptions(**job)
     built_from_options = bool(options.given())
     if list_scheduled or cancel is not None:
-        others = any((built_from_options, body, at_time, in_time, zone, delay, group_id))
+        others = any(
+            (built_from_options, body, at_time, in_time, zone, delay, group_id, queue_name)
+        )
         others = others or dedupe_id is not None
         manage_scheduled(
             lambda: load(conf, Overrides(profile=profile, region=region)),
@@ -406,8 +417,9 @@ def send(
     when = when_of(config, at_time, in_time, zone) if later else None
     session = make_session(region=config.account.region, profile=config.account.profile)
     sqs = make_client(session, "sqs")
-    queue_url = resolve_queue_url(sqs, config.sqs.queue_name, config.account.id)
-    queue = QueueSend(config.sqs.queue_name, send_settings(sqs, queue_url))
+    queue_name = queue_name or config.sqs.queue_name
+    queue_url = resolve_queue_url(sqs, queue_name, config.account.id)
+    queue = QueueSend(queue_name, send_settings(sqs, queue_url))
     queue.warn_of_retries(body)
     fifo = queue.fifo_parameters(body, group_id, dedupe_id, delay=delay, later=later)
     if when is not None:
