@@ -388,8 +388,9 @@ def _spawn(
     command: str, env: Mapping[str, str], *, with_stdin: bool, sh: str | None
 ) -> subprocess.Popen[bytes]:
     # A session of its own: a Ctrl-C aimed at the daemon's terminal must not kill the jobs it
-    # is draining. start_new_session (no preexec_fn) and the default close_fds let Python start
-    # the command with posix_spawn or vfork rather than a fork of the whole daemon.
+    # is draining. start_new_session rather than a preexec_fn lets Python start the command
+    # with vfork rather than a fork of the whole daemon (posix_spawn would also need
+    # close_fds=False, which would leak the daemon's sockets into every job).
     return subprocess.Popen(
         ["sh", "-c", command],
         # sh is found on the daemon's PATH, not on a PATH the job sets for itself.
