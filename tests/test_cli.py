@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sqsjkr import __version__
-from sqsjkr.commands.cli import UsageFailure, translate_go_args
+from sqsjkr.commands.cli import SUBCOMMANDS, UsageFailure, translate_go_args
 from sqsjkr.commands.send import option_of, send
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.http_call import HttpCall
@@ -85,6 +85,41 @@ def test_version(flag: str) -> None:
     result = sqsjkr(flag)
     assert result.returncode == 0
     assert result.stdout.strip() == f"sqsjkr {__version__}"
+
+
+def imported_modules(*args: str) -> set[str]:
+    """The modules `python -m sqsjkr ARGS` imports, from -X importtime's report on stderr."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "sqsjkr", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2
+    }
+
+
+def test_run_imports_no_other_subcommand(tmp_path: Path) -> None:
+    modules = imported_modules("run", "-c", str(tmp_path / "nope.toml"))
+    assert "sqsjkr.daemon.service" in modules  # the report is read right
+    others = [
+        "sqsjkr.commands." + name
+        for name in ("check", "crontab2tf", "demo", "dlq", "history", "local", "locks", "pause")
+    ] + ["sqsjkr.commands.send", "sqsjkr.commands.status", "sqsjkr.crontab", "moto"]
+    assert sorted(modules & set(others)) == []
+
+
+def test_help_lists_every_subcommand_with_its_summary() -> None:
+    result = sqsjkr("--help")
+    assert result.returncode == 0
+    listed = result.stdout.split("Commands:", 1)[1]
+    names = [line.split()[0] for line in listed.strip().splitlines()]
+    assert names == sorted(SUBCOMMANDS)
+    assert "Run the daemon." in listed
+    assert "Convert a crontab" in listed
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:

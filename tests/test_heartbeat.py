@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -240,3 +241,71 @@ def test_hiding_holds_the_lock_that_settling_waits_for_and_flushes_deletes() -> 
     hb.hide()
     assert len(source.calls) == 1
     assert flushed == [False]  # deletes go out after the lock is let go
+
+
+class WatchedJobs(InFlightJobs):
+    """Records each time a beat goes to sleep for want of work: the changes() it sleeps from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.idle_waits: list[int] = []
+
+    def wait_changed(self, since: int, stop: threading.Event) -> bool:
+        self.idle_waits.append(since)
+        return super().wait_changed(since, stop)
+
+
+#: Absence of calls cannot be polled for: the idle heartbeat is watched for this long, which is
+#: 30 of its beats (interval 0.01 s).
+IDLE_WINDOW = 0.3
+
+
+def test_an_idle_heartbeat_makes_no_call_and_wakes_for_a_job() -> None:
+    jobs, source, dedupe, locker = WatchedJobs(), Source(), MemoryDedupe(), CountingLocker()
+    flushes: list[int] = []
+    hb = Heartbeat(
+        jobs,
+        source=source,
+        dedupe=dedupe,
+        locker=locker,
+        interval=0.01,
+        visibility=75,
+        flush_deletes=lambda: flushes.append(1),
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=hb.run, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: len(jobs.idle_waits) == 2, what="both beats asleep")
+        time.sleep(IDLE_WINDOW)
+        assert (flushes, source.calls, locker.renewals) == ([], [], [])
+        assert jobs.idle_waits == [0, 0]  # never woke up
+
+        (entry,) = in_flight(jobs, dedupe, locker, 1)
+        wait_until(lambda: len(locker.renewals) >= 2 and source.calls, what="beats for the job")
+        before_end = len(flushes)
+        jobs.discard(entry)
+        ended = jobs.changes()
+        wait_until(lambda: jobs.idle_waits.count(ended) == 2, what="both beats asleep again")
+        # Beats go on just long enough to send the finished job's delete, whatever the receive
+        # loop does meanwhile: two flushes at least, then none.
+        assert len(flushes) >= before_end + 2
+        counts = (len(flushes), len(source.calls), len(locker.renewals))
+        time.sleep(IDLE_WINDOW)
+        assert (len(flushes), len(source.calls), len(locker.renewals)) == counts
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_a_stop_wakes_an_idle_heartbeat() -> None:
+    jobs = WatchedJobs()
+    hb = heartbeat(jobs, Source(), MemoryDedupe(), CountingLocker())
+    stop = threading.Event()
+    thread = threading.Thread(target=hb.run, args=(stop,))
+    thread.start()
+    wait_until(lambda: len(jobs.idle_waits) == 2, what="both beats asleep")
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive()

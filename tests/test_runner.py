@@ -267,6 +267,44 @@ def test_a_command_that_ends_is_not_stopped_and_its_background_child_lives_on(
     assert runner_warnings(caplog) == []
 
 
+def test_a_running_command_costs_no_thread_but_the_one_running_it(tmp_path: Path) -> None:
+    started, release = tmp_path / "started", tmp_path / "release"
+    command = (
+        f"touch {shlex.quote(str(started))}; "
+        f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.05; done"
+    )
+    before = set(threading.enumerate())
+    results: list[RunResult] = []
+    worker = threading.Thread(target=lambda: results.append(run(ShellRunner(), job(command), 60)))
+    worker.start()
+    try:
+        wait_until(started.exists, timeout=10, what="the command to start")
+        assert set(threading.enumerate()) - before == {worker}  # no stopper, no reader thread
+    finally:
+        release.touch()
+        worker.join(10)
+    assert results[0].ok
+
+
+def test_a_command_that_closed_its_output_still_times_out() -> None:
+    result = run_shell(
+        "exec >/dev/null 2>&1 </dev/null; sleep 10", env=os.environ, emit=discard, timeout=0.3
+    )
+    assert result.stopped is StopReason.TIMED_OUT
+    assert result.exit_code == -signal.SIGTERM
+    assert result.seconds < 5
+
+
+def test_a_runner_keeps_the_sh_it_found_on_the_daemons_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    runner = ShellRunner(base_env={"PATH": str(empty)})  # created with the daemon's PATH
+    monkeypatch.setenv("PATH", str(empty))
+    assert run(runner, job("exit 3")).exit_code == 3
+
+
 def test_stop_switch_first_reason_wins() -> None:
     stop = StopSwitch()
     assert stop.wait(0) is None

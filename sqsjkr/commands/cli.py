@@ -5,26 +5,34 @@ The Go binary's flags (`sqsjkr -conf PATH ...`) are translated to `sqsjkr run` s
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import click
-from botocore.exceptions import BotoCoreError, ClientError
 
 from sqsjkr import __version__
-from sqsjkr.backends.aws import describe
-from sqsjkr.commands.check import check
-from sqsjkr.commands.crontab2tf import crontab2tf
-from sqsjkr.commands.dlq import dlq
-from sqsjkr.commands.history import history
-from sqsjkr.commands.locks import locks, unlock
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.pause import pause, resume
-from sqsjkr.commands.run import local, run
-from sqsjkr.commands.send import send
-from sqsjkr.commands.status import status
 from sqsjkr.errors import SqsjkrError
+
+#: Each subcommand and where it is defined. A subcommand's module is imported only when that
+#: subcommand runs (or --help lists them all): `sqsjkr run` starts without the crontab parser,
+#: moto, the history tables and the other commands' dependencies.
+SUBCOMMANDS = {
+    "run": "sqsjkr.commands.run:run",
+    "local": "sqsjkr.commands.run:local",
+    "send": "sqsjkr.commands.send:send",
+    "crontab2tf": "sqsjkr.commands.crontab2tf:crontab2tf",
+    "history": "sqsjkr.commands.history:history",
+    "status": "sqsjkr.commands.status:status",
+    "locks": "sqsjkr.commands.locks:locks",
+    "unlock": "sqsjkr.commands.locks:unlock",
+    "pause": "sqsjkr.commands.pause:pause",
+    "resume": "sqsjkr.commands.pause:resume",
+    "check": "sqsjkr.commands.check:check",
+    "dlq": "sqsjkr.commands.dlq:dlq",
+}
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.
 GO_VALUE_FLAGS = {
@@ -67,27 +75,26 @@ def translate_go_args(args: Sequence[str]) -> list[str]:
     return translated
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported from SUBCOMMANDS when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = SUBCOMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, name = target.partition(":")
+        command = getattr(importlib.import_module(module), name)
+        assert isinstance(command, click.Command), target
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="sqsjkr", message="%(prog)s %(version)s")
 def cli() -> None:
     """SQS Job Kicker: run the jobs a schedule puts on an SQS queue, once, on one host of a fleet."""
-
-
-for command in (
-    run,
-    local,
-    send,
-    crontab2tf,
-    history,
-    status,
-    locks,
-    unlock,
-    pause,
-    resume,
-    check,
-    dlq,
-):
-    cli.add_command(command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -105,8 +112,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         sys.exit(1)
-    except (SqsjkrError, BotoCoreError, ClientError) as exc:
-        message = describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else str(exc)
+    except SqsjkrError as exc:
+        click.echo(f"sqsjkr: error: {exc}", err=True)
+        sys.exit(1)
+    except Exception as exc:
+        message = _aws_failure(exc)
+        if message is None:
+            raise
         click.echo(f"sqsjkr: error: {message}", err=True)
         sys.exit(1)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _aws_failure(exc: Exception) -> str | None:
+    """The one-line account of an AWS failure; None for any other exception."""
+    # Only a command that made AWS calls can fail with botocore's errors: the others need not
+    # import botocore to rule them out.
+    if "botocore" not in sys.modules:
+        return None
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from sqsjkr.backends.aws import describe
+
+    return describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else None

@@ -12,7 +12,6 @@ import threading
 import click
 
 from sqsjkr import __version__
-from sqsjkr.commands.local import run_local
 from sqsjkr.commands.options import (
     conf_option,
     load,
@@ -110,6 +109,9 @@ def run(
 @log_level_option
 def local(demo: bool, port: int, stats_port: int, workers: int, log_level: str) -> None:
     """Run the daemon on an embedded local AWS endpoint (moto), with its queue and table."""
+    # Here, not at the top: `sqsjkr run` must not pay for importing local mode.
+    from sqsjkr.commands.local import run_local
+
     setup_logging(log_level.lower())
     stop, force = threading.Event(), threading.Event()
     restore = install_stop_signals(stop, force)

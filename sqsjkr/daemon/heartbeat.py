@@ -1,6 +1,7 @@
 """The heartbeat: keeps alive what the daemon holds while its jobs wait for a lock or run.
 
-One pass per interval renews every lease (locks, dedupe claims) and hides every in-flight message again.
+One pass per interval renews every lease (locks, dedupe claims) and hides every in-flight message again;
+with nothing in flight it sleeps until a job comes.
 """
 
 from __future__ import annotations
@@ -49,24 +50,47 @@ class InFlightJobs:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._entries: set[InFlight] = set()
+        #: Adds and discards so far: tells an idle heartbeat whether anything happened.
+        self._changes = 0
 
     def add(self, entry: InFlight) -> None:
         with self._changed:
             self._entries.add(entry)
+            self._changes += 1
+            self._changed.notify_all()
 
     def discard(self, entry: InFlight) -> None:
         with self._changed:
             self._entries.discard(entry)
+            self._changes += 1
             self._changed.notify_all()
 
     def snapshot(self) -> list[InFlight]:
         with self._changed:
             return list(self._entries)
 
+    def changes(self) -> int:
+        with self._changed:
+            return self._changes
+
     def wait_empty(self, timeout: float | None) -> bool:
         """Wait up to timeout for the set to empty; True if it has."""
         with self._changed:
             return self._changed.wait_for(lambda: not self._entries, timeout)
+
+    def wait_changed(self, since: int, stop: threading.Event) -> bool:
+        """Wait until the set holds a job or changed after since (a changes() value), or stop
+        is set and wake() called; False if stopped."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: stop.is_set() or bool(self._entries) or self._changes != since
+            )
+        return not stop.is_set()
+
+    def wake(self) -> None:
+        """Wake wait_changed's callers to look at their stop event again."""
+        with self._changed:
+            self._changed.notify_all()
 
 
 class Heartbeat:
@@ -101,26 +125,48 @@ class Heartbeat:
         self.hiding = threading.Lock()
 
     def run(self, stop: threading.Event) -> None:
-        """Beat every interval until stop is set."""
-        hider = threading.Thread(
-            target=self._every, args=(stop, self.hide), name="sqsjkr-heartbeat-sqs"
-        )
-        hider.start()
+        """Beat every interval while there is something to keep alive, until stop is set."""
+        beats = [
+            threading.Thread(
+                target=self._every, args=(stop, self.hide), name="sqsjkr-heartbeat-sqs"
+            ),
+            threading.Thread(
+                target=self._every, args=(stop, self.renew), name="sqsjkr-heartbeat-leases"
+            ),
+        ]
+        for thread in beats:
+            thread.start()
         try:
-            self._every(stop, self.renew)
+            # The beats sleep on the in-flight set while it is idle, which stop does not wake:
+            # this thread waits for stop (without waking up meanwhile) and passes it on.
+            stop.wait()
         finally:
-            hider.join()
+            stop.set()
+            self._jobs.wake()
+            for thread in beats:
+                thread.join()
 
     def _every(self, stop: threading.Event, beat: Callable[[], None]) -> None:
-        # From start to start: a slow beat must not push the next one back by its own length.
-        due = time.monotonic() + self._interval
-        while not stop.wait(max(0.0, due - time.monotonic())):
-            due = max(due + self._interval, time.monotonic())
-            try:
-                beat()
-            except Exception:
-                # A bug must not end the heartbeat: every lease would lapse behind it.
-                log.exception("heartbeat failed; beating again in %.1fs", self._interval)
+        """Beat every interval while jobs are in flight. With none, and none added or finished
+        since the beat before last, sleep until one is added: an idle daemon's heartbeat makes
+        no call and does not wake up. The two beats after the last job finished send its
+        delete, should the receive loop wait (a pause, a backoff) with it pending."""
+        seen = previous = self._jobs.changes()
+        while self._jobs.wait_changed(previous, stop):
+            # From start to start: a slow beat must not push the next one back by its own length.
+            # The first beat is an interval after the wake-up, as a received job's first renewal
+            # is due an interval after it was received.
+            due = time.monotonic() + self._interval
+            while not stop.wait(max(0.0, due - time.monotonic())):
+                due = max(due + self._interval, time.monotonic())
+                previous, seen = seen, self._jobs.changes()
+                try:
+                    beat()
+                except Exception:
+                    # A bug must not end the heartbeat: every lease would lapse behind it.
+                    log.exception("heartbeat failed; beating again in %.1fs", self._interval)
+                if not self._jobs.snapshot() and self._jobs.changes() == previous:
+                    break
 
     def hide(self) -> None:
         """Hide every in-flight message again for the visibility timeout; send due deletes."""

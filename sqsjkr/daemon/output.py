@@ -96,9 +96,17 @@ def stream_lines(stream: IO[bytes], emit: Callable[[str], None]) -> None:
 
 
 def read_output(
-    stdout: IO[bytes], stderr: IO[bytes], emit: Callable[[str], None], tail_bytes: int
+    stdout: IO[bytes],
+    stderr: IO[bytes],
+    emit: Callable[[str], None],
+    tail_bytes: int,
+    *,
+    wait: Callable[[], float | None] = lambda: None,
 ) -> Output:
-    """Read both pipes to their end, passing their lines to emit; the last tail_bytes of each."""
+    """Read both pipes to their end, passing their lines to emit; the last tail_bytes of each.
+
+    wait is asked before each wait for output how long to wait at most (None: until there is
+    some), so that the reading thread also keeps its caller's deadlines."""
     merged = Tail(tail_bytes)
     streams = {
         stdout.fileno(): (Lines(emit), Tail(tail_bytes)),
@@ -108,7 +116,7 @@ def read_output(
         selector.register(stdout, selectors.EVENT_READ)
         selector.register(stderr, selectors.EVENT_READ)
         while selector.get_map():
-            for key, _ in selector.select():
+            for key, _ in selector.select(wait()):
                 lines, tail = streams[key.fd]
                 data = os.read(key.fd, _READ_BYTES)
                 if not data:

@@ -10,6 +10,7 @@ import enum
 import errno
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import IO, Protocol
 
 from sqsjkr.contract.job import Job, trigger_line
-from sqsjkr.contract.limits import bounded_wait
+from sqsjkr.contract.limits import MAX_WAIT_SECONDS, bounded_wait
 from sqsjkr.contract.run import RunContext
 from sqsjkr.daemon.output import Output, read_output
 from sqsjkr.errors import HostFault
@@ -73,12 +74,27 @@ class StopSwitch:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._reason: StopReason | None = None
+        self._listeners: list[Callable[[StopReason], None]] = []
 
     def trip(self, reason: StopReason) -> None:
         with self._changed:
-            if self._reason is None:
-                self._reason = reason
-                self._changed.notify_all()
+            if self._reason is not None:
+                return
+            self._reason = reason
+            self._changed.notify_all()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(reason)
+
+    def on_trip(self, listener: Callable[[StopReason], None]) -> None:
+        """Call listener with the reason when the switch trips, in the thread that trips it; at
+        once if it already has."""
+        with self._changed:
+            reason = self._reason
+            if reason is None:
+                self._listeners.append(listener)
+                return
+        listener(reason)
 
     def wait(self, timeout: float | None) -> StopReason | None:
         """The reason once tripped, or None when timeout passes first."""
@@ -119,6 +135,8 @@ class ShellRunner:
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._kill_grace = kill_grace
         self._tail_bytes = tail_bytes
+        # Looked up once, on the daemon's PATH, which does not change while it runs.
+        self._sh = shutil.which("sh")
 
     def run(
         self,
@@ -140,6 +158,7 @@ class ShellRunner:
             kill_grace=self._kill_grace,
             log=JobLog(log, job),
             tail_bytes=self._tail_bytes,
+            sh=self._sh,
         )
 
 
@@ -173,47 +192,44 @@ def _feed(pipe: IO[bytes] | None, data: bytes) -> None:
 
 
 class _GroupStopper:
-    """Stops a command's process group once its stop switch trips or its timeout passes: SIGTERM,
-    then SIGKILL to whatever of it is left after grace. Runs on a thread of its own."""
+    """Stops a command's process group once its stop switch trips (a cancel, the timeout): SIGTERM
+    at once, from the thread that trips it, then SIGKILL to whatever of it is left after grace,
+    from a thread started for that. A command that ends by itself costs no thread."""
 
-    def __init__(
-        self,
-        proc: subprocess.Popen[bytes],
-        stop: StopSwitch,
-        timeout: float | None,
-        grace: float,
-        log: Log,
-    ) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], grace: float, log: Log) -> None:
         self._proc = proc
-        self._stop = stop
-        self._timeout = timeout
         self._grace = grace
         self._log = log
+        self._killer: threading.Thread | None = None
         #: Whether a signal reached the group: only then did the stop cut the command short.
         self.signalled = False
 
-    def run(self) -> None:
-        try:
-            self._wait_and_stop()
-        except BaseException:
-            # A stopper that died would leave its job unstoppable (and the daemon's stop
-            # waiting for it for ever): end the job now instead.
-            self._log.critical(
-                "the stopper of process group %d failed: SIGKILL", self._proc.pid, exc_info=True
-            )
-            self.signalled |= _signal_group(self._proc.pid, signal.SIGKILL)
-
-    def _wait_and_stop(self) -> None:
-        if self._stop.wait(self._timeout) is None:
-            self._stop.trip(StopReason.TIMED_OUT)
-        reason = self._stop.wait(0)
-        if reason is None or reason is StopReason.ENDED:
+    def tripped(self, reason: StopReason) -> None:
+        """The stop switch's listener."""
+        if reason is StopReason.ENDED:
             return
         # The job is the leader of its own session, so its group id is its pid. The group
         # outlives sh while any child of it lives; children that left the group are not ours.
         pgid = self._proc.pid
-        self._log.warning("%s: stopping process group %d (SIGTERM)", reason.value, pgid)
-        self.signalled = _signal_group(pgid, signal.SIGTERM)
+        try:
+            self._log.warning("%s: stopping process group %d (SIGTERM)", reason.value, pgid)
+            self.signalled = _signal_group(pgid, signal.SIGTERM)
+            killer = threading.Thread(target=self._kill_after_grace, name="sqsjkr-stopper")
+            killer.start()
+            self._killer = killer
+        except BaseException:
+            # A stop that failed halfway would leave its job unstoppable (and the daemon's stop
+            # waiting for it for ever): end the job now instead.
+            self._log.critical("stopping process group %d failed: SIGKILL", pgid, exc_info=True)
+            self.signalled |= _signal_group(pgid, signal.SIGKILL)
+
+    def join(self) -> None:
+        """Wait until a stopped command's group is gone or killed."""
+        if self._killer is not None:
+            self._killer.join()
+
+    def _kill_after_grace(self) -> None:
+        pgid = self._proc.pid
         deadline = time.monotonic() + self._grace
         # Rare path (a stopped job), so a short poll of the group is fine here. A group of one
         # sh that has exited ends as soon as the worker reaps it.
@@ -224,6 +240,55 @@ class _GroupStopper:
                 "process group %d still alive %gs after SIGTERM: SIGKILL", pgid, self._grace
             )
             _signal_group(pgid, signal.SIGKILL)
+
+
+class _Deadline:
+    """A job's timeout, kept by the thread that reads its output and waits for it: trips the
+    stop switch once it passes."""
+
+    #: The longest a wait for output or for the exit lasts before the deadline is looked at
+    #: again: epoll takes no timeout past about 24 days.
+    LONGEST_WAIT = 3600.0
+
+    def __init__(self, stop: StopSwitch, timeout: float | None) -> None:
+        self._stop = stop
+        self._at = None if timeout is None else time.monotonic() + min(timeout, MAX_WAIT_SECONDS)
+
+    def left(self) -> float | None:
+        """Seconds to wait at most before looking again (None: no timeout, or it has passed);
+        trips the switch once the timeout has passed."""
+        if self._at is None:
+            return None
+        left = self._at - time.monotonic()
+        if left > 0:
+            return min(left, self.LONGEST_WAIT)
+        self._at = None
+        self._stop.trip(StopReason.TIMED_OUT)
+        return None
+
+    def wait(self, proc: subprocess.Popen[bytes]) -> int:
+        """Wait for the command to exit, keeping the timeout; its exit code.
+
+        Its output has ended here; most commands have exited too. One that closed its output
+        and runs on is waited for on a pidfd: Popen.wait(timeout) would poll 20 times a second.
+        """
+        if self.left() is not None and proc.poll() is None:
+            try:
+                pidfd = os.pidfd_open(proc.pid)
+            except (AttributeError, OSError):  # not Linux, or before 5.3
+                while (left := self.left()) is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        return proc.wait(left)
+            else:
+                try:
+                    poller = select.poll()
+                    poller.register(pidfd, select.POLLIN)
+                    while (left := self.left()) is not None:
+                        if poller.poll(left * 1000):
+                            break
+                finally:
+                    os.close(pidfd)
+        return proc.wait()
 
 
 def _signal_group(pgid: int, signum: int) -> bool:
@@ -273,16 +338,17 @@ def run_shell(
     kill_grace: float = DEFAULT_KILL_GRACE,
     log: Log = log,
     tail_bytes: int = 0,
+    sh: str | None = None,
 ) -> RunResult:
-    """Run command under sh, streaming the lines of its stdout and stderr to emit as they come;
-    the result keeps the last tail_bytes of each.
+    """Run command under sh (sh: its path; None: looked up on PATH), streaming the lines of its
+    stdout and stderr to emit as they come; the result keeps the last tail_bytes of each.
 
     After timeout seconds, or when stop is tripped, the command's whole process group gets
     SIGTERM, and SIGKILL kill_grace seconds later. HostFault when the host cannot start it.
     """
     started = time.monotonic()
     try:
-        proc = _spawn(command, env, with_stdin=stdin is not None)
+        proc = _spawn(command, env, with_stdin=stdin is not None, sh=sh or shutil.which("sh"))
     except OSError as exc:
         if exc.errno in HOST_ERRNOS:
             raise HostFault(f"could not start sh: {exc.strerror or exc}") from exc
@@ -290,8 +356,8 @@ def run_shell(
         return RunResult(127, time.monotonic() - started, start_error=exc.strerror or str(exc))
     assert proc.stdout is not None and proc.stderr is not None
     stop = stop or StopSwitch()
-    stopper = _GroupStopper(proc, stop, timeout, kill_grace, log)
-    threads = [threading.Thread(target=stopper.run, name="sqsjkr-stopper")]
+    stopper = _GroupStopper(proc, kill_grace, log)
+    threads = []
     if stdin is not None:
         # Fed from a thread of its own: a command that prints a lot before reading its input
         # must not block on a full stdout pipe while we block on a full stdin pipe.
@@ -299,10 +365,13 @@ def run_shell(
             threading.Thread(target=_feed, args=(proc.stdin, stdin.encode()), name="sqsjkr-stdin")
         )
     _start_or_kill(threads, proc)
+    stop.on_trip(stopper.tripped)
+    deadline = _Deadline(stop, timeout)
     with proc.stdout, proc.stderr:
-        output = read_output(proc.stdout, proc.stderr, emit, tail_bytes)
-    exit_code = proc.wait()
+        output = read_output(proc.stdout, proc.stderr, emit, tail_bytes, wait=deadline.left)
+    exit_code = deadline.wait(proc)
     stop.trip(StopReason.ENDED)
+    stopper.join()
     for thread in threads:
         thread.join()
     reason = stop.wait(0)
@@ -315,13 +384,17 @@ def run_shell(
     )
 
 
-def _spawn(command: str, env: Mapping[str, str], *, with_stdin: bool) -> subprocess.Popen[bytes]:
+def _spawn(
+    command: str, env: Mapping[str, str], *, with_stdin: bool, sh: str | None
+) -> subprocess.Popen[bytes]:
     # A session of its own: a Ctrl-C aimed at the daemon's terminal must not kill the jobs it
-    # is draining.
+    # is draining. start_new_session rather than a preexec_fn lets Python start the command
+    # with vfork rather than a fork of the whole daemon (posix_spawn would also need
+    # close_fds=False, which would leak the daemon's sockets into every job).
     return subprocess.Popen(
         ["sh", "-c", command],
         # sh is found on the daemon's PATH, not on a PATH the job sets for itself.
-        executable=shutil.which("sh"),
+        executable=sh,
         stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
