@@ -265,11 +265,10 @@ def test_an_idle_heartbeat_makes_no_call_and_wakes_for_a_job() -> None:
     flushes: list[int] = []
     hb = Heartbeat(
         jobs,
-        source=source,
+        hide=hider(source, 75),
         dedupe=dedupe,
         locker=locker,
         interval=0.01,
-        visibility=75,
         flush_deletes=lambda: flushes.append(1),
     )
     stop = threading.Event()
