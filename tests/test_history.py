@@ -205,6 +205,17 @@ def test_history_none_writes_no_run_or_summary(
     assert items_of_type(aws, "run#") == [] and items_of_type(aws, "summary") == []
 
 
+def whole_json(folder: Path, pattern: str) -> list[dict[str, Any]]:
+    """The reports written so far: a reporter's `cat > FILE` makes the file before it fills it."""
+    found = []
+    for path in folder.glob(pattern):
+        try:
+            found.append(json.loads(path.read_text()))
+        except json.JSONDecodeError:
+            continue
+    return found
+
+
 def test_reporters_get_horenso_json_and_a_hanging_one_blocks_nothing(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
@@ -223,10 +234,8 @@ max_concurrent = 2
     second = aws.send({"command": "echo again", "event_id": "reported"})
     # The hanging reporter of the first job holds up neither the second job nor its reports.
     wait_until(counted(port, succeeded=1), what="the second job")
-    wait_until(lambda: len(list(tmp_path.glob("report-*.json"))) == 2, timeout=20, what="reports")
-    reports = {
-        r["message_id"]: r for r in (json.loads(p.read_text()) for p in tmp_path.glob("report-*"))
-    }
+    wait_until(lambda: len(whole_json(tmp_path, "report-*.json")) == 2, timeout=20, what="reports")
+    reports = {r["message_id"]: r for r in whole_json(tmp_path, "report-*.json")}
     report = reports[first]
     for name in ("command", "commandArgs", "tag", "output", "stdout", "stderr", "exitCode",
                  "signaled", "result", "hostname", "pid", "startAt", "endAt"):  # fmt: skip
@@ -235,7 +244,8 @@ max_concurrent = 2
     assert report["stdout"] == "hi\n" and report["event_id"] == "reported"
     assert report["outcome"] == "errored" and "queue_delay" in report
     assert reports[second]["exitCode"] == 0
-    notices = [json.loads(p.read_text()) for p in tmp_path.glob("notice-*.json")]
+    wait_until(lambda: len(whole_json(tmp_path, "notice-*.json")) == 2, what="notices")
+    notices = whole_json(tmp_path, "notice-*.json")
     assert sorted(n["message_id"] for n in notices) == sorted([first, second])
     assert all(n["exitCode"] == -1 and "endAt" not in n for n in notices)
     assert "s3cret" not in json.dumps([*reports.values(), *notices])  # never a job's env

@@ -7,7 +7,8 @@ worker counters and the receive loop's last turn are read from Stats and Health 
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -65,7 +66,7 @@ class Metrics:
         Info("sqsjkr_build", "The sqsjkr build", registry=registry).info(
             {"version": __version__, "python": platform.python_version()}
         )
-        self._outcomes = dict.fromkeys((o.value for o in RunOutcome), 0)
+        self._outcomes = _Counts(o.value for o in RunOutcome)
         registry.register(_StateCollector(stats, health, self._outcomes))
 
     # -- a RunListener ---------------------------------------------------------------------
@@ -74,7 +75,7 @@ class Metrics:
         return None
 
     def report(self, record: RunRecord) -> None:
-        self._outcomes[record.outcome.value] += 1
+        self._outcomes.add(record.outcome.value)
         if record.started_at is not None:
             self._duration.labels(record.event_id).observe(record.duration)
             self._queue_delay.observe(max(0.0, record.queue_delay))
@@ -92,10 +93,26 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+class _Counts:
+    """Counts by key, added to by the workers' threads and read at each scrape."""
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        self._mutex = threading.Lock()
+        self._counts = dict.fromkeys(keys, 0)
+
+    def add(self, key: str) -> None:
+        with self._mutex:
+            self._counts[key] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._mutex:
+            return dict(self._counts)
+
+
 class _StateCollector(Collector):
     """What is read at each scrape: outcome counts, workers, leases lost, the loop's last turn."""
 
-    def __init__(self, stats: Stats, health: Health, outcomes: dict[str, int]) -> None:
+    def __init__(self, stats: Stats, health: Health, outcomes: _Counts) -> None:
         self._stats = stats
         self._health = health
         self._outcomes = outcomes
@@ -108,7 +125,7 @@ class _StateCollector(Collector):
             "invalid one",
             labels=["outcome"],
         )
-        for outcome, count in self._outcomes.items():
+        for outcome, count in self._outcomes.snapshot().items():
             jobs.add_metric([outcome], count)
         jobs.add_metric(["duplicate"], snapshot.duplicates)
         jobs.add_metric(["invalid"], snapshot.invalid)
