@@ -66,6 +66,7 @@ class Scenario:
     workers: int | None  # None: --workers
     lock: bool = False  # a distinct lock_id per job
     burst: bool = True  # False: the idle window
+    prefetch: int = 0  # [kicker] prefetch
 
 
 SCENARIOS = {
@@ -74,6 +75,7 @@ SCENARIOS = {
         Scenario("no-lock", "no lock_id", None),
         Scenario("lock", "with lock_id", None, lock=True),
         Scenario("single", "max_concurrent_num = 1", 1),
+        Scenario("prefetch", "max_concurrent_num = 1, prefetch = 9", 1, prefetch=9),
         Scenario("idle", "idle", None, burst=False),
     )
 }
@@ -97,6 +99,7 @@ TARGETS = {
     "idle_cpu": Target("idle CPU", "0.02", 0.1, "%", "{:.3f}"),
     "idle_calls": Target("AWS calls per idle minute (10 s long polls)", "~5.3", 6.0, "", "{:.1f}"),
     "calls_single": Target("calls per job, max_concurrent_num = 1", "2.1", 2.3, ""),
+    "calls_prefetch": Target("calls per job, max_concurrent_num = 1, prefetch = 9", "2.1", 2.3, ""),
     "startup": Target("start-up to first ReceiveMessage", "0.05", 0.3, "s"),
     "rss_peak": Target("RSS peak", "18", 45.0, "MiB", "{:.1f}"),
 }
@@ -218,7 +221,7 @@ class LogWatch:
                 self.receiving_at = at
 
 
-def write_config(path: Path, *, queue: str, table: str, workers: int) -> Path:
+def write_config(path: Path, *, queue: str, table: str, workers: int, prefetch: int = 0) -> Path:
     """A deployment's config: every timing at its default (10 s long polls, 60 s leases)."""
     path.write_text(
         f"""[account]
@@ -230,6 +233,7 @@ queue_name = "{queue}"
 
 [kicker]
 max_concurrent_num = {workers}
+prefetch = {prefetch}
 stats_port = 0
 
 [lock]
@@ -409,7 +413,11 @@ class Run:
         create_table(self.aws.dynamodb, name)
         self.workers = self.scenario.workers or self.options.workers
         self.conf = write_config(
-            self.dir / "config.toml", queue=name, table=name, workers=self.workers
+            self.dir / "config.toml",
+            queue=name,
+            table=name,
+            workers=self.workers,
+            prefetch=self.scenario.prefetch,
         )
 
     def body(self, i: int) -> str:
@@ -793,6 +801,7 @@ def measured(results: list[dict[str, Any]]) -> dict[str, float | None]:
         "idle_cpu": get("idle", "idle_cpu_percent"),
         "idle_calls": get("idle", "calls_per_minute"),
         "calls_single": get("single", "calls_per_job"),
+        "calls_prefetch": get("prefetch", "calls_per_job"),
         "startup": statistics.median(starts) if starts else None,
         "rss_peak": max(peaks) if peaks else None,
     }
