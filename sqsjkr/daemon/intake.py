@@ -110,8 +110,8 @@ class Intake:
         """The free slots once there is one (0 if stopped); after a backlog, wait up to the
         gather window for a batch's worth."""
         with self._free_changed:
-            # The timeout lets the loop notice stop, which a signal handler sets without notifying.
-            self._free_changed.wait_for(lambda: self._free > 0 or stop.is_set(), timeout=0.5)
+            # A stop wakes it through wake(): the Kicker calls it once stop is set.
+            self._free_changed.wait_for(lambda: self._free > 0 or stop.is_set())
             if backlog and self._free > 0:
                 batch = min(MAX_BATCH, self.capacity)
                 self._free_changed.wait_for(
