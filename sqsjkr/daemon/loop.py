@@ -5,6 +5,7 @@ Kicker owns its receivers, heartbeat and worker threads; the entry point owns si
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -117,33 +118,24 @@ class Kicker:
         self._stopping = threading.Event()
         self._pause = _Pause()
 
-        def worker(queue: IntakeSettings) -> Worker:
-            return Worker(
-                dedupe=dedupe,
-                locker=locker,
-                runner=runner,
-                stopping=self._stopping,
-                settings=WorkerSettings(
-                    life_time_trigger=settings.life_time_trigger,
-                    lock_retry_interval=settings.lock_retry_interval,
-                    job_timeout=settings.job_timeout,
-                    hide_margin=max(1, int(queue.visibility - settings.lease)),
-                    lease=settings.lease,
-                    max_receive_count=queue.max_receive_count,
-                ),
-                clock=clock,
-                trigger=trigger,
-                lease_lost=stats.lease_lost,
-                history=history,
-                listener=listener,
-                groups=groups,
-            )
-
+        worker = functools.partial(
+            Worker,
+            dedupe=dedupe,
+            locker=locker,
+            runner=runner,
+            stopping=self._stopping,
+            clock=clock,
+            trigger=trigger,
+            lease_lost=stats.lease_lost,
+            history=history,
+            listener=listener,
+            groups=groups,
+        )
         self._intakes = {
             queue.name: Intake(
                 source,
                 queue,
-                worker(queue),
+                worker(settings=self._worker_settings(queue)),
                 None
                 if pauses is None
                 else Pausing(pauses, source, clock=clock, refresh=settings.pause_refresh),
@@ -159,6 +151,18 @@ class Kicker:
             flush_deletes=self._flush_deletes,
             lease_lost=stats.lease_lost,
             groups=groups,
+        )
+
+    def _worker_settings(self, queue: IntakeSettings) -> WorkerSettings:
+        """The settings of one queue's worker: its visibility and RedrivePolicy are its own."""
+        settings = self._settings
+        return WorkerSettings(
+            life_time_trigger=settings.life_time_trigger,
+            lock_retry_interval=settings.lock_retry_interval,
+            job_timeout=settings.job_timeout,
+            hide_margin=max(1, int(queue.visibility - settings.lease)),
+            lease=settings.lease,
+            max_receive_count=queue.max_receive_count,
         )
 
     def run(self, stop: threading.Event, force: threading.Event | None = None) -> None:

@@ -117,26 +117,10 @@ def serve(
             groups=connected.groups,
             runner=runners,
             stats=stats,
-            settings=KickerSettings(
-                life_time_trigger=config.kicker.life_time_trigger,
-                lock_retry_interval=config.lock.retry_interval.seconds,
-                lease=config.lock.lease.seconds,
-                job_timeout=_seconds(config.kicker.job_timeout),
-                shutdown_timeout=_seconds(config.kicker.shutdown_timeout),
-                pause_refresh=config.kicker.pause_refresh.seconds,
-                http_allow=config.http.allow,
-            ),
+            settings=kicker_settings(config),
             notifier=notifier,
         )
-        for source, queue in connected.sources:
-            log.info(
-                "queue %s, lock table %r, lease %s, visibility timeout %ds, messages deleted %s",
-                source.queue_url,
-                config.lock.table,
-                config.lock.lease,
-                queue.visibility,
-                "on receive (at-most-once)" if queue.delete_on_receive else "when jobs finish",
-            )
+        _log_queues(config, connected.sources)
         reporter.start()
         try:
             kicker.run(stop, force)
@@ -146,6 +130,31 @@ def serve(
             reporter.close()
     finally:
         server.close()
+
+
+def kicker_settings(config: Config) -> KickerSettings:
+    """The loop's settings (each queue's own are IntakeSettings)."""
+    return KickerSettings(
+        life_time_trigger=config.kicker.life_time_trigger,
+        lock_retry_interval=config.lock.retry_interval.seconds,
+        lease=config.lock.lease.seconds,
+        job_timeout=_seconds(config.kicker.job_timeout),
+        shutdown_timeout=_seconds(config.kicker.shutdown_timeout),
+        pause_refresh=config.kicker.pause_refresh.seconds,
+        http_allow=config.http.allow,
+    )
+
+
+def _log_queues(config: Config, sources: list[tuple[SqsSource, IntakeSettings]]) -> None:
+    for source, queue in sources:
+        log.info(
+            "queue %s, lock table %r, lease %s, visibility timeout %ds, messages deleted %s",
+            source.queue_url,
+            config.lock.table,
+            config.lock.lease,
+            queue.visibility,
+            "on receive (at-most-once)" if queue.delete_on_receive else "when jobs finish",
+        )
 
 
 def intake_settings(config: Config, queue: QueueConfig) -> IntakeSettings:
@@ -229,26 +238,10 @@ def _connect(
     # A connection for each worker, and each queue's receive and heartbeat.
     pool = sum(queue.max_concurrent_num for queue in queues) + 2 * len(queues)
     sqs = observers.watch(make_client(session, "sqs", max_pool=pool), "sqs")
-    sources = []
-    retention = 0
-    for queue in queues:
-        found = _queue(config, queue.name, sqs, stop)
-        if found is None:
-            return None
-        queue_url, settings, dead_letter_url = found
-        intake = replace(
-            intake_settings(config, queue), max_receive_count=settings.max_receive_count
-        )
-        source = SqsSource(
-            sqs,
-            queue_url,
-            wait_time_seconds=queue.wait_time_seconds,
-            visibility_timeout=intake.visibility,
-            dead_letter_url=dead_letter_url,
-        )
-        sources.append((source, intake))
-        # Dedupe records outlive any message of any queue.
-        retention = max(retention, settings.retention_seconds)
+    found = _sources(config, sqs, stop)
+    if found is None:
+        return None
+    sources, retention = found
     dynamodb = observers.watch(make_client(session, "dynamodb", max_pool=pool), "dynamodb")
     table = config.lock.table
     uses_table = (
@@ -308,6 +301,33 @@ def _connect(
     # Pauses are kept in the table: with no table in use, nothing can pause this daemon.
     pauses = DynamoPauses(dynamodb, table) if uses_table else None
     return Connected(sources, dedupe, locker, history, pauses, groups)
+
+
+def _sources(
+    config: Config, sqs: Any, stop: threading.Event
+) -> tuple[list[tuple[SqsSource, IntakeSettings]], int] | None:
+    """Each queue with its settings, and the longest retention of them (dedupe records must
+    outlive any message of any queue); None if stopped."""
+    sources = []
+    retention = 0
+    for queue in config.all_queues():
+        found = _queue(config, queue.name, sqs, stop)
+        if found is None:
+            return None
+        queue_url, settings, dead_letter_url = found
+        intake = replace(
+            intake_settings(config, queue), max_receive_count=settings.max_receive_count
+        )
+        source = SqsSource(
+            sqs,
+            queue_url,
+            wait_time_seconds=queue.wait_time_seconds,
+            visibility_timeout=intake.visibility,
+            dead_letter_url=dead_letter_url,
+        )
+        sources.append((source, intake))
+        retention = max(retention, settings.retention_seconds)
+    return sources, retention
 
 
 def _queue(
