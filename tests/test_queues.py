@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.contract.config import QueueConfig, parse_config
 from sqsjkr.errors import ConfigError
 
@@ -187,3 +188,21 @@ def test_send_and_dlq_take_a_queue_by_name(tmp_path: Path, aws: Aws) -> None:
         timeout=60,
     )
     assert dlq.returncode != 0 and f"queue {heavy.queue_name!r} has no RedrivePolicy" in dlq.stderr
+
+
+def test_a_stop_gives_prefetched_messages_back_unclaimed(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    daemon, _ = run_daemon(
+        start_daemon, tmp_path, aws, max_concurrent_num=1, prefetch=2, shutdown_timeout="0s"
+    )
+    first = aws.send({"command": "touch first; exec sleep 60", "event_id": "first"})
+    wait_until((tmp_path / "first").exists, what="the first job running")
+    waiting = [aws.send({"command": "touch never", "event_id": f"w{i}"}) for i in range(2)]
+    wait_until(lambda: aws.queue_counts() == (0, 3), what="two more received, waiting")
+    assert aws.item(first, THROTTLE_TYPE) is not None  # what a claim leaves, for comparison
+    assert daemon.stop() == 0
+    assert not (tmp_path / "never").exists()
+    assert aws.queue_counts() == (3, 0)  # all three visible again at once
+    # Never claimed: no dedupe record to wait out before another daemon runs them.
+    assert all(aws.item(message_id, THROTTLE_TYPE) is None for message_id in waiting)
