@@ -460,80 +460,15 @@ def parse_config(
     def table(name: str) -> _Table:
         return _Table(source, name, tables.get(name, {}), frozenset(from_cli.get(name, ())))
 
-    account = table("account")
-    if "id" in account.values:
-        raw_id = account.values["id"]
-        if isinstance(raw_id, int) and not isinstance(raw_id, bool):
-            raise account.fail(
-                "id",
-                f'must be a string, got {_show(raw_id)}: quote it (id = "{raw_id}") '
-                "since AWS account ids may start with 0",
-            )
-    account_config = AccountConfig(
-        id=account.string("id", required=True),
-        region=account.string("region", required=True),
-        profile=account.optional_string("profile"),
-    )
+    account_config = _account_config(table("account"))
 
     sqs = table("sqs")
     more_queues = data.get("queues", [])
-    sqs_config = SqsConfig(
-        queue_name=sqs.string(
-            "queue_name",
-            # A placeholder when the first [[queues]] has no name: its own check names it.
-            (_first_queue_name(more_queues) or "?") if more_queues else None,
-            required=not more_queues,
-        ),
-        wait_time_seconds=sqs.integer("wait_time_seconds", SqsConfig.wait_time_seconds, 0, 20),
-        visibility_timeout=(
-            sqs.integer("visibility_timeout", 0, 0, MAX_VISIBILITY_SECONDS)
-            if "visibility_timeout" in sqs.values
-            else None
-        ),
-    )
+    sqs_config = _sqs_config(sqs, more_queues)
 
-    kicker = table("kicker")
-    port_set = "stats_port" in kicker.values
-    stats_port = kicker.integer("stats_port", _DEFAULT_STATS_PORT, 0, 65535)
-    stats_socket = kicker.optional_string("stats_socket")
-    if port_set and stats_socket is not None:
-        raise ConfigError(
-            f"config {source}: [kicker] stats_port and [kicker] stats_socket are both set; "
-            "set only one (stats_port for TCP, stats_socket for a unix socket)"
-        )
-    stats_host = kicker.values.get("stats_host", KickerConfig.stats_host)
-    if stats_host == "":
-        raise kicker.fail(
-            "stats_host", 'must not be empty (use "0.0.0.0" for all interfaces, as the Go sqsjkr)'
-        )
-    kicker_config = KickerConfig(
-        max_concurrent_num=kicker.integer("max_concurrent_num", KickerConfig.max_concurrent_num, 1),
-        life_time_trigger=kicker.optional_string("life_time_trigger"),
-        stats_port=None if stats_socket is not None else stats_port,
-        stats_socket=stats_socket,
-        stats_host=kicker.string("stats_host", KickerConfig.stats_host),
-        delete_message=kicker.choice(
-            "delete_message", KickerConfig.delete_message, ("on_finish", "on_receive")
-        ),
-        shutdown_timeout=kicker.optional_duration("shutdown_timeout", low=Duration(0)),
-        job_timeout=kicker.optional_duration("job_timeout"),
-        kill_grace=kicker.duration("kill_grace", KickerConfig.kill_grace, low=Duration(0)),
-        pause_refresh=kicker.duration(
-            "pause_refresh",
-            KickerConfig.pause_refresh,
-            low=Duration.of_seconds(1),
-            high=KickerConfig.pause_refresh,
-        ),
-        prefetch=kicker.integer("prefetch", 0, 0, _MAX_PREFETCH),
-    )
+    kicker_config = _kicker_config(table("kicker"))
 
-    lock = table("lock")
-    lock_config = LockConfig(
-        backend=lock.choice("backend", LockConfig.backend, _BACKENDS),
-        table=lock.string("table", LockConfig.table),
-        retry_interval=lock.duration("retry_interval", LockConfig.retry_interval),
-        lease=lock.duration("lease", LockConfig.lease, low=_MIN_LEASE, high=_MAX_LEASE),
-    )
+    lock_config = _lock_config(table("lock"))
     queues = _queue_configs(source, more_queues, sqs, sqs_config, kicker_config)
     for where, queue in zip(_queue_places(sqs, more_queues), queues, strict=True):
         visibility = queue.visibility_timeout
@@ -563,6 +498,84 @@ def parse_config(
         LogConfig(format=table("log").choice("format", LogConfig.format, ("text", "json"))),
         _http_config(table("http")),
         queues if more_queues else (),
+    )
+
+
+def _account_config(account: _Table) -> AccountConfig:
+    if "id" in account.values:
+        raw_id = account.values["id"]
+        if isinstance(raw_id, int) and not isinstance(raw_id, bool):
+            raise account.fail(
+                "id",
+                f'must be a string, got {_show(raw_id)}: quote it (id = "{raw_id}") '
+                "since AWS account ids may start with 0",
+            )
+    return AccountConfig(
+        id=account.string("id", required=True),
+        region=account.string("region", required=True),
+        profile=account.optional_string("profile"),
+    )
+
+
+def _sqs_config(sqs: _Table, more_queues: object) -> SqsConfig:
+    return SqsConfig(
+        queue_name=sqs.string(
+            "queue_name",
+            # A placeholder when the first [[queues]] has no name: its own check names it.
+            (_first_queue_name(more_queues) or "?") if more_queues else None,
+            required=not more_queues,
+        ),
+        wait_time_seconds=sqs.integer("wait_time_seconds", SqsConfig.wait_time_seconds, 0, 20),
+        visibility_timeout=(
+            sqs.integer("visibility_timeout", 0, 0, MAX_VISIBILITY_SECONDS)
+            if "visibility_timeout" in sqs.values
+            else None
+        ),
+    )
+
+
+def _kicker_config(kicker: _Table) -> KickerConfig:
+    port_set = "stats_port" in kicker.values
+    stats_port = kicker.integer("stats_port", _DEFAULT_STATS_PORT, 0, 65535)
+    stats_socket = kicker.optional_string("stats_socket")
+    if port_set and stats_socket is not None:
+        raise ConfigError(
+            f"config {kicker.source}: [kicker] stats_port and [kicker] stats_socket are both set; "
+            "set only one (stats_port for TCP, stats_socket for a unix socket)"
+        )
+    stats_host = kicker.values.get("stats_host", KickerConfig.stats_host)
+    if stats_host == "":
+        raise kicker.fail(
+            "stats_host", 'must not be empty (use "0.0.0.0" for all interfaces, as the Go sqsjkr)'
+        )
+    return KickerConfig(
+        max_concurrent_num=kicker.integer("max_concurrent_num", KickerConfig.max_concurrent_num, 1),
+        life_time_trigger=kicker.optional_string("life_time_trigger"),
+        stats_port=None if stats_socket is not None else stats_port,
+        stats_socket=stats_socket,
+        stats_host=kicker.string("stats_host", KickerConfig.stats_host),
+        delete_message=kicker.choice(
+            "delete_message", KickerConfig.delete_message, ("on_finish", "on_receive")
+        ),
+        shutdown_timeout=kicker.optional_duration("shutdown_timeout", low=Duration(0)),
+        job_timeout=kicker.optional_duration("job_timeout"),
+        kill_grace=kicker.duration("kill_grace", KickerConfig.kill_grace, low=Duration(0)),
+        pause_refresh=kicker.duration(
+            "pause_refresh",
+            KickerConfig.pause_refresh,
+            low=Duration.of_seconds(1),
+            high=KickerConfig.pause_refresh,
+        ),
+        prefetch=kicker.integer("prefetch", 0, 0, _MAX_PREFETCH),
+    )
+
+
+def _lock_config(lock: _Table) -> LockConfig:
+    return LockConfig(
+        backend=lock.choice("backend", LockConfig.backend, _BACKENDS),
+        table=lock.string("table", LockConfig.table),
+        retry_interval=lock.duration("retry_interval", LockConfig.retry_interval),
+        lease=lock.duration("lease", LockConfig.lease, low=_MIN_LEASE, high=_MAX_LEASE),
     )
 
 
