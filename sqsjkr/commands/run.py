@@ -20,7 +20,7 @@ from sqsjkr.commands.options import (
     profile_option,
     region_option,
 )
-from sqsjkr.commands.signals import install_stop_signals
+from sqsjkr.commands.signals import StopEvent, install_stop_signals
 from sqsjkr.contract.config import Overrides
 from sqsjkr.daemon.service import serve
 from sqsjkr.observability.logs import LOG_FORMATS, setup_logging
@@ -79,13 +79,14 @@ def run(
     # Before any job can start: jobs copy the daemon's environment, and systemd's variables
     # are not meant for them.
     notifier = SystemdNotifier.from_environment(os.environ, unset=True)
-    stop, force = threading.Event(), threading.Event()
+    stop, force = StopEvent(), threading.Event()
     restore = install_stop_signals(stop, force)
     try:
         log.info("sqsjkr %s starting with %s", __version__, conf)
         serve(config, stop, force=force, notifier=notifier)
     finally:
         restore()
+        stop.close()
 
 
 @click.command()
@@ -113,9 +114,10 @@ def local(demo: bool, port: int, stats_port: int, workers: int, log_level: str) 
     from sqsjkr.commands.local import run_local
 
     setup_logging(log_level.lower())
-    stop, force = threading.Event(), threading.Event()
+    stop, force = StopEvent(), threading.Event()
     restore = install_stop_signals(stop, force)
     try:
         run_local(stop, force, demo=demo, port=port, stats_port=stats_port, workers=workers)
     finally:
         restore()
+        stop.close()
