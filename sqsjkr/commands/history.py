@@ -9,7 +9,7 @@ import datetime
 import json
 import signal
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -56,18 +56,22 @@ class Store:
     client: Any
     table: str
 
-    @contextmanager
-    def reading(self) -> Iterator[None]:
-        """Name the table when it is not there (wrong --lock-table, region or account)."""
-        try:
-            yield
-        except ClientError as exc:
-            if error_code(exc) != "ResourceNotFoundException":
-                raise
-            raise ResourceMissingError(
-                f"DynamoDB table {self.table!r} not found (check [lock] table or --lock-table, "
-                "and the region)"
-            ) from exc
+    def reading(self) -> AbstractContextManager[None]:
+        return reading_table(self.table)
+
+
+@contextmanager
+def reading_table(name: str) -> Iterator[None]:
+    """Name the lock table when it is not there (wrong --lock-table, region or account)."""
+    try:
+        yield
+    except ClientError as exc:
+        if error_code(exc) != "ResourceNotFoundException":
+            raise
+        raise ResourceMissingError(
+            f"DynamoDB table {name!r} not found (check [lock] table or --lock-table, "
+            "and the region)"
+        ) from exc
 
 
 def open_store(conf: str, lock_table: str | None, profile: str | None, region: str | None) -> Store:

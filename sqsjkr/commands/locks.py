@@ -9,27 +9,24 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import click
-from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import (
     conditional_write,
-    error_code,
     lease_time,
     make_client,
     make_session,
 )
 from sqsjkr.backends.groups import SLOT_TYPE_PREFIX, parse_slot, slot_key
 from sqsjkr.backends.locks import LOCK_TYPE
-from sqsjkr.commands.history import aligned, format_span, store_options
+from sqsjkr.commands.history import aligned, format_span, reading_table, store_options
 from sqsjkr.commands.options import load
 from sqsjkr.contract.config import Overrides
-from sqsjkr.errors import ResourceMissingError, quote
+from sqsjkr.errors import quote
 from sqsjkr.observability.logs import escape
 
 #: What a forced unlock of a live lease means, for --help and the command's own warning.
@@ -46,18 +43,8 @@ class Table:
     client: Any
     name: str
 
-    @contextmanager
-    def reading(self) -> Iterator[None]:
-        """Name the table when it is not there (wrong --lock-table, region or account)."""
-        try:
-            yield
-        except ClientError as exc:
-            if error_code(exc) != "ResourceNotFoundException":
-                raise
-            raise ResourceMissingError(
-                f"DynamoDB table {self.name!r} not found (check [lock] table or --lock-table, "
-                "and the region)"
-            ) from exc
+    def reading(self) -> AbstractContextManager[None]:
+        return reading_table(self.name)
 
 
 def open_table(conf: str, lock_table: str | None, profile: str | None, region: str | None) -> Table:
