@@ -16,7 +16,7 @@ from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import Held, MemoryLocker
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
-from sqsjkr.daemon.intake import PendingDeletes
+from sqsjkr.daemon.intake import IntakeSettings, PendingDeletes
 from sqsjkr.daemon.loop import Kicker, KickerSettings
 from sqsjkr.daemon.runner import RunResult, StopReason, StopSwitch
 from sqsjkr.errors import ResourceMissingError
@@ -123,7 +123,10 @@ def make_kicker(
     stats = Stats(workers)
     kwargs.setdefault("dedupe", MemoryDedupe())
     kwargs.setdefault("locker", MemoryLocker())
-    settings = kwargs.pop("settings", KickerSettings(max_workers=workers, lock_retry_interval=0.01))
+    settings = kwargs.pop(
+        "settings",
+        KickerSettings(queue=IntakeSettings(max_workers=workers), lock_retry_interval=0.01),
+    )
     return Kicker(source, runner=runner, stats=stats, settings=settings, **kwargs), stats
 
 
@@ -184,7 +187,9 @@ def test_delete_on_receive_deletes_before_the_job_runs() -> None:
     source = FakeSource([{"command": "x"}])
     runner = GateRunner()
     # A window no test reaches: deleting on receive does not wait for a batch.
-    settings = KickerSettings(max_workers=2, delete_on_receive=True, delete_window=3600)
+    settings = KickerSettings(
+        queue=IntakeSettings(max_workers=2, delete_on_receive=True, delete_window=3600)
+    )
     kicker, _ = make_kicker(source, runner, settings=settings)
     running = Running(kicker)
     wait_until(lambda: runner.running and source.deleted == ["m0"], what="deleted while running")
@@ -224,7 +229,7 @@ def test_a_duplicate_of_a_job_in_progress_elsewhere_is_hidden_until_its_lease_en
 
     source = FakeSource([{"command": "x"}])
     runner = GateRunner()
-    settings = KickerSettings(max_workers=2, lease=60, visibility=75)
+    settings = KickerSettings(queue=IntakeSettings(max_workers=2, visibility=75), lease=60)
     kicker, stats = make_kicker(
         source, runner, dedupe=Elsewhere(), settings=settings, clock=lambda: 1000.0
     )
@@ -288,7 +293,7 @@ def test_expired_job_is_cancelled_and_trigger_runs_unless_disabled() -> None:
         workers=3,
         clock=lambda: 1011.0,
         trigger=lambda cmd, job, stop: triggered.append((cmd, job.event_id)) or RunResult(0, 0.0),
-        settings=KickerSettings(max_workers=3, life_time_trigger="alert"),
+        settings=KickerSettings(queue=IntakeSettings(max_workers=3), life_time_trigger="alert"),
     )
     run_until(kicker, lambda: stats.snapshot().failed == 2 and len(runner.ran) == 1)
     assert triggered == [("alert", "late")]
@@ -388,7 +393,7 @@ def test_shutdown_timeout_stops_running_jobs_releases_their_locks_and_gives_mess
     locker, dedupe = MemoryLocker(), MemoryDedupe()
     source = FakeSource([{"command": "x", "lock_id": "L"}])
     runner = GateRunner()
-    settings = KickerSettings(max_workers=2, shutdown_timeout=0.2)
+    settings = KickerSettings(queue=IntakeSettings(max_workers=2), shutdown_timeout=0.2)
     kicker, stats = make_kicker(source, runner, locker=locker, dedupe=dedupe, settings=settings)
     running = Running(kicker)
     wait_until(lambda: runner.running)
@@ -423,7 +428,7 @@ def test_jobs_waiting_for_a_lock_give_their_messages_back_at_stop() -> None:
     dedupe = MemoryDedupe()
     source = FakeSource([{"command": "x", "lock_id": "L"}])
     runner = GateRunner()
-    settings = KickerSettings(max_workers=2, lock_retry_interval=60)
+    settings = KickerSettings(queue=IntakeSettings(max_workers=2), lock_retry_interval=60)
     kicker, _ = make_kicker(source, runner, locker=locker, dedupe=dedupe, settings=settings)
     running = Running(kicker)
     wait_until(lambda: dedupe.seen == {"m0"}, what="claimed, waiting for the lock")
@@ -443,7 +448,7 @@ def test_the_job_timeout_defaults_to_job_timeout_and_a_timed_out_job_counts_twic
             return RunResult(-15, timeout or 0.0, stopped=StopReason.TIMED_OUT)
 
     runner = TimingOut()
-    settings = KickerSettings(max_workers=2, job_timeout=30)
+    settings = KickerSettings(queue=IntakeSettings(max_workers=2), job_timeout=30)
     kicker, stats = make_kicker(source, runner, settings=settings)
     run_until(kicker, lambda: stats.snapshot().timed_out == 2)
     assert runner.timeouts == {"m0": 2.0, "m1": 30}
@@ -456,7 +461,7 @@ def test_deletes_of_several_receives_share_one_batch() -> None:
     runner = GateRunner()
     runner.open()
     # One worker: four receives of one message each, and a window no test run reaches.
-    settings = KickerSettings(max_workers=1, delete_window=3600)
+    settings = KickerSettings(queue=IntakeSettings(max_workers=1, delete_window=3600))
     kicker, _ = make_kicker(source, runner, workers=1, settings=settings)
     running = Running(kicker)
     wait_until(lambda: len(runner.ran) == 4)
@@ -497,7 +502,7 @@ def test_after_a_full_receive_the_loop_gathers_free_workers_before_receiving_aga
             return RunResult(0, 0.0)
 
     runner = PerJobRunner()
-    settings = KickerSettings(max_workers=3, gather_window=30)
+    settings = KickerSettings(queue=IntakeSettings(max_workers=3, gather_window=30))
     kicker, stats = make_kicker(source, runner, workers=3, settings=settings)
     running = Running(kicker)
     wait_until(lambda: stats.snapshot().busy == 3 and source.asked == [3])
@@ -597,7 +602,9 @@ def test_a_message_given_back_is_not_hidden_again_by_a_late_heartbeat() -> None:
     source = FakeSource([{"command": "x"}])
     runner = GateRunner()
     # Beats every 10 ms, so that one is likely under way as the job gives its message back.
-    settings = KickerSettings(max_workers=2, lease=0.03, visibility=2, shutdown_timeout=0.2)
+    settings = KickerSettings(
+        queue=IntakeSettings(max_workers=2, visibility=2), lease=0.03, shutdown_timeout=0.2
+    )
     kicker, _ = make_kicker(source, runner, settings=settings)
     running = Running(kicker)
     wait_until(lambda: ("m0", 2) in source.visibility, what="heartbeat hiding the message")
@@ -628,7 +635,9 @@ def test_a_hanging_life_time_trigger_is_stopped_by_the_shutdown() -> None:
         reasons.append(stop.wait(10))  # an alert endpoint that never answers
         return RunResult(-15, 0.0, stopped=reasons[-1])
 
-    settings = KickerSettings(max_workers=2, life_time_trigger="alert", shutdown_timeout=0.1)
+    settings = KickerSettings(
+        queue=IntakeSettings(max_workers=2), life_time_trigger="alert", shutdown_timeout=0.1
+    )
     kicker, _ = make_kicker(
         source, GateRunner(), clock=lambda: 2000.0, trigger=trigger, settings=settings
     )

@@ -47,13 +47,8 @@ RECEIVER_JOIN_SECONDS = 1.0
 class KickerSettings:
     """The knobs of the loop; service.py derives them from the config."""
 
-    #: The one queue's knobs when the Kicker is given a bare MessageSource (see IntakeSettings).
-    max_workers: int = 20
-    gather_window: float = 0.5
-    delete_window: float = 10.0
-    delete_on_receive: bool = False
-    visibility: int = lease_timing(60.0)[1]
-    prefetch: int = 0
+    #: The queue's own settings when the Kicker is given a bare MessageSource.
+    queue: IntakeSettings = IntakeSettings()
     life_time_trigger: str | None = None
     lock_retry_interval: float = 5.0
     #: The lease of locks and dedupe claims (lease.lease_timing relates it to the visibility).
@@ -64,17 +59,6 @@ class KickerSettings:
     pause_refresh: float = 60.0
     #: URL prefixes HTTP jobs may call ([http] allow); a message naming another is malformed.
     http_allow: tuple[str, ...] = LOOPBACK
-
-    def intake(self) -> IntakeSettings:
-        """The one queue's settings, for a Kicker given a bare MessageSource."""
-        return IntakeSettings(
-            max_workers=self.max_workers,
-            prefetch=self.prefetch,
-            gather_window=self.gather_window,
-            delete_window=self.delete_window,
-            delete_on_receive=self.delete_on_receive,
-            visibility=self.visibility,
-        )
 
 
 #: A queue to receive from, with its own settings.
@@ -102,11 +86,11 @@ class Kicker:
         pauses: PauseStore | None = None,
         groups: Groups | None = None,
     ) -> None:
-        """queues: one MessageSource (with settings' queue knobs), or each queue with its own;
+        """queues: one MessageSource (with settings.queue), or each queue with its own settings;
         history keeps the runs' records (none by default); listener hears of them as they start
         and end (the reporters)."""
         if not isinstance(queues, Sequence):
-            queues = [(queues, settings.intake())]
+            queues = [(queues, settings.queue)]
         self._notifier = notifier or NullNotifier()
         self._health = health or Health()
         self._receiver_errors: list[BaseException] = []
