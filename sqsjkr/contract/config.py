@@ -177,18 +177,19 @@ class Config:
 
     def all_queues(self) -> tuple[QueueConfig, ...]:
         """The queues the daemon receives from, [sqs]'s first."""
-        if self.queues:
-            return self.queues
-        return (
-            QueueConfig(
-                name=self.sqs.queue_name,
-                max_concurrent_num=self.kicker.max_concurrent_num,
-                wait_time_seconds=self.sqs.wait_time_seconds,
-                visibility_timeout=self.sqs.visibility_timeout,
-                delete_message=self.kicker.delete_message,
-                prefetch=self.kicker.prefetch,
-            ),
-        )
+        return self.queues or (_sqs_queue(self.sqs, self.kicker),)
+
+
+def _sqs_queue(sqs: SqsConfig, kicker: KickerConfig) -> QueueConfig:
+    """[sqs]'s queue, with [kicker]'s workers and delete mode: the defaults of [[queues]] too."""
+    return QueueConfig(
+        name=sqs.queue_name,
+        max_concurrent_num=kicker.max_concurrent_num,
+        wait_time_seconds=sqs.wait_time_seconds,
+        visibility_timeout=sqs.visibility_timeout,
+        delete_message=kicker.delete_message,
+        prefetch=kicker.prefetch,
+    )
 
 
 @dataclass(frozen=True)
@@ -470,7 +471,7 @@ def parse_config(
 
     lock_config = _lock_config(table("lock"))
     queues = _queue_configs(source, more_queues, sqs, sqs_config, kicker_config)
-    for where, queue in zip(_queue_places(sqs, more_queues), queues, strict=True):
+    for where, queue in queues:
         visibility = queue.visibility_timeout
         if (
             queue.delete_message == "on_finish"
@@ -497,7 +498,7 @@ def parse_config(
         _report_config(table("report")),
         LogConfig(format=table("log").choice("format", LogConfig.format, ("text", "json"))),
         _http_config(table("http")),
-        queues if more_queues else (),
+        tuple(queue for _, queue in queues) if more_queues else (),
     )
 
 
@@ -591,31 +592,19 @@ def _first_queue_name(more_queues: object) -> str | None:
     return None
 
 
-def _queue_places(sqs: _Table, more_queues: list[Any]) -> list[str]:
-    """How errors name each queue of _queue_configs, in its order."""
-    first = ["[sqs]"] if "queue_name" in sqs.values or not more_queues else []
-    return first + [f"[[queues]] #{i + 1}" for i in range(len(more_queues))]
-
-
 def _queue_configs(
     source: str, more_queues: object, sqs: _Table, sqs_config: SqsConfig, kicker: KickerConfig
-) -> tuple[QueueConfig, ...]:
+) -> list[tuple[str, QueueConfig]]:
     """[sqs]'s queue (when it names one), then each [[queues]] table, with [kicker]'s and
-    [sqs]'s values as the defaults of what a [[queues]] table leaves out."""
+    [sqs]'s values as the defaults of what a [[queues]] table leaves out; each with the name
+    that errors give its table."""
     if not isinstance(more_queues, list) or not all(isinstance(q, dict) for q in more_queues):
         raise ConfigError(
             f"config {source}: queues must be an array of tables ([[queues]] sections), "
             f"got {_show(more_queues)}"
         )
-    default = QueueConfig(
-        name=sqs_config.queue_name,
-        max_concurrent_num=kicker.max_concurrent_num,
-        wait_time_seconds=sqs_config.wait_time_seconds,
-        visibility_timeout=sqs_config.visibility_timeout,
-        delete_message=kicker.delete_message,
-        prefetch=kicker.prefetch,
-    )
-    queues = [default] if "queue_name" in sqs.values or not more_queues else []
+    default = _sqs_queue(sqs_config, kicker)
+    queues = [("[sqs]", default)] if "queue_name" in sqs.values or not more_queues else []
     known = {f.name: f.name for f in fields(QueueConfig)}
     for i, raw in enumerate(more_queues):
         table = _Table(source, f"[[queues]] #{i + 1}", raw)
@@ -627,30 +616,25 @@ def _queue_configs(
         visibility = default.visibility_timeout
         if "visibility_timeout" in raw:
             visibility = table.integer("visibility_timeout", 0, 0, MAX_VISIBILITY_SECONDS)
-        queues.append(
-            QueueConfig(
-                name=table.string("name", required=True),
-                max_concurrent_num=table.integer(
-                    "max_concurrent_num", default.max_concurrent_num, 1
-                ),
-                wait_time_seconds=table.integer(
-                    "wait_time_seconds", default.wait_time_seconds, 0, 20
-                ),
-                visibility_timeout=visibility,
-                delete_message=table.choice(
-                    "delete_message", default.delete_message, ("on_finish", "on_receive")
-                ),
-                prefetch=table.integer("prefetch", default.prefetch, 0, _MAX_PREFETCH),
-            )
+        queue = QueueConfig(
+            name=table.string("name", required=True),
+            max_concurrent_num=table.integer("max_concurrent_num", default.max_concurrent_num, 1),
+            wait_time_seconds=table.integer("wait_time_seconds", default.wait_time_seconds, 0, 20),
+            visibility_timeout=visibility,
+            delete_message=table.choice(
+                "delete_message", default.delete_message, ("on_finish", "on_receive")
+            ),
+            prefetch=table.integer("prefetch", default.prefetch, 0, _MAX_PREFETCH),
         )
-    names = [q.name for q in queues]
+        queues.append((table.section, queue))
+    names = [queue.name for _, queue in queues]
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(
                 f"config {source}: queue {name!r} is named twice ([sqs] queue_name and "
                 "[[queues]] name): each queue may appear once"
             )
-    return tuple(queues)
+    return queues
 
 
 #: A run record must fit a DynamoDB item (400 KB) with room to spare.
