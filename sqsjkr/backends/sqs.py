@@ -140,12 +140,17 @@ def queue_settings(client: Any, queue_url: str) -> QueueSettings:
     )
     attributes = response["Attributes"]
     redrive = json.loads(attributes.get("RedrivePolicy") or "{}")
-    count = redrive.get("maxReceiveCount")
     return QueueSettings(
         retention_seconds=int(attributes["MessageRetentionPeriod"]),
         dead_letter_arn=redrive.get("deadLetterTargetArn"),
-        max_receive_count=None if count is None else int(count),
+        max_receive_count=max_receive_count(attributes),
     )
+
+
+def max_receive_count(attributes: Mapping[str, str]) -> int | None:
+    """The RedrivePolicy's maxReceiveCount among a queue's attributes, if it has one."""
+    count = json.loads(attributes.get("RedrivePolicy") or "{}").get("maxReceiveCount")
+    return None if count is None else int(count)
 
 
 @dataclass(frozen=True)
@@ -162,12 +167,10 @@ def send_settings(client: Any, queue_url: str) -> SendSettings:
     attributes = client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])[
         "Attributes"
     ]
-    redrive = json.loads(attributes.get("RedrivePolicy") or "{}")
-    count = redrive.get("maxReceiveCount")
     return SendSettings(
         fifo=attributes.get("FifoQueue") == "true",
         content_based_deduplication=attributes.get("ContentBasedDeduplication") == "true",
-        max_receive_count=None if count is None else int(count),
+        max_receive_count=max_receive_count(attributes),
     )
 
 
