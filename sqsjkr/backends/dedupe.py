@@ -25,6 +25,7 @@ from sqsjkr.backends.aws import (
     write_if_owner,
 )
 from sqsjkr.backends.lease import Lease, new_owner
+from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.run import RunStart
 from sqsjkr.errors import ResourceMissingError, StoreError
 
@@ -174,7 +175,8 @@ class DynamoDedupe:
     failed with retries left leaves Attempts (runs so far) and RetryAt (when the next may start).
 
     With note_running (DynamoHistory.running_update), a claim notes the run about to begin in
-    its event's summary in the same TransactWriteItems.
+    its event's summary in the same TransactWriteItems, combined with the other writes of the
+    moment through transactions (given the one the history uses, claims and ends of runs share calls).
     """
 
     def __init__(
@@ -186,8 +188,10 @@ class DynamoDedupe:
         lease_seconds: float,
         clock: Callable[[], float] = time.time,
         note_running: Callable[[RunStart], dict[str, Any]] | None = None,
+        transactions: Transactions | None = None,
     ) -> None:
         self._client = client
+        self._transactions = transactions or Transactions(client)
         self._table = table
         self._retention_seconds = retention_seconds
         self._lease_seconds = lease_seconds
@@ -241,8 +245,8 @@ class DynamoDedupe:
             return claimed, old, False
         note = {**self._note_running(running), "TableName": self._table}
         try:
-            self._client.transact_write_items(
-                TransactItems=[
+            self._transactions.write(
+                [
                     {
                         "Put": {
                             **put,

@@ -20,6 +20,7 @@ from sqsjkr.backends.dedupe import DynamoDedupe
 from sqsjkr.backends.groups import DynamoGroups
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import DynamoLocker
+from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import ResourceMissingError
 
@@ -170,8 +171,10 @@ class DynamoHistory:
         locks: DynamoLocker | None = None,
         slots: DynamoGroups | None = None,
         clock: Callable[[], float] = time.time,
+        transactions: Transactions | None = None,
     ) -> None:
         self._client = client
+        self._transactions = transactions or Transactions(client)
         self._table = table
         self._retention = retention_seconds
         self._claims = claims
@@ -241,7 +244,7 @@ class DynamoHistory:
         for write in writes:
             write[next(iter(write))]["TableName"] = self._table
         try:
-            self._client.transact_write_items(TransactItems=writes)
+            self._transactions.write(writes)
         except ClientError as exc:
             if error_code(exc) == "ResourceNotFoundException":
                 raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc

@@ -34,6 +34,7 @@ from sqsjkr.backends.sqs import (
     queue_settings,
     resolve_queue_url,
 )
+from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.config import Config, QueueConfig
 from sqsjkr.contract.duration import Duration
 from sqsjkr.daemon.http_runner import HttpRunner, Runners
@@ -255,6 +256,8 @@ def _connect(
     ):
         return None
     lease = config.lock.lease.seconds
+    # One for claims and ends of runs: the writes of a burst's workers share calls.
+    transactions = Transactions(dynamodb)
     records_history = given.history is None and config.history.backend == "dynamodb"
     dedupe = given.dedupe
     if dedupe is None:
@@ -266,6 +269,7 @@ def _connect(
                 lease_seconds=lease,
                 # A run shows as running now in its event's summary from the claim's own write.
                 note_running=running_update if records_history else None,
+                transactions=transactions,
             )
             if config.dedupe.backend == "dynamodb"
             else NoopDedupe()
@@ -294,6 +298,7 @@ def _connect(
                 claims=dedupe if isinstance(dedupe, DynamoDedupe) else None,
                 locks=locker if isinstance(locker, DynamoLocker) else None,
                 slots=groups if isinstance(groups, DynamoGroups) else None,
+                transactions=transactions,
             )
             if config.history.backend == "dynamodb"
             else NoHistory()

@@ -1,0 +1,111 @@
+"""Group commit of DynamoDB transactions: the writes that several workers ask for at once (claims,
+ends of runs) go out as one TransactWriteItems.
+
+Nothing waits for a timer: the first writer sends at once, and what arrives while its call is on
+the wire goes in the next call. A burst of jobs costs a few calls instead of one or two per job.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from sqsjkr.backends.aws import error_code
+
+#: DynamoDB's limit of actions in one transaction.
+MAX_ACTIONS = 100
+#: Parts are combined up to this much request (DynamoDB allows 4 MB): a run record may carry
+#: hundreds of KiB of output, and one that big goes alone.
+MAX_COMBINED_BYTES = 1 << 20
+#: Errors of a combined call after which each part is sent again alone: one part's failed
+#: condition cancels the whole transaction, and what one part's caller must learn from the
+#: cancellation (which condition failed, on which item) is only told by its own call.
+RETRY_ALONE = frozenset({"TransactionCanceledException", "ValidationException"})
+
+
+@dataclass(eq=False)
+class _Part:
+    writes: list[dict[str, Any]]
+    keys: frozenset[Hashable]
+    size: int
+    done: bool = False
+    error: BaseException | None = None
+    combined: bool = False
+
+
+class Transactions:
+    """TransactWriteItems on one client, combined across the threads that call write() at once.
+
+    A caller sees what a call of its own would give: write() returns once its writes took
+    effect, and raises the ClientError that its writes alone would have raised.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._mutex = threading.Condition()
+        self._waiting: list[_Part] = []
+        self._sending = False
+
+    @property
+    def waiting(self) -> int:
+        """How many callers' writes wait for the call on the wire to end."""
+        with self._mutex:
+            return len(self._waiting)
+
+    def write(self, writes: list[dict[str, Any]]) -> None:
+        """Apply writes (TransactItems, each with its TableName) all or none."""
+        part = _Part(writes, frozenset(map(_item_key, writes)), len(repr(writes)))
+        with self._mutex:
+            self._waiting.append(part)
+            while self._sending and not part.done:
+                self._mutex.wait()
+            if not part.done:
+                self._sending = True
+                batch = self._take(part)
+        if not part.done:
+            self._send(batch)
+        if part.error is None:
+            return
+        if part.combined and error_code(part.error) in RETRY_ALONE:
+            self._client.transact_write_items(TransactItems=part.writes)
+            return
+        raise part.error
+
+    def _take(self, first: _Part) -> list[_Part]:
+        """first and the waiting parts that fit beside it, none touching an item twice (which
+        DynamoDB refuses in one transaction)."""
+        batch, keys, actions, size = [first], set(first.keys), len(first.writes), first.size
+        self._waiting.remove(first)
+        for part in list(self._waiting):
+            if actions + len(part.writes) > MAX_ACTIONS or size + part.size > MAX_COMBINED_BYTES:
+                break
+            if keys.isdisjoint(part.keys):
+                batch.append(part)
+                self._waiting.remove(part)
+                keys |= part.keys
+                actions += len(part.writes)
+                size += part.size
+        return batch
+
+    def _send(self, batch: list[_Part]) -> None:
+        error: BaseException | None = None
+        try:
+            writes = [write for part in batch for write in part.writes]
+            self._client.transact_write_items(TransactItems=writes)
+        except BaseException as exc:
+            # Whatever it was (an AWS error, no memory), every part's caller hears of it.
+            error = exc
+        with self._mutex:
+            for part in batch:
+                part.done, part.error, part.combined = True, error, len(batch) > 1
+            self._sending = False
+            self._mutex.notify_all()
+
+
+def _item_key(write: dict[str, Any]) -> Hashable:
+    """The table and key of the item a TransactItem writes; the lock table's keys are Id and Type."""
+    [(action, request)] = write.items()
+    item = request["Item"] if action == "Put" else request["Key"]
+    return request["TableName"], repr(item["Id"]), repr(item["Type"])

@@ -1,0 +1,142 @@
+"""Group commit of DynamoDB transactions against the moto server: writes asked for while a call
+is on the wire share the next call, and each caller still gets the answer of its own writes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from sqsjkr.backends.aws import error_code
+from sqsjkr.backends.transactions import MAX_ACTIONS, Transactions
+
+from .conftest import Aws, wait_until
+from .test_backends import client
+
+
+class Gated:
+    """A DynamoDB client whose first TransactWriteItems waits for open(), so that the test can
+    queue writes behind it; it counts the calls and their sizes."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._gate = threading.Event()
+        self.entered = threading.Event()
+        self.calls: list[int] = []  # actions per call, in order
+
+    def open(self) -> None:
+        self._gate.set()
+
+    def transact_write_items(self, **request: Any) -> Any:
+        self.calls.append(len(request["TransactItems"]))
+        self.entered.set()
+        self._gate.wait(30)
+        return self._inner.transact_write_items(**request)
+
+
+def put(aws: Aws, id_: str, *, new: bool = False, type_: str = "t") -> dict[str, Any]:
+    request: dict[str, Any] = {
+        "TableName": aws.table,
+        "Item": {"Id": {"S": id_}, "Type": {"S": type_}, "V": {"S": "x"}},
+    }
+    if new:
+        request["ConditionExpression"] = "attribute_not_exists(Id)"
+    return {"Put": request}
+
+
+def in_threads(calls: list[Callable[[], None]]) -> tuple[list[threading.Thread], dict[int, Any]]:
+    """Start each call in a thread of its own; the dict gets each one's exception or None."""
+    answers: dict[int, Any] = {}
+
+    def run(index: int, call: Callable[[], None]) -> None:
+        try:
+            call()
+            answers[index] = None
+        except Exception as exc:  # the test looks at it
+            answers[index] = exc
+
+    threads = [
+        threading.Thread(target=run, args=(i, call), daemon=True) for i, call in enumerate(calls)
+    ]
+    for thread in threads:
+        thread.start()
+    return threads, answers
+
+
+def queue_behind(
+    transactions: Transactions, gated: Gated, first: list[dict[str, Any]], later: list[list[Any]]
+) -> dict[int, Any]:
+    """first on the wire, held; later queued behind it; then everything let through."""
+    [head], head_answer = in_threads([lambda: transactions.write(first)])
+    assert gated.entered.wait(15)
+    threads, answers = in_threads([lambda w=w: transactions.write(w) for w in later])
+    wait_until(lambda: transactions.waiting == len(later), what="writes queued")
+    gated.open()
+    for thread in [head, *threads]:
+        thread.join(30)
+    assert head_answer == {0: None}
+    return answers
+
+
+def test_writes_asked_for_during_a_call_go_out_together_in_the_next(aws: Aws) -> None:
+    gated = Gated(client("dynamodb"))
+    transactions = Transactions(gated)
+    later = [[put(aws, f"job-{i}"), put(aws, f"job-{i}", type_="u")] for i in range(5)]
+    answers = queue_behind(transactions, gated, [put(aws, "first")], later)
+    assert answers == dict.fromkeys(range(5))
+    assert gated.calls == [1, 10]  # one call for the five waiting writers
+    assert aws.item("first", "t") is not None
+    assert all(aws.item(f"job-{i}", type_) for i in range(5) for type_ in ("t", "u"))
+
+
+def test_a_failed_condition_in_a_combined_call_fails_only_its_own_writer(aws: Aws) -> None:
+    aws.dynamodb.put_item(TableName=aws.table, Item={"Id": {"S": "taken"}, "Type": {"S": "t"}})
+    gated = Gated(client("dynamodb"))
+    transactions = Transactions(gated)
+    later = [[put(aws, "a", new=True)], [put(aws, "taken", new=True)], [put(aws, "b", new=True)]]
+    answers = queue_behind(transactions, gated, [put(aws, "first")], later)
+    assert answers[0] is None and answers[2] is None
+    assert isinstance(answers[1], ClientError)
+    assert error_code(answers[1]) == "TransactionCanceledException"
+    # Its own cancellation: one reason, for its one write.
+    [reason] = answers[1].response["CancellationReasons"]
+    assert reason["Code"] == "ConditionalCheckFailed"
+    assert aws.item("a", "t") is not None and aws.item("b", "t") is not None
+    assert gated.calls[:2] == [1, 3]  # combined first, then each sent alone
+
+
+def test_writes_to_the_same_item_are_never_in_one_call(aws: Aws) -> None:
+    gated = Gated(client("dynamodb"))
+    transactions = Transactions(gated)
+    later = [[put(aws, "same")], [put(aws, "other")], [put(aws, "same")]]
+    answers = queue_behind(transactions, gated, [put(aws, "first")], later)
+    assert answers == dict.fromkeys(range(3))
+    # DynamoDB refuses two writes of one item in a transaction: the second "same" waits.
+    assert gated.calls == [1, 2, 1]
+
+
+def test_a_call_holds_at_most_dynamodbs_limit_of_actions(aws: Aws) -> None:
+    gated = Gated(client("dynamodb"))
+    transactions = Transactions(gated)
+    later = [[put(aws, f"n-{i}-{j}") for j in range(30)] for i in range(4)]
+    answers = queue_behind(transactions, gated, [put(aws, "first")], later)
+    assert answers == dict.fromkeys(range(4))
+    assert gated.calls[0] == 1 and max(gated.calls) <= MAX_ACTIONS
+    assert sum(gated.calls) == 121
+
+
+def test_an_error_of_the_store_reaches_every_writer_of_the_call(aws: Aws) -> None:
+    transactions = Transactions(client("dynamodb"))
+    missing = {
+        "Put": {"TableName": "no-such-table", "Item": {"Id": {"S": "a"}, "Type": {"S": "t"}}}
+    }
+    with pytest.raises(ClientError) as raised:
+        transactions.write([missing])
+    assert error_code(raised.value) == "ResourceNotFoundException"
+    assert transactions.waiting == 0
+    # And the next write goes through: a failed call leaves no one stuck as the sender.
+    transactions.write([put(aws, "after")])
+    assert aws.item("after", "t") is not None
