@@ -31,9 +31,11 @@ class Gated:
         self._gate.set()
 
     def transact_write_items(self, **request: Any) -> Any:
+        first = not self.calls
         self.calls.append(len(request["TransactItems"]))
-        self.entered.set()
-        self._gate.wait(30)
+        if first:
+            self.entered.set()
+            self._gate.wait(30)
         return self._inner.transact_write_items(**request)
 
 
@@ -83,7 +85,7 @@ def queue_behind(
 
 def test_writes_asked_for_during_a_call_go_out_together_in_the_next(aws: Aws) -> None:
     gated = Gated(client("dynamodb"))
-    transactions = Transactions(gated)
+    transactions = Transactions(gated, max_wait=60)
     later = [[put(aws, f"job-{i}"), put(aws, f"job-{i}", type_="u")] for i in range(5)]
     answers = queue_behind(transactions, gated, [put(aws, "first")], later)
     assert answers == dict.fromkeys(range(5))
@@ -95,7 +97,7 @@ def test_writes_asked_for_during_a_call_go_out_together_in_the_next(aws: Aws) ->
 def test_a_failed_condition_in_a_combined_call_fails_only_its_own_writer(aws: Aws) -> None:
     aws.dynamodb.put_item(TableName=aws.table, Item={"Id": {"S": "taken"}, "Type": {"S": "t"}})
     gated = Gated(client("dynamodb"))
-    transactions = Transactions(gated)
+    transactions = Transactions(gated, max_wait=60)
     later = [[put(aws, "a", new=True)], [put(aws, "taken", new=True)], [put(aws, "b", new=True)]]
     answers = queue_behind(transactions, gated, [put(aws, "first")], later)
     assert answers[0] is None and answers[2] is None
@@ -110,7 +112,7 @@ def test_a_failed_condition_in_a_combined_call_fails_only_its_own_writer(aws: Aw
 
 def test_writes_to_the_same_item_are_never_in_one_call(aws: Aws) -> None:
     gated = Gated(client("dynamodb"))
-    transactions = Transactions(gated)
+    transactions = Transactions(gated, max_wait=60)
     later = [[put(aws, "same")], [put(aws, "other")], [put(aws, "same")]]
     answers = queue_behind(transactions, gated, [put(aws, "first")], later)
     assert answers == dict.fromkeys(range(3))
@@ -120,7 +122,7 @@ def test_writes_to_the_same_item_are_never_in_one_call(aws: Aws) -> None:
 
 def test_a_call_holds_at_most_dynamodbs_limit_of_actions(aws: Aws) -> None:
     gated = Gated(client("dynamodb"))
-    transactions = Transactions(gated)
+    transactions = Transactions(gated, max_wait=60)
     later = [[put(aws, f"n-{i}-{j}") for j in range(30)] for i in range(4)]
     answers = queue_behind(transactions, gated, [put(aws, "first")], later)
     assert answers == dict.fromkeys(range(4))
@@ -140,3 +142,18 @@ def test_an_error_of_the_store_reaches_every_writer_of_the_call(aws: Aws) -> Non
     # And the next write goes through: a failed call leaves no one stuck as the sender.
     transactions.write([put(aws, "after")])
     assert aws.item("after", "t") is not None
+
+
+def test_a_write_behind_a_hung_call_goes_alone_after_max_wait(aws: Aws) -> None:
+    gated = Gated(client("dynamodb"))
+    transactions = Transactions(gated, max_wait=0.2)
+    [head], head_answer = in_threads([lambda: transactions.write([put(aws, "first")])])
+    assert gated.entered.wait(15)
+    [later], answers = in_threads([lambda: transactions.write([put(aws, "later")])])
+    # Done while the first call still hangs: it did not wait for it.
+    later.join(15)
+    assert answers == {0: None} and gated.calls == [1, 1] and head.is_alive()
+    assert aws.item("later", "t") is not None and aws.item("first", "t") is None
+    gated.open()
+    head.join(15)
+    assert head_answer == {0: None} and aws.item("first", "t") is not None

@@ -8,6 +8,7 @@ the wire goes in the next call. A burst of jobs costs a few calls instead of one
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,9 @@ MAX_ACTIONS = 100
 #: Parts are combined up to this much request (DynamoDB allows 4 MB): a run record may carry
 #: hundreds of KiB of output, and one that big goes alone.
 MAX_COMBINED_BYTES = 1 << 20
+#: The longest a write waits behind another writer's call before it goes alone: a call that
+#: hangs (up to aws.DYNAMODB_CALL_SECONDS) must not hold up every write of the daemon with it.
+MAX_WAIT_SECONDS = 1.0
 #: Errors of a combined call after which each part is sent again alone: one part's failed
 #: condition cancels the whole transaction, and what one part's caller must learn from the
 #: cancellation (which condition failed, on which item) is only told by its own call.
@@ -30,6 +34,7 @@ class _Part:
     writes: list[dict[str, Any]]
     keys: frozenset[Hashable]
     size: int
+    taken: bool = False  # into a call, which it must then wait for
     done: bool = False
     error: BaseException | None = None
     combined: bool = False
@@ -42,8 +47,9 @@ class Transactions:
     effect, and raises the ClientError that its writes alone would have raised.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, max_wait: float = MAX_WAIT_SECONDS) -> None:
         self._client = client
+        self._max_wait = max_wait
         self._mutex = threading.Condition()
         self._waiting: list[_Part] = []
         self._sending = False
@@ -57,19 +63,29 @@ class Transactions:
     def write(self, writes: list[dict[str, Any]]) -> None:
         """Apply writes (TransactItems, each with its TableName) all or none."""
         part = _Part(writes, frozenset(map(_item_key, writes)), len(repr(writes)))
+        deadline = time.monotonic() + self._max_wait
+        batch = None
         with self._mutex:
             self._waiting.append(part)
             while self._sending and not part.done:
-                self._mutex.wait()
-            if not part.done:
-                self._sending = True
-                batch = self._take(part)
-        if not part.done:
+                left = deadline - time.monotonic()
+                if not part.taken and left <= 0:
+                    self._waiting.remove(part)  # the call ahead is slow: go alone
+                    break
+                self._mutex.wait(None if part.taken else left)
+            else:
+                if not part.done:
+                    self._sending = True
+                    batch = self._take(part)
+        if batch is not None:
             self._send(batch)
+        elif not part.done:
+            self._client.transact_write_items(TransactItems=writes)
+            return
         if part.error is None:
             return
         if part.combined and error_code(part.error) in RETRY_ALONE:
-            self._client.transact_write_items(TransactItems=part.writes)
+            self._client.transact_write_items(TransactItems=writes)
             return
         raise part.error
 
@@ -78,12 +94,14 @@ class Transactions:
         DynamoDB refuses in one transaction)."""
         batch, keys, actions, size = [first], set(first.keys), len(first.writes), first.size
         self._waiting.remove(first)
+        first.taken = True
         for part in list(self._waiting):
             if actions + len(part.writes) > MAX_ACTIONS or size + part.size > MAX_COMBINED_BYTES:
                 break
             if keys.isdisjoint(part.keys):
                 batch.append(part)
                 self._waiting.remove(part)
+                part.taken = True
                 keys |= part.keys
                 actions += len(part.writes)
                 size += part.size
