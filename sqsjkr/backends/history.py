@@ -10,7 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
@@ -195,7 +195,11 @@ class DynamoHistory:
         lock: Lease | None = None,
         slot: Lease | None = None,
     ) -> Ended:
-        writes = [{"Put": self._run_item(record)}, {"Update": self._summary_update(record)}]
+        data = record.as_dict()
+        writes = [
+            {"Put": self._run_item(record, data)},
+            {"Update": self._summary_update(record, data)},
+        ]
         folds = self._folds(claim, lock, slot)
         try:
             self._transact([{"Update": fold.update} for fold in folds] + writes)
@@ -250,9 +254,9 @@ class DynamoHistory:
                 raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc
             raise
 
-    def _run_item(self, record: RunRecord) -> dict[str, Any]:
-        data = record.as_dict()
-        del data["stdout"], data["stderr"]  # for reporters; the record keeps the merged output
+    def _run_item(self, record: RunRecord, data: dict[str, Any]) -> dict[str, Any]:
+        # stdout and stderr are for reporters; the record keeps the merged output.
+        data = {k: v for k, v in data.items() if k not in ("stdout", "stderr")}
         return {
             "Item": {
                 **_key(record.event_id, run_type(record)),
@@ -262,10 +266,8 @@ class DynamoHistory:
             }
         }
 
-    def _summary_update(self, record: RunRecord) -> dict[str, Any]:
-        last = record.as_dict()
-        for name in ("output", "stdout", "stderr"):
-            del last[name]
+    def _summary_update(self, record: RunRecord, data: dict[str, Any]) -> dict[str, Any]:
+        last = {k: v for k, v in data.items() if k not in ("output", "stdout", "stderr")}
         sets = ["LastRun = :run", "Expired = :expired"]
         values: dict[str, Any] = {
             ":run": {"S": json.dumps(last)},
@@ -349,7 +351,7 @@ def running_update(start: RunStart) -> dict[str, Any]:
         "UpdateExpression": "SET #running = :start, Expired = :expired",
         "ExpressionAttributeNames": {"#running": RUNNING_PREFIX + start.message_id},
         "ExpressionAttributeValues": {
-            ":start": {"S": json.dumps(asdict(start))},
+            ":start": {"S": json.dumps(vars(start))},  # plain values: asdict() would copy them
             ":expired": _number(start.started_at + SUMMARY_KEEP_SECONDS),
         },
     }

@@ -34,6 +34,9 @@ class _Part:
     writes: list[dict[str, Any]]
     keys: frozenset[Hashable]
     size: int
+    #: On Transactions' lock: only this part's writer is woken for it (a burst's writers would
+    #: all wake at every call's end, to find nothing to do, with one Condition).
+    ready: threading.Condition
     taken: bool = False  # into a call, which it must then wait for
     done: bool = False
     error: BaseException | None = None
@@ -50,7 +53,7 @@ class Transactions:
     def __init__(self, client: Any, *, max_wait: float = MAX_WAIT_SECONDS) -> None:
         self._client = client
         self._max_wait = max_wait
-        self._mutex = threading.Condition()
+        self._mutex = threading.Lock()
         self._waiting: list[_Part] = []
         self._sending = False
 
@@ -62,7 +65,8 @@ class Transactions:
 
     def write(self, writes: list[dict[str, Any]]) -> None:
         """Apply writes (TransactItems, each with its TableName) all or none."""
-        part = _Part(writes, frozenset(map(_item_key, writes)), len(repr(writes)))
+        keys = frozenset(map(_item_key, writes))
+        part = _Part(writes, keys, len(repr(writes)), threading.Condition(self._mutex))
         deadline = time.monotonic() + self._max_wait
         batch = None
         with self._mutex:
@@ -72,7 +76,7 @@ class Transactions:
                 if not part.taken and left <= 0:
                     self._waiting.remove(part)  # the call ahead is slow: go alone
                     break
-                self._mutex.wait(None if part.taken else left)
+                part.ready.wait(None if part.taken else left)
             else:
                 if not part.done:
                     self._sending = True
@@ -118,8 +122,10 @@ class Transactions:
         with self._mutex:
             for part in batch:
                 part.done, part.error, part.combined = True, error, len(batch) > 1
+                part.ready.notify()
             self._sending = False
-            self._mutex.notify_all()
+            if self._waiting:
+                self._waiting[0].ready.notify()  # to send the next call
 
 
 def _item_key(write: dict[str, Any]) -> Hashable:
