@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,8 @@ from botocore.exceptions import ClientError
 from sqsjkr.backends.aws import error_code
 from sqsjkr.backends.transactions import MAX_ACTIONS, Transactions
 
-from .conftest import Aws, wait_until
+from .conftest import Aws, Start, counted, run_daemon, wait_until
+from .faults import Fault, FaultProxy
 from .test_backends import client
 
 
@@ -157,3 +159,34 @@ def test_a_write_behind_a_hung_call_goes_alone_after_max_wait(aws: Aws) -> None:
     gated.open()
     head.join(15)
     assert head_answer == {0: None} and aws.item("first", "t") is not None
+
+
+def claims_per_call(proxy: FaultProxy) -> list[int]:
+    """How many dedupe claims (Puts of throttle items) each TransactWriteItems made, in order."""
+    calls = [c.json["TransactItems"] for c in proxy.calls if c.action == "TransactWriteItems"]
+    return [
+        sum(w.get("Put", {}).get("Item", {}).get("Type") == {"S": "throttle"} for w in writes)
+        for writes in calls
+    ]
+
+
+def test_the_daemon_combines_the_claims_of_a_burst_and_a_duplicate_fails_only_itself(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
+) -> None:
+    out = tmp_path / "ran"
+    ids = [aws.send({"command": f"echo {i} >> {out}", "event_id": f"ev-{i}"}) for i in range(5)]
+    # The third message's job has already run: its claim must fail alone, and it is not run again.
+    aws.dynamodb.put_item(
+        TableName=aws.table,
+        Item={"Id": {"S": ids[2]}, "Type": {"S": "throttle"}, "Expired": {"N": "9999999999"}},
+    )
+    with FaultProxy(moto_endpoint) as proxy:
+        # The first call's answer is late, so the other workers' claims wait behind it.
+        proxy.add(Fault(lambda c: c.action == "TransactWriteItems", hold=0.5, times=1))
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=5)
+        wait_until(counted(port, succeeded=4, duplicates=1), what="four runs and the duplicate")
+        assert sorted(out.read_text().split()) == ["0", "1", "3", "4"]
+        assert max(claims_per_call(proxy)) >= 2
+        assert daemon.stop() == 0
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
