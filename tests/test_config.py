@@ -706,3 +706,21 @@ def test_example_documents_every_field_with_its_default(section: str) -> None:
         if isinstance(field.default, tuple):
             shown = tuple(shown)
         assert shown == field.default, f"[{section}] {field.name}: example differs from default"
+
+
+@pytest.mark.parametrize(
+    ("backends", "leases", "table"),
+    [
+        ({}, True, True),
+        ({"lock": "none"}, True, True),  # dedupe claims still hold leases
+        ({"lock": "none", "dedupe": "none"}, False, True),  # run history alone: no lease
+        ({"lock": "none", "dedupe": "none", "history": "none"}, False, False),
+    ],
+)
+def test_what_uses_the_table_and_what_takes_leases(
+    backends: dict[str, str], leases: bool, table: bool
+) -> None:
+    text = MINIMAL + "".join(f'[{k}]\nbackend = "{v}"\n' for k, v in backends.items())
+    config = parse(text)
+    assert config.takes_leases() is leases
+    assert config.uses_table() is table

@@ -152,13 +152,9 @@ def config_warnings() -> Iterator[list[str]]:
         logger.propagate = propagate
 
 
-def uses_table(config: Config) -> bool:
-    return "dynamodb" in (config.lock.backend, config.dedupe.backend, config.history.backend)
-
-
 def check_lease(config: Config) -> Result:
     lease = config.lock.lease
-    if uses_table(config) and lease.seconds < MIN_SAFE_LEASE_SECONDS:
+    if config.takes_leases() and lease.seconds < MIN_SAFE_LEASE_SECONDS:
         return warn(
             "lease",
             f"[lock] lease {lease} is shorter than the smallest safe lease "
@@ -529,7 +525,7 @@ def run_checks(config: Config) -> Iterator[Result]:
             yield result
         if queue_found:
             found.append(queue.name)
-    if uses_table(config):
+    if config.uses_table():
         yield from table_checks(make_client(session, "dynamodb"), config)
     else:
         yield ok("table", "not used ([lock], [dedupe] and [history] backends are none)")

@@ -179,6 +179,14 @@ class Config:
         """The queues the daemon receives from, [sqs]'s first."""
         return self.queues or (_sqs_queue(self.sqs, self.kicker),)
 
+    def takes_leases(self) -> bool:
+        """Whether jobs hold leased items ([lock] lease applies): locks, group slots, claims."""
+        return "dynamodb" in (self.lock.backend, self.dedupe.backend)
+
+    def uses_table(self) -> bool:
+        """Whether anything is kept in the [lock] table: leased items, or run history."""
+        return self.takes_leases() or self.history.backend == "dynamodb"
+
 
 def _sqs_queue(sqs: SqsConfig, kicker: KickerConfig) -> QueueConfig:
     """[sqs]'s queue, with [kicker]'s workers and delete mode: the defaults of [[queues]] too."""

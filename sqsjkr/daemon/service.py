@@ -181,9 +181,7 @@ def intake_settings(config: Config, queue: QueueConfig) -> IntakeSettings:
 
 
 def _warn_on_short_lease(config: Config) -> None:
-    lease = config.lock.lease.seconds
-    uses_leases = "dynamodb" in (config.lock.backend, config.dedupe.backend)
-    if uses_leases and lease < MIN_SAFE_LEASE_SECONDS:
+    if config.takes_leases() and config.lock.lease.seconds < MIN_SAFE_LEASE_SECONDS:
         log.warning(
             "[lock] lease %s is shorter than the smallest safe lease (%ds): one slow DynamoDB "
             "call, retries included, could let a lock or claim lapse while its job runs "
