@@ -152,6 +152,14 @@ def config_warnings() -> Iterator[list[str]]:
         logger.propagate = propagate
 
 
+def unchecked_or_failure(subject: str, action: str, exc: BaseException, what: str) -> Result:
+    """For a read that the hosts' policy need not grant: denied, what is left unchecked (a
+    WARN); any other error is a failure()."""
+    if is_access_denied(exc):
+        return warn(subject, f"{what} not checked: {action} denied")
+    return failure(subject, action, exc)
+
+
 def check_lease(config: Config) -> Result:
     lease = config.lock.lease
     if config.takes_leases() and lease.seconds < MIN_SAFE_LEASE_SECONDS:
@@ -294,13 +302,9 @@ def check_dlq_retention(
     fifo = source_attributes.get("FifoQueue") == "true"
     try:
         retention = int(queue_attributes(sqs, url)["MessageRetentionPeriod"])
-    except ClientError as exc:
-        if is_access_denied(exc):
-            # The hosts' policy grants no reads of the DLQ: the daemon only sends to it.
-            return warn(subject, "retention not checked: sqs:GetQueueAttributes denied")
-        return failure(subject, "sqs:GetQueueAttributes", exc)
-    except BotoCoreError as exc:
-        return failure(subject, "sqs:GetQueueAttributes", exc)
+    except (BotoCoreError, ClientError) as exc:
+        # The hosts' policy may grant no reads of the DLQ: the daemon only sends to it.
+        return unchecked_or_failure(subject, "sqs:GetQueueAttributes", exc, "retention")
     text = f"retention {format_span(retention)}"
     if retention < source_retention and not fifo:
         return warn(
@@ -401,12 +405,8 @@ def check_ttl(dynamodb: Any, table: str) -> Result:
     subject = f"table {table}"
     try:
         response = dynamodb.describe_time_to_live(TableName=table)
-    except ClientError as exc:
-        if is_access_denied(exc):
-            return warn(subject, "TTL not checked: dynamodb:DescribeTimeToLive denied")
-        return failure(subject, "dynamodb:DescribeTimeToLive", exc)
-    except BotoCoreError as exc:
-        return failure(subject, "dynamodb:DescribeTimeToLive", exc)
+    except (BotoCoreError, ClientError) as exc:
+        return unchecked_or_failure(subject, "dynamodb:DescribeTimeToLive", exc, "TTL")
     ttl = response.get("TimeToLiveDescription", {})
     status, attribute = ttl.get("TimeToLiveStatus"), ttl.get("AttributeName")
     if status in ("ENABLED", "ENABLING") and attribute == TTL_ATTRIBUTE:
