@@ -161,13 +161,17 @@ def test_a_write_behind_a_hung_call_goes_alone_after_max_wait(aws: Aws) -> None:
     assert head_answer == {0: None} and aws.item("first", "t") is not None
 
 
+def claims_per_call_of(request: dict[str, Any]) -> int:
+    """How many dedupe claims (Puts of throttle items) a TransactWriteItems request makes."""
+    return sum(
+        w.get("Put", {}).get("Item", {}).get("Type") == {"S": "throttle"}
+        for w in request["TransactItems"]
+    )
+
+
 def claims_per_call(proxy: FaultProxy) -> list[int]:
-    """How many dedupe claims (Puts of throttle items) each TransactWriteItems made, in order."""
-    calls = [c.json["TransactItems"] for c in proxy.calls if c.action == "TransactWriteItems"]
-    return [
-        sum(w.get("Put", {}).get("Item", {}).get("Type") == {"S": "throttle"} for w in writes)
-        for writes in calls
-    ]
+    """claims_per_call_of each TransactWriteItems the daemon made, in order."""
+    return [claims_per_call_of(c.json) for c in proxy.calls if c.action == "TransactWriteItems"]
 
 
 def test_the_daemon_combines_the_claims_of_a_burst_and_a_duplicate_fails_only_itself(
@@ -188,5 +192,31 @@ def test_the_daemon_combines_the_claims_of_a_burst_and_a_duplicate_fails_only_it
         wait_until(counted(port, succeeded=4, duplicates=1), what="four runs and the duplicate")
         assert sorted(out.read_text().split()) == ["0", "1", "3", "4"]
         assert max(claims_per_call(proxy)) >= 2
+        assert daemon.stop() == 0
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
+
+
+def test_a_combined_call_whose_answer_is_lost_after_it_took_effect_runs_each_job_once(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
+) -> None:
+    out = tmp_path / "ran"
+    for i in range(5):
+        aws.send({"command": f"echo {i} >> {out}", "event_id": f"ev-{i}"})
+    with FaultProxy(moto_endpoint) as proxy:
+        transact = "TransactWriteItems"
+        proxy.add(Fault(lambda c: c.action == transact, hold=0.5, times=1))
+        # The combined claims take effect, and their answer outlasts the read timeout (3 s):
+        # botocore sends the call again, and the daemon must see its own claims in what it finds.
+        combined = Fault(
+            lambda c: c.action == transact and claims_per_call_of(c.json) >= 2, hold=4, times=1
+        )
+        proxy.add(combined)
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=5)
+        wait_until(counted(port, succeeded=5), timeout=30, what="five runs")
+        # Held once, then sent again by botocore (the same request: its idempotency token).
+        assert combined.hits == 1 and sum(n >= 2 for n in claims_per_call(proxy)) >= 2
+        assert sorted(out.read_text().split()) == ["0", "1", "2", "3", "4"]
+        assert "LOST" not in daemon.log and " ERROR " not in daemon.log
         assert daemon.stop() == 0
     wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
