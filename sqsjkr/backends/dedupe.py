@@ -175,8 +175,9 @@ class DynamoDedupe:
     failed with retries left leaves Attempts (runs so far) and RetryAt (when the next may start).
 
     With note_running (DynamoHistory.running_update), a claim notes the run about to begin in
-    its event's summary in the same TransactWriteItems, combined with the other writes of the
-    moment through transactions (given the one the history uses, claims and ends of runs share calls).
+    its event's summary in the same TransactWriteItems. That write goes through transactions,
+    which combines it with the other workers' writes of the moment (given the history's own
+    Transactions, claims and ends of runs share calls).
     """
 
     def __init__(
