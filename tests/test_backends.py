@@ -12,13 +12,22 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
 from sqsjkr.backends.aws import error_code, is_transient, make_client, make_session
-from sqsjkr.backends.dedupe import ClaimState, DedupeStore, DynamoDedupe, MemoryDedupe, NoopDedupe
+from sqsjkr.backends.dedupe import (
+    ClaimState,
+    DedupeStore,
+    DynamoDedupe,
+    MemoryDedupe,
+    NoopDedupe,
+    WantedLock,
+)
+from sqsjkr.backends.history import running_update
 from sqsjkr.backends.lease import Lease, new_owner
 from sqsjkr.backends.locks import DynamoLocker, Held, Locker, MemoryLocker, NoopLocker
 from sqsjkr.backends.sqs import (
@@ -30,6 +39,7 @@ from sqsjkr.backends.sqs import (
     resolve_queue_url,
 )
 from sqsjkr.commands.local import LOCAL_ACCOUNT
+from sqsjkr.contract.run import RunStart
 from sqsjkr.errors import ResourceMissingError, StoreError
 
 from .conftest import REGION, Aws, free_port, wait_until
@@ -874,3 +884,98 @@ def test_a_failed_claim_without_the_item_that_failed_it_is_a_store_error() -> No
     store = DynamoDedupe(Forgetful(), "t", retention_seconds=60, lease_seconds=60)
     with pytest.raises(StoreError, match="did not return the item"):
         store.claim("m1")
+
+
+# -- a claim that takes the job's lock in its own write -----------------------------------------
+
+
+class Counting:
+    """A client that counts its calls by operation."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._real, name)
+
+        def counted(**request: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return method(**request)
+
+        return counted
+
+
+def folding(dynamodb: Any, aws: Aws, clock: Callable[[], float] = time.time) -> DynamoDedupe:
+    """A dedupe store that notes runs and takes free locks in the claim's write, as the daemon
+    builds it with history on."""
+    locker = DynamoLocker(dynamodb, aws.table, lease_seconds=60, clock=clock)
+    return DynamoDedupe(
+        dynamodb,
+        aws.table,
+        retention_seconds=600,
+        lease_seconds=60,
+        clock=clock,
+        note_running=running_update,
+        take_lock=locker.take_put,
+    )
+
+
+def start_of(message_id: str) -> RunStart:
+    return RunStart("ev", message_id, "host", "owner", time.time(), time.time(), "true")
+
+
+def test_a_claim_takes_a_free_lock_in_its_own_write(aws: Aws) -> None:
+    dynamodb = Counting(client("dynamodb"))
+    claim = folding(dynamodb, aws).claim("m1", running=start_of("m1"), lock=WantedLock("L", "ev"))
+    assert claim.state is ClaimState.CLAIMED and claim.lock is not None
+    item = lock_item(aws, "L")
+    assert item is not None and item["Owner"]["S"] == claim.lock.owner
+    assert item["EventId"]["S"] == "ev"
+    assert dynamodb.calls == {"transact_write_items": 1}
+    # The lock is held as try_lock's would be: released by its owner, refused to others.
+    locker = DynamoLocker(client("dynamodb"), aws.table, lease_seconds=60)
+    assert isinstance(locker.try_lock("L", "other"), Held)
+    assert locker.unlock(claim.lock) is True and aws.lock_free("L")
+
+
+@pytest.mark.parametrize("holder", ["go", "live", "expired"])
+def test_a_lock_that_is_not_free_leaves_the_claim_to_go_alone(aws: Aws, holder: str) -> None:
+    held: dict[str, Any] = {"Id": {"S": "L"}, "Type": {"S": "lock"}, "EventId": {"S": "theirs"}}
+    if holder != "go":
+        until = time.time() + (600 if holder == "live" else -600)
+        held.update(Owner={"S": "other:1:x"}, LeaseUntil={"N": str(until)})
+    aws.dynamodb.put_item(TableName=aws.table, Item=held)
+    claim = folding(client("dynamodb"), aws).claim(
+        "m1", running=start_of("m1"), lock=WantedLock("L", "ev")
+    )
+    # Claimed without the lock: the worker waits for it, or takes over an expired lease (and
+    # logs it) with try_lock.
+    assert claim.state is ClaimState.CLAIMED and claim.noted and claim.lock is None
+    assert lock_item(aws, "L") == held
+    assert aws.item("m1", "throttle") is not None
+
+
+def test_a_duplicate_claim_takes_no_lock(aws: Aws) -> None:
+    aws.dynamodb.put_item(
+        TableName=aws.table,
+        Item={"Id": {"S": "m1"}, "Type": {"S": "throttle"}, "Expired": {"N": "9999999999"}},
+    )
+    claim = folding(client("dynamodb"), aws).claim(
+        "m1", running=start_of("m1"), lock=WantedLock("L", "ev")
+    )
+    assert claim.state is ClaimState.FINISHED and claim.lock is None
+    assert lock_item(aws, "L") is None
+
+
+class LostTransactions(LostResponses):
+    def transact_write_items(self, **request: Any) -> Any:
+        return self._twice("transact_write_items", request)
+
+
+def test_a_claim_with_its_lock_retried_after_a_lost_answer_has_both(aws: Aws) -> None:
+    dynamodb = LostTransactions(client("dynamodb"))
+    claim = folding(dynamodb, aws).claim("m1", running=start_of("m1"), lock=WantedLock("L", "ev"))
+    assert claim.state is ClaimState.CLAIMED and claim.lock is not None
+    item = lock_item(aws, "L")
+    assert item is not None and item["Owner"]["S"] == claim.lock.owner

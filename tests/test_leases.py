@@ -37,6 +37,10 @@ from .faults import Call, Fault, FaultProxy
 
 
 def lock_write(call: Call) -> bool:
+    """A write that takes a lock: try_lock's PutItem, or a claim's transaction that takes it."""
+    if call.action == "TransactWriteItems":
+        puts = [w["Put"]["Item"] for w in call.json.get("TransactItems", []) if "Put" in w]
+        return any(item.get("Type") == {"S": "lock"} for item in puts)
     return call.action == "PutItem" and call.item_type() == "lock"
 
 
@@ -220,3 +224,23 @@ def test_an_unlock_that_finds_the_lock_taken_over_is_lost_and_counted(
     assert lost == [1]
     assert 'job m1 LOST its lock "L": its lease had passed' in caplog.text
     assert locker.held == {"L": "other"}  # the other holder's lock is left alone
+
+
+def test_a_job_takes_its_free_lock_in_its_claims_write_and_releases_it_with_its_record(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
+) -> None:
+    out = tmp_path / "ran"
+    aws.send({"command": f"echo ran >> {out}", "lock_id": "nightly", "event_id": "nightly"})
+    with FaultProxy(moto_endpoint) as proxy:
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        daemon, port = run_daemon(start_daemon, tmp_path, aws)
+        wait_until(counted(port, succeeded=1), what="the job")
+        writes = [c.action for c in proxy.calls if c.action in DYNAMODB_WRITES]
+        # The claim (with the lock and the "running now" note), then the end (record, summary,
+        # claim finished, lock released): no PutItem of the lock's own.
+        assert writes == ["TransactWriteItems", "TransactWriteItems"]
+        assert out.read_text() == "ran\n" and aws.lock_free("nightly")
+        assert daemon.stop() == 0
+
+
+DYNAMODB_WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"}

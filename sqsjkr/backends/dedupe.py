@@ -54,6 +54,17 @@ class Claim:
     attempt: int | None = 1
     #: Whether the store noted the run about to begin (claim's running) in the same write.
     noted: bool = False
+    #: The lock the claim's own write took (claim's lock), when the store could take it.
+    lock: Lease | None = None
+
+
+@dataclass(frozen=True)
+class WantedLock:
+    """A lock the job needs before it runs, which a store that keeps locks beside its claims
+    may take in the claim's own write."""
+
+    lock_id: str
+    event_id: str
 
 
 @dataclass(frozen=True)
@@ -67,9 +78,12 @@ class Retry:
 class DedupeStore(Protocol):
     """Remembers which messages have been taken, by whom, and whether their jobs finished."""
 
-    def claim(self, message_id: str, *, running: RunStart | None = None) -> Claim:
+    def claim(
+        self, message_id: str, *, running: RunStart | None = None, lock: WantedLock | None = None
+    ) -> Claim:
         """Take message_id, or say who has it. running: the run about to begin, which a store
-        that keeps history may note in the same write (Claim.noted). Raises on failure."""
+        that keeps history may note in the same write (Claim.noted); lock: the job's lock, which
+        it may take in that write too if it is free (Claim.lock). Raises on failure."""
 
     def renew(self, lease: Lease) -> bool:
         """Extend the claim's lease: False if it is no longer ours."""
@@ -86,7 +100,9 @@ class DedupeStore(Protocol):
 class NoopDedupe:
     """Remembers nothing: every delivery runs, and runs are not counted (Claim.attempt None)."""
 
-    def claim(self, message_id: str, *, running: RunStart | None = None) -> Claim:
+    def claim(
+        self, message_id: str, *, running: RunStart | None = None, lock: WantedLock | None = None
+    ) -> Claim:
         return Claim(ClaimState.CLAIMED, Lease(message_id, ""), attempt=None)
 
     def renew(self, lease: Lease) -> bool:
@@ -110,7 +126,9 @@ class MemoryDedupe:
         self._finished_by: dict[str, str] = {}  # message id -> the owner that finished it
         self.retries: dict[str, Retry] = {}  # message id -> its retry to come
 
-    def claim(self, message_id: str, *, running: RunStart | None = None) -> Claim:
+    def claim(
+        self, message_id: str, *, running: RunStart | None = None, lock: WantedLock | None = None
+    ) -> Claim:
         with self._mutex:
             if message_id in self.finished:
                 return Claim(ClaimState.FINISHED)
@@ -177,7 +195,9 @@ class DynamoDedupe:
     With note_running (DynamoHistory.running_update), a claim notes the run about to begin in
     its event's summary in the same TransactWriteItems. That write goes through transactions,
     which combines it with the other workers' writes of the moment (given the history's own
-    Transactions, claims and ends of runs share calls).
+    Transactions, claims and ends of runs share calls). With take_lock too
+    (DynamoLocker.take_put), that write also takes the job's lock when it is free: a job with a
+    lock_id saves the lock's own call.
     """
 
     def __init__(
@@ -189,9 +209,11 @@ class DynamoDedupe:
         lease_seconds: float,
         clock: Callable[[], float] = time.time,
         note_running: Callable[[RunStart], dict[str, Any]] | None = None,
+        take_lock: Callable[[str, str], tuple[Lease, dict[str, Any]]] | None = None,
         transactions: Transactions | None = None,
     ) -> None:
         self._client = client
+        self._take_lock = take_lock
         self._transactions = transactions or Transactions(client)
         self._table = table
         self._retention_seconds = retention_seconds
@@ -199,28 +221,41 @@ class DynamoDedupe:
         self._clock = clock
         self._note_running = note_running
 
-    def claim(self, message_id: str, *, running: RunStart | None = None) -> Claim:
+    def claim(
+        self, message_id: str, *, running: RunStart | None = None, lock: WantedLock | None = None
+    ) -> Claim:
         now = self._clock()
         lease = Lease(message_id, new_owner(), until=now + self._lease_seconds)
         put = self._claim_put(lease, now, _CLAIM_CONDITION, {})
-        claimed, old, noted = self._write(put, running)
-        if claimed or owner_of(old) == lease.owner:
+        written = self._write(put, running, lock)
+        if written.claimed or owner_of(written.old) == lease.owner:
             # The second case: our own write, retried after its answer was lost.
-            return Claim(ClaimState.CLAIMED, lease, attempt=_attempts(old) + 1, noted=noted)
-        if "Attempts" in old and _due(old, now):
-            return self._claim_again(lease, now, _attempts(old), running)
-        return self._state(message_id, old, now)
+            return self._claimed(lease, _attempts(written.old) + 1, written)
+        if "Attempts" in written.old and _due(written.old, now):
+            return self._claim_again(lease, now, _attempts(written.old), running, lock)
+        return self._state(message_id, written.old, now)
 
     def _claim_again(
-        self, lease: Lease, now: float, attempts: int, running: RunStart | None
+        self,
+        lease: Lease,
+        now: float,
+        attempts: int,
+        running: RunStart | None,
+        lock: WantedLock | None,
     ) -> Claim:
         """Claim an item that counts runs: as run attempts + 1 of its job."""
         values = {":attempts": {"N": str(attempts)}, "Attempts": {"N": str(attempts)}}
         put = self._claim_put(lease, now, _CLAIM_AGAIN_CONDITION, values)
-        claimed, old, noted = self._write(put, running)
-        if claimed or owner_of(old) == lease.owner:
-            return Claim(ClaimState.CLAIMED, lease, attempt=attempts + 1, noted=noted)
-        return self._state(lease.key, old, now)  # another daemon was quicker
+        written = self._write(put, running, lock)
+        if written.claimed or owner_of(written.old) == lease.owner:
+            return self._claimed(lease, attempts + 1, written)
+        return self._state(lease.key, written.old, now)  # another daemon was quicker
+
+    @staticmethod
+    def _claimed(lease: Lease, attempt: int, written: _Written) -> Claim:
+        return Claim(
+            ClaimState.CLAIMED, lease, attempt=attempt, noted=written.noted, lock=written.lock
+        )
 
     def _claim_put(
         self, lease: Lease, now: float, condition: str, extra: dict[str, Any]
@@ -238,35 +273,36 @@ class DynamoDedupe:
         return {"Item": item, "ConditionExpression": condition, "ExpressionAttributeValues": values}
 
     def _write(
-        self, put: dict[str, Any], running: RunStart | None
-    ) -> tuple[bool, dict[str, Any], bool]:
-        """The claim's conditional write: (written, the item that failed it, run noted)."""
+        self, put: dict[str, Any], running: RunStart | None, lock: WantedLock | None
+    ) -> _Written:
+        """The claim's conditional write, with the run's note and the lock when it can."""
         if running is None or self._note_running is None:
             claimed, old = conditional_write(self._client.put_item, self._table, **put)
-            return claimed, old, False
+            return _Written(claimed, old, noted=False)
+        claim = {**put, "TableName": self._table, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
         note = {**self._note_running(running), "TableName": self._table}
+        writes = [{"Put": claim}, {"Update": note}]
+        taken = None
+        if lock is not None and self._take_lock is not None:
+            taken, take = self._take_lock(lock.lock_id, lock.event_id)
+            writes.append({"Put": take})
         try:
-            self._transactions.write(
-                [
-                    {
-                        "Put": {
-                            **put,
-                            "TableName": self._table,
-                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                        }
-                    },
-                    {"Update": note},
-                ]  # fmt: skip
-            )
+            self._transactions.write(writes)
         except ClientError as exc:
             failed = failed_condition(exc, 0)
+            held = None if taken is None else failed_condition(exc, 2)
+            if failed is None and held is not None:
+                # The lock is not free: the claim goes alone, and the job waits for the lock.
+                return self._write(put, running, None)
             if failed is None:
                 if error_code(exc) == "ResourceNotFoundException":
                     raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc
                 raise
-            # Nothing was written: a claim by our own earlier attempt noted the run too.
-            return False, failed, True
-        return True, {}, True
+            # Nothing was written: a claim by our own earlier attempt noted the run, and took
+            # the lock, too.
+            ours = taken if taken is not None and owner_of(held or {}) == taken.owner else None
+            return _Written(False, failed, noted=True, lock=ours)
+        return _Written(True, {}, noted=True, lock=taken)
 
     def _state(self, message_id: str, old: dict[str, Any], now: float) -> Claim:
         """What an item that failed a claim's condition says of its message."""
@@ -320,6 +356,16 @@ class DynamoDedupe:
                 ":at": lease_time(retry.at),
             },
         )
+
+
+@dataclass(frozen=True)
+class _Written:
+    """What a claim's write did: claimed, or the item that failed its condition (old)."""
+
+    claimed: bool
+    old: dict[str, Any]
+    noted: bool
+    lock: Lease | None = None
 
 
 def _attempts(item: dict[str, Any]) -> int:

@@ -137,12 +137,7 @@ class DynamoLocker:
         taken, old = conditional_write(
             self._client.put_item,
             self._table,
-            Item={
-                **_key(lock_id),
-                "EventId": {"S": event_id},
-                "Owner": {"S": lease.owner},
-                "LeaseUntil": lease_time(lease.until),
-            },
+            Item=_item(lease, event_id),
             ConditionExpression="attribute_not_exists(EventId) OR LeaseUntil < :now",
             ExpressionAttributeValues={":now": lease_time(now)},
             ReturnValues="ALL_OLD",
@@ -160,6 +155,19 @@ class DynamoLocker:
             return lease  # our own write, retried after its response was lost
         until = old.get("LeaseUntil", {}).get("N")
         return Held(owner_of(old), old.get("EventId", {}).get("S"), float(until) if until else None)
+
+    def take_put(self, lock_id: str, event_id: str) -> tuple[Lease, dict[str, Any]]:
+        """The Put that takes lock_id if it is free (never taken, or released), for another
+        store's transaction: with the lease it writes. A lock whose holder's lease has passed is
+        left to try_lock, which logs the takeover."""
+        lease = Lease(lock_id, new_owner(), until=self._clock() + self._lease_seconds)
+        put = {
+            "TableName": self._table,
+            "Item": _item(lease, event_id),
+            "ConditionExpression": "attribute_not_exists(EventId)",
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        return lease, put
 
     def renew(self, lease: Lease) -> bool:
         until = self._clock() + self._lease_seconds
@@ -191,3 +199,13 @@ class DynamoLocker:
 
 def _key(lock_id: str) -> dict[str, Any]:
     return {"Id": {"S": lock_id}, "Type": {"S": LOCK_TYPE}}
+
+
+def _item(lease: Lease, event_id: str) -> dict[str, Any]:
+    """The lock item of a held lock."""
+    return {
+        **_key(lease.key),
+        "EventId": {"S": event_id},
+        "Owner": {"S": lease.owner},
+        "LeaseUntil": lease_time(lease.until),
+    }

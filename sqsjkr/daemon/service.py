@@ -257,6 +257,13 @@ def _connect(
     # One for claims and ends of runs: the writes of a burst's workers share calls.
     transactions = Transactions(dynamodb)
     records_history = given.history is None and config.history.backend == "dynamodb"
+    locker = given.locker
+    if locker is None:
+        locker = (
+            DynamoLocker(dynamodb, table, lease_seconds=lease)
+            if config.lock.backend == "dynamodb"
+            else NoopLocker()
+        )
     dedupe = given.dedupe
     if dedupe is None:
         dedupe = (
@@ -265,19 +272,14 @@ def _connect(
                 table,
                 retention_seconds=retention,
                 lease_seconds=lease,
-                # A run shows as running now in its event's summary from the claim's own write.
+                # A run shows as running now in its event's summary from the claim's own write,
+                # which takes the job's lock too when it is free.
                 note_running=running_update if records_history else None,
+                take_lock=locker.take_put if isinstance(locker, DynamoLocker) else None,
                 transactions=transactions,
             )
             if config.dedupe.backend == "dynamodb"
             else NoopDedupe()
-        )
-    locker = given.locker
-    if locker is None:
-        locker = (
-            DynamoLocker(dynamodb, table, lease_seconds=lease)
-            if config.lock.backend == "dynamodb"
-            else NoopLocker()
         )
     groups: Groups = (
         DynamoGroups(dynamodb, table, lease_seconds=lease)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe, is_transient
-from sqsjkr.backends.dedupe import ClaimState, DedupeStore, Retry
+from sqsjkr.backends.dedupe import ClaimState, DedupeStore, Retry, WantedLock
 from sqsjkr.backends.groups import Groups, NoGroups
 from sqsjkr.backends.history import NOT_FOLDED, Ended, History, NoHistory
 from sqsjkr.backends.lease import FRESH_LEASE_SHARE, Lease
@@ -105,7 +105,9 @@ class Worker:
         try:
             # The run shows as in progress in its event's summary from its claim on: in the
             # claim's own write when the store can.
-            claim = self._dedupe.claim(job.message_id, running=progress.note())
+            claim = self._dedupe.claim(
+                job.message_id, running=progress.note(), lock=_lock_with_claim(job)
+            )
         except AWS_ERRORS as exc:
             # Not run: unlike the Go daemon, a job that may be a duplicate waits for a later try.
             jlog.error(
@@ -129,6 +131,7 @@ class Worker:
         assert claim.lease is not None
         jlog.debug("claimed its message (lease until %.3f)", claim.lease.until)
         entry.claim = claim.lease
+        entry.lock = claim.lock  # taken by the claim's own write, when the store could
         progress.claimed(claim.lease.owner, claim.attempt)
         if not claim.noted:
             self._note(progress, jlog)
@@ -314,7 +317,8 @@ class Worker:
 
     def _take(self, entry: InFlight, hold: _Hold, jlog: JobLog) -> Held | None:
         """One try at hold: None once it is ours with a fresh lease, else who holds it."""
-        taken = hold.take()
+        # A lock may already be ours, from the claim's write (never a slot: see _holds).
+        taken = getattr(entry, hold.field) or hold.take()
         if isinstance(taken, Held):
             return taken
         setattr(entry, hold.field, taken)
@@ -480,6 +484,14 @@ class Worker:
                 delay = backoff.next_delay()
                 jlog.error("could not %s (%s); retrying in %.1fs", what, describe(exc), delay)
                 self._stopping.wait(delay)
+
+
+def _lock_with_claim(job: Job) -> WantedLock | None:
+    """The job's lock, for the claim's write to take if it is free: not for a job of a
+    concurrency group, which takes its group's slot first (_holds' order)."""
+    if not job.lock_id or job.concurrency_key:
+        return None
+    return WantedLock(job.lock_id, job.event_id)
 
 
 def _hide_for(seconds: float) -> int:
