@@ -244,3 +244,22 @@ def test_a_job_takes_its_free_lock_in_its_claims_write_and_releases_it_with_its_
 
 
 DYNAMODB_WRITES = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"}
+
+
+def test_a_job_whose_lock_another_job_here_wants_does_not_try_it_in_its_claim(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
+) -> None:
+    hold = f"touch {tmp_path}/a; while [ ! -f {tmp_path}/go ]; do sleep 0.05; done"
+    with FaultProxy(moto_endpoint) as proxy:
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=2)
+        aws.send({"command": hold, "lock_id": "L", "event_id": "a"})
+        wait_until((tmp_path / "a").exists, what="job a holding L")
+        aws.send({"command": "true", "lock_id": "L", "event_id": "b"})
+        wait_until(lambda: 'waits for lock "L"' in daemon.log, what="job b waiting for L")
+        # Only a's claim tried the lock: b's went without it, then b tried it on its own.
+        tries = [c.action for c in proxy.calls if lock_write(c)]
+        assert tries == ["TransactWriteItems", "PutItem"]
+        (tmp_path / "go").touch()
+        wait_until(counted(port, succeeded=2), what="both jobs, one after the other")
+        assert daemon.stop() == 0

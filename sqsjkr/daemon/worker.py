@@ -10,6 +10,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -97,17 +98,37 @@ class Worker:
         self._history = history or NoHistory()
         self._groups = groups or NoGroups()
         self._listener = listener or NoListener()
+        #: How many of this daemon's jobs want each lock_id now (waiting for it, or holding it),
+        #: among those that may take it in their claim's write.
+        self._lock_wanted: Counter[str] = Counter()
+        self._lock_wanted_mutex = threading.Lock()
 
     def handle(self, entry: InFlight) -> Ending:
+        wanted = _lock_with_claim(entry.job)
+        if wanted is None:
+            return self._handle(entry, None)
+        with self._lock_wanted_mutex:
+            # A lock that another job here wants is not free: trying it in the claim's write
+            # would only cost that write a second try.
+            alone = self._lock_wanted[wanted.lock_id] == 0
+            self._lock_wanted[wanted.lock_id] += 1
+        try:
+            return self._handle(entry, wanted if alone else None)
+        finally:
+            with self._lock_wanted_mutex:
+                self._lock_wanted[wanted.lock_id] -= 1
+                if not self._lock_wanted[wanted.lock_id]:
+                    del self._lock_wanted[wanted.lock_id]
+
+    def _handle(self, entry: InFlight, lock: WantedLock | None) -> Ending:
+        """handle(), with the lock that the claim's write may take if it is free."""
         job = entry.job
         jlog = JobLog(log, job)
         progress = RunProgress(job, entry.message, self._clock())
         try:
             # The run shows as in progress in its event's summary from its claim on: in the
-            # claim's own write when the store can.
-            claim = self._dedupe.claim(
-                job.message_id, running=progress.note(), lock=_lock_with_claim(job)
-            )
+            # claim's own write when the store can, which takes a free lock too.
+            claim = self._dedupe.claim(job.message_id, running=progress.note(), lock=lock)
         except AWS_ERRORS as exc:
             # Not run: unlike the Go daemon, a job that may be a duplicate waits for a later try.
             jlog.error(
