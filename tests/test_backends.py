@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError, NoCredenti
 
 from sqsjkr.backends.aws import error_code, is_transient, make_client, make_session
 from sqsjkr.backends.dedupe import (
+    Claim,
     ClaimState,
     DedupeStore,
     DynamoDedupe,
@@ -921,18 +922,24 @@ def folding(dynamodb: Any, aws: Aws, clock: Callable[[], float] = time.time) -> 
     )
 
 
-def start_of(message_id: str) -> RunStart:
-    return RunStart("ev", message_id, "host", "owner", time.time(), time.time(), "true")
+def claim_with_lock(dynamodb: Any, aws: Aws) -> Claim:
+    """Claim message m1 of event ev for a run, with its lock L."""
+    start = RunStart("ev", "m1", "host", "owner", time.time(), time.time(), "true")
+    return folding(dynamodb, aws).claim("m1", running=start, lock=WantedLock("L", "ev"))
 
 
-def test_a_claim_takes_a_free_lock_in_its_own_write(aws: Aws) -> None:
-    dynamodb = Counting(client("dynamodb"))
-    claim = folding(dynamodb, aws).claim("m1", running=start_of("m1"), lock=WantedLock("L", "ev"))
+def assert_holds_lock(aws: Aws, claim: Claim) -> None:
     assert claim.state is ClaimState.CLAIMED and claim.lock is not None
     item = lock_item(aws, "L")
     assert item is not None and item["Owner"]["S"] == claim.lock.owner
     assert item["EventId"]["S"] == "ev"
-    assert dynamodb.calls == {"transact_write_items": 1}
+
+
+def test_a_claim_takes_a_free_lock_in_its_own_write(aws: Aws) -> None:
+    dynamodb = Counting(client("dynamodb"))
+    claim = claim_with_lock(dynamodb, aws)
+    assert_holds_lock(aws, claim)
+    assert claim.lock is not None and dynamodb.calls == {"transact_write_items": 1}
     # The lock is held as try_lock's would be: released by its owner, refused to others.
     locker = DynamoLocker(client("dynamodb"), aws.table, lease_seconds=60)
     assert isinstance(locker.try_lock("L", "other"), Held)
@@ -946,9 +953,7 @@ def test_a_lock_that_is_not_free_leaves_the_claim_to_go_alone(aws: Aws, holder: 
         until = time.time() + (600 if holder == "live" else -600)
         held.update(Owner={"S": "other:1:x"}, LeaseUntil={"N": str(until)})
     aws.dynamodb.put_item(TableName=aws.table, Item=held)
-    claim = folding(client("dynamodb"), aws).claim(
-        "m1", running=start_of("m1"), lock=WantedLock("L", "ev")
-    )
+    claim = claim_with_lock(client("dynamodb"), aws)
     # Claimed without the lock: the worker waits for it, or takes over an expired lease (and
     # logs it) with try_lock.
     assert claim.state is ClaimState.CLAIMED and claim.noted and claim.lock is None
@@ -961,9 +966,7 @@ def test_a_duplicate_claim_takes_no_lock(aws: Aws) -> None:
         TableName=aws.table,
         Item={"Id": {"S": "m1"}, "Type": {"S": "throttle"}, "Expired": {"N": "9999999999"}},
     )
-    claim = folding(client("dynamodb"), aws).claim(
-        "m1", running=start_of("m1"), lock=WantedLock("L", "ev")
-    )
+    claim = claim_with_lock(client("dynamodb"), aws)
     assert claim.state is ClaimState.FINISHED and claim.lock is None
     assert lock_item(aws, "L") is None
 
@@ -974,8 +977,4 @@ class LostTransactions(LostResponses):
 
 
 def test_a_claim_with_its_lock_retried_after_a_lost_answer_has_both(aws: Aws) -> None:
-    dynamodb = LostTransactions(client("dynamodb"))
-    claim = folding(dynamodb, aws).claim("m1", running=start_of("m1"), lock=WantedLock("L", "ev"))
-    assert claim.state is ClaimState.CLAIMED and claim.lock is not None
-    item = lock_item(aws, "L")
-    assert item is not None and item["Owner"]["S"] == claim.lock.owner
+    assert_holds_lock(aws, claim_with_lock(LostTransactions(client("dynamodb")), aws))
