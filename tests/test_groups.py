@@ -57,18 +57,24 @@ def slot_item(aws: Aws, key: str, slot: int) -> dict[str, Any] | None:
     return aws.item(key, f"slot#{slot}")
 
 
-def live_holders(aws: Aws, key: str, now: float) -> dict[int, str]:
-    """slot -> owner of every live slot of group key, read afresh from the table."""
+def held_slots(aws: Aws, key: str) -> dict[int, dict[str, Any]]:
+    """slot -> item of every held slot of group key (released ones have no EventId), read
+    afresh from the table."""
     items = aws.dynamodb.query(
         TableName=aws.table,
         KeyConditionExpression="Id = :key",
         ExpressionAttributeValues={":key": {"S": key}},
         ConsistentRead=True,
     )["Items"]
+    return {int(i["Type"]["S"].removeprefix("slot#")): i for i in items if "EventId" in i}
+
+
+def live_holders(aws: Aws, key: str, now: float) -> dict[int, str]:
+    """slot -> owner of every live slot of group key."""
     return {
-        int(item["Type"]["S"].removeprefix("slot#")): item["Owner"]["S"]
-        for item in items
-        if "EventId" in item and float(item["LeaseUntil"]["N"]) >= now
+        slot: item["Owner"]["S"]
+        for slot, item in held_slots(aws, key).items()
+        if float(item["LeaseUntil"]["N"]) >= now
     }
 
 
@@ -516,17 +522,7 @@ def owned_by(daemon: Daemon) -> str:
 
 def slot_leases(aws: Aws, key: str) -> dict[int, float]:
     """slot -> LeaseUntil of every held slot of group key."""
-    items = aws.dynamodb.query(
-        TableName=aws.table,
-        KeyConditionExpression="Id = :key",
-        ExpressionAttributeValues={":key": {"S": key}},
-        ConsistentRead=True,
-    )["Items"]
-    return {
-        int(item["Type"]["S"].removeprefix("slot#")): float(item["LeaseUntil"]["N"])
-        for item in items
-        if "EventId" in item
-    }
+    return {slot: float(item["LeaseUntil"]["N"]) for slot, item in held_slots(aws, key).items()}
 
 
 def test_a_group_of_two_never_runs_three_at_once_across_two_daemons(
