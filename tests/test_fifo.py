@@ -202,6 +202,12 @@ def test_a_fifo_queue_is_a_daemons_source(fifo: Fifo, start_daemon: Start, tmp_p
     assert daemon.stop() == 0
 
 
+def two_empty_receives(daemon: Daemon) -> None:
+    """Wait until the daemon has made two whole receives from now on that brought nothing."""
+    seen = daemon.log.count("received 0 message(s)")
+    wait_until(lambda: daemon.log.count("received 0 message(s)") >= seen + 2, what="receives")
+
+
 def test_a_group_waits_behind_its_message_that_waits_for_a_lock(
     fifo: Fifo, start_daemon: Start, tmp_path: Path
 ) -> None:
@@ -214,8 +220,7 @@ def test_a_group_waits_behind_its_message_that_waits_for_a_lock(
     daemon.wait_for_log('waits for lock "L"')
     fifo.send({"command": f"echo second >> {out}"}, "G")
     # Two whole receives after the send, neither of which brought the second message.
-    seen = daemon.log.count("received 0 message(s)")
-    wait_until(lambda: daemon.log.count("received 0 message(s)") >= seen + 2, what="receives")
+    two_empty_receives(daemon)
     assert lines(out) == []
     assert fifo.site.queue_counts() == (1, 1)  # the second waits, visible, behind the first
     free_lock(fifo.site, "L")
@@ -236,8 +241,7 @@ def test_a_group_received_in_one_batch_runs_in_order(
     daemon, port = start_fifo_daemon(start_daemon, tmp_path, fifo)
     daemon.wait_for_log("received 2 message(s)")
     daemon.wait_for_log('waits for lock "L"')
-    seen = daemon.log.count("received 0 message(s)")
-    wait_until(lambda: daemon.log.count("received 0 message(s)") >= seen + 2, what="receives")
+    two_empty_receives(daemon)
     assert lines(out) == []
     free_lock(fifo.site, "L")
     wait_until(counted(port, succeeded=2), what="both jobs")
