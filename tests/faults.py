@@ -11,7 +11,7 @@ import json
 import socketserver
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -115,8 +115,8 @@ class FaultProxy:
         fault = self._fault_for(call)
         if fault is not None and fault.error is not None:
             status, code = fault.error
-            self._reply(handler, status, {"Content-Type": "application/x-amz-json-1.0"},
-                        json.dumps({"__type": code, "message": "injected"}).encode())  # fmt: skip
+            body = json.dumps({"__type": code, "message": "injected"}).encode()
+            reply(handler, status, body, {"Content-Type": "application/x-amz-json-1.0"})
             return
         connection = http.client.HTTPConnection(
             self._upstream.hostname, self._upstream.port, timeout=60
@@ -135,21 +135,22 @@ class FaultProxy:
             connection.close()
         if fault is not None and fault.hold:
             time.sleep(fault.hold)  # the call took effect; its answer is late
-        self._reply(handler, response.status, reply_headers, data)
+        reply(handler, response.status, data, reply_headers)
 
-    @staticmethod
-    def _reply(
-        handler: http.server.BaseHTTPRequestHandler,
-        status: int,
-        headers: dict[str, str],
-        data: bytes,
-    ) -> None:
-        try:
-            handler.send_response(status)
-            for name, value in headers.items():
-                handler.send_header(name, value)
-            handler.send_header("Content-Length", str(len(data)))
-            handler.end_headers()
-            handler.wfile.write(data)
-        except OSError:
-            handler.close_connection = True  # the client gave up waiting
+
+def reply(
+    handler: http.server.BaseHTTPRequestHandler,
+    status: int,
+    body: bytes,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer handler's request; a client that gave up waiting only closes the connection."""
+    try:
+        handler.send_response(status)
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+    except OSError:
+        handler.close_connection = True

@@ -43,6 +43,7 @@ from .conftest import (
     sqsjkr_argv,
     wait_until,
 )
+from .faults import reply
 
 # --- a service to call ---------------------------------------------------------------------------
 
@@ -117,7 +118,7 @@ class Service:
         elif name == "missing":
             reply(handler, 404, b"not here")
         elif name == "redirect":
-            reply(handler, 302, b"", Location=self.url("/ok"))
+            reply(handler, 302, b"", {"Location": self.url("/ok")})
         elif name == "huge":
             self.huge_written = self._endless(handler)
         else:
@@ -143,15 +144,6 @@ class Service:
         self.server.shutdown()
         self.server.server_close()
         self._thread.join()
-
-
-def reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, **headers: str) -> None:
-    handler.send_response(status)
-    for name, value in headers.items():
-        handler.send_header(name, value)
-    handler.send_header("Content-Length", str(len(body)))
-    handler.end_headers()
-    handler.wfile.write(body)
 
 
 @pytest.fixture
