@@ -30,7 +30,7 @@ from sqsjkr.daemon.intake import Intake, IntakeSettings
 from sqsjkr.daemon.pausing import Pausing, describe_pause
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, run_trigger
 from sqsjkr.daemon.runs import GIVE_BACK, LEAVE, Ending, RunListener, Settle
-from sqsjkr.daemon.worker import Worker, WorkerSettings
+from sqsjkr.daemon.worker import LocksWanted, Worker, WorkerSettings
 from sqsjkr.errors import InvalidJobError, ReceiverFailed
 from sqsjkr.observability.health import Health
 from sqsjkr.observability.notify import Notifier, NullNotifier
@@ -114,6 +114,7 @@ class Kicker:
             history=history,
             listener=listener,
             groups=groups,
+            locks_wanted=LocksWanted(),
         )
         self._intakes = {
             queue.name: Intake(

@@ -11,7 +11,8 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -86,7 +87,9 @@ class Worker:
         history: History | None = None,
         listener: RunListener | None = None,
         groups: Groups | None = None,
+        locks_wanted: LocksWanted | None = None,
     ) -> None:
+        """locks_wanted: shared by every Worker of the daemon (each queue has its own)."""
         self._dedupe = dedupe
         self._locker = locker
         self._runner = runner
@@ -98,27 +101,16 @@ class Worker:
         self._history = history or NoHistory()
         self._groups = groups or NoGroups()
         self._listener = listener or NoListener()
-        #: How many of this daemon's jobs want each lock_id now (waiting for it, or holding it),
-        #: among those that may take it in their claim's write.
-        self._lock_wanted: Counter[str] = Counter()
-        self._lock_wanted_mutex = threading.Lock()
+        self._locks_wanted = locks_wanted or LocksWanted()
 
     def handle(self, entry: InFlight) -> Ending:
         wanted = _lock_with_claim(entry.job)
         if wanted is None:
             return self._handle(entry, None)
-        with self._lock_wanted_mutex:
+        with self._locks_wanted.wanting(wanted.lock_id) as alone:
             # A lock that another job here wants is not free: trying it in the claim's write
             # would only cost that write a second try.
-            alone = self._lock_wanted[wanted.lock_id] == 0
-            self._lock_wanted[wanted.lock_id] += 1
-        try:
             return self._handle(entry, wanted if alone else None)
-        finally:
-            with self._lock_wanted_mutex:
-                self._lock_wanted[wanted.lock_id] -= 1
-                if not self._lock_wanted[wanted.lock_id]:
-                    del self._lock_wanted[wanted.lock_id]
 
     def _handle(self, entry: InFlight, lock: WantedLock | None) -> Ending:
         """handle(), with the lock that the claim's write may take if it is free."""
@@ -505,6 +497,28 @@ class Worker:
                 delay = backoff.next_delay()
                 jlog.error("could not %s (%s); retrying in %.1fs", what, describe(exc), delay)
                 self._stopping.wait(delay)
+
+
+class LocksWanted:
+    """How many of this daemon's jobs want each lock_id now, waiting for it or holding it."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    @contextmanager
+    def wanting(self, lock_id: str) -> Iterator[bool]:
+        """Count one more job wanting lock_id while inside; True if no other job here does."""
+        with self._mutex:
+            alone = self._counts[lock_id] == 0
+            self._counts[lock_id] += 1
+        try:
+            yield alone
+        finally:
+            with self._mutex:
+                self._counts[lock_id] -= 1
+                if not self._counts[lock_id]:
+                    del self._counts[lock_id]
 
 
 def _lock_with_claim(job: Job) -> WantedLock | None:
