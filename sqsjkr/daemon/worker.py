@@ -89,7 +89,7 @@ class Worker:
         groups: Groups | None = None,
         locks_wanted: LocksWanted | None = None,
     ) -> None:
-        """locks_wanted: shared by every Worker of the daemon (each queue has its own)."""
+        """locks_wanted: one for the whole daemon, shared by the Workers of all its queues."""
         self._dedupe = dedupe
         self._locker = locker
         self._runner = runner
