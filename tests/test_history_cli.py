@@ -502,13 +502,29 @@ def test_commands_refuse_a_config_with_history_off(
 ) -> None:
     conf = tmp_path / "config.toml"
     conf.write_text(config_text(aws, stats="stats_port = 0") + '\n[history]\nbackend = "none"\n')
-    for args in (["status"], ["status", "--check"], ["history", "nightly"]):
+    off = f'history is off in {conf} ([history] backend = "none"): no runs to show'
+    for args in (["status"], ["history", "nightly"]):
         code, out, err = sqsjkr(capsys, *args, "-c", str(conf))
-        assert (code, out) == (2, "")
-        assert (
-            err
-            == f'sqsjkr: history is off in {conf} ([history] backend = "none"): no runs to show\n'
-        )
+        assert (code, out, err) == (2, "", f"sqsjkr: {off}\n")
+
+
+def test_a_check_that_cannot_judge_is_unknown(
+    aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """History off, or a config that does not load: the plugin's UNKNOWN, not CRITICAL."""
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0") + '\n[history]\nbackend = "none"\n')
+    off = f'history is off in {conf} ([history] backend = "none"): no runs to show'
+    assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (
+        3,
+        f"SQSJKR UNKNOWN - {off}\n",
+        "",
+    )
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[sqs\nqueue_name = 'x'\n")
+    code, out, err = sqsjkr(capsys, "status", "-c", str(broken), "--check")
+    assert (code, err) == (3, "")
+    assert out.startswith("SQSJKR UNKNOWN - ") and out.count("\n") == 1 and "broken.toml" in out
 
 
 @pytest.mark.parametrize(

@@ -293,7 +293,8 @@ def paused_mark(pause: Pause | None) -> list[str]:
 
 
 def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Level:
-    """Print the check's one line; an AWS error that leaves the events unjudged is UNKNOWN."""
+    """Print the check's one line. Whatever leaves the events unjudged is UNKNOWN: an AWS error,
+    a config that does not load or that turns the history off."""
     try:
         store = open_()
         with store.reading():
@@ -305,13 +306,20 @@ def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Le
                 now,
                 DynamoPauses(store.client, store.table).pauses(),
             )
+    except UsageFailure as exc:
+        return unknown(exc.format_message())
     except (BotoCoreError, ClientError, SqsjkrError) as exc:
-        message = describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else str(exc)
-        click.echo(f"SQSJKR UNKNOWN - {message}")
-        return Level.UNKNOWN
+        return unknown(describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else str(exc))
     level, line = check_line(findings, len(summaries))
     click.echo(line)
     return level
+
+
+def unknown(message: str) -> Level:
+    """Print the UNKNOWN line: one line, as a check plugin's output is read (a TOML error may
+    quote several lines of the file)."""
+    click.echo(f"SQSJKR UNKNOWN - {' '.join(message.splitlines())}")
+    return Level.UNKNOWN
 
 
 @click.command()
@@ -360,7 +368,8 @@ def status(
         raise UsageFailure("--check prints one line; give --check or --json, not both")
     policy = CheckPolicy(max_failures or 1, parse_max_ages(max_ages))
     if check:
-        # A bad config stays a usage error (exit 2); AWS errors are the check's UNKNOWN.
+        # A check that cannot judge is UNKNOWN (3), never CRITICAL (2): a bad config, history
+        # off and AWS errors alike. Only the options themselves are usage errors.
         opened = functools.partial(open_store, conf, lock_table, profile, region)
         return int(run_check(opened, policy, time.time()))
     show_status(open_store(conf, lock_table, profile, region), as_json=as_json, now=time.time())
