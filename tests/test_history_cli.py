@@ -121,6 +121,19 @@ def test_the_usual_interval_is_the_median_gap_between_final_runs() -> None:
     assert learned_interval(hourly("ev", 3, NOW)) == HOUR
 
 
+def test_runs_sent_by_hand_within_a_minute_teach_no_interval() -> None:
+    # Three sends by hand within a second: no interval of 0s, and no CRITICAL a second later.
+    burst = [record("ev", NOW - 10 + offset) for offset in (0.0, 0.4, 0.9)]
+    assert learned_interval(burst) is None
+    history = memory(*burst)
+    assert judged(history, now=NOW).level is Level.OK
+    # Between hourly firings, a burst of sends by hand leaves the hour as it was.
+    burst = [record("ev", NOW - 4.5 * HOUR + s) for s in (0.0, 0.5, 1.0, 1.5)]
+    assert learned_interval(hourly("ev", 6, NOW) + burst) == HOUR
+    # A schedule of every minute is still learned.
+    assert learned_interval([record("ev", NOW - s) for s in (120.0, 60.0, 0.0)]) == 60.0
+
+
 def test_no_interval_is_learned_from_fewer_than_three_runs() -> None:
     assert learned_interval(hourly("ev", 2, NOW)) is None
     # Two final runs and a non-final one are still two firings.

@@ -42,6 +42,9 @@ LEARN_FROM_RUNS = 20
 MIN_INTERVALS = 2
 #: No success for this many usual intervals is critical: one missed run is not yet.
 MISSED_INTERVALS = 2
+#: Gaps between firings shorter than this are not a schedule's: sends by hand, a burst, a
+#: redrive. They teach no interval (cron fires at most once a minute).
+MIN_INTERVAL_SECONDS = 60.0
 
 
 class Level(enum.IntEnum):
@@ -84,11 +87,17 @@ class Running:
 def learned_interval(runs: Sequence[RunRecord]) -> float | None:
     """The event's usual interval: the median gap between the firings of its final runs.
 
-    None until there are MIN_INTERVALS gaps; a manual send between two firings moves a median
-    little, where it would halve a mean.
+    A run knows no more of its firing than its message's send time, so runs sent by hand are
+    told apart by their gaps: one under MIN_INTERVAL_SECONDS is left out, and a manual send
+    between two firings moves a median little, where it would halve a mean. None until there
+    are MIN_INTERVALS gaps.
     """
     fired = sorted({run.sent_at for run in runs if run.final})
-    gaps = [later - earlier for earlier, later in itertools.pairwise(fired)]
+    gaps = [
+        later - earlier
+        for earlier, later in itertools.pairwise(fired)
+        if later - earlier >= MIN_INTERVAL_SECONDS
+    ]
     return statistics.median(gaps) if len(gaps) >= MIN_INTERVALS else None
 
 
