@@ -416,6 +416,7 @@ def test_status_json_has_an_object_per_event(
         "last_success_at": pytest.approx(runs[-1].ended_at, abs=1e-3),
         "last_failure_at": None,
         "consecutive_failures": 0,
+        "one_off": False,
         "running": [
             {
                 "event_id": "hourly",
@@ -543,9 +544,12 @@ def test_a_check_that_cannot_judge_is_unknown(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--max-age", "a=1h"], "--max-failures and --max-age only apply with --check"),
-        (["--max-failures", "2"], "--max-failures and --max-age only apply with --check"),
+        (["--max-age", "a=1h"], "--max-age and --include-one-off only apply with --check"),
+        (["--max-failures", "2"], "--max-age and --include-one-off only apply with --check"),
+        (["--include-one-off"], "--max-age and --include-one-off only apply with --check"),
         (["--check", "--json"], "give --check or --json, not both"),
+        (["--forget", "a", "--check"], "--forget changes the history"),
+        (["--forget", "a", "--json"], "--forget changes the history"),
         (["--check", "--max-age", "a"], '--max-age "a": expected EVENT=DURATION'),
     ],
 )
@@ -583,3 +587,67 @@ def test_a_paused_event_is_not_judged_by_age() -> None:
     held = Pause("paused", NOW - 6 * HOUR, None, "migration", "ops@host")
     [finding] = judge_all(history.summaries(), lambda e: history.runs(e, 20), policy, NOW, [held])
     assert finding.level is Level.OK
+
+
+def one_off(sent_at: float, outcome: RunOutcome = RunOutcome.SUCCEEDED) -> RunRecord:
+    """The run of a job sent without an event_id: its message id is its event."""
+    message_id = str(uuid.uuid4())
+    return record(message_id, sent_at, outcome, message_id=message_id)
+
+
+def test_the_check_leaves_one_off_jobs_out_unless_asked() -> None:
+    failed = one_off(NOW - 86400, RunOutcome.ERRORED)
+    history = memory(failed, *hourly("hourly", 4, NOW))
+    policy = CheckPolicy()
+    [finding] = judge_all(history.summaries(), lambda e: history.runs(e, 20), policy, NOW)
+    assert (finding.event_id, finding.level) == ("hourly", Level.OK)
+    policy = CheckPolicy(include_one_off=True)
+    findings = judge_all(history.summaries(), lambda e: history.runs(e, 20), policy, NOW)
+    assert {(f.event_id, f.level) for f in findings} == {
+        ("hourly", Level.OK),
+        (failed.event_id, Level.CRITICAL),
+    }
+
+
+def test_one_off_jobs_are_shown_but_not_checked(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    failed = one_off(now - 60, RunOutcome.ERRORED)
+    write(aws, failed, *hourly("hourly", 3, now - 60))
+    assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (0, "SQSJKR OK - 1 event\n", "")
+    code, out, _ = sqsjkr(capsys, "status", "-c", str(conf), "--check", "--include-one-off")
+    assert (code, out) == (2, f"SQSJKR CRITICAL - {failed.event_id}: 1 failure in a row\n")
+    _, out, _ = sqsjkr(capsys, "status", "-c", str(conf))
+    [line] = [line for line in out.splitlines() if line.startswith(failed.event_id)]
+    assert line.endswith("one-off (no event_id)")
+    _, out, _ = sqsjkr(capsys, "status", "-c", str(conf), "--json")
+    assert {e["event_id"]: e["one_off"] for e in json.loads(out)["events"]} == {
+        failed.event_id: True,
+        "hourly": False,
+    }
+
+
+def test_forget_drops_an_event_from_status_and_keeps_its_runs(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    write(aws, *hourly("retired", 3, now - 86400, 2), *hourly("hourly", 3, now - 60))
+    store(aws).started(RunStart("hourly", "m-live", "b1", "o", now - 5, now - 6, "run-it"))
+    assert sqsjkr(capsys, "status", "-c", str(conf), "--check")[0] == 2  # retired failed
+    code, out, err = sqsjkr(capsys, "status", "-c", str(conf), "--forget", "retired")
+    assert (code, out, err) == (0, 'forgot event "retired"; its run records expire as before\n', "")
+    assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (0, "SQSJKR OK - 1 event\n", "")
+    _, out, _ = sqsjkr(capsys, "status", "-c", str(conf))
+    assert [line.split()[0] for line in out.splitlines()] == ["hourly"]
+    code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), "retired")
+    assert (code, len(out.splitlines())) == (0, 4)  # a header and the three runs
+    code, out, err = sqsjkr(
+        capsys, "status", "-c", str(conf), "--forget", "hourly", "--forget", "x\ny"
+    )
+    assert code == 1
+    assert out == (
+        'forgot event "hourly"; its run records expire as before\n'
+        "  it had 1 run(s) in progress: each lists it again when it ends\n"
+    )
+    assert err == f'sqsjkr: no event "x\\ny" in table {aws.table!r}\n'

@@ -23,7 +23,11 @@ from sqsjkr.observability.stats import Stats, StatsSnapshot
 #: Seconds: from a few milliseconds (a trivial job, a free lock) to a day.
 _BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 10800, 43200, 86400)
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+#: The event_id label of jobs sent without an event_id: their message ids would add series for
+#: ever. No event_id is empty (an empty one is the message id), so it names no real event.
+ONE_OFF_LABEL = ""
+
+__all__ = ["CONTENT_TYPE_LATEST", "ONE_OFF_LABEL", "Metrics"]
 
 
 class Metrics:
@@ -34,7 +38,7 @@ class Metrics:
         registry = self.registry
         self._duration = Histogram(
             "sqsjkr_job_duration_seconds",
-            "How long commands ran, from start to end",
+            'How long commands ran, from start to end (jobs sent without an event_id: event_id="")',
             ["event_id"],
             buckets=_BUCKETS,
             registry=registry,
@@ -53,7 +57,8 @@ class Metrics:
         )
         self._last_success = Gauge(
             "sqsjkr_job_last_success_timestamp_seconds",
-            "Unix time of the last successful run of each event, on this daemon",
+            "Unix time of the last successful run of each event, on this daemon (jobs sent "
+            "without an event_id have none)",
             ["event_id"],
             registry=registry,
         )
@@ -75,11 +80,13 @@ class Metrics:
 
     def report(self, record: RunRecord) -> None:
         if record.started_at is not None:
-            self._duration.labels(record.event_id).observe(record.duration)
+            event = ONE_OFF_LABEL if record.one_off else record.event_id
+            self._duration.labels(event).observe(record.duration)
             self._queue_delay.observe(max(0.0, record.queue_delay))
         if record.lock_id:
             self._lock_wait.observe(record.lock_wait)
-        if record.outcome is RunOutcome.SUCCEEDED:
+        # A one-off job has no next run to succeed: its gauge would only age into an alarm.
+        if record.outcome is RunOutcome.SUCCEEDED and not record.one_off:
             self._last_success.labels(record.event_id).set(record.ended_at)
 
     # -- AWS calls -------------------------------------------------------------------------
