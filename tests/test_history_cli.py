@@ -511,12 +511,17 @@ def test_an_aws_error_is_unknown_to_the_check_and_one_line_to_the_rest(
         assert err.startswith(f"sqsjkr: error: {missing}") and err.count("\n") == 1
 
 
+def history_off(aws: Aws, tmp_path: Path) -> tuple[Path, str]:
+    """A config with [history] backend = "none", and what the commands say of it."""
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0") + '\n[history]\nbackend = "none"\n')
+    return conf, f'history is off in {conf} ([history] backend = "none"): no runs to show'
+
+
 def test_commands_refuse_a_config_with_history_off(
     aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats="stats_port = 0") + '\n[history]\nbackend = "none"\n')
-    off = f'history is off in {conf} ([history] backend = "none"): no runs to show'
+    conf, off = history_off(aws, tmp_path)
     for args in (["status"], ["history", "nightly"]):
         code, out, err = sqsjkr(capsys, *args, "-c", str(conf))
         assert (code, out, err) == (2, "", f"sqsjkr: {off}\n")
@@ -526,9 +531,7 @@ def test_a_check_that_cannot_judge_is_unknown(
     aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """History off, or a config that does not load: the plugin's UNKNOWN, not CRITICAL."""
-    conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats="stats_port = 0") + '\n[history]\nbackend = "none"\n')
-    off = f'history is off in {conf} ([history] backend = "none"): no runs to show'
+    conf, off = history_off(aws, tmp_path)
     assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (
         3,
         f"SQSJKR UNKNOWN - {off}\n",
