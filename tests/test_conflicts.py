@@ -28,6 +28,7 @@ from sqsjkr.backends.dedupe import ClaimState, DynamoDedupe
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import DynamoLocker
+from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.run import RunOutcome, RunRecord
 
 from .conftest import Aws, Start, invocations, run_daemon, wait_until
@@ -40,6 +41,7 @@ from .faults import (
     write_conflicts,
 )
 from .test_backends import claim_with_lock, client, folding, lock_item
+from .test_transactions import Gated, put, queue_behind
 
 # --- telling a conflict apart ------------------------------------------------------------------
 
@@ -248,6 +250,21 @@ def test_an_end_of_run_whose_transaction_meets_another_is_written_whole(
     [summary] = history.summaries()
     assert summary.running == () and summary.last_success_at == pytest.approx(now, abs=0.001)
     assert aws.lock_free("L")
+
+
+def test_a_combined_call_cancelled_for_a_conflict_serves_each_writer_alone(
+    proxy: FaultProxy, aws: Aws
+) -> None:
+    gated = Gated(client("dynamodb"))
+    transactions = Transactions(gated, max_wait=60)
+    # The combined call meets another transaction, and so does the first writer's own call.
+    fault = refuse(
+        proxy, lambda call: transact(call) and len(call.json["TransactItems"]) > 1, 2, cancel=True
+    )
+    later = [[put(aws, f"job-{i}"), put(aws, f"job-{i}", type_="u")] for i in range(3)]
+    answers = queue_behind(transactions, gated, [put(aws, "first")], later)
+    assert answers == dict.fromkeys(range(3)) and fault.hits == 2
+    assert all(aws.item(f"job-{i}", type_) for i in range(3) for type_ in ("t", "u"))
 
 
 # --- several daemons running one event, with conflicts at a high rate ----------------------------

@@ -143,9 +143,8 @@ def is_transient(exc: BaseException) -> bool:
 def cancellation_reasons(exc: BaseException) -> list[str]:
     """The CancellationReasons codes of a cancelled TransactWriteItems, one per write ("None"
     for a write that was not the cause); [] for any other failure."""
-    if error_code(exc) != "TransactionCanceledException":
+    if not isinstance(exc, ClientError) or error_code(exc) != "TransactionCanceledException":
         return []
-    assert isinstance(exc, ClientError)
     reasons = exc.response.get("CancellationReasons") or []
     return [str(reason.get("Code") or "None") for reason in reasons]
 
