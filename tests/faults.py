@@ -60,6 +60,7 @@ class Fault:
     details: Callable[[Call], dict[str, Any]] | None = None
 
     def applies(self, call: Call, draw: Callable[[], float]) -> bool:
+        """Whether this fault takes call: it matches, has times left, and draw() fell in its share."""
         if self.times is not None and self.hits >= self.times:
             return False
         return self.matches(call) and (self.share >= 1 or draw() < self.share)
