@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from sqsjkr.backends.aws import error_code, failed_condition, lease_time
+from sqsjkr.backends.aws import error_code, failed_condition, lease_time, retry_conflicts
 from sqsjkr.backends.dedupe import DynamoDedupe
 from sqsjkr.backends.groups import DynamoGroups
 from sqsjkr.backends.lease import Lease
@@ -186,7 +186,8 @@ class DynamoHistory:
     # -- writing ----------------------------------------------------------------------------
 
     def started(self, start: RunStart) -> None:
-        self._client.update_item(TableName=self._table, **running_update(start))
+        update = running_update(start)
+        retry_conflicts(lambda: self._client.update_item(TableName=self._table, **update))
 
     def finished(
         self,
