@@ -121,6 +121,14 @@ class JobRunner(Protocol):
         """
 
 
+def time_limit(job: Job, job_timeout: float | None) -> float | None:
+    """The seconds job may run (None: no limit): an HTTP call's own timeout, else the job's
+    timeout, else the daemon's job_timeout."""
+    if job.http is not None and job.http.timeout is not None:
+        return job.http.timeout.seconds
+    return job.timeout.seconds if job.timeout is not None else job_timeout
+
+
 class ShellRunner:
     """Runs `sh -c COMMAND` in its own session, with the daemon's environment plus the job's."""
 

@@ -26,7 +26,7 @@ from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS, bounded_wait
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.daemon.heartbeat import InFlight
-from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch
+from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, time_limit
 from sqsjkr.daemon.runs import (
     DELETE,
     GIVE_BACK,
@@ -182,7 +182,8 @@ class Worker:
         if self._stopping.is_set():
             jlog.info("not started: stopping")
             return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="the daemon was stopping")
-        timeout = job.timeout.seconds if job.timeout is not None else self._settings.job_timeout
+        # An HTTP job's own http.timeout first: what the runner keeps, and what its end says.
+        timeout = time_limit(job, self._settings.job_timeout)
         jlog.info("started: %s", shorten_command(job.what))
         self._listener.notice(progress.start(self._clock()))
         try:
@@ -239,9 +240,10 @@ class Worker:
             )
             return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="stopped by the shutdown")
         if result.stopped is StopReason.TIMED_OUT:
-            jlog.warning("timed out after %.1fs (timeout %gs)", result.seconds, timeout)
+            limit = f"{result.seconds:.1f}s" if timeout is None else f"{timeout:g}s"
+            jlog.warning("timed out after %.1fs (timeout %s)", result.seconds, limit)
             counts = (Outcome.ERRORED, Outcome.TIMED_OUT)
-            return Ending(DELETE, counts, RunOutcome.TIMED_OUT, f"timed out after {timeout:g}s")
+            return Ending(DELETE, counts, RunOutcome.TIMED_OUT, f"timed out after {limit}")
         if result.ok:
             jlog.info("succeeded in %.1fs", result.seconds)
             return Ending(DELETE, (Outcome.SUCCEEDED,), RunOutcome.SUCCEEDED)
