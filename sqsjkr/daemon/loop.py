@@ -249,6 +249,7 @@ class Kicker:
             if not free or self._pause.wait(stop):
                 continue
             try:
+                asked_at = time.monotonic()
                 messages = intake.source.receive(free)
                 log.debug("received %d message(s), asked for at most %d", len(messages), free)
                 backoff.reset()
@@ -263,6 +264,11 @@ class Kicker:
                     exc_info=not isinstance(exc, AWS_ERRORS),
                 )
                 stop.wait(delay)
+                continue
+            if not messages:
+                # As before a long poll: what is done is deleted before the wait.
+                intake.deletes.flush(force=True)
+                stop.wait(intake.settings.idle_pause(time.monotonic() - asked_at))
                 continue
             entries = self._accept(intake, messages)
             with self._intake_lock:
