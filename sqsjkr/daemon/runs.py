@@ -50,6 +50,9 @@ class Ending:
     run: RunOutcome | None = None  # None: no run to record (a duplicate; a claim not ours)
     error: str | None = None  # why it did not run, when it did not
     retry: Retry | None = None  # the run failed with retries left: the next one, and when
+    #: The run is the job's last though its message is not deleted: SQS dead-letters it
+    #: before its retry can run (the queue's maxReceiveCount).
+    last: bool = False
 
 
 class RunListener(Protocol):
@@ -167,7 +170,7 @@ class RunProgress:
             signal=signal,
             receive_count=self.message.receive_count,
             attempt=self.attempt,
-            final=ending.settle.delete,
+            final=ending.settle.delete or ending.last,
             error=ending.error,
             output=output.merged if output else "",
             stdout=output.stdout if output else "",

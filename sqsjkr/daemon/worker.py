@@ -214,19 +214,25 @@ class Worker:
             return ending
         delay = retry_delay(job.retry_delay.seconds, progress.attempt)
         retry = Retry(attempts=progress.attempt, at=self._clock() + delay)
-        jlog.warning(
-            "will run again in %.0fs (retry %d of %d)", delay, progress.attempt, job.retries
-        )
         limit = self._settings.max_receive_count
         if limit is not None and progress.message.receive_count >= limit:
-            jlog.warning(
-                "its retry cannot run here: the message has been received %d time(s), the "
-                "queue's maxReceiveCount, so SQS moves it to the dead-letter queue instead; "
-                "give the queue a maxReceiveCount above retries + 1 (%d)",
+            # Still hidden until the retry is due, and kept for it by its claim: should the
+            # message be redriven from the dead-letter queue, that retry runs then.
+            jlog.error(
+                "failed for good: its retry cannot run here: the message has been received %d "
+                "time(s), the queue's maxReceiveCount, so SQS moves it to the dead-letter queue "
+                "instead; give the queue a maxReceiveCount above retries + 1 (%d)",
                 progress.message.receive_count,
                 job.retries + 1,
             )
-        return replace(ending, settle=Settle(visible_in=_hide_for(delay)), retry=retry)
+            last = True
+        else:
+            jlog.warning(
+                "will run again in %.0fs (retry %d of %d)", delay, progress.attempt, job.retries
+            )
+            last = False
+        settle = Settle(visible_in=_hide_for(delay))
+        return replace(ending, settle=settle, retry=retry, last=last)
 
     @staticmethod
     def _ended(result: RunResult, timeout: float | None, jlog: JobLog) -> Ending:
