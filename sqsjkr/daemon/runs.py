@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sqsjkr import __version__
@@ -102,6 +102,8 @@ class RunProgress:
     lock_wait: float = 0.0
     started_at: float | None = None
     result: RunResult | None = field(default=None, repr=False)
+    #: What the run waits for, as its note shows it: (kind, key, the holder's owner).
+    waiting: tuple[str, str, str | None] | None = None
 
     @property
     def command(self) -> str:
@@ -113,8 +115,13 @@ class RunProgress:
         self.attempt = attempt if attempt is not None else self.message.receive_count
 
     def note(self) -> RunStart:
-        """The run as its event's summary shows it in progress, from its claim on."""
-        return self._start(self.claimed_at)
+        """The run as its event's summary shows it in progress, from its claim on: waiting for
+        a lock or a group's slot, if it is."""
+        start = self._start(self.claimed_at)
+        if self.waiting is None:
+            return start
+        kind, key, holder = self.waiting
+        return replace(start, waiting_for=kind, waiting_key=key, held_by=holder)
 
     def start(self, now: float) -> RunStart:
         """The command starts now: what noticers are told."""

@@ -171,10 +171,13 @@ class Worker:
             return expired
         waited_from = time.monotonic()
         for hold in self._holds(job):
-            refused = self._acquire(entry, hold, jlog)
+            refused = self._acquire(entry, hold, progress, jlog)
             if refused is not None:
                 return refused
         progress.lock_wait = time.monotonic() - waited_from
+        if progress.waiting is not None:
+            progress.waiting = None
+            self._note(progress, jlog)  # no longer shown as waiting
         return self._run(entry, progress, jlog)
 
     def _run(self, entry: InFlight, progress: RunProgress, jlog: JobLog) -> Ending:
@@ -281,7 +284,8 @@ class Worker:
             key, limit = job.concurrency_key, job.concurrency_limit
             holds.append(
                 _Hold(
-                    f"concurrency group {quote(key)}",
+                    "concurrency group",
+                    key,
                     "slot",
                     lambda: self._groups.try_enter(key, limit, job.event_id),
                     self._groups.renew,
@@ -292,7 +296,8 @@ class Worker:
             lock_id = job.lock_id
             holds.append(
                 _Hold(
-                    f"lock {quote(lock_id)}",
+                    "lock",
+                    lock_id,
                     "lock",
                     lambda: self._locker.try_lock(lock_id, job.event_id),
                     self._locker.renew,
@@ -301,8 +306,11 @@ class Worker:
             )
         return holds
 
-    def _acquire(self, entry: InFlight, hold: _Hold, jlog: JobLog) -> Ending | None:
-        """Wait until hold is ours, re-checking life_time between tries: None once taken."""
+    def _acquire(
+        self, entry: InFlight, hold: _Hold, progress: RunProgress, jlog: JobLog
+    ) -> Ending | None:
+        """Wait until hold is ours, re-checking life_time between tries: None once taken. While
+        it waits, its event's summary shows for what and who holds it."""
         job = entry.job
         waiting = False
         while True:
@@ -322,6 +330,10 @@ class Worker:
                 level = logging.DEBUG if waiting else logging.INFO
                 jlog.log(level, "waits for %s, %s", hold.what, holder)
                 waiting = True
+                noted = (hold.kind, hold.key, held.owner)
+                if progress.waiting != noted:  # the first refusal, or another holder now
+                    progress.waiting = noted
+                    self._note(progress, jlog)
             except AWS_ERRORS as exc:
                 self._drop(entry, hold)
                 if job.abort_if_locked or not is_transient(exc):
@@ -444,7 +456,8 @@ class Worker:
         return ended
 
     def _note(self, progress: RunProgress, jlog: JobLog) -> None:
-        """Show the run as in progress in its event's summary, when its claim could not."""
+        """Show the run as in progress (or waiting) in its event's summary, when its claim could
+        not, or what it waits for changes."""
         try:
             self._history.started(progress.note())
         except AWS_ERRORS as exc:
@@ -553,8 +566,14 @@ def retry_delay(first: float, attempt: int) -> float:
 class _Hold:
     """A lease a job must hold to run, and how to take, renew and give it back."""
 
-    what: str  # for the log: 'lock "L"', 'concurrency group "db"'
+    kind: str  # "lock" or "concurrency group"
+    key: str  # its lock_id or concurrency_key
     field: str  # the InFlight attribute that keeps it, for the heartbeat
     take: Callable[[], Lease | Held]
     renew: Callable[[Lease], bool]
     release: Callable[[Lease], bool]
+
+    @property
+    def what(self) -> str:
+        """For the log: 'lock "L"', 'concurrency group "db"'."""
+        return f"{self.kind} {quote(self.key)}"
