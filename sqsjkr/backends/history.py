@@ -111,7 +111,9 @@ class MemoryHistory:
     def started(self, start: RunStart) -> None:
         with self._mutex:
             summary = self._summaries.get(start.event_id, EventSummary(start.event_id))
-            running = (*summary.running, start)
+            # A run noted again (it waits, or no longer does) replaces its note, as in DynamoDB.
+            others = (r for r in summary.running if r.message_id != start.message_id)
+            running = (*others, start)
             self._summaries[start.event_id] = replace(summary, running=running)
 
     def finished(
@@ -378,11 +380,7 @@ def _summary(item: dict[str, Any]) -> EventSummary:
     def number(name: str) -> float | None:
         return float(item[name]["N"]) if name in item else None
 
-    running = tuple(
-        RunStart(**json.loads(value["S"]))
-        for name, value in item.items()
-        if name.startswith(RUNNING_PREFIX)
-    )
+    running = running_notes(item)
     last = item.get("LastRun")
     return EventSummary(
         event_id=item["Id"]["S"],
@@ -390,8 +388,20 @@ def _summary(item: dict[str, Any]) -> EventSummary:
         last_success_at=number("LastSuccessAt"),
         last_failure_at=number("LastFailureAt"),
         consecutive_failures=int(number("ConsecutiveFailures") or 0),
-        running=tuple(sorted(running, key=lambda r: r.started_at)),
+        running=running,
     )
+
+
+def running_notes(item: dict[str, Any]) -> tuple[RunStart, ...]:
+    """The runs a summary item shows in progress, oldest first. Fields a newer daemon wrote and
+    this one does not know are left out."""
+    known = RunStart.__dataclass_fields__
+    running = (
+        RunStart(**{k: v for k, v in json.loads(value["S"]).items() if k in known})
+        for name, value in item.items()
+        if name.startswith(RUNNING_PREFIX)
+    )
+    return tuple(sorted(running, key=lambda r: r.started_at))
 
 
 @dataclass(frozen=True)
