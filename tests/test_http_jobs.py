@@ -16,6 +16,7 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from cryptography import x509
@@ -365,6 +366,21 @@ def test_a_2xx_succeeds_with_the_body_and_the_run_headers(
     assert seen.headers["X-Sqsjkr-Scheduled-At"] == "2023-11-14T22:13:20.250Z"
     assert seen.headers["X-Sqsjkr-Host"] == "batch-7"
     assert "X-Sqsjkr-Forged" not in seen.headers
+
+
+def test_an_event_id_a_header_cannot_carry_is_sent_percent_encoded(
+    service: Service, runner: HttpRunner
+) -> None:
+    """Before, a call whose event_id held "日本" or a line break could never be made."""
+    event_id = "nightly 日本\n100%"
+    context = RunContext(event_id, "m-1", 1_700_000_000.25, 1, "batch-7")
+    result = runner.run(
+        http_job(service.url("/ok")), timeout=None, stop=StopSwitch(), context=context
+    )
+    assert (result.exit_code, result.start_error) == (0, None)
+    [seen] = service.seen
+    assert seen.headers["X-Sqsjkr-Event-Id"] == "nightly%20%E6%97%A5%E6%9C%AC%0A100%25"
+    assert unquote(seen.headers["X-Sqsjkr-Event-Id"]) == event_id
 
 
 def test_a_500_errs_with_its_status_and_the_tail_of_its_body(
