@@ -76,6 +76,7 @@ def quote(text: str, limit: int | None = None) -> str:
 
     limit: at most this many characters are quoted, the cut said after the closing quote.
     """
-    cut = text if limit is None or len(text) <= limit else text[:limit]
-    quoted = json.dumps(cut, ensure_ascii=False).encode("utf-8", "backslashreplace").decode()
-    return quoted if cut is text else f"{quoted}... ({len(text) - len(cut)} more characters)"
+    if limit is not None and len(text) > limit:
+        return f"{quote(text[:limit])}... ({len(text) - limit} more characters)"
+    quoted = json.dumps(text, ensure_ascii=False)
+    return quoted.encode("utf-8", "backslashreplace").decode("utf-8")
