@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import IO, Any
 
 from sqsjkr.contract.job import Job
+from sqsjkr.errors import shorten
 
 LOG_LEVELS = {
     "error": logging.ERROR,
@@ -41,9 +42,7 @@ def escape(text: str) -> str:
 
 def shorten_command(command: str, limit: int = MAX_LOGGED_COMMAND) -> str:
     """A command as logs show it: at most limit characters, the cut said."""
-    if len(command) <= limit:
-        return command
-    return f"{command[:limit]}... ({len(command) - limit} more characters)"
+    return shorten(command, limit)
 
 
 def job_label(job: Job) -> str:
