@@ -17,6 +17,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.session import Session
 
 from sqsjkr import __version__
+from sqsjkr.backends.answers import watch_answers
 from sqsjkr.errors import ResourceMissingError, StoreError, StoreTooSlow
 
 #: Errors of an AWS call that the daemon survives: it logs them and tries again later.
@@ -92,7 +93,7 @@ def make_client(session: Session, service: str, *, max_pool: int = 10) -> Any:
         user_agent=USER_AGENT,
         parameter_validation=service not in UNCHECKED_SERVICES,
     )
-    return session.create_client(service, config=config)
+    return watch_answers(session.create_client(service, config=config))
 
 
 def error_code(exc: BaseException) -> str:

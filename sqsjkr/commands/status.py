@@ -16,11 +16,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import click
-from botocore.exceptions import BotoCoreError, ClientError
 
-from sqsjkr.backends.aws import describe
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.backends.pause import DynamoPauses, Pause, paused
+from sqsjkr.commands.failures import aws_failure
 from sqsjkr.commands.history import (
     Store,
     aligned,
@@ -305,8 +304,10 @@ def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Le
                 now,
                 DynamoPauses(store.client, store.table).pauses(),
             )
-    except (BotoCoreError, ClientError, SqsjkrError) as exc:
-        message = describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else str(exc)
+    except Exception as exc:
+        message = str(exc) if isinstance(exc, SqsjkrError) else aws_failure(exc)
+        if message is None:
+            raise
         click.echo(f"SQSJKR UNKNOWN - {message}")
         return Level.UNKNOWN
     level, line = check_line(findings, len(summaries))
