@@ -253,8 +253,8 @@ def show_text(letter: DeadLetter) -> list[str]:
     """The whole message: its ids, why it is there, every attribute and the body."""
     error = letter.error
     lines = [
-        f"message id:    {letter.message_id} (in the dead-letter queue)",
-        f"original id:   {letter.original_id}",
+        f"message id:    {escape(letter.message_id)} (in the dead-letter queue)",
+        f"original id:   {escape(letter.original_id)}",
         f"receive count: {letter.receive_count}",
         f"sent:          {local_time(letter.sent_at)}",
         "error:         "
@@ -321,7 +321,7 @@ class Redrive:
     skipped: list[str] = field(default_factory=list)
 
     def move(self, letter: DeadLetter) -> None:
-        label = f"{letter.message_id} (original {letter.original_id})"
+        label = escape(f"{letter.message_id} (original {letter.original_id})")
         reason = malformed(letter)
         if reason is not None and not self.force:
             click.echo(

@@ -29,6 +29,7 @@ from sqsjkr.commands.options import (
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.errors import ResourceMissingError, quote
+from sqsjkr.observability.logs import escape
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -113,7 +114,9 @@ def format_duration(seconds: float) -> str:
 
 
 def aligned(rows: list[list[str]]) -> list[str]:
-    """Rows of cells as lines, each column as wide as its widest cell."""
+    """Rows of cells as lines, each column as wide as its widest cell; a cell's control characters
+    escaped, so that no id or error that came from a message can forge a row or drive the terminal."""
+    rows = [[escape(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(map(len, rows)))]
     return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
 
@@ -167,9 +170,9 @@ def history_lines(records: list[RunRecord], *, output: bool) -> list[str]:
     for line, record in zip(lines[1:], records, strict=True):
         shown.append(line)
         if record.error:
-            shown.append(f"    error: {record.error}")
+            shown.append(f"    error: {escape(record.error)}")
         tail = record.output.splitlines() or ["(no output kept)"]
-        shown += [f"    {text}" for text in tail]
+        shown += [f"    {escape(text)}" for text in tail]
     return shown
 
 

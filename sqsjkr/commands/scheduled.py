@@ -24,6 +24,7 @@ from sqsjkr.commands.options import UsageFailure
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.when import OneTime, one_time_at, one_time_in
+from sqsjkr.observability.logs import escape
 
 
 def check_timing(at_text: str | None, in_text: str | None, zone: str | None, delay: int) -> bool:
@@ -114,4 +115,4 @@ def manage_scheduled(
         columns = [job.name, f"{job.when} {job.timezone}", job.event_id or "-", job.command or "-"]
         if job.state != "ENABLED":
             columns.insert(2, job.state)
-        click.echo("  ".join(columns))
+        click.echo(escape("  ".join(columns)))

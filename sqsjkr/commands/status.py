@@ -34,6 +34,7 @@ from sqsjkr.commands.pause import pause_text
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
 from sqsjkr.errors import DurationError, SqsjkrError, quote
+from sqsjkr.observability.logs import escape
 
 #: How many of an event's last runs its usual interval is learned from.
 LEARN_FROM_RUNS = 20
@@ -179,7 +180,7 @@ def check_line(findings: Sequence[Finding], events: int) -> tuple[Level, str]:
     bad = sorted((f for f in findings if f.level > Level.OK), key=lambda f: -f.level)
     if not bad:
         return Level.OK, f"SQSJKR OK - {events} event{'' if events == 1 else 's'}"
-    items = "; ".join(f"{f.event_id}: {', '.join(f.reasons)}" for f in bad)
+    items = "; ".join(f"{escape(f.event_id)}: {', '.join(f.reasons)}" for f in bad)
     return bad[0].level, f"SQSJKR {bad[0].level.name} - {items}"
 
 

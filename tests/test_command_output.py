@@ -1,0 +1,118 @@
+"""What the commands print: what came from a message escaped (no forged row, no terminal control),
+times with their UTC offset, tables that stay narrow.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.backends.sqs import ORIGINAL_ID_ATTRIBUTE
+from sqsjkr.commands.cli import main
+from sqsjkr.commands.local import create_queue
+from sqsjkr.contract.run import RunOutcome, RunRecord
+
+from .conftest import Aws, config_text
+
+#: A row that an id with a newline in it would forge, and a terminal control sequence.
+FORGED = "nightly  succeeded 2026-01-01T00:00:00+00:00 on batch1"
+CLEAR_SCREEN = "\x1b[2J"
+HOSTILE_ID = f"ev\n{FORGED}{CLEAR_SCREEN}"
+
+
+@pytest.fixture
+def conf(tmp_path: Path, aws: Aws) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(config_text(aws, stats="stats_port = 0"))
+    return path
+
+
+def sqsjkr(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`sqsjkr ARGS` in this process, by the entry point: (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    captured = capsys.readouterr()
+    return int(exited.value.code or 0), captured.out, captured.err
+
+
+def finished(aws: Aws, event_id: str, ended_at: float, **fields: Any) -> RunRecord:
+    """A run of event_id that ended at ended_at, written as the daemon writes it."""
+    values: dict[str, Any] = {
+        "event_id": event_id,
+        "message_id": str(uuid.uuid4()),
+        "host": "batch1",
+        "owner": "batch1:100:abc",
+        "command": "run-it",
+        "sent_at": ended_at - 3,
+        "claimed_at": ended_at - 2.5,
+        "started_at": ended_at - 2,
+        "ended_at": ended_at,
+        "outcome": RunOutcome.SUCCEEDED,
+        "version": "test",
+        "exit_code": 0,
+    }
+    run = RunRecord(**{**values, **fields})
+    DynamoHistory(aws.dynamodb, aws.table, retention_seconds=86400).finished(run)
+    return run
+
+
+def assert_not_forged(out: str) -> None:
+    assert CLEAR_SCREEN not in out
+    assert not [line for line in out.splitlines() if line.startswith(FORGED)], out
+
+
+def test_status_history_and_the_check_escape_event_ids_and_output(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    finished(
+        aws,
+        HOSTILE_ID,
+        time.time() - 60,
+        outcome=RunOutcome.ERRORED,
+        exit_code=1,
+        error=f"boom\n{FORGED}",
+        output=f"out {CLEAR_SCREEN}red\r{FORGED}\n",
+    )
+    code, out, _ = sqsjkr(capsys, "status", "-c", str(conf))
+    assert code == 0
+    assert_not_forged(out)
+    [line] = out.splitlines()
+    assert line.startswith("ev\\nnightly  succeeded ")
+    code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), HOSTILE_ID, "--output")
+    assert code == 0
+    assert_not_forged(out)
+    assert f"    error: boom\\n{FORGED}" in out.splitlines()
+    # The output's lines (a carriage return ends one too), each indented under its run.
+    assert out.splitlines()[-2:] == ["    out \\x1b[2Jred", f"    {FORGED}"]
+    code, out, _ = sqsjkr(capsys, "status", "-c", str(conf), "--check")
+    assert code == 2
+    [line] = out.splitlines()
+    assert line.startswith("SQSJKR CRITICAL - ev\\nnightly ")
+    assert CLEAR_SCREEN not in line
+
+
+def test_dlq_list_and_show_escape_ids_that_came_with_a_message(
+    aws: Aws, conf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = f"{aws.queue_name}-r"
+    create_queue(aws.sqs, name, dead_letter=True)
+    conf.write_text(conf.read_text().replace(aws.queue_name, name))
+    dlq = aws.sqs.get_queue_url(QueueName=f"{name}-dlq")["QueueUrl"]
+    # Anyone who can send to the queue can set the attribute the daemon sets when it moves one.
+    forged = {"StringValue": HOSTILE_ID, "DataType": "String"}
+    aws.sqs.send_message(
+        QueueUrl=dlq, MessageBody="{}", MessageAttributes={ORIGINAL_ID_ATTRIBUTE: forged}
+    )
+    code, out, _ = sqsjkr(capsys, "dlq", "list", "-c", str(conf))
+    assert code == 0
+    assert_not_forged(out)
+    assert len(out.splitlines()) == 2
+    code, out, _ = sqsjkr(capsys, "dlq", "show", "-c", str(conf), HOSTILE_ID)
+    assert code == 0
+    assert_not_forged(out)
+    assert f"original id:   ev\\n{FORGED}\\x1b[2J" in out.splitlines()
