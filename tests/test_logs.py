@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 from pathlib import Path
 
+import boto3
 import pytest
 
+from sqsjkr.commands.local import LOCAL_QUEUE
 from sqsjkr.contract.job import Job
 from sqsjkr.observability.logs import MAX_LOGGED_COMMAND, escape, job_label, shorten_command
 
@@ -221,3 +224,40 @@ def test_under_journald_text_lines_carry_the_priority_and_no_time(
     assert any(
         line.startswith("<4>WARNING sqsjkr.worker: job ") and "errored" in line for line in lines
     )
+
+
+def local_debug_log(start_daemon: Start, *flags: str) -> list[str]:
+    """The log lines of `sqsjkr local --log-level debug FLAGS` that ran a job with a lock."""
+    daemon = start_daemon(
+        "local", "--stats-port", "0", "--log-level", "debug", *flags, wait_ready=False
+    )
+    daemon.wait_for_log("receiving with")
+    endpoint = re.search(r"AWS endpoint (http://\S+) ", daemon.log)
+    assert endpoint, daemon.log
+    sqs = boto3.client(
+        "sqs",
+        endpoint_url=endpoint[1],
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    url = sqs.get_queue_url(QueueName=LOCAL_QUEUE)["QueueUrl"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody='{"command": "echo hi", "lock_id": "L"}')
+    daemon.wait_for_log(f"job {sent['MessageId']} | hi")
+    daemon.wait_for_log(f"deleting 1 message(s): {sent['MessageId']}")
+    assert daemon.stop(signal.SIGINT) == 0
+    return [line for line in daemon.log.splitlines() if LINE_START.match(line)]
+
+
+def logger_of(line: str) -> str:
+    return line.split(" ")[3].rstrip(":")
+
+
+def test_debug_in_local_mode_is_sqsjkrs_own_unless_all_is_asked_for(start_daemon: Start) -> None:
+    lines = local_debug_log(start_daemon)
+    debug = [line for line in lines if " DEBUG " in line]
+    assert debug and {logger_of(line).split(".")[0] for line in debug} == {"sqsjkr"}
+    everything = local_debug_log(start_daemon, "--log-all")
+    others = {logger_of(line) for line in everything if not logger_of(line).startswith("sqsjkr")}
+    assert others  # moto's and werkzeug's, among others
+    assert not [name for name in others if name.split(".")[0] in ("botocore", "boto3")]

@@ -157,8 +157,21 @@ def logs_to_journald(stream: IO[str], environ: Mapping[str, str] = os.environ) -
     return expected == f"{st.st_dev}:{st.st_ino}"
 
 
-def setup_logging(level: str, log_format: str = "text", stream: IO[str] | None = None) -> None:
-    """Log at level to stream (stderr) as text or JSON lines; under journald, with priorities."""
+#: Libraries that stay at WARNING even with --log-all: botocore's debug output prints request
+#: bodies, and with them job environments.
+SECRET_KEEPERS = ("botocore", "boto3")
+
+
+def setup_logging(
+    level: str,
+    log_format: str = "text",
+    stream: IO[str] | None = None,
+    *,
+    log_all: bool = False,
+) -> None:
+    """Log sqsjkr's own records at level to stream (stderr) as text or JSON lines; under
+    journald, with priorities. Other libraries log at WARNING and above unless log_all (in local
+    mode, moto's debug lines would otherwise be most of the log)."""
     stream = stream or sys.stderr
     handler = logging.StreamHandler(stream)
     journald = logs_to_journald(stream)
@@ -170,8 +183,9 @@ def setup_logging(level: str, log_format: str = "text", stream: IO[str] | None =
     else:
         formatter = SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler.setFormatter(formatter)
-    logging.basicConfig(level=LOG_LEVELS[level], handlers=[handler], force=True)
-    # botocore's debug output prints request bodies, and with them job environments; the
-    # embedded moto server logs every request.
-    for noisy in ("botocore", "boto3", "urllib3", "werkzeug"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    ours = LOG_LEVELS[level]
+    others = ours if log_all else max(ours, logging.WARNING)
+    logging.basicConfig(level=others, handlers=[handler], force=True)
+    logging.getLogger("sqsjkr").setLevel(ours)
+    for name in SECRET_KEEPERS:
+        logging.getLogger(name).setLevel(max(ours, logging.WARNING))
