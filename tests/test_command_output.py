@@ -4,16 +4,20 @@ times with their UTC offset, tables that stay narrow.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sqsjkr.backends.history import DynamoHistory
-from sqsjkr.backends.sqs import ORIGINAL_ID_ATTRIBUTE
+from sqsjkr.backends.sqs import ORIGINAL_ID_ATTRIBUTE, REJECT_REASON_ATTRIBUTE
 from sqsjkr.commands.cli import main
+from sqsjkr.commands.dlq import ERROR_EXCERPT
 from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.run import RunOutcome, RunRecord
 
@@ -116,3 +120,55 @@ def test_dlq_list_and_show_escape_ids_that_came_with_a_message(
     assert code == 0
     assert_not_forged(out)
     assert f"original id:   ev\\n{FORGED}\\x1b[2J" in out.splitlines()
+
+
+#: A moment as the commands print it: ISO 8601 to the second, with its UTC offset.
+MOMENT = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"
+
+
+@pytest.fixture
+def in_tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process in a zone other than UTC, so that an offset shows."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_times_are_printed_with_their_utc_offset(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str], in_tokyo: None
+) -> None:
+    run = finished(aws, "nightly", time.time() - 60)
+    ended = datetime.fromtimestamp(run.ended_at, timezone(timedelta(hours=9)))
+    shown = ended.replace(microsecond=0).isoformat()
+    assert shown.endswith("+09:00")
+    code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), "nightly")
+    assert code == 0 and out.splitlines()[1].startswith(f"{shown}  succeeded")
+    code, out, _ = sqsjkr(capsys, "status", "-c", str(conf))
+    assert code == 0 and f"succeeded {shown} on batch1" in out
+    code, out, err = sqsjkr(capsys, "pause", "-c", str(conf), "nightly", "--until", "1h")
+    assert code == 0 and re.search(rf"since {MOMENT} until {MOMENT} \(1h left\)", out), out
+
+
+def test_dlq_list_cuts_long_errors_and_shows_when_each_was_sent(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = f"{aws.queue_name}-r"
+    create_queue(aws.sqs, name, dead_letter=True)
+    conf.write_text(conf.read_text().replace(aws.queue_name, name))
+    dlq = aws.sqs.get_queue_url(QueueName=f"{name}-dlq")["QueueUrl"]
+    long_error = 'field "command": ' + "much too long " * 40
+    for error in ("short", long_error):
+        reason = {"StringValue": error, "DataType": "String"}
+        aws.sqs.send_message(
+            QueueUrl=dlq, MessageBody="{}", MessageAttributes={REJECT_REASON_ATTRIBUTE: reason}
+        )
+    code, out, _ = sqsjkr(capsys, "dlq", "list", "-c", str(conf))
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert len(rows) == 2 and all(re.search(f"  {MOMENT}  ", row) for row in rows), out
+    assert max(map(len, out.splitlines())) < 250
+    assert f"{long_error[:ERROR_EXCERPT]}...  {{}}" in out
+    code, out, _ = sqsjkr(capsys, "dlq", "show", "-c", str(conf), rows[1].split()[0])
+    assert code == 0 and long_error in out  # whole in `show`

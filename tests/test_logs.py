@@ -121,6 +121,10 @@ def test_debug_shows_receives_claims_lock_tries_and_deletes(
         f"deleting 1 message(s): {message_id}",
     ):
         assert decision in daemon.log, decision
+    # Moments with their UTC offset, not unix seconds.
+    lease = r"\(lease until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d\)"
+    assert re.search(f"claimed its message {lease}", daemon.log), daemon.log
+    assert re.search(f'took lock "L" {lease}', daemon.log), daemon.log
     assert "botocore" not in daemon.log  # its debug lines would show job environments
 
 

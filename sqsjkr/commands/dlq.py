@@ -47,6 +47,9 @@ PEEK_VISIBILITY_SECONDS = 30
 #: A short long poll: it asks every SQS server, so an empty answer means no more messages.
 PEEK_WAIT_SECONDS = 1
 BODY_EXCERPT = 80
+#: The longest error a listing shows: a longer one is cut, so that one long reason does not pad
+#: every row (`dlq show` prints it whole).
+ERROR_EXCERPT = 60
 #: The attributes the daemon adds to a message it dead-letters; a redrive leaves them behind.
 OUR_ATTRIBUTE_PREFIX = "sqsjkr_"
 
@@ -230,9 +233,9 @@ class Peek:
 # -- showing ------------------------------------------------------------------------------------
 
 
-def excerpt(body: str) -> str:
-    cut = body[:BODY_EXCERPT]
-    return escape(cut) + ("..." if len(body) > BODY_EXCERPT else "")
+def excerpt(text: str, limit: int = BODY_EXCERPT) -> str:
+    """text's start, escaped; "..." says it was cut."""
+    return escape(text[:limit]) + ("..." if len(text) > limit else "")
 
 
 LIST_HEADER = ["DLQ MESSAGE ID", "ORIGINAL ID", "RECEIVES", "SENT", "ERROR", "BODY"]
@@ -244,7 +247,7 @@ def list_row(letter: DeadLetter) -> list[str]:
         letter.original_id,
         str(letter.receive_count),
         local_time(letter.sent_at),
-        escape(letter.error) if letter.error is not None else "-",
+        excerpt(letter.error, ERROR_EXCERPT) if letter.error is not None else "-",
         excerpt(letter.body),
     ]
 

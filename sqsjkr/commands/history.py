@@ -5,7 +5,6 @@ It also holds what `sqsjkr status` shares with it: the options, the read-only st
 
 from __future__ import annotations
 
-import datetime
 import json
 import signal
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ from sqsjkr.commands.options import (
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.errors import ResourceMissingError, quote
-from sqsjkr.observability.logs import escape
+from sqsjkr.observability.logs import escape, moment
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -91,8 +90,8 @@ def open_store(conf: str, lock_table: str | None, profile: str | None, region: s
 
 
 def local_time(unix_seconds: float) -> str:
-    """A moment in the reader's local time, ISO 8601 to the second."""
-    return datetime.datetime.fromtimestamp(unix_seconds).replace(microsecond=0).isoformat()
+    """A moment in the reader's local time, ISO 8601 to the second, with its UTC offset."""
+    return moment(unix_seconds)
 
 
 def format_span(seconds: float) -> str:

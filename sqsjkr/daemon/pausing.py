@@ -16,6 +16,7 @@ from sqsjkr.backends.pause import Pause, PauseStore, paused
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
 from sqsjkr.errors import quote
+from sqsjkr.observability.logs import moment
 
 log = logging.getLogger("sqsjkr.pause")
 
@@ -156,6 +157,6 @@ class Pausing:
 
 def describe_pause(pause: Pause) -> str:
     what = "all events paused" if pause.event_id is None else "its event is paused"
-    until = "until resumed" if pause.until is None else f"until {time.ctime(pause.until)}"
+    until = "until resumed" if pause.until is None else f"until {moment(pause.until)}"
     reason = f" ({pause.reason})" if pause.reason else ""
     return f"{what} {until} by {pause.by}{reason}"

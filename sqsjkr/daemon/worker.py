@@ -39,7 +39,7 @@ from sqsjkr.daemon.runs import (
     Settle,
 )
 from sqsjkr.errors import HostFault, StoreTooSlow, quote
-from sqsjkr.observability.logs import JobLog, shorten_command
+from sqsjkr.observability.logs import JobLog, moment, shorten_command
 from sqsjkr.observability.stats import Outcome
 
 log = logging.getLogger("sqsjkr.worker")
@@ -142,7 +142,9 @@ class Worker:
             jlog.info("waits for its retry: message hidden for %ds", hide)
             return Ending(Settle(visible_in=hide))
         assert claim.lease is not None
-        jlog.debug("claimed its message (lease until %.3f)", claim.lease.until)
+        jlog.debug(
+            "claimed its message (lease until %s)", moment(claim.lease.until, "milliseconds")
+        )
         entry.claim = claim.lease
         entry.lock = claim.lock  # taken by the claim's own write, when the store could
         progress.claimed(claim.lease.owner, claim.attempt)
@@ -335,7 +337,7 @@ class Worker:
         if isinstance(taken, Held):
             return taken
         setattr(entry, hold.field, taken)
-        jlog.debug("took %s (lease until %.3f)", hold.what, taken.until)
+        jlog.debug("took %s (lease until %s)", hold.what, moment(taken.until, "milliseconds"))
         if self._fresh(taken, hold.renew, hold.what, jlog):
             return None
         setattr(entry, hold.field, None)  # lost to another holder while we took it: wait

@@ -39,6 +39,12 @@ def escape(text: str) -> str:
     return _UNSAFE.sub(lambda m: _NAMED.get(m[0]) or f"\\x{ord(m[0]):02x}", text)
 
 
+def moment(unix_seconds: float, timespec: str = "seconds") -> str:
+    """A moment as operators read it: ISO 8601 in this host's zone, with its UTC offset
+    (2026-11-25T14:03:07+00:00), so that a reader elsewhere knows which moment it is."""
+    return datetime.fromtimestamp(unix_seconds).astimezone().isoformat(timespec=timespec)
+
+
 def shorten_command(command: str, limit: int = MAX_LOGGED_COMMAND) -> str:
     """A command as logs show it: at most limit characters, the cut said."""
     if len(command) <= limit:
