@@ -32,6 +32,8 @@ COMMANDS = [
     ["dlq", "list"],
     ["dlq", "show", "m-1"],
     ["dlq", "redrive", "m-1"],
+    ["dlq", "delete", "m-1"],
+    ["dlq", "purge", "--yes"],
     ["send", "--command", "true"],
     ["send", "--command", "true", "--in", "1h"],
     ["send", "--list-scheduled"],
