@@ -4,6 +4,7 @@ times with their UTC offset, tables that stay narrow.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -14,10 +15,12 @@ from typing import Any
 
 import pytest
 
+from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.sqs import ORIGINAL_ID_ATTRIBUTE, REJECT_REASON_ATTRIBUTE
 from sqsjkr.commands.cli import main
 from sqsjkr.commands.dlq import ERROR_EXCERPT
+from sqsjkr.commands.history import local_time
 from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.run import RunOutcome, RunRecord
 
@@ -172,3 +175,53 @@ def test_dlq_list_cuts_long_errors_and_shows_when_each_was_sent(
     assert f"{long_error[:ERROR_EXCERPT]}...  {{}}" in out
     code, out, _ = sqsjkr(capsys, "dlq", "show", "-c", str(conf), rows[1].split()[0])
     assert code == 0 and long_error in out  # whole in `show`
+
+
+def no_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make the commands' DynamoDB clients refuse a Scan; the operations they call, in order."""
+    calls: list[str] = []
+
+    def watched(session: Any, service: str, **kwargs: Any) -> Any:
+        client = make_client(session, service, **kwargs)
+
+        def seen(model: Any, **_: Any) -> None:
+            assert model.name != "Scan", "a Scan of the whole table"
+            calls.append(model.name)
+
+        client.meta.events.register("before-call", seen)
+        return client
+
+    monkeypatch.setattr("sqsjkr.commands.history.make_client", watched)
+    return calls
+
+
+def test_history_without_an_event_lists_the_last_runs_of_every_event(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = time.time()
+    old = finished(aws, "weekly", now - 7 * 86400)
+    nightly = [finished(aws, "nightly", now - days * 86400) for days in (3, 2, 1)]
+    failed = finished(aws, "hourly", now - 600, outcome=RunOutcome.ERRORED, exit_code=2)
+    latest = finished(aws, "hourly", now - 60)
+    calls = no_scans(monkeypatch)
+    code, out, err = sqsjkr(capsys, "history", "-c", str(conf), "--limit", "4")
+    assert (code, err) == (0, "")
+    header, *rows = out.splitlines()
+    assert header.split()[:3] == ["EVENT", "ENDED", "OUTCOME"]
+    shown = [latest, failed, nightly[2], nightly[1]]
+    assert [row.split()[:2] for row in rows] == [
+        [run.event_id, local_time(run.ended_at)] for run in shown
+    ]
+    # The weekly event's last run is older than the four found: it is not read at all.
+    assert calls.count("Query") == 1 + 2  # the summaries' index, hourly's and nightly's runs
+    code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), "--failed")
+    assert code == 0
+    assert [row.split()[:3] for row in out.splitlines()[1:]] == [
+        ["hourly", local_time(failed.ended_at), "errored"]
+    ]
+    code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), "--json")
+    assert [run["message_id"] for run in json.loads(out)] == [
+        run.message_id for run in (latest, failed, *reversed(nightly), old)
+    ]
+    code, _, err = sqsjkr(capsys, "history", "-c", str(conf), "nightly", "--failed")
+    assert code == 1 and err.startswith('sqsjkr: no failed runs of event "nightly"')
