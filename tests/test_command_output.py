@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -16,15 +15,14 @@ from typing import Any
 import pytest
 
 from sqsjkr.backends.aws import make_client
-from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.sqs import ORIGINAL_ID_ATTRIBUTE, REJECT_REASON_ATTRIBUTE
-from sqsjkr.commands.cli import main
 from sqsjkr.commands.dlq import ERROR_EXCERPT
 from sqsjkr.commands.history import local_time
 from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.run import RunOutcome, RunRecord
 
 from .conftest import Aws, config_text
+from .test_history_cli import record, sqsjkr, write
 
 #: A row that an id with a newline in it would forge, and a terminal control sequence.
 FORGED = "nightly  succeeded 2026-01-01T00:00:00+00:00 on batch1"
@@ -39,32 +37,10 @@ def conf(tmp_path: Path, aws: Aws) -> Path:
     return path
 
 
-def sqsjkr(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """`sqsjkr ARGS` in this process, by the entry point: (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as exited:
-        main(list(args))
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
-
-
 def finished(aws: Aws, event_id: str, ended_at: float, **fields: Any) -> RunRecord:
     """A run of event_id that ended at ended_at, written as the daemon writes it."""
-    values: dict[str, Any] = {
-        "event_id": event_id,
-        "message_id": str(uuid.uuid4()),
-        "host": "batch1",
-        "owner": "batch1:100:abc",
-        "command": "run-it",
-        "sent_at": ended_at - 3,
-        "claimed_at": ended_at - 2.5,
-        "started_at": ended_at - 2,
-        "ended_at": ended_at,
-        "outcome": RunOutcome.SUCCEEDED,
-        "version": "test",
-        "exit_code": 0,
-    }
-    run = RunRecord(**{**values, **fields})
-    DynamoHistory(aws.dynamodb, aws.table, retention_seconds=86400).finished(run)
+    run = record(event_id, ended_at - 3, duration=2.0, **fields)
+    write(aws, run)
     return run
 
 
