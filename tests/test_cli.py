@@ -267,7 +267,8 @@ def test_every_message_field_has_a_send_option() -> None:
 
 def test_send_takes_a_whole_body_and_a_delay(tmp_path: Path, aws: Aws) -> None:
     body = '{"command": "true", "life_time": "1h30m"}'
-    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", body, "--delay", "1")
+    # Long enough that a loaded machine's exit of the send and first receive stay inside it.
+    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", body, "--delay", "5")
     assert result.returncode == 0, result.stderr
     assert receive_bodies(aws) == []  # still delayed
     wait_until(lambda: receive_bodies(aws) == [json.loads(body)], what="delayed message")

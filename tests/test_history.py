@@ -183,6 +183,20 @@ def test_records_expire_after_the_retention(start_daemon: Start, tmp_path: Path,
     assert int(summary_item["Expired"]["N"]) >= int(record.ended_at + 399 * 86400)
 
 
+def test_a_one_off_jobs_summary_expires_with_its_record(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    """A job sent without an event_id is an event of one run: its summary does not outlive it."""
+    daemon, port, _ = daemon_with(start_daemon, tmp_path, aws, '\n[history]\nretention = "2d"\n')
+    message_id = aws.send({"command": "true"})
+    wait_until(counted(port, succeeded=1), what="the job")
+    assert daemon.stop() == 0
+    [record] = runs(aws, message_id)
+    assert record.one_off
+    [summary_item] = items_of_type(aws, "summary")
+    assert int(summary_item["Expired"]["N"]) == int(record.ended_at + 2 * 86400)
+
+
 def test_a_finished_run_costs_one_write_with_its_claim(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:

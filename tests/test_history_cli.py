@@ -121,6 +121,19 @@ def test_the_usual_interval_is_the_median_gap_between_final_runs() -> None:
     assert learned_interval(hourly("ev", 3, NOW)) == HOUR
 
 
+def test_runs_sent_by_hand_within_a_minute_teach_no_interval() -> None:
+    # Three sends by hand within a second: no interval of 0s, and no CRITICAL a second later.
+    burst = [record("ev", NOW - 10 + offset) for offset in (0.0, 0.4, 0.9)]
+    assert learned_interval(burst) is None
+    history = memory(*burst)
+    assert judged(history, now=NOW).level is Level.OK
+    # Between hourly firings, a burst of sends by hand leaves the hour as it was.
+    burst = [record("ev", NOW - 4.5 * HOUR + s) for s in (0.0, 0.5, 1.0, 1.5)]
+    assert learned_interval(hourly("ev", 6, NOW) + burst) == HOUR
+    # A schedule of every minute is still learned.
+    assert learned_interval([record("ev", NOW - s) for s in (120.0, 60.0, 0.0)]) == 60.0
+
+
 def test_no_interval_is_learned_from_fewer_than_three_runs() -> None:
     assert learned_interval(hourly("ev", 2, NOW)) is None
     # Two final runs and a non-final one are still two firings.
@@ -403,6 +416,7 @@ def test_status_json_has_an_object_per_event(
         "last_success_at": pytest.approx(runs[-1].ended_at, abs=1e-3),
         "last_failure_at": None,
         "consecutive_failures": 0,
+        "one_off": False,
         "running": [
             {
                 "event_id": "hourly",
@@ -497,26 +511,48 @@ def test_an_aws_error_is_unknown_to_the_check_and_one_line_to_the_rest(
         assert err.startswith(f"sqsjkr: error: {missing}") and err.count("\n") == 1
 
 
+def history_off(aws: Aws, tmp_path: Path) -> tuple[Path, str]:
+    """A config with [history] backend = "none", and what the commands say of it."""
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0") + '\n[history]\nbackend = "none"\n')
+    return conf, f'history is off in {conf} ([history] backend = "none"): no runs to show'
+
+
 def test_commands_refuse_a_config_with_history_off(
     aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats="stats_port = 0") + '\n[history]\nbackend = "none"\n')
-    for args in (["status"], ["status", "--check"], ["history", "nightly"]):
+    conf, off = history_off(aws, tmp_path)
+    for args in (["status"], ["history", "nightly"]):
         code, out, err = sqsjkr(capsys, *args, "-c", str(conf))
-        assert (code, out) == (2, "")
-        assert (
-            err
-            == f'sqsjkr: history is off in {conf} ([history] backend = "none"): no runs to show\n'
-        )
+        assert (code, out, err) == (2, "", f"sqsjkr: {off}\n")
+
+
+def test_a_check_that_cannot_judge_is_unknown(
+    aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """History off, or a config that does not load: the plugin's UNKNOWN, not CRITICAL."""
+    conf, off = history_off(aws, tmp_path)
+    assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (
+        3,
+        f"SQSJKR UNKNOWN - {off}\n",
+        "",
+    )
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[sqs\nqueue_name = 'x'\n")
+    code, out, err = sqsjkr(capsys, "status", "-c", str(broken), "--check")
+    assert (code, err) == (3, "")
+    assert out.startswith("SQSJKR UNKNOWN - ") and out.count("\n") == 1 and "broken.toml" in out
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--max-age", "a=1h"], "--max-failures and --max-age only apply with --check"),
-        (["--max-failures", "2"], "--max-failures and --max-age only apply with --check"),
+        (["--max-age", "a=1h"], "--max-age and --include-one-off only apply with --check"),
+        (["--max-failures", "2"], "--max-age and --include-one-off only apply with --check"),
+        (["--include-one-off"], "--max-age and --include-one-off only apply with --check"),
         (["--check", "--json"], "give --check or --json, not both"),
+        (["--forget", "a", "--check"], "--forget changes the history"),
+        (["--forget", "a", "--json"], "--forget changes the history"),
         (["--check", "--max-age", "a"], '--max-age "a": expected EVENT=DURATION'),
     ],
 )
@@ -554,3 +590,67 @@ def test_a_paused_event_is_not_judged_by_age() -> None:
     held = Pause("paused", NOW - 6 * HOUR, None, "migration", "ops@host")
     [finding] = judge_all(history.summaries(), lambda e: history.runs(e, 20), policy, NOW, [held])
     assert finding.level is Level.OK
+
+
+def one_off(sent_at: float, outcome: RunOutcome = RunOutcome.SUCCEEDED) -> RunRecord:
+    """The run of a job sent without an event_id: its message id is its event."""
+    message_id = str(uuid.uuid4())
+    return record(message_id, sent_at, outcome, message_id=message_id)
+
+
+def test_the_check_leaves_one_off_jobs_out_unless_asked() -> None:
+    failed = one_off(NOW - 86400, RunOutcome.ERRORED)
+    history = memory(failed, *hourly("hourly", 4, NOW))
+    policy = CheckPolicy()
+    [finding] = judge_all(history.summaries(), lambda e: history.runs(e, 20), policy, NOW)
+    assert (finding.event_id, finding.level) == ("hourly", Level.OK)
+    policy = CheckPolicy(include_one_off=True)
+    findings = judge_all(history.summaries(), lambda e: history.runs(e, 20), policy, NOW)
+    assert {(f.event_id, f.level) for f in findings} == {
+        ("hourly", Level.OK),
+        (failed.event_id, Level.CRITICAL),
+    }
+
+
+def test_one_off_jobs_are_shown_but_not_checked(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    failed = one_off(now - 60, RunOutcome.ERRORED)
+    write(aws, failed, *hourly("hourly", 3, now - 60))
+    assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (0, "SQSJKR OK - 1 event\n", "")
+    code, out, _ = sqsjkr(capsys, "status", "-c", str(conf), "--check", "--include-one-off")
+    assert (code, out) == (2, f"SQSJKR CRITICAL - {failed.event_id}: 1 failure in a row\n")
+    _, out, _ = sqsjkr(capsys, "status", "-c", str(conf))
+    [line] = [line for line in out.splitlines() if line.startswith(failed.event_id)]
+    assert line.endswith("one-off (no event_id)")
+    _, out, _ = sqsjkr(capsys, "status", "-c", str(conf), "--json")
+    assert {e["event_id"]: e["one_off"] for e in json.loads(out)["events"]} == {
+        failed.event_id: True,
+        "hourly": False,
+    }
+
+
+def test_forget_drops_an_event_from_status_and_keeps_its_runs(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    write(aws, *hourly("retired", 3, now - 86400, 2), *hourly("hourly", 3, now - 60))
+    store(aws).started(RunStart("hourly", "m-live", "b1", "o", now - 5, now - 6, "run-it"))
+    assert sqsjkr(capsys, "status", "-c", str(conf), "--check")[0] == 2  # retired failed
+    code, out, err = sqsjkr(capsys, "status", "-c", str(conf), "--forget", "retired")
+    assert (code, out, err) == (0, 'forgot event "retired"; its run records expire as before\n', "")
+    assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (0, "SQSJKR OK - 1 event\n", "")
+    _, out, _ = sqsjkr(capsys, "status", "-c", str(conf))
+    assert [line.split()[0] for line in out.splitlines()] == ["hourly"]
+    code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), "retired")
+    assert (code, len(out.splitlines())) == (0, 4)  # a header and the three runs
+    code, out, err = sqsjkr(
+        capsys, "status", "-c", str(conf), "--forget", "hourly", "--forget", "x\ny"
+    )
+    assert code == 1
+    assert out == (
+        'forgot event "hourly"; its run records expire as before\n'
+        "  it had 1 run(s) in progress: each lists it again when it ends\n"
+    )
+    assert err == f'sqsjkr: no event "x\\ny" in table {aws.table!r}\n'

@@ -78,6 +78,32 @@ def test_metrics_after_jobs_of_each_outcome(start_daemon: Start, tmp_path: Path,
     assert daemon.stop() == 0
 
 
+def test_one_off_jobs_add_no_series_per_message(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    """Jobs sent without an event_id share one duration series (event_id="") and have no last
+    success: each send would otherwise add series for ever, and age into SqsjkrNoSuccessForADay."""
+    for _ in range(3):
+        aws.send({"command": "true"})
+    aws.send({"command": "true", "event_id": "named"})
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    wait_until(counted(port, succeeded=4), what="all four jobs")
+    found = samples(port)
+    durations = {
+        dict(labels)["event_id"]: count
+        for (name, labels), count in found.items()
+        if name == "sqsjkr_job_duration_seconds_count"
+    }
+    assert durations == {"": 3, "named": 1}
+    last_success = [
+        dict(labels)["event_id"]
+        for (name, labels) in found
+        if name == "sqsjkr_job_last_success_timestamp_seconds"
+    ]
+    assert last_success == ["named"]
+    assert daemon.stop() == 0
+
+
 def runs_end(aws: Aws, event_id: str) -> float:
     from sqsjkr.backends.history import DynamoHistory
 

@@ -89,6 +89,33 @@ def test_a_burst_on_one_queue_does_not_hold_up_another(
     assert daemon.stop() == 0  # the running heavy job is stopped, its message given back
 
 
+def test_each_queues_jobs_use_the_words_of_the_daemons_jobs(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    """sqsjkr_queue_jobs_total says outcomes as sqsjkr_jobs_total does, the run record's words:
+    a timed-out run is timed_out only, not errored as well."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    heavy = second_queue(aws)
+    daemon, port = start_two_queues(start_daemon, tmp_path, aws, heavy)
+    aws.send({"command": "exit 1", "event_id": "bad"})
+    aws.send({"command": "sleep 30", "event_id": "slow", "timeout": "1s"})
+    wait_until(counted(port, errored=2, timed_out=1), timeout=30, what="both jobs ended")
+    by_outcome: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(get(port, "/metrics")):
+        for sample in family.samples:
+            if sample.name in ("sqsjkr_jobs_total", "sqsjkr_queue_jobs_total"):
+                key = sample.labels.get("queue", "all")
+                by_outcome.setdefault(key, {})[sample.labels["outcome"]] = sample.value
+    words = set(by_outcome["all"])
+    assert {"duplicate", "failed_to_start", "timed_out", "invalid"} <= words
+    assert set(by_outcome[aws.queue_name]) == set(by_outcome[heavy.queue_name]) == words
+    light = by_outcome[aws.queue_name]
+    assert (light["errored"], light["timed_out"], light["succeeded"]) == (1, 1, 0)
+    assert sum(by_outcome[heavy.queue_name].values()) == 0
+    assert daemon.stop() == 0
+
+
 def test_a_daemon_of_one_queue_answers_v2_as_before(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:

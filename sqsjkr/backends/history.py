@@ -30,7 +30,8 @@ SUMMARY_TYPE = "summary"
 RUN_TYPE_PREFIX = "run#"
 #: The index the Go daemon's table has (hash Type, range Expired).
 TYPE_INDEX = "TypeExpiredIndex"
-#: A summary stays this long after its event last ran, so that a yearly job stays listed.
+#: A summary stays this long after its event last ran, so that a yearly job stays listed; a
+#: job sent without an event_id (one run, no next) is kept only as long as its run's record.
 SUMMARY_KEEP_SECONDS = 400 * 86400
 #: The summary attribute of a run in progress is this prefix and the run's message id.
 RUNNING_PREFIX = "Running:"
@@ -269,9 +270,10 @@ class DynamoHistory:
     def _summary_update(self, record: RunRecord, data: dict[str, Any]) -> dict[str, Any]:
         last = {k: v for k, v in data.items() if k not in ("output", "stdout", "stderr")}
         sets = ["LastRun = :run", "Expired = :expired"]
+        keep = self._retention if record.one_off else SUMMARY_KEEP_SECONDS
         values: dict[str, Any] = {
             ":run": {"S": json.dumps(last)},
-            ":expired": _number(record.ended_at + SUMMARY_KEEP_SECONDS),
+            ":expired": _number(record.ended_at + keep),
         }
         add = ""
         if record.final and record.outcome is RunOutcome.SUCCEEDED:
@@ -288,6 +290,15 @@ class DynamoHistory:
             "ExpressionAttributeNames": {"#running": RUNNING_PREFIX + record.message_id},
             "ExpressionAttributeValues": values,
         }
+
+    def forget(self, event_id: str) -> EventSummary | None:
+        """Delete the event's summary, so that it leaves `status` until it runs again; its runs'
+        records stay until their TTL. The summary it had, or None if it had none."""
+        response = self._client.delete_item(
+            TableName=self._table, Key=_key(event_id, SUMMARY_TYPE), ReturnValues="ALL_OLD"
+        )
+        old = response.get("Attributes")
+        return _summary(old) if old else None
 
     # -- reading ----------------------------------------------------------------------------
 

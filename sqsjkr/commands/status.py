@@ -1,4 +1,5 @@
-"""`sqsjkr status`: one line per event from the run history, and `--check`, a monitoring check plugin.
+"""`sqsjkr status`: one line per event from the run history, `--check`, a monitoring check plugin,
+and `--forget`, which drops an event from both.
 
 The judging (failures in a row, the usual interval learned from past runs, ages) is plain functions.
 """
@@ -42,6 +43,9 @@ LEARN_FROM_RUNS = 20
 MIN_INTERVALS = 2
 #: No success for this many usual intervals is critical: one missed run is not yet.
 MISSED_INTERVALS = 2
+#: Gaps between firings shorter than this are not a schedule's: sends by hand, a burst, a
+#: redrive. They teach no interval (cron fires at most once a minute).
+MIN_INTERVAL_SECONDS = 60.0
 
 
 class Level(enum.IntEnum):
@@ -64,10 +68,14 @@ class Finding:
 
 @dataclass(frozen=True)
 class CheckPolicy:
-    """--max-failures and --max-age: when an event is critical."""
+    """--max-failures, --max-age and --include-one-off: which events are judged, and when one
+    is critical."""
 
     max_failures: int = 1
     max_ages: Mapping[str, float] = field(default_factory=dict)  # seconds, by event_id
+    #: Judge jobs sent without an event_id too: each is an event of one run, with no next run
+    #: to mend a failure, so by default they are left to `status` and the reporters.
+    include_one_off: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,11 +92,17 @@ class Running:
 def learned_interval(runs: Sequence[RunRecord]) -> float | None:
     """The event's usual interval: the median gap between the firings of its final runs.
 
-    None until there are MIN_INTERVALS gaps; a manual send between two firings moves a median
-    little, where it would halve a mean.
+    A run knows no more of its firing than its message's send time, so runs sent by hand are
+    told apart by their gaps: one under MIN_INTERVAL_SECONDS is left out, and a manual send
+    between two firings moves a median little, where it would halve a mean. None until there
+    are MIN_INTERVALS gaps.
     """
     fired = sorted({run.sent_at for run in runs if run.final})
-    gaps = [later - earlier for earlier, later in itertools.pairwise(fired)]
+    gaps = [
+        later - earlier
+        for earlier, later in itertools.pairwise(fired)
+        if later - earlier >= MIN_INTERVAL_SECONDS
+    ]
     return statistics.median(gaps) if len(gaps) >= MIN_INTERVALS else None
 
 
@@ -155,7 +169,10 @@ def judge_all(
     now: float,
     pauses: Sequence[Pause] = (),
 ) -> list[Finding]:
-    """Every event's verdict, and a warning for each --max-age event the history does not know."""
+    """Every event's verdict (one-off jobs' only if the policy asks), and a warning for each
+    --max-age event the history does not know."""
+    known = {s.event_id for s in summaries}
+    summaries = judged_events(summaries, policy)
     findings = [
         judge(
             s,
@@ -166,13 +183,17 @@ def judge_all(
         )
         for s in summaries
     ]
-    known = {s.event_id for s in summaries}
     findings += [
         Finding(event_id, Level.WARNING, ("no runs recorded (named by --max-age)",))
         for event_id in policy.max_ages
         if event_id not in known
     ]
     return findings
+
+
+def judged_events(summaries: Sequence[EventSummary], policy: CheckPolicy) -> list[EventSummary]:
+    """The events the check judges: one-off jobs only with --include-one-off."""
+    return [s for s in summaries if policy.include_one_off or not s.one_off]
 
 
 def check_line(findings: Sequence[Finding], events: int) -> tuple[Level, str]:
@@ -258,6 +279,7 @@ def status_json(summary: EventSummary, running: Sequence[Running], now: float) -
         "last_success_age": None if success is None else now - success,
         "last_failure_at": summary.last_failure_at,
         "consecutive_failures": summary.consecutive_failures,
+        "one_off": summary.one_off,
         "running": [{**asdict(run.start), "stale": run.stale} for run in running],
     }
 
@@ -278,7 +300,7 @@ def show_status(store: Store, *, as_json: bool, now: float) -> None:
         click.echo(f"no runs recorded in table {store.table!r}", err=True)
         return
     rows_text = [
-        status_row(s, r, now) + paused_mark(paused(pauses, s.event_id, now))
+        status_row(s, r, now) + paused_mark(paused(pauses, s.event_id, now)) + one_off_mark(s)
         for s, r in zip(summaries, running, strict=True)
     ]
     for line in aligned(rows_text):
@@ -292,12 +314,38 @@ def paused_mark(pause: Pause | None) -> list[str]:
     return ["PAUSED" if pause.event_id is not None else "PAUSED (all events)"]
 
 
+def one_off_mark(summary: EventSummary) -> list[str]:
+    """The last cell of a one-off job's line: why --check leaves it out."""
+    return ["one-off (no event_id)"] if summary.one_off else []
+
+
+def forget(store: Store, event_ids: Sequence[str]) -> int:
+    """--forget: delete each event's summary; 1 if one of them had none."""
+    failed = 0
+    with store.reading():
+        for event_id in event_ids:
+            old = store.history.forget(event_id)
+            if old is None:
+                click.echo(f"sqsjkr: no event {quote(event_id)} in table {store.table!r}", err=True)
+                failed = 1
+                continue
+            click.echo(f"forgot event {quote(event_id)}; its run records expire as before")
+            if old.running:
+                click.echo(
+                    f"  it had {len(old.running)} run(s) in progress: "
+                    "each lists it again when it ends"
+                )
+    return failed
+
+
 def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Level:
-    """Print the check's one line; an AWS error that leaves the events unjudged is UNKNOWN."""
+    """Print the check's one line. Whatever leaves the events unjudged is UNKNOWN: an AWS error,
+    a config that does not load or that turns the history off."""
     try:
         store = open_()
         with store.reading():
             summaries = store.history.summaries()
+            events = len(judged_events(summaries, policy))
             findings = judge_all(
                 summaries,
                 lambda event_id: store.history.runs(event_id, LEARN_FROM_RUNS),
@@ -305,15 +353,23 @@ def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Le
                 now,
                 DynamoPauses(store.client, store.table).pauses(),
             )
+    except UsageFailure as exc:
+        return unknown(exc.format_message())
     except Exception as exc:
         message = str(exc) if isinstance(exc, SqsjkrError) else aws_failure(exc)
         if message is None:
             raise
-        click.echo(f"SQSJKR UNKNOWN - {message}")
-        return Level.UNKNOWN
-    level, line = check_line(findings, len(summaries))
+        return unknown(message)
+    level, line = check_line(findings, events)
     click.echo(line)
     return level
+
+
+def unknown(message: str) -> Level:
+    """Print the UNKNOWN line: one line, as a check plugin's output is read (a TOML error may
+    quote several lines of the file)."""
+    click.echo(f"SQSJKR UNKNOWN - {' '.join(message.splitlines())}")
+    return Level.UNKNOWN
 
 
 @click.command()
@@ -342,6 +398,19 @@ def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Le
     help="With --check: EVENT is critical without a success for this long (e.g. nightly=2d); "
     "repeat. Other events: twice their usual interval, learned from their history.",
 )
+@click.option(
+    "--include-one-off",
+    is_flag=True,
+    help="With --check: judge jobs sent without an event_id too (left out by default).",
+)
+@click.option(
+    "--forget",
+    "forgotten",
+    multiple=True,
+    metavar="EVENT_ID",
+    help="Delete the event's summary, so that it leaves status and --check until it runs again "
+    "(its run records expire as before); repeat.",
+)
 def status(
     conf: str,
     lock_table: str | None,
@@ -351,18 +420,30 @@ def status(
     check: bool,
     max_failures: int | None,
     max_ages: tuple[str, ...],
+    include_one_off: bool,
+    forgotten: tuple[str, ...],
 ) -> int:
-    """Show each event's last run, last success, failures in a row and runs in progress (read-only).
+    """Show each event's last run, last success, failures in a row and runs in progress.
 
-    The pauses in effect come first, a line each; a paused event's line ends in PAUSED.
+    Read-only but for --forget, which deletes the summary of an event that is no more.
+
+    The pauses in effect come first, a line each; a paused event's line ends in PAUSED, and a
+    job sent without an event_id ends in "one-off".
     """
-    if not check and (max_failures is not None or max_ages):
-        raise UsageFailure("--max-failures and --max-age only apply with --check")
+    if not check and (max_failures is not None or max_ages or include_one_off):
+        raise UsageFailure(
+            "--max-failures, --max-age and --include-one-off only apply with --check"
+        )
+    if forgotten and (check or as_json):
+        raise UsageFailure("--forget changes the history: give it without --check and --json")
     if check and as_json:
         raise UsageFailure("--check prints one line; give --check or --json, not both")
-    policy = CheckPolicy(max_failures or 1, parse_max_ages(max_ages))
+    policy = CheckPolicy(max_failures or 1, parse_max_ages(max_ages), include_one_off)
+    if forgotten:
+        return forget(open_store(conf, lock_table, profile, region), forgotten)
     if check:
-        # A bad config stays a usage error (exit 2); AWS errors are the check's UNKNOWN.
+        # A check that cannot judge is UNKNOWN (3), never CRITICAL (2): a bad config, history
+        # off and AWS errors alike. Only the options themselves are usage errors.
         opened = functools.partial(open_store, conf, lock_table, profile, region)
         return int(run_check(opened, policy, time.time()))
     show_status(open_store(conf, lock_table, profile, region), as_json=as_json, now=time.time())

@@ -28,6 +28,12 @@ class RunOutcome(enum.Enum):
         return self is not RunOutcome.SUCCEEDED
 
 
+def one_off(event_id: str, message_id: str) -> bool:
+    """Whether a job was sent without an event_id: its message id stands in for one (as Job
+    does), and no other message can share it, so its event has this one message only."""
+    return event_id == message_id
+
+
 @dataclass(frozen=True)
 class RunContext:
     """Which scheduled run this is, as the job sees it: SQSJKR_* variables in a command's
@@ -79,6 +85,10 @@ class RunStart:
     receive_count: int = 1
     attempt: int = 1
 
+    @property
+    def one_off(self) -> bool:
+        return one_off(self.event_id, self.message_id)
+
 
 @dataclass(frozen=True)
 class RunRecord:
@@ -116,6 +126,10 @@ class RunRecord:
         return 0.0 if self.started_at is None else self.ended_at - self.started_at
 
     @property
+    def one_off(self) -> bool:
+        return one_off(self.event_id, self.message_id)
+
+    @property
     def queue_delay(self) -> float:
         """From the schedule's firing (SentTimestamp) to the command's start, or to the end."""
         return (self.started_at or self.ended_at) - self.sent_at
@@ -149,3 +163,10 @@ class EventSummary:
     #: Runs in progress, as their starts say; a daemon that died leaves one behind until its
     #: claim's lease ends (status looks at the claim).
     running: tuple[RunStart, ...] = field(default_factory=tuple)
+
+    @property
+    def one_off(self) -> bool:
+        """Whether the event is a job sent without an event_id (see one_off())."""
+        if self.last_run is not None:
+            return self.last_run.one_off
+        return any(start.one_off for start in self.running)

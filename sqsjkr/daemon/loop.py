@@ -379,6 +379,8 @@ class Kicker:
             self._pause.fail()
         else:
             self._pause.reset()
+        if ending.run is not None:
+            self._stats.ran(ending.run, intake.name)
         for outcome in ending.counts:
             self._stats.count(outcome, intake.name)
         if ending.settle.delete or intake.settings.delete_on_receive:

@@ -1,14 +1,14 @@
 """Prometheus metrics of the daemon, on prometheus-client: a registry of its own per daemon.
 
-Runs feed it as a RunListener does; AWS errors come from the clients' events (calls.py); the
-worker counters and the receive loop's last turn are read from Stats and Health at each scrape.
+Runs feed its histograms as a RunListener does; AWS errors come from the clients' events
+(calls.py); the jobs by outcome, the workers and the receive loop's last turn are read from Stats
+and Health at each scrape.
 """
 
 from __future__ import annotations
 
 import platform
-import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -23,7 +23,11 @@ from sqsjkr.observability.stats import Stats, StatsSnapshot
 #: Seconds: from a few milliseconds (a trivial job, a free lock) to a day.
 _BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 10800, 43200, 86400)
 
-__all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
+#: The event_id label of jobs sent without an event_id: their message ids would add series for
+#: ever. No event_id is empty (an empty one is the message id), so it names no real event.
+ONE_OFF_LABEL = ""
+
+__all__ = ["CONTENT_TYPE_LATEST", "ONE_OFF_LABEL", "Metrics"]
 
 
 class Metrics:
@@ -34,7 +38,7 @@ class Metrics:
         registry = self.registry
         self._duration = Histogram(
             "sqsjkr_job_duration_seconds",
-            "How long commands ran, from start to end",
+            'How long commands ran, from start to end (jobs sent without an event_id: event_id="")',
             ["event_id"],
             buckets=_BUCKETS,
             registry=registry,
@@ -53,7 +57,8 @@ class Metrics:
         )
         self._last_success = Gauge(
             "sqsjkr_job_last_success_timestamp_seconds",
-            "Unix time of the last successful run of each event, on this daemon",
+            "Unix time of the last successful run of each event, on this daemon (jobs sent "
+            "without an event_id have none)",
             ["event_id"],
             registry=registry,
         )
@@ -66,8 +71,7 @@ class Metrics:
         Info("sqsjkr_build", "The sqsjkr build", registry=registry).info(
             {"version": __version__, "python": platform.python_version()}
         )
-        self._outcomes = _Counts(o.value for o in RunOutcome)
-        registry.register(_StateCollector(stats, health, self._outcomes))
+        registry.register(_StateCollector(stats, health))
 
     # -- a RunListener ---------------------------------------------------------------------
 
@@ -75,13 +79,14 @@ class Metrics:
         return None
 
     def report(self, record: RunRecord) -> None:
-        self._outcomes.add(record.outcome.value)
         if record.started_at is not None:
-            self._duration.labels(record.event_id).observe(record.duration)
+            event = ONE_OFF_LABEL if record.one_off else record.event_id
+            self._duration.labels(event).observe(record.duration)
             self._queue_delay.observe(max(0.0, record.queue_delay))
         if record.lock_id:
             self._lock_wait.observe(record.lock_wait)
-        if record.outcome is RunOutcome.SUCCEEDED:
+        # A one-off job has no next run to succeed: its gauge would only age into an alarm.
+        if record.outcome is RunOutcome.SUCCEEDED and not record.one_off:
             self._last_success.labels(record.event_id).set(record.ended_at)
 
     # -- AWS calls -------------------------------------------------------------------------
@@ -93,29 +98,12 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class _Counts:
-    """Counts by key, added to by the workers' threads and read at each scrape."""
-
-    def __init__(self, keys: Iterable[str]) -> None:
-        self._mutex = threading.Lock()
-        self._counts = dict.fromkeys(keys, 0)
-
-    def add(self, key: str) -> None:
-        with self._mutex:
-            self._counts[key] += 1
-
-    def snapshot(self) -> dict[str, int]:
-        with self._mutex:
-            return dict(self._counts)
-
-
 class _StateCollector(Collector):
     """What is read at each scrape: outcome counts, workers, leases lost, the loop's last turn."""
 
-    def __init__(self, stats: Stats, health: Health, outcomes: _Counts) -> None:
+    def __init__(self, stats: Stats, health: Health) -> None:
         self._stats = stats
         self._health = health
-        self._outcomes = outcomes
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self._stats.snapshot()
@@ -125,10 +113,8 @@ class _StateCollector(Collector):
             "invalid one",
             labels=["outcome"],
         )
-        for outcome, count in self._outcomes.snapshot().items():
+        for outcome, count in job_counts(snapshot):
             jobs.add_metric([outcome], count)
-        jobs.add_metric(["duplicate"], snapshot.duplicates)
-        jobs.add_metric(["invalid"], snapshot.invalid)
         yield jobs
         workers = GaugeMetricFamily("sqsjkr_workers", "Workers by state", labels=["state"])
         workers.add_metric(["busy"], snapshot.busy)
@@ -149,20 +135,28 @@ class _StateCollector(Collector):
             )
 
 
+def job_counts(snapshot: StatsSnapshot) -> Iterator[tuple[str, int]]:
+    """Jobs by outcome, in the run record's words (RunOutcome), then messages that never ran:
+    a duplicate, an invalid one. The daemon's totals and each queue's say them alike."""
+    yield from snapshot.runs.items()
+    yield "duplicate", snapshot.duplicates
+    yield "invalid", snapshot.invalid
+
+
 def _per_queue(queues: dict[str, StatsSnapshot]) -> Iterator[Metric]:
     """Each queue's jobs and workers, labelled with its name, when the daemon has several."""
     if not queues:
         return
     jobs = CounterMetricFamily(
         "sqsjkr_queue_jobs",
-        "Jobs of one queue that reached an end, by outcome (as the stats' invocations)",
+        "Jobs of one queue that reached an end, by outcome (as sqsjkr_jobs)",
         labels=["queue", "outcome"],
     )
     workers = GaugeMetricFamily(
         "sqsjkr_queue_workers", "Workers of one queue, by state", labels=["queue", "state"]
     )
     for name, snap in queues.items():
-        for outcome, count in snap.v2()["invocations"].items():
+        for outcome, count in job_counts(snap):
             jobs.add_metric([name, outcome], count)
         workers.add_metric([name, "busy"], snap.busy)
         workers.add_metric([name, "idle"], snap.idle)

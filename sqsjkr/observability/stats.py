@@ -1,6 +1,7 @@
 """Worker and invocation counters: what /stats/metrics (v1) and /stats/metrics/v2 answer.
 
-Monitoring (mackerel-plugin-sqsjkr) reads them over the stats listener (observability/server.py).
+Monitoring (mackerel-plugin-sqsjkr) reads them over the stats listener (observability/server.py);
+/metrics reads the runs' outcomes, counted here too, in the run record's words.
 """
 
 from __future__ import annotations
@@ -8,14 +9,19 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from sqsjkr.contract.run import RunOutcome
 
 __all__ = ["Outcome", "Stats", "StatsSnapshot"]
 
+_RUN_OUTCOMES = tuple(outcome.value for outcome in RunOutcome)
+
 
 class Outcome(enum.Enum):
-    """How one received job ended; the value is its key under "invocations" in v2."""
+    """How one received job ended, in the Go daemon's words: the value is its key under
+    "invocations" in v2. /metrics counts runs by their RunOutcome instead."""
 
     SUCCEEDED = "succeeded"  # command exited 0
     ERRORED = "errored"  # command ran and failed
@@ -37,6 +43,8 @@ class StatsSnapshot:
     timed_out: int = 0
     leases_lost: int = 0
     invalid: int = 0  # malformed messages, also counted in failed
+    #: Runs that ended, by RunOutcome value (every outcome present).
+    runs: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(_RUN_OUTCOMES, 0))
 
     def v1(self) -> dict[str, int]:
         """The body of GET /stats/metrics, the shape mackerel-plugin-sqsjkr reads."""
@@ -71,6 +79,7 @@ class Stats:
         self._counts = dict.fromkeys(Outcome, 0)
         self._leases_lost = 0
         self._invalid = 0
+        self._runs = dict.fromkeys(_RUN_OUTCOMES, 0)
 
     @property
     def workers(self) -> int:
@@ -100,6 +109,13 @@ class Stats:
         with self._lock:
             self._counts[outcome] += 1
 
+    def ran(self, outcome: RunOutcome, queue: str | None = None) -> None:
+        """A run ended with outcome (a record was written of it)."""
+        if queue in self._queues:
+            self._queues[queue].ran(outcome)
+        with self._lock:
+            self._runs[outcome.value] += 1
+
     def invalid(self, queue: str | None = None) -> None:
         """A message that is not a job: counted failed, as the Go daemon did, and apart."""
         if queue in self._queues:
@@ -125,6 +141,7 @@ class Stats:
                 timed_out=self._counts[Outcome.TIMED_OUT],
                 leases_lost=self._leases_lost,
                 invalid=self._invalid,
+                runs=dict(self._runs),
             )
 
     def queues(self) -> dict[str, StatsSnapshot]:
