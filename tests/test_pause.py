@@ -343,7 +343,8 @@ def test_status_shows_the_pauses_and_marks_paused_events(aws: Aws, cli: Run) -> 
     )
     assert lines[1].startswith('PAUSED event "weekly" since ')
     # A day, less the moments since the pause was made.
-    assert re.search(rf"until {local_time(weekly_pause.until or 0)} \((1d|23h59m) left\)", lines[1])
+    until = re.escape(local_time(weekly_pause.until or 0))  # "+00:00": a regex's "+"
+    assert re.search(rf"until {until} \((1d|23h59m) left\)", lines[1])
     assert lines[2].startswith("hourly ") and "PAUSED" not in lines[2]
     assert lines[3].startswith("nightly ") and lines[3].endswith(" PAUSED")
     assert cli("pause", "--all")[0] == 0
