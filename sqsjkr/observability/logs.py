@@ -166,6 +166,9 @@ def logs_to_journald(stream: IO[str], environ: Mapping[str, str] = os.environ) -
 #: Libraries that stay at WARNING even with --log-all: botocore's debug output prints request
 #: bodies, and with them job environments.
 SECRET_KEEPERS = ("botocore", "boto3")
+#: Libraries that set their own logger's level (werkzeug, the embedded moto server's, logs every
+#: request at INFO): theirs is set outright.
+LEVEL_SETTERS = ("werkzeug", "urllib3", "moto")
 
 
 def setup_logging(
@@ -195,3 +198,5 @@ def setup_logging(
     logging.getLogger("sqsjkr").setLevel(ours)
     for name in SECRET_KEEPERS:
         logging.getLogger(name).setLevel(max(ours, logging.WARNING))
+    for name in LEVEL_SETTERS:
+        logging.getLogger(name).setLevel(others)
