@@ -17,7 +17,14 @@ import pytest
 
 from sqsjkr.commands.local import LOCAL_QUEUE
 from sqsjkr.contract.job import Job
-from sqsjkr.observability.logs import MAX_LOGGED_COMMAND, escape, job_label, shorten_command
+from sqsjkr.observability.logs import (
+    MAX_LOGGED_COMMAND,
+    Moment,
+    escape,
+    job_label,
+    moment,
+    shorten_command,
+)
 
 from .conftest import (
     Aws,
@@ -267,3 +274,14 @@ def test_debug_in_local_mode_is_sqsjkrs_own_unless_all_is_asked_for(start_daemon
     others = {logger_of(line) for line in everything if not logger_of(line).startswith("sqsjkr")}
     assert others  # moto's and werkzeug's, among others
     assert not [name for name in others if name.split(".")[0] in ("botocore", "boto3")]
+
+
+def test_a_moment_has_its_utc_offset_and_a_lease_that_never_ends_is_said_so() -> None:
+    assert re.fullmatch(r"2023-11-1\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", moment(1_700_000_000))
+    assert re.fullmatch(
+        r".*T\d\d:\d\d:\d\d\.250[+-]\d\d:\d\d", moment(1_700_000_000.25, "milliseconds")
+    )
+    # The "none" backends' leases last for ever; a damaged item may hold any number.
+    assert moment(float("inf")) == "never"
+    assert moment(1e300) == "1e+300 (unix seconds)"
+    assert str(Moment(float("inf"))) == "never"

@@ -39,7 +39,7 @@ from sqsjkr.daemon.runs import (
     Settle,
 )
 from sqsjkr.errors import HostFault, StoreTooSlow, quote
-from sqsjkr.observability.logs import JobLog, moment, shorten_command
+from sqsjkr.observability.logs import JobLog, Moment, shorten_command
 from sqsjkr.observability.stats import Outcome
 
 log = logging.getLogger("sqsjkr.worker")
@@ -143,7 +143,7 @@ class Worker:
             return Ending(Settle(visible_in=hide))
         assert claim.lease is not None
         jlog.debug(
-            "claimed its message (lease until %s)", moment(claim.lease.until, "milliseconds")
+            "claimed its message (lease until %s)", Moment(claim.lease.until, "milliseconds")
         )
         entry.claim = claim.lease
         entry.lock = claim.lock  # taken by the claim's own write, when the store could
@@ -337,7 +337,7 @@ class Worker:
         if isinstance(taken, Held):
             return taken
         setattr(entry, hold.field, taken)
-        jlog.debug("took %s (lease until %s)", hold.what, moment(taken.until, "milliseconds"))
+        jlog.debug("took %s (lease until %s)", hold.what, Moment(taken.until, "milliseconds"))
         if self._fresh(taken, hold.renew, hold.what, jlog):
             return None
         setattr(entry, hold.field, None)  # lost to another holder while we took it: wait

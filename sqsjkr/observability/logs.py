@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import sys
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import IO, Any
 
@@ -41,8 +43,25 @@ def escape(text: str) -> str:
 
 def moment(unix_seconds: float, timespec: str = "seconds") -> str:
     """A moment as operators read it: ISO 8601 in this host's zone, with its UTC offset
-    (2026-11-25T14:03:07+00:00), so that a reader elsewhere knows which moment it is."""
-    return datetime.fromtimestamp(unix_seconds).astimezone().isoformat(timespec=timespec)
+    (2026-11-25T14:03:07+00:00), so that a reader elsewhere knows which moment it is. A lease
+    that never ends (the "none" backends') is "never"."""
+    if unix_seconds == math.inf:
+        return "never"
+    try:
+        return datetime.fromtimestamp(unix_seconds).astimezone().isoformat(timespec=timespec)
+    except (OverflowError, OSError, ValueError):  # beyond the platform's dates
+        return f"{unix_seconds:g} (unix seconds)"
+
+
+@dataclass(frozen=True)
+class Moment:
+    """moment() for a log call's arguments: made into text only if the line is logged."""
+
+    unix_seconds: float
+    timespec: str = "seconds"
+
+    def __str__(self) -> str:
+        return moment(self.unix_seconds, self.timespec)
 
 
 def shorten_command(command: str, limit: int = MAX_LOGGED_COMMAND) -> str:
