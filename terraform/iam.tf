@@ -29,10 +29,11 @@ data "aws_iam_policy_document" "host" {
     sid    = "LocksAndDedupe"
     effect = "Allow"
     actions = [
-      "dynamodb:PutItem",    # claim a message's dedupe record; take a lock (both conditional writes)
-      "dynamodb:UpdateItem", # renew a held lock's lease; mark a job finished
-      "dynamodb:GetItem",    # read a dedupe record's state when SQS delivers a message again
-      "dynamodb:DeleteItem", # release a lock
+      "dynamodb:PutItem",    # claim a message's dedupe record; take a lock or a group slot (conditional writes, also in transactions)
+      "dynamodb:UpdateItem", # renew a lease; release a lock or a slot; mark a job finished; record its run
+      "dynamodb:GetItem",    # read a dedupe record's state when SQS delivers a message again; read pauses
+      "dynamodb:DeleteItem", # give up the dedupe claim of a job that did not start
+      "dynamodb:Query",      # read a concurrency group's slots (jobs with concurrency_key)
     ]
     # The table only: the daemon never reads the index, which has an ARN of its own.
     resources = [aws_dynamodb_table.locks.arn]

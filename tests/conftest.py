@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 import pytest
@@ -324,3 +325,59 @@ class Outage:
 
     def up(self) -> None:
         self.server = self._start()
+
+
+# -- moto enforcing IAM ---------------------------------------------------------------------------
+
+
+def set_moto_auth(endpoint: str, free_actions: str) -> None:
+    """Make moto enforce IAM after this many more requests ("inf": never)."""
+    parts = urlsplit(endpoint)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+    try:
+        conn.request(
+            "POST",
+            "/moto-api/reset-auth",
+            body=free_actions,
+            headers={"Content-Type": "text/plain"},
+        )
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+
+
+#: What AWS allows everyone, and what moto asks for that AWS does not have (AWS authorises a
+#: transaction by the actions of its parts).
+MOTO_EXTRAS = frozenset({"sts:GetCallerIdentity", "dynamodb:TransactWriteItems"})
+
+
+@pytest.fixture
+def host_user(
+    aws_env: dict[str, str], moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[set[str]], None]]:
+    """Become, in this process and in the daemons the test starts after, an IAM user allowed
+    these actions, with moto enforcing IAM until the test ends."""
+
+    def become(actions: set[str]) -> None:
+        iam = boto3.client("iam", region_name=REGION)
+        user = f"host-{uuid.uuid4().hex[:8]}"
+        iam.create_user(UserName=user)
+        statement = {"Effect": "Allow", "Action": sorted(actions), "Resource": "*"}
+        iam.put_user_policy(
+            UserName=user,
+            PolicyName="host",
+            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [statement]}),
+        )
+        key = iam.create_access_key(UserName=user)["AccessKey"]
+        for name, value in (
+            ("AWS_ACCESS_KEY_ID", key["AccessKeyId"]),
+            ("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"]),
+        ):
+            monkeypatch.setenv(name, value)
+            aws_env[name] = value
+        set_moto_auth(moto_endpoint, "0")
+
+    try:
+        yield become
+    finally:
+        set_moto_auth(moto_endpoint, "inf")

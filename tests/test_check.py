@@ -5,24 +5,27 @@ Permissions are checked with moto enforcing IAM for a user holding the hosts' po
 
 from __future__ import annotations
 
-import http.client
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import boto3
 import pytest
 
 from sqsjkr.commands.cli import main
 from sqsjkr.commands.local import create_queue
 
-from .conftest import REGION, Aws, config_text, free_port
+from .conftest import MOTO_EXTRAS, REGION, Aws, config_text, free_port
 from .test_terraform import HOST_ACTIONS
 
 Lines = list[tuple[str, str, str]]
+
+#: The lines of a check whose every DynamoDB call of the daemon's was allowed, in their order.
+DAEMON_CALLS_ALLOWED = [
+    f"dynamodb:{action} allowed"
+    for action in ("GetItem", "Query", "PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem")
+]
 
 
 def sqsjkr_check(capsys: pytest.CaptureFixture[str], conf: Path) -> tuple[int, Lines, str]:
@@ -99,10 +102,7 @@ def test_a_good_setup_passes_every_check(
         "hash key Id (S), range key Type (S)",
         "index TypeExpiredIndex",
         "TTL on Expired",
-        *[
-            f"dynamodb:{action} allowed"
-            for action in ("GetItem", "PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem")
-        ],
+        *DAEMON_CALLS_ALLOWED,
     ]
     [skipped] = texts(lines, "SKIP", f"queue {good.queue_name}")
     assert "not exercised" in skipped and "sqs:ReceiveMessage" in skipped
@@ -251,7 +251,7 @@ def test_risky_settings_are_warnings(
     assert code == 0, lines
     warnings = [(subject, text.split(":")[0]) for level, subject, text in lines if level == "WARN"]
     assert warnings == [
-        ("lease", "[lock] lease 10s is shorter than the smallest safe lease (54s)"),
+        ("lease", "[lock] lease 10s is shorter than the smallest safe lease (60s)"),
         ("visibility", "11s, lease 10s + 1s"),
         (f"queue {name}", "retention 1h, under 1d"),
         (f"queue {name}", f"dead-letter queue {name}-dlq after 1 receives"),
@@ -287,54 +287,6 @@ def test_an_unreachable_endpoint_fails_naming_it(
 # -- permissions, with moto enforcing IAM -------------------------------------------------------
 
 
-def set_moto_auth(endpoint: str, free_actions: str) -> None:
-    """Make moto enforce IAM after this many more requests ("inf": never)."""
-    parts = urlsplit(endpoint)
-    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
-    try:
-        conn.request(
-            "POST",
-            "/moto-api/reset-auth",
-            body=free_actions,
-            headers={"Content-Type": "text/plain"},
-        )
-        assert conn.getresponse().status == 200
-    finally:
-        conn.close()
-
-
-@pytest.fixture
-def host_user(
-    aws_env: dict[str, str], moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Callable[[set[str]], None]]:
-    """Become an IAM user allowed these actions, with moto enforcing IAM until the test ends."""
-
-    def become(actions: set[str]) -> None:
-        iam = boto3.client("iam", region_name=REGION)
-        user = f"host-{uuid.uuid4().hex[:8]}"
-        iam.create_user(UserName=user)
-        statement = {"Effect": "Allow", "Action": sorted(actions), "Resource": "*"}
-        iam.put_user_policy(
-            UserName=user,
-            PolicyName="host",
-            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [statement]}),
-        )
-        key = iam.create_access_key(UserName=user)["AccessKey"]
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
-        set_moto_auth(moto_endpoint, "0")
-
-    try:
-        yield become
-    finally:
-        set_moto_auth(moto_endpoint, "inf")
-
-
-#: What AWS allows everyone, and what moto asks for that AWS does not have (AWS authorises a
-#: transaction by the actions of its parts).
-MOTO_EXTRAS = {"sts:GetCallerIdentity", "dynamodb:TransactWriteItems"}
-
-
 def test_the_hosts_policy_passes_with_warnings_for_what_it_may_not_read(
     good: Aws,
     tmp_path: Path,
@@ -351,10 +303,7 @@ def test_the_hosts_policy_passes_with_warnings_for_what_it_may_not_read(
     ]
     assert texts(lines, "OK", table) == [
         "hash key Id and range key Type (by dynamodb:GetItem)",
-        *[
-            f"dynamodb:{action} allowed"
-            for action in ("GetItem", "PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem")
-        ],
+        *DAEMON_CALLS_ALLOWED,
     ]
 
 

@@ -107,7 +107,17 @@ def test_run_imports_no_other_subcommand(tmp_path: Path) -> None:
     assert "sqsjkr.daemon.service" in modules  # the report is read right
     others = [
         "sqsjkr.commands." + name
-        for name in ("check", "crontab2tf", "demo", "dlq", "history", "local", "locks", "pause")
+        for name in (
+            "check",
+            "crontab2tf",
+            "demo",
+            "dlq",
+            "history",
+            "local",
+            "local_site",
+            "locks",
+            "pause",
+        )
     ] + ["sqsjkr.commands.send", "sqsjkr.commands.status", "sqsjkr.crontab", "moto"]
     assert sorted(modules & set(others)) == []
 

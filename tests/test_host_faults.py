@@ -7,6 +7,7 @@ stats connections; a real EMFILE reaches the runner and the worker.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import resource
 import socket
@@ -27,7 +28,7 @@ from sqsjkr.daemon.runner import ShellRunner, StopSwitch, run_trigger
 from sqsjkr.daemon.worker import PAUSE, Worker, WorkerSettings
 from sqsjkr.errors import HostFault
 
-from .conftest import Aws, Start, counted, invocations, run_daemon, wait_until
+from .conftest import Aws, Start, counted, http_get_text, invocations, run_daemon, wait_until
 
 #: systemd's default soft limit of open files for a service.
 SYSTEMD_SOFT_NOFILE = 1024
@@ -125,6 +126,24 @@ def test_held_stats_connections_cannot_starve_jobs_of_descriptors(
     wait_until(lambda: aws.queue_counts() == (0, 0), what="all messages deleted")
     assert "could not start sh" not in daemon.log
     assert daemon.stop() == 0
+
+
+def test_held_stats_connections_do_not_lock_monitoring_out(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    _, port = run_daemon(start_daemon, tmp_path, aws)
+    # Twice the connection cap, each sending a header line every 2 s and never ending it.
+    held = HeldConnections(port, 32)
+    try:
+
+        def scraped() -> bool:
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                return "sqsjkr_" in http_get_text(port, "/metrics")
+            return False
+
+        wait_until(scraped, timeout=4, what="a scrape of /metrics answered")
+    finally:
+        held.close()
 
 
 @contextmanager

@@ -5,6 +5,7 @@ The daemon runs as a real subprocess; what it prints is pasted into a fresh shel
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -19,6 +20,7 @@ import pytest
 from .conftest import Daemon, http_get_json, sqsjkr_argv
 
 CHECKOUT = Path(__file__).resolve().parents[1]
+PACKAGE = CHECKOUT / "sqsjkr"
 
 DEMO_COUNTS = {"succeeded": 3, "failed": 3, "errored": 2, "duplicates": 0, "timed_out": 1}
 
@@ -75,10 +77,19 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     daemon.wait_for_log("The daemon keeps running", timeout=30)
     # The reporter of the demo prints each report's JSON; the demo ends with status and history.
     assert "reporter 'cat' | {\"command\": " in daemon.log
-    status = daemon.log[daemon.log.index("$ sqsjkr status -c CONF") :]
+    status = daemon.log[daemon.log.index("The status of every event:\n") :]
     assert re.search(r"^demo-fail +errored .* 1 failure in a row$", status, re.M), status
-    history = daemon.log[daemon.log.index("$ sqsjkr history demo-fail --output -c CONF") :]
+    history = daemon.log[daemon.log.index("The runs of demo-fail, with their output:\n") :]
     assert re.search(r"errored +3 ", history) and "    about to fail" in history, history
+    # Each closing command is printed as the banner's send is, and works pasted as it is.
+    _, status_command, history_command = pasteable_commands(daemon.log)
+    assert " status -c " in status_command and " history -c " in history_command
+    pasted_status = paste(status_command, tmp_path)
+    assert pasted_status.returncode == 0, pasted_status
+    assert re.search(r"^demo-fail +errored ", pasted_status.stdout, re.M), pasted_status
+    pasted_history = paste(history_command, tmp_path)
+    assert pasted_history.returncode == 0, pasted_history
+    assert "    about to fail" in pasted_history.stdout, pasted_history
     assert http_get_json(port, "/stats/metrics/v2")["invocations"] == DEMO_COUNTS
     summary = daemon.log[daemon.log.index("Demo done: all 8 messages have an outcome") :]
     for line in (
@@ -95,6 +106,28 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     if shutil.which("curl"):
         pasted = paste(summary.split("Stats: ", 1)[1].splitlines()[0], tmp_path)
         assert json.loads(pasted.stdout)["invocations"] == DEMO_COUNTS, pasted
+    assert daemon.stop(signal.SIGINT) == 0
+
+
+def pasteable_commands(log: str) -> list[str]:
+    """Every command local mode printed to be pasted: two indented lines, the endpoint's
+    variables and then the command."""
+    return re.findall(r"^  AWS_ENDPOINT_URL=.* \\\n    .*\n", log, re.M)
+
+
+def test_a_job_scheduled_with_send_at_is_kept_by_local_modes_scheduler(
+    start_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    daemon = start_daemon("local", "--stats-port", "0", wait_ready=False)
+    daemon.wait_for_log("receiving with")
+    [send] = pasteable_commands(daemon.log)
+    scheduled = paste(send.replace("--command", "--in 1h --event-id later --command"), tmp_path)
+    assert scheduled.returncode == 0, scheduled.stderr
+    assert re.fullmatch(r"at\.later\.\d{8}T\d{6}Z\.[0-9a-f]{8}\n", scheduled.stdout)
+    listed = paste(send.replace("--command 'echo hello'", "--list-scheduled"), tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith(scheduled.stdout.strip() + "  "), listed.stdout
+    assert "later" in listed.stdout and "echo hello" in listed.stdout
     assert daemon.stop(signal.SIGINT) == 0
 
 
@@ -128,3 +161,27 @@ def test_a_taken_endpoint_port_fails_and_names_the_option(taken_port: int) -> No
     (line,) = result.stderr.strip().splitlines()
     assert f"cannot start the local AWS endpoint on 127.0.0.1:{taken_port}" in line
     assert "pass another --port" in line
+
+
+def imported_by(module: str) -> set[str]:
+    """The sqsjkr modules module imports, at the top, in functions or for type checking only."""
+    path = PACKAGE.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sqsjkr."):
+            found.add(str(node.module))
+    return found
+
+
+def test_local_mode_imports_its_demo_and_not_the_other_way_round() -> None:
+    seen, todo = set(), ["sqsjkr.commands.demo"]
+    while todo:
+        module = todo.pop()
+        if (
+            module not in seen
+            and PACKAGE.joinpath(*module.split(".")[1:]).with_suffix(".py").exists()
+        ):
+            seen.add(module)
+            todo += imported_by(module)
+    assert "sqsjkr.commands.local" not in seen
+    assert "sqsjkr.commands.demo" in imported_by("sqsjkr.commands.local")

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from sqsjkr.errors import SqsjkrError, StatsServerError
-from sqsjkr.observability.server import StatsServer
+from sqsjkr.observability import server as server_module
+from sqsjkr.observability.server import MAX_CONNECTIONS, StatsServer
 from sqsjkr.observability.stats import Outcome, Stats, StatsSnapshot
 
 
@@ -375,6 +376,54 @@ def test_close_is_prompt_with_idle_clients(stats: Stats) -> None:
         silent.close()
         partial.close()
         keep_alive.close()
+
+
+def cut_while_dripping(port: int, every: float) -> bool:
+    """Send a request line, then a header line every `every` seconds, until the server cuts the
+    connection (True) or 15 s have passed (False)."""
+    deadline = time.monotonic() + 15
+    with socket.create_connection(("127.0.0.1", port), timeout=every) as sock:
+        sock.sendall(b"GET /stats/metrics HTTP/1.1\r\n")
+        while time.monotonic() < deadline:
+            try:
+                if sock.recv(1024) == b"":
+                    return True
+            except TimeoutError:
+                pass
+            except OSError:
+                return True
+            try:
+                sock.sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                return True
+    return False
+
+
+def test_a_request_that_does_not_come_in_time_is_cut(
+    stats: Stats, tcp_server: StatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its client never goes quiet for the handler's read timeout, but its headers never end.
+    monkeypatch.setattr(server_module, "REQUEST_SECONDS", 0.5, raising=False)
+    monkeypatch.setattr(server_module, "MAX_CONNECTION_SECONDS", 60.0)
+    assert cut_while_dripping(tcp_port(tcp_server), every=0.2)
+    # A request that came is answered as before.
+    status, _, _ = fetch(http.client.HTTPConnection("127.0.0.1", tcp_port(tcp_server)), "/")
+    assert status == 404
+
+
+def test_held_connections_make_way_for_a_request_that_comes(tcp_server: StatsServer) -> None:
+    port = tcp_port(tcp_server)
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(MAX_CONNECTIONS * 2)]
+    try:
+        for sock in held:
+            sock.sendall(b"GET /stats/metrics HTTP/1.1\r\n")  # and nothing more
+        # Each scrape takes the place of the oldest connection still waiting for its request.
+        for _ in range(3):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            assert fetch(conn, "/stats/metrics")[0] == 200
+    finally:
+        for sock in held:
+            sock.close()
 
 
 # --- unix socket server ---------------------------------------------------------------------

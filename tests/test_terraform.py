@@ -26,6 +26,7 @@ from sqsjkr.contract.http_call import allowed as url_allowed
 from sqsjkr.contract.job import parse_job
 from sqsjkr.errors import DurationError, InvalidJobError
 
+from . import iam_calls
 from .conftest import sqsjkr_argv
 
 TERRAFORM_DIR = Path(__file__).resolve().parent.parent / "terraform"
@@ -77,19 +78,9 @@ MESSAGE_FIELDS = {
     "http",
 }
 
-#: Every call the daemon makes, as IAM actions (the Batch calls are authorised by the single ones).
-HOST_ACTIONS = {
-    "sqs:GetQueueUrl",
-    "sqs:GetQueueAttributes",
-    "sqs:ReceiveMessage",
-    "sqs:DeleteMessage",
-    "sqs:ChangeMessageVisibility",
-    "sqs:SendMessage",
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:GetItem",
-    "dynamodb:DeleteItem",
-}
+#: Every call the daemon (`sqsjkr run`) can make, as IAM actions, read from its source: a call
+#: added to the daemon and not to the host policy fails test_host_policy_allows_only_the_daemons_calls.
+HOST_ACTIONS = frozenset(iam_calls.actions("sqsjkr.commands.run:run"))
 
 REQUIRED_OUTPUTS = {
     "queue_url": "aws_sqs_queue.jobs.id",

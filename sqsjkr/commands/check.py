@@ -445,6 +445,16 @@ def check_writes(dynamodb: Any, table: str) -> Iterator[Result]:
     calls: list[tuple[str, Callable[[], Any]]] = [
         ("GetItem", lambda: dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True)),
         (
+            "Query",  # as a concurrency group's slots are read
+            lambda: dynamodb.query(
+                TableName=table,
+                KeyConditionExpression="Id = :id",
+                ExpressionAttributeValues={":id": key["Id"]},
+                ConsistentRead=True,
+                Limit=1,
+            ),
+        ),
+        (
             "PutItem",
             lambda: dynamodb.put_item(
                 TableName=table,

@@ -9,16 +9,14 @@ import subprocess
 import threading
 import urllib.request
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 from botocore.exceptions import BotoCoreError, ClientError
 
 from sqsjkr.backends.aws import describe
+from sqsjkr.commands.local_site import LocalSite
 from sqsjkr.contract.job import build_body
-
-if TYPE_CHECKING:
-    from sqsjkr.commands.local import LocalSite
 
 log = logging.getLogger("sqsjkr.local")
 
@@ -125,10 +123,9 @@ class DemoWatch:
     Its thread is started by start() and joined by close(), both called by run_local.
     """
 
-    def __init__(self, sqs: Any, site: LocalSite, sqsjkr: str) -> None:
+    def __init__(self, sqs: Any, site: LocalSite) -> None:
         self._sqs = sqs
         self._site = site
-        self._sqsjkr = sqsjkr
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -150,7 +147,7 @@ class DemoWatch:
             if counts is not None and sum(counts[k] for k in _OUTCOMES) >= len(DEMO_JOBS):
                 dead = _peek_dead_letters(self._sqs, self._site.dead_letter_url)
                 click.echo(demo_summary(counts, self._site, stats_address, dead))
-                click.echo(show_history(self._site, self._sqsjkr))
+                click.echo(show_history(self._site))
                 return
 
 
@@ -210,12 +207,19 @@ def demo_summary(
     return "\n".join(lines)
 
 
-def show_history(site: LocalSite, sqsjkr: str) -> str:
-    """`sqsjkr status` and one `sqsjkr history`, run as a user would run them, with their output."""
+#: The commands the demo ends with: what each shows, and its arguments after `-c CONF`.
+CLOSING_COMMANDS = (
+    ("The status of every event", ("status",)),
+    ("The runs of demo-fail, with their output", ("history", "demo-fail", "--output")),
+)
+
+
+def show_history(site: LocalSite) -> str:
+    """`sqsjkr status` and one `sqsjkr history`, run as a user would run them, each printed as
+    the banner's `send` is, ready to paste, with its output."""
     shown = []
-    for args in (["status"], ["history", "demo-fail", "--output"]):
-        line = [*sqsjkr.split(), *args, "-c", str(site.conf)]
-        done = subprocess.run(line, capture_output=True, text=True, timeout=60)
-        shown.append(f"$ sqsjkr {' '.join(args)} -c CONF\n{done.stdout}{done.stderr}".rstrip())
+    for what, (command, *args) in CLOSING_COMMANDS:
+        done = subprocess.run(site.argv(command, *args), capture_output=True, text=True, timeout=60)
+        shown.append(f"{what}:\n{site.pasteable(command, *args)}\n{done.stdout}{done.stderr}")
     shown.append("The daemon keeps running: send it jobs as shown above; stop it with Ctrl-C.")
-    return "\n".join(shown)
+    return "\n".join(part.rstrip() for part in shown)

@@ -8,15 +8,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shlex
-import shutil
 import socket
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +20,7 @@ import click
 
 from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.commands.demo import DEMO_QUEUE, DEMO_REPORTER, DemoWatch, send_demo
+from sqsjkr.commands.local_site import LocalSite
 from sqsjkr.contract.config import load_config
 from sqsjkr.daemon.service import serve
 from sqsjkr.errors import LocalModeError, StatsServerError
@@ -36,6 +33,21 @@ LOCAL_REGION = "us-east-1"
 LOCAL_ACCOUNT = "123456789012"
 LOCAL_QUEUE = DEMO_QUEUE
 LOCAL_TABLE = "sqsjkr"
+#: The EventBridge Scheduler group and role of `sqsjkr send --at`, named as the terraform
+#: module names them for a deployment named after the queue.
+LOCAL_SCHEDULE_GROUP = LOCAL_QUEUE
+LOCAL_SCHEDULER_ROLE = f"{LOCAL_QUEUE}-scheduler"
+#: Who may assume the scheduler role: EventBridge Scheduler, as in the module.
+_SCHEDULER_TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "scheduler.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+    ],
+}
 
 
 @contextmanager
@@ -157,7 +169,18 @@ def create_table(dynamodb: Any, name: str) -> None:
     )
 
 
-def write_config(directory: Path, *, stats_port: int, workers: int) -> Path:
+def create_schedule_group(session: Any) -> str:
+    """The schedule group and the scheduler role `sqsjkr send --at` needs; the role's ARN.
+
+    moto never runs the schedules: `send --at` and `--list-scheduled` can be tried, no more."""
+    make_client(session, "scheduler").create_schedule_group(Name=LOCAL_SCHEDULE_GROUP)
+    role = make_client(session, "iam").create_role(
+        RoleName=LOCAL_SCHEDULER_ROLE, AssumeRolePolicyDocument=json.dumps(_SCHEDULER_TRUST)
+    )
+    return str(role["Role"]["Arn"])
+
+
+def write_config(directory: Path, *, stats_port: int, workers: int, role_arn: str) -> Path:
     path = directory / "config.toml"
     path.write_text(
         f"""# Written by `sqsjkr local` for its embedded AWS endpoint.
@@ -178,6 +201,11 @@ stats_port = {stats_port}
 table = "{LOCAL_TABLE}"
 retry_interval = "1s"
 
+[schedule]
+# For `sqsjkr send --at`: moto keeps the schedule, but never runs it.
+role_arn = "{role_arn}"
+group = "{LOCAL_SCHEDULE_GROUP}"
+
 [report]
 # Prints each run's report (horenso's JSON) into the log, as sqsjkr.report lines.
 reporters = ["{DEMO_REPORTER}"]
@@ -186,33 +214,15 @@ reporters = ["{DEMO_REPORTER}"]
     return path
 
 
-@dataclass(frozen=True)
-class LocalSite:
-    """What `sqsjkr local` set up, for the lines it prints."""
-
-    endpoint: str
-    queue_url: str
-    dead_letter_url: str
-    conf: Path
-
-
-def sqsjkr_command() -> str:
-    """This sqsjkr's own command, by absolute path: its virtualenv need not be on PATH."""
-    beside = shutil.which("sqsjkr", path=os.path.dirname(sys.executable))
-    if beside is not None:
-        return shlex.quote(os.path.abspath(beside))
-    return shlex.join([sys.executable, "-m", "sqsjkr"])
-
-
 def banner(site: LocalSite, stats_address: str) -> str:
     """What local mode prints once it listens: where everything is, and how to send a job."""
     return (
         f"sqsjkr local: AWS endpoint {site.endpoint} (moto), queue {LOCAL_QUEUE} "
-        f"(dead letters: {LOCAL_QUEUE}-dlq), table {LOCAL_TABLE}\n"
+        f"(dead letters: {LOCAL_QUEUE}-dlq), table {LOCAL_TABLE}, "
+        f"schedule group {LOCAL_SCHEDULE_GROUP}\n"
         f"Stats: curl -s http://{stats_address}/stats/metrics/v2\n"
         "Send a job from another shell:\n"
-        f"  AWS_ENDPOINT_URL={site.endpoint} AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local \\\n"
-        f"    {sqsjkr_command()} send -c {shlex.quote(str(site.conf))} --command 'echo hello'\n"
+        f"{site.pasteable('send', '--command', 'echo hello')}\n"
         "Stop: Ctrl-C"
     )
 
@@ -238,9 +248,10 @@ def run_local(
         queue_url = create_queue(sqs, LOCAL_QUEUE, dead_letter=True)
         dead_letter_url = str(sqs.get_queue_url(QueueName=f"{LOCAL_QUEUE}-dlq")["QueueUrl"])
         create_table(make_client(session, "dynamodb"), LOCAL_TABLE)
-        conf = write_config(Path(tmp), stats_port=stats_port, workers=workers)
+        role_arn = create_schedule_group(session)
+        conf = write_config(Path(tmp), stats_port=stats_port, workers=workers, role_arn=role_arn)
         site = LocalSite(endpoint, queue_url, dead_letter_url, conf)
-        watch = DemoWatch(sqs, site, sqsjkr_command())
+        watch = DemoWatch(sqs, site)
 
         class Receiving(NullNotifier):
             """Sends the demo once the daemon receives: the demo's delays are counted from then."""

@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe
 from sqsjkr.backends.dedupe import DedupeStore
 from sqsjkr.backends.groups import Groups
 from sqsjkr.backends.history import History
@@ -23,15 +22,15 @@ from sqsjkr.backends.locks import Locker
 from sqsjkr.backends.pause import PauseStore
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.http_call import LOOPBACK
-from sqsjkr.contract.job import Job, parse_job
-from sqsjkr.daemon.fifo import behind_held
+from sqsjkr.contract.job import Job
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
 from sqsjkr.daemon.intake import Intake, IntakeSettings
-from sqsjkr.daemon.pausing import Pausing, describe_pause
+from sqsjkr.daemon.pausing import Pausing
+from sqsjkr.daemon.receiving import Daemon, HoldOff, Receiver
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, run_trigger
 from sqsjkr.daemon.runs import GIVE_BACK, LEAVE, Ending, RunListener, Settle
 from sqsjkr.daemon.worker import LocksWanted, Worker, WorkerSettings
-from sqsjkr.errors import InvalidJobError, ReceiverFailed
+from sqsjkr.errors import ReceiverFailed
 from sqsjkr.observability.health import Health
 from sqsjkr.observability.notify import Notifier, NullNotifier
 from sqsjkr.observability.stats import Outcome, Stats
@@ -93,14 +92,13 @@ class Kicker:
             queues = [(queues, settings.queue)]
         self._notifier = notifier or NullNotifier()
         self._health = health or Health()
-        self._receiver_errors: list[BaseException] = []
         self._stats = stats
         self._settings = settings
         self._in_flight = InFlightJobs()
         # Held while received jobs are handed to workers, so that stopping never cuts in halfway.
         self._intake_lock = threading.Lock()
         self._stopping = threading.Event()
-        self._pause = _Pause()
+        self._hold_off = HoldOff()
 
         worker = functools.partial(
             Worker,
@@ -163,10 +161,9 @@ class Kicker:
         heartbeat.start()
         try:
             with ExitStack() as pools:
-                receivers = [
-                    self._start_receiver(intake, stop, pools.enter_context(self._pool(intake)))
-                    for intake in self._intakes.values()
-                ]
+                receivers = [self._receiver(intake, pools) for intake in self._intakes.values()]
+                for receiver in receivers:
+                    receiver.start(stop)
                 self._notifier.ready()
                 self._report_workers()
                 stop.wait()
@@ -188,146 +185,54 @@ class Kicker:
                 intake.deletes.flush(force=True)
                 if intake.pausing is not None:
                     intake.pausing.give_back()
-        if self._receiver_errors:
+        errors = [receiver.error for receiver in receivers if receiver.error is not None]
+        if errors:
             # A non-zero exit, so that systemd's Restart=on-failure starts a fresh daemon.
-            raise ReceiverFailed("the receive loop failed") from self._receiver_errors[0]
+            raise ReceiverFailed("the receive loop failed") from errors[0]
         log.info("stopped")
 
-    @staticmethod
-    def _pool(intake: Intake) -> ThreadPoolExecutor:
+    def _receiver(self, intake: Intake, pools: ExitStack) -> Receiver:
+        """intake's receive loop, handing its jobs to a pool of its max_workers threads."""
         prefix = f"sqsjkr-worker-{intake.name}" if intake.name else "sqsjkr-worker"
-        return ThreadPoolExecutor(
-            max_workers=intake.settings.max_workers, thread_name_prefix=prefix
+        pool = pools.enter_context(
+            ThreadPoolExecutor(max_workers=intake.settings.max_workers, thread_name_prefix=prefix)
+        )
+        daemon = Daemon(
+            self._health, self._notifier, self._stats, self._hold_off, self._settings.http_allow
+        )
+        return Receiver(
+            intake,
+            daemon,
+            functools.partial(self._hand_over, pool=pool),
+            name_queue=len(self._intakes) > 1,
         )
 
-    def _start_receiver(
-        self, intake: Intake, stop: threading.Event, pool: ThreadPoolExecutor
-    ) -> threading.Thread:
-        # A daemon thread: a long poll cannot be interrupted, and exiting must not wait for it
-        # (see RECEIVER_JOIN_SECONDS).
-        receiver = threading.Thread(
-            target=self._receive_until_stopped,
-            args=(intake, stop, pool),
-            name=f"sqsjkr-receiver-{intake.name}" if intake.name else "sqsjkr-receiver",
-            daemon=True,
-        )
-        receiver.start()
-        return receiver
-
-    # -- intake -----------------------------------------------------------------------------------
-
-    def _receive_until_stopped(
-        self, intake: Intake, stop: threading.Event, pool: ThreadPoolExecutor
-    ) -> None:
-        try:
-            self._receive_loop(intake, stop, pool)
-        except BaseException as exc:
-            # A bug, not an AWS failure (those are retried): stop the daemon rather than leave
-            # it up and receiving nothing.
-            log.critical("the receive loop failed; stopping", exc_info=True)
-            self._receiver_errors.append(exc)
-            stop.set()
-
-    def _receive_loop(
-        self, intake: Intake, stop: threading.Event, pool: ThreadPoolExecutor
-    ) -> None:
-        backoff = Backoff()
-        where = f" from queue {intake.name}" if len(self._intakes) > 1 else ""
-        log.info("receiving with %d workers%s", intake.settings.max_workers, where)
-        backlog = False
-        while not stop.is_set():
-            # The watchdog hears from the loop only while it turns; outages included, since
-            # restarting the daemon would not end them.
-            self._health.turned()
-            if self._notifier.watchdog_interval is not None:
-                self._notifier.watchdog()
-            # Without a backlog the next receive may long-poll: delete what is pending first.
-            intake.deletes.flush(force=not backlog)
-            if self._paused(intake, stop):
-                continue
-            free = intake.wait_for_free(stop, backlog)
-            if not free or self._pause.wait(stop):
-                continue
-            try:
-                messages = intake.source.receive(free)
-                log.debug("received %d message(s), asked for at most %d", len(messages), free)
-                backoff.reset()
-                backlog = len(messages) >= free
-            except Exception as exc:
-                # Whatever the endpoint did, the loop and the running jobs carry on.
-                delay = backoff.next_delay()
-                log.error(
-                    "receive failed (%s); retrying in %.1fs",
-                    describe(exc),
-                    delay,
-                    exc_info=not isinstance(exc, AWS_ERRORS),
-                )
-                stop.wait(delay)
-                continue
-            entries = self._accept(intake, messages)
-            with self._intake_lock:
-                # Whatever a receive returns after the stop request is given back, never started.
-                if stop.is_set():
-                    intake.give_back([entry.message for entry in entries])
-                    return
-                for entry in entries:
-                    # Kept hidden by the heartbeat, even while it waits behind its FIFO group.
-                    self._in_flight.add(entry)
-                for entry in intake.order.admit(entries):
-                    intake.take()
-                    pool.submit(self._work, intake, entry)
-            self._report_workers()
-
-    def _paused(self, intake: Intake, stop: threading.Event) -> bool:
-        """Show held messages whose pause ended; while all events are paused, wait instead of
-        receiving (a receive would only spend the messages' receive counts): True if it waited."""
-        pausing = intake.pausing
-        if pausing is None:
-            return False
-        pausing.review()
-        pause = pausing.paused_all()
-        if pause is None:
-            return False
-        log.info("not receiving: %s", describe_pause(pause))
-        stop.wait(max(1.0, pausing.next_read_in()))
+    def _hand_over(
+        self,
+        intake: Intake,
+        entries: list[InFlight],
+        stop: threading.Event,
+        *,
+        pool: ThreadPoolExecutor,
+    ) -> bool:
+        """Start entries' jobs on pool's workers, in their FIFO order: False if stopping."""
+        with self._intake_lock:
+            # Whatever a receive returns after the stop request is given back, never started.
+            if stop.is_set():
+                intake.give_back([entry.message for entry in entries])
+                return False
+            for entry in entries:
+                # Kept hidden by the heartbeat, even while it waits behind its FIFO group.
+                self._in_flight.add(entry)
+            for entry in intake.order.admit(entries):
+                intake.take()
+                pool.submit(self._work, intake, entry)
+        self._report_workers()
         return True
 
     def _report_workers(self) -> None:
         snapshot = self._stats.snapshot()
         self._notifier.status(f"busy {snapshot.busy}, idle {snapshot.idle}")
-
-    def _accept(self, intake: Intake, messages: Sequence[Message]) -> list[InFlight]:
-        """Parse messages; invalid ones are rejected (dead-lettered or logged) on the spot."""
-        accepted = []
-        for message in messages:
-            if message.receive_count > 1:
-                log.info(
-                    "message %s delivered again (receive %d)",
-                    message.message_id,
-                    message.receive_count,
-                )
-            try:
-                job = parse_job(
-                    message.body,
-                    message_id=message.message_id,
-                    sent_at=message.sent_at,
-                    http_allow=self._settings.http_allow,
-                )
-            except InvalidJobError as exc:
-                self._stats.invalid(intake.name)
-                intake.reject(message, str(exc))
-                continue
-            accepted.append(InFlight(message, job, queue=intake.name))
-        if intake.pausing is not None and accepted:
-            held = intake.pausing.hold_back([(e.message, e.job.event_id) for e in accepted])
-            # A FIFO group's later messages must not run before its held one.
-            accepted, behind = behind_held(accepted, held)
-            intake.set_visibility([e.message for e in behind], 0)
-        if intake.settings.delete_on_receive:
-            # At once: a crash between here and a later batch would run these jobs again.
-            intake.deletes.add([entry.message for entry in accepted])
-            intake.deletes.flush(force=True)
-        return accepted
 
     # -- what the heartbeat does for each queue ---------------------------------------------------
 
@@ -376,9 +281,9 @@ class Kicker:
             finally:
                 self._stats.job_finished(intake.name)
         if ending.settle.pause_intake:
-            self._pause.fail()
+            self._hold_off.fail()
         else:
-            self._pause.reset()
+            self._hold_off.reset()
         if ending.run is not None:
             self._stats.ran(ending.run, intake.name)
         for outcome in ending.counts:
@@ -438,32 +343,3 @@ class Kicker:
         for entry in left:
             entry.stop.trip(StopReason.CANCELLED)
         self._in_flight.wait_empty(None)
-
-
-class _Pause:
-    """Holds back receiving while the dedupe store or the host fails: a message that cannot be
-    claimed or started is left to reappear, and receiving more would only spend receive counts."""
-
-    def __init__(self) -> None:
-        self._mutex = threading.Lock()
-        self._backoff = Backoff()
-        self._until = 0.0
-
-    def fail(self) -> None:
-        with self._mutex:
-            self._until = time.monotonic() + self._backoff.next_delay()
-
-    def reset(self) -> None:
-        with self._mutex:
-            self._backoff.reset()
-            self._until = 0.0
-
-    def wait(self, stop: threading.Event) -> bool:
-        """Sleep out a pause, if any; True if it slept (the caller looks again before receiving)."""
-        with self._mutex:
-            left = self._until - time.monotonic()
-        if left <= 0:
-            return False
-        log.info("receiving paused for %.1fs: jobs could not be claimed or started", left)
-        stop.wait(left)
-        return True

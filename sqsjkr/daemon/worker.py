@@ -26,7 +26,7 @@ from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS, bounded_wait
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.daemon.heartbeat import InFlight
-from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch
+from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, time_limit
 from sqsjkr.daemon.runs import (
     DELETE,
     GIVE_BACK,
@@ -173,10 +173,13 @@ class Worker:
             return expired
         waited_from = time.monotonic()
         for hold in self._holds(job):
-            refused = self._acquire(entry, hold, jlog)
+            refused = self._acquire(entry, hold, progress, jlog)
             if refused is not None:
                 return refused
         progress.lock_wait = time.monotonic() - waited_from
+        if progress.waiting is not None:
+            progress.waiting = None
+            self._note(progress, jlog)  # no longer shown as waiting
         return self._run(entry, progress, jlog)
 
     def _run(self, entry: InFlight, progress: RunProgress, jlog: JobLog) -> Ending:
@@ -184,7 +187,8 @@ class Worker:
         if self._stopping.is_set():
             jlog.info("not started: stopping")
             return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="the daemon was stopping")
-        timeout = job.timeout.seconds if job.timeout is not None else self._settings.job_timeout
+        # An HTTP job's own http.timeout first: what the runner keeps, and what its end says.
+        timeout = time_limit(job, self._settings.job_timeout)
         jlog.info("started: %s", shorten_command(job.what))
         self._listener.notice(progress.start(self._clock()))
         try:
@@ -215,19 +219,25 @@ class Worker:
             return ending
         delay = retry_delay(job.retry_delay.seconds, progress.attempt)
         retry = Retry(attempts=progress.attempt, at=self._clock() + delay)
-        jlog.warning(
-            "will run again in %.0fs (retry %d of %d)", delay, progress.attempt, job.retries
-        )
         limit = self._settings.max_receive_count
         if limit is not None and progress.message.receive_count >= limit:
-            jlog.warning(
-                "its retry cannot run here: the message has been received %d time(s), the "
-                "queue's maxReceiveCount, so SQS moves it to the dead-letter queue instead; "
-                "give the queue a maxReceiveCount above retries + 1 (%d)",
+            # Still hidden until the retry is due, and kept for it by its claim: should the
+            # message be redriven from the dead-letter queue, that retry runs then.
+            jlog.error(
+                "failed for good: its retry cannot run here: the message has been received %d "
+                "time(s), the queue's maxReceiveCount, so SQS moves it to the dead-letter queue "
+                "instead; give the queue a maxReceiveCount above retries + 1 (%d)",
                 progress.message.receive_count,
                 job.retries + 1,
             )
-        return replace(ending, settle=Settle(visible_in=_hide_for(delay)), retry=retry)
+            last = True
+        else:
+            jlog.warning(
+                "will run again in %.0fs (retry %d of %d)", delay, progress.attempt, job.retries
+            )
+            last = False
+        settle = Settle(visible_in=_hide_for(delay))
+        return replace(ending, settle=settle, retry=retry, last=last)
 
     @staticmethod
     def _ended(result: RunResult, timeout: float | None, jlog: JobLog) -> Ending:
@@ -241,9 +251,10 @@ class Worker:
             )
             return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="stopped by the shutdown")
         if result.stopped is StopReason.TIMED_OUT:
-            jlog.warning("timed out after %.1fs (timeout %gs)", result.seconds, timeout)
+            limit = f"{result.seconds:.1f}s" if timeout is None else f"{timeout:g}s"
+            jlog.warning("timed out after %.1fs (timeout %s)", result.seconds, limit)
             counts = (Outcome.ERRORED, Outcome.TIMED_OUT)
-            return Ending(DELETE, counts, RunOutcome.TIMED_OUT, f"timed out after {timeout:g}s")
+            return Ending(DELETE, counts, RunOutcome.TIMED_OUT, f"timed out after {limit}")
         if result.ok:
             jlog.info("succeeded in %.1fs", result.seconds)
             return Ending(DELETE, (Outcome.SUCCEEDED,), RunOutcome.SUCCEEDED)
@@ -275,7 +286,8 @@ class Worker:
             key, limit = job.concurrency_key, job.concurrency_limit
             holds.append(
                 _Hold(
-                    f"concurrency group {quote(key)}",
+                    "concurrency group",
+                    key,
                     "slot",
                     lambda: self._groups.try_enter(key, limit, job.event_id),
                     self._groups.renew,
@@ -286,7 +298,8 @@ class Worker:
             lock_id = job.lock_id
             holds.append(
                 _Hold(
-                    f"lock {quote(lock_id)}",
+                    "lock",
+                    lock_id,
                     "lock",
                     lambda: self._locker.try_lock(lock_id, job.event_id),
                     self._locker.renew,
@@ -295,8 +308,11 @@ class Worker:
             )
         return holds
 
-    def _acquire(self, entry: InFlight, hold: _Hold, jlog: JobLog) -> Ending | None:
-        """Wait until hold is ours, re-checking life_time between tries: None once taken."""
+    def _acquire(
+        self, entry: InFlight, hold: _Hold, progress: RunProgress, jlog: JobLog
+    ) -> Ending | None:
+        """Wait until hold is ours, re-checking life_time between tries: None once taken. While
+        it waits, its event's summary shows for what and who holds it."""
         job = entry.job
         waiting = False
         while True:
@@ -316,6 +332,10 @@ class Worker:
                 level = logging.DEBUG if waiting else logging.INFO
                 jlog.log(level, "waits for %s, %s", hold.what, holder)
                 waiting = True
+                noted = (hold.kind, hold.key, held.owner)
+                if progress.waiting != noted:  # the first refusal, or another holder now
+                    progress.waiting = noted
+                    self._note(progress, jlog)
             except AWS_ERRORS as exc:
                 self._drop(entry, hold)
                 if job.abort_if_locked or not is_transient(exc):
@@ -438,7 +458,8 @@ class Worker:
         return ended
 
     def _note(self, progress: RunProgress, jlog: JobLog) -> None:
-        """Show the run as in progress in its event's summary, when its claim could not."""
+        """Show the run as in progress (or waiting) in its event's summary, when its claim could
+        not, or what it waits for changes."""
         try:
             self._history.started(progress.note())
         except AWS_ERRORS as exc:
@@ -547,8 +568,14 @@ def retry_delay(first: float, attempt: int) -> float:
 class _Hold:
     """A lease a job must hold to run, and how to take, renew and give it back."""
 
-    what: str  # for the log: 'lock "L"', 'concurrency group "db"'
+    kind: str  # "lock" or "concurrency group"
+    key: str  # its lock_id or concurrency_key
     field: str  # the InFlight attribute that keeps it, for the heartbeat
     take: Callable[[], Lease | Held]
     renew: Callable[[Lease], bool]
     release: Callable[[Lease], bool]
+
+    @property
+    def what(self) -> str:
+        """For the log: 'lock "L"', 'concurrency group "db"'."""
+        return f"{self.kind} {quote(self.key)}"

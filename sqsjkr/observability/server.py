@@ -17,7 +17,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -39,11 +39,17 @@ _log = logging.getLogger("sqsjkr.stats")
 
 # Probing a socket path that a wedged process listens on must not hang start().
 _PROBE_TIMEOUT_SECONDS = 1.0
-#: Connections served at once. More are closed as soon as they are accepted, so that a flood of
-#: clients holding connections open cannot take the file descriptors that jobs need; a scrape
-#: takes milliseconds, so monitoring never needs more.
+#: Connections served at once, so that a flood of clients holding connections open cannot take
+#: the file descriptors that jobs need; a scrape takes milliseconds, so monitoring never needs
+#: more. A connection beyond them takes the place of the oldest one still waiting for its
+#: request, and is closed at once only when every one is being answered: held connections must
+#: not lock a monitoring agent out.
 MAX_CONNECTIONS = 16
-#: A connection is cut after this long in all, however slowly its client keeps sending.
+#: A connection whose request line and headers have not all come within this long is cut,
+#: however slowly its client keeps sending (a header line every 2 s is never idle for the
+#: handler's read timeout).
+REQUEST_SECONDS = 5.0
+#: A connection is cut after this long in all.
 MAX_CONNECTION_SECONDS = 10.0
 #: Connections the kernel keeps waiting for accept(); beyond it, it refuses them itself.
 LISTEN_BACKLOG = 64
@@ -58,6 +64,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server_version = f"sqsjkr/{__version__}"
     # A client that connects and then sends nothing must not hold a handler thread for long.
     timeout = 5
+
+    def parse_request(self) -> bool:
+        # The stdlib reads the headers here: once they are in (or found bad, and answered so),
+        # the connection is no longer held to REQUEST_SECONDS.
+        parsed = super().parse_request()
+        self.server.answering(self.request)
+        return parsed
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
@@ -116,6 +129,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         _log.debug("%s " + format, peer, *args)
 
 
+@dataclass
+class _Client:
+    """One open stats connection: when it was accepted, and how far it has come."""
+
+    accepted: float
+    answering: bool = False  # its request has come
+    cut: bool = False  # shut down; its handler is ending
+
+    def due(self) -> float:
+        """When it is cut, unless it has ended by then."""
+        return self.accepted + (MAX_CONNECTION_SECONDS if self.answering else REQUEST_SECONDS)
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
     """A thread per connection over TCP or a unix socket; server_close() joins them all.
 
@@ -142,20 +168,38 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
         self.stats = stats
         self.metrics = metrics
         self.health = health
-        self._clients: dict[Any, float] = {}  # connection -> when it was accepted
+        self._clients: dict[Any, _Client] = {}
         self._clients_lock = threading.Lock()
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._clients_lock:
-            full = len(self._clients) >= MAX_CONNECTIONS
-            if not full:
-                self._clients[request] = time.monotonic()
-        if full:
-            _log.debug("stats connection refused: %d already open", MAX_CONNECTIONS)
+            admitted = self._admit(request)
+        if not admitted:
+            _log.debug("stats connection refused: %d being answered", MAX_CONNECTIONS)
             self.close_request(request)
             return
         super().process_request(request, client_address)
+
+    def _admit(self, request: Any) -> bool:
+        """Take request in, in place of the oldest connection still waiting for its request if
+        MAX_CONNECTIONS are open; False if every one is being answered. Under _clients_lock."""
+        live = {conn: client for conn, client in self._clients.items() if not client.cut}
+        if len(live) >= MAX_CONNECTIONS:
+            waiting = [conn for conn, client in live.items() if not client.answering]
+            if not waiting:
+                return False
+            self._cut(min(waiting, key=lambda conn: live[conn].accepted))
+            _log.debug("stats connection cut: its request had not come when another did")
+        self._clients[request] = _Client(time.monotonic())
+        return True
+
+    def answering(self, request: Any) -> None:
+        """request's request has come: it is cut only after MAX_CONNECTION_SECONDS in all."""
+        with self._clients_lock:
+            client = self._clients.get(request)
+            if client is not None:
+                client.answering = True
 
     def shutdown_request(self, request: Any) -> None:
         # Forgotten under the lock before it is closed, so _cut() never touches a closed
@@ -165,23 +209,26 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
         super().shutdown_request(request)
 
     def cut_old(self) -> float | None:
-        """Cut connections open for too long; seconds until the next one is due, None if none."""
+        """Cut connections past their time; seconds until the next one is due, None if none."""
         now = time.monotonic()
-        self._cut(lambda accepted: accepted <= now - MAX_CONNECTION_SECONDS)
         with self._clients_lock:
-            live = [a for a in self._clients.values() if a > now - MAX_CONNECTION_SECONDS]
-        return None if not live else min(live) + MAX_CONNECTION_SECONDS - now
+            for conn, client in self._clients.items():
+                if not client.cut and client.due() <= now:
+                    self._cut(conn)
+            due = [client.due() for client in self._clients.values() if not client.cut]
+        return None if not due else max(0.0, min(due) - now)
 
     def abort_clients(self) -> None:
         """Wake handlers blocked on idle clients, so server_close() need not wait out timeout."""
-        self._cut(lambda accepted: True)
-
-    def _cut(self, which: Callable[[float], bool]) -> None:
         with self._clients_lock:
-            for conn, accepted in self._clients.items():
-                if which(accepted):
-                    with contextlib.suppress(OSError):  # the client hung up already
-                        conn.shutdown(socket.SHUT_RDWR)
+            for conn in self._clients:
+                self._cut(conn)
+
+    def _cut(self, conn: Any) -> None:
+        """Wake conn's handler with an end of file. Under _clients_lock."""
+        self._clients[conn].cut = True
+        with contextlib.suppress(OSError):  # the client hung up already
+            conn.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # BaseServer prints tracebacks to stderr. A client hanging up mid-response (or close()

@@ -1,0 +1,203 @@
+"""One queue's receive loop: receive while its workers are free, parse, and hand the jobs over.
+
+The Kicker starts a Receiver per queue on a thread of its own and hands what it accepts to workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe
+from sqsjkr.backends.sqs import Message
+from sqsjkr.contract.job import parse_job
+from sqsjkr.daemon.fifo import behind_held
+from sqsjkr.daemon.heartbeat import InFlight
+from sqsjkr.daemon.intake import Intake
+from sqsjkr.daemon.pausing import describe_pause
+from sqsjkr.errors import InvalidJobError
+from sqsjkr.observability.health import Health
+from sqsjkr.observability.notify import Notifier
+from sqsjkr.observability.stats import Stats
+
+log = logging.getLogger("sqsjkr.daemon")
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """What every queue's Receiver shares: the daemon's health, notifier, stats and hold-off."""
+
+    health: Health
+    notifier: Notifier
+    stats: Stats
+    hold_off: HoldOff
+    #: URL prefixes HTTP jobs may call; a message naming another is malformed.
+    http_allow: tuple[str, ...]
+
+
+#: Hands accepted jobs to workers: False if stop is set (they were given back instead).
+HandOver = Callable[[Intake, list[InFlight], threading.Event], bool]
+
+
+class Receiver:
+    """Receives from one queue until stopped; a failure of its own stops the whole daemon."""
+
+    def __init__(self, intake: Intake, daemon: Daemon, hand_over: HandOver, *, name_queue: bool):
+        """name_queue: say which queue in the log (the daemon has several)."""
+        self._intake = intake
+        self._daemon = daemon
+        self._hand_over = hand_over
+        self._where = f" from queue {intake.name}" if name_queue else ""
+        self._thread: threading.Thread | None = None
+        #: What ended the loop other than a stop: a bug, since AWS failures are retried.
+        self.error: BaseException | None = None
+
+    def start(self, stop: threading.Event) -> None:
+        # A daemon thread: a long poll cannot be interrupted, and exiting must not wait for it
+        # (see join's timeout).
+        name = self._intake.name
+        self._thread = threading.Thread(
+            target=self._until_stopped,
+            args=(stop,),
+            name=f"sqsjkr-receiver-{name}" if name else "sqsjkr-receiver",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _until_stopped(self, stop: threading.Event) -> None:
+        try:
+            self._loop(stop)
+        except BaseException as exc:
+            # A bug, not an AWS failure (those are retried): stop the daemon rather than leave
+            # it up and receiving nothing.
+            log.critical("the receive loop failed; stopping", exc_info=True)
+            self.error = exc
+            stop.set()
+
+    def _loop(self, stop: threading.Event) -> None:
+        intake, daemon = self._intake, self._daemon
+        backoff = Backoff()
+        log.info("receiving with %d workers%s", intake.settings.max_workers, self._where)
+        backlog = False
+        while not stop.is_set():
+            # The watchdog hears from the loop only while it turns; outages included, since
+            # restarting the daemon would not end them.
+            daemon.health.turned()
+            if daemon.notifier.watchdog_interval is not None:
+                daemon.notifier.watchdog()
+            # Without a backlog the next receive may long-poll: delete what is pending first.
+            intake.deletes.flush(force=not backlog)
+            if self._paused(stop):
+                continue
+            free = intake.wait_for_free(stop, backlog)
+            if not free or daemon.hold_off.wait(stop):
+                continue
+            try:
+                asked_at = time.monotonic()
+                messages = intake.source.receive(free)
+                log.debug("received %d message(s), asked for at most %d", len(messages), free)
+                backoff.reset()
+                backlog = len(messages) >= free
+            except Exception as exc:
+                # Whatever the endpoint did, the loop and the running jobs carry on.
+                delay = backoff.next_delay()
+                log.error(
+                    "receive failed (%s); retrying in %.1fs",
+                    describe(exc),
+                    delay,
+                    exc_info=not isinstance(exc, AWS_ERRORS),
+                )
+                stop.wait(delay)
+                continue
+            if not messages:
+                # As before a long poll: what is done is deleted before the wait.
+                intake.deletes.flush(force=True)
+                stop.wait(intake.settings.idle_pause(time.monotonic() - asked_at))
+                continue
+            if not self._hand_over(intake, self._accept(messages), stop):
+                return
+
+    def _paused(self, stop: threading.Event) -> bool:
+        """Show held messages whose pause ended; while all events are paused, wait instead of
+        receiving (a receive would only spend the messages' receive counts): True if it waited."""
+        pausing = self._intake.pausing
+        if pausing is None:
+            return False
+        pausing.review()
+        pause = pausing.paused_all()
+        if pause is None:
+            return False
+        log.info("not receiving: %s", describe_pause(pause))
+        stop.wait(max(1.0, pausing.next_read_in()))
+        return True
+
+    def _accept(self, messages: Sequence[Message]) -> list[InFlight]:
+        """Parse messages; invalid ones are rejected (dead-lettered or logged) on the spot."""
+        intake = self._intake
+        accepted = []
+        for message in messages:
+            if message.receive_count > 1:
+                log.info(
+                    "message %s delivered again (receive %d)",
+                    message.message_id,
+                    message.receive_count,
+                )
+            try:
+                job = parse_job(
+                    message.body,
+                    message_id=message.message_id,
+                    sent_at=message.sent_at,
+                    http_allow=self._daemon.http_allow,
+                )
+            except InvalidJobError as exc:
+                self._daemon.stats.invalid(intake.name)
+                intake.reject(message, str(exc))
+                continue
+            accepted.append(InFlight(message, job, queue=intake.name))
+        if intake.pausing is not None and accepted:
+            held = intake.pausing.hold_back([(e.message, e.job.event_id) for e in accepted])
+            # A FIFO group's later messages must not run before its held one.
+            accepted, behind = behind_held(accepted, held)
+            intake.set_visibility([e.message for e in behind], 0)
+        if intake.settings.delete_on_receive:
+            # At once: a crash between here and a later batch would run these jobs again.
+            intake.deletes.add([entry.message for entry in accepted])
+            intake.deletes.flush(force=True)
+        return accepted
+
+
+class HoldOff:
+    """Holds back receiving while the dedupe store or the host fails: a message that cannot be
+    claimed or started is left to reappear, and receiving more would only spend receive counts."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._backoff = Backoff()
+        self._until = 0.0
+
+    def fail(self) -> None:
+        with self._mutex:
+            self._until = time.monotonic() + self._backoff.next_delay()
+
+    def reset(self) -> None:
+        with self._mutex:
+            self._backoff.reset()
+            self._until = 0.0
+
+    def wait(self, stop: threading.Event) -> bool:
+        """Sleep out a hold-off, if any; True if it slept (the caller looks again before
+        receiving)."""
+        with self._mutex:
+            left = self._until - time.monotonic()
+        if left <= 0:
+            return False
+        log.info("receiving paused for %.1fs: jobs could not be claimed or started", left)
+        stop.wait(left)
+        return True
