@@ -142,7 +142,7 @@ def test_sigusr1_writes_every_threads_stack_to_the_log(
 
     daemon, _ = run_daemon(start_daemon, tmp_path, aws)
     daemon.proc.send_signal(signal.SIGUSR1)
-    daemon.wait_for_log("_receive_loop")  # the receiver thread's stack, among the others
+    daemon.wait_for_log('daemon/receiving.py", line')  # the receiver thread's stack, among others
     assert daemon.proc.poll() is None  # and it goes on
     assert daemon.stop() == 0
 
