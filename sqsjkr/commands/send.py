@@ -399,6 +399,7 @@ def send(
             listing=list_scheduled,
             cancel=cancel,
             other_options=bool(others),
+            conf=conf,
         )
         return
     later = check_timing(at_time, in_time, zone, delay)
@@ -427,7 +428,7 @@ def send(
     fifo = queue.fifo_parameters(body, group_id, dedupe_id, delay=delay, later=later)
     if when is not None:
         group = None if fifo is None else fifo["MessageGroupId"]
-        schedule_job(config, session, sqs, queue_url, body, when, group_id=group)
+        schedule_job(config, session, sqs, queue_url, body, when, conf=conf, group_id=group)
         return
     request: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": body}
     if fifo is None:
