@@ -126,7 +126,9 @@ def test_a_job_scheduled_with_send_at_is_kept_by_local_modes_scheduler(
     assert re.fullmatch(r"at\.later\.\d{8}T\d{6}Z\.[0-9a-f]{8}\n", scheduled.stdout)
     listed = paste(send.replace("--command 'echo hello'", "--list-scheduled"), tmp_path)
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.startswith(scheduled.stdout.strip() + "  "), listed.stdout
+    header, row = listed.stdout.splitlines()
+    assert header.startswith("NAME "), listed.stdout
+    assert row.startswith(scheduled.stdout.strip() + "  "), listed.stdout
     assert "later" in listed.stdout and "echo hello" in listed.stdout
     assert daemon.stop(signal.SIGINT) == 0
 
