@@ -6,12 +6,14 @@ Each daemon keeps an item about itself in the lock table: seen running, then sto
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import EndpointConnectionError
 
 from sqsjkr import __version__
 from sqsjkr.backends.members import (
@@ -82,6 +84,32 @@ def test_presence_writes_at_start_and_marks_the_daemon_stopped_at_the_end() -> N
     (written,) = roster.members()
     assert written.state(written.seen_at) is State.STOPPED
     assert (written.version, written.queues, written.idle) == (__version__, (("jobs", 4),), 4)
+
+
+class FlakyRoster(MemoryRoster):
+    """A roster whose first writes fail as a table out of reach does."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def write(self, member: Member) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
+        super().write(member)
+
+
+def test_a_write_that_fails_is_logged_once_and_left_to_the_next_refresh(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sqsjkr.presence")
+    roster = FlakyRoster(failures=3)
+    with Presence(roster, this_daemon([("jobs", 1)], "unix:/s", 0.01, NOW), Stats(1)):
+        wait_until(roster.members, what="a write after the failures")
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "could not write this daemon's item" in warnings[0].message
+    assert "this daemon's item is written again" in caplog.text
 
 
 def test_the_item_expires_a_week_after_it_was_last_seen(aws: Aws) -> None:
