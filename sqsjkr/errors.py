@@ -64,7 +64,19 @@ class CrontabError(SqsjkrError):
     """A crontab line cannot be converted exactly; the message names the line number and the line."""
 
 
-def quote(text: str) -> str:
-    """User text quoted for an error message; unpaired surrogates are escaped so it always logs."""
+def shorten(text: str, limit: int) -> str:
+    """At most limit characters of text, the cut said: a message may carry 256 KiB of it."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def quote(text: str, limit: int | None = None) -> str:
+    """User text quoted for an error message; unpaired surrogates are escaped so it always logs.
+
+    limit: at most this many characters are quoted, the cut said after the closing quote.
+    """
+    if limit is not None and len(text) > limit:
+        return f"{quote(text[:limit])}... ({len(text) - limit} more characters)"
     quoted = json.dumps(text, ensure_ascii=False)
     return quoted.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -289,6 +289,18 @@ def test_send_takes_a_whole_body_and_a_delay(tmp_path: Path, aws: Aws) -> None:
     [
         (["--body", '{"command": 1}'], 'invalid job, nothing sent: field "command"'),
         (["--command", "true", "--life-time", "soon"], '--life-time: field "life_time"'),
+        (
+            ["--command", "echo x", "--event-id", "E" * 5000],
+            '--event-id: field "event_id": must be at most 2048 bytes, got 5000',
+        ),
+        (
+            ["--body", '{"command": "true", "lock_id": "lk\\u0000x"}'],
+            'nothing sent: field "lock_id": must not contain a NUL character',
+        ),
+        (
+            ["--command", "true", "--life-time", "9" * 50_000],
+            '--life-time: field "life_time": invalid duration "999',
+        ),
         (["--command", "true", "--env", "NOEQUALS"], "--env 'NOEQUALS': expected KEY=VALUE"),
         (["--body", "{}", "--command", "true"], "either --body or the job options"),
         # Given, though 0 is false: the body and the options still conflict.
@@ -319,6 +331,11 @@ def test_send_takes_a_whole_body_and_a_delay(tmp_path: Path, aws: Aws) -> None:
         (
             ["--http-url", LOOPBACK, "--http-header", "X-A=1\r\nX-B: 2"],
             '--http-header: field "http.headers.X-A": must not contain a line break',
+        ),
+        (
+            # A name over the 100 characters an error quotes still names its option.
+            ["--http-url", LOOPBACK, "--http-header", "X" * 150 + "\r\n=1"],
+            '--http-header: field "http.headers.XXX',
         ),
         (
             ["--http-url", LOOPBACK, "--http-timeout", "soon"],

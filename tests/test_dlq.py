@@ -20,7 +20,7 @@ from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.job import parse_job
 from sqsjkr.errors import InvalidJobError
 
-from .conftest import Aws, Start, config_text, run_daemon, wait_until
+from .conftest import Aws, Start, config_text, counted, http_get_json, run_daemon, wait_until
 
 JOB = '{"command": "echo hi", "event_id": "nightly"}'
 OURS = {"sqsjkr_error", "sqsjkr_message_id", "sqsjkr_receive_count"}
@@ -293,3 +293,60 @@ def test_redrive_to_a_fifo_queue_keeps_the_message_group(
     assert code == 0, err
     [back] = visible(site, url)
     assert (back["Body"], back["Attributes"]["MessageGroupId"]) == (JOB, "nightly")
+
+
+#: Messages that the contract refuses for a field that becomes a DynamoDB key or reaches the job's
+#: environment, and the reason each is dead-lettered with.
+BROKEN_KEYS = [
+    (
+        {"command": "echo x", "event_id": "E" * 5000},
+        'field "event_id": must be at most 2048 bytes, got 5000',
+    ),
+    ({"command": "true", "event_id": "ev\0x"}, 'field "event_id": must not contain a NUL'),
+    ({"command": "true", "lock_id": "lk\0x"}, 'field "lock_id": must not contain a NUL'),
+    (
+        {"command": "true", "envs": {"A": "b"}, "life_time": "1" + "h" * 200_000},
+        'field "life_time": invalid duration "1hhh',
+    ),
+]
+
+
+def test_the_daemon_dead_letters_a_job_that_breaks_a_key_limit_with_the_reason(
+    site: Aws,
+    conf: Path,
+    tmp_path: Path,
+    start_daemon: Start,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Before, a 5000-byte event_id failed its claim's write at every delivery (the daemon not
+    ready, the message looping until SQS dead-lettered it with no reason), and a NUL made
+    Popen raise in the worker at every delivery."""
+    sent = {site.send(body): reason for body, reason in BROKEN_KEYS}
+    daemon, port = run_daemon(start_daemon, tmp_path, site)
+    for message_id in sent:
+        daemon.wait_for_log(f"invalid message {message_id} moved to the dead-letter queue")
+    site.send({"command": "true", "event_id": "fine"})
+    wait_until(counted(port, succeeded=1), what="the valid job after them")
+    assert http_get_json(port, "/readyz")["status"] == "ok"
+    assert daemon.stop() == 0
+    assert "Traceback" not in daemon.log and "unexpectedly" not in daemon.log
+    errors = {entry["original_id"]: entry["error"] for entry in listed(capsys, conf)}
+    assert errors.keys() == sent.keys()
+    for message_id, reason in sent.items():
+        assert errors[message_id].startswith(reason)
+        assert len(errors[message_id]) < 1000  # the reason never repeats a whole value
+    assert site.queue_counts() == (0, 0)
+
+
+def test_redrive_refuses_a_message_that_breaks_a_key_limit_with_the_reason(
+    site: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As SQS moves it after maxReceiveCount, with no reason of the daemon's."""
+    body = json.dumps({"command": "echo x", "event_id": "E" * 5000})
+    site.sqs.send_message(QueueUrl=dlq_url(site), MessageBody=body)
+    [entry] = listed(capsys, conf)
+    code, out, err = sqsjkr(capsys, "dlq", "redrive", "-c", str(conf), entry["message_id"])
+    assert (code, out) == (1, "")
+    assert 'its body would be dead-lettered again (field "event_id": must be at most 2048' in err
+    assert [e["message_id"] for e in listed(capsys, conf)] == [entry["message_id"]]
+    assert site.queue_counts() == (0, 0)

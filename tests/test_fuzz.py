@@ -9,21 +9,29 @@ it, count it failed and go on, never running anything from it.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sqsjkr.contract.duration import Duration, parse_duration
 from sqsjkr.contract.job import MESSAGE_FIELDS, Job, build_body, parse_job
+from sqsjkr.contract.limits import MAX_KEY_BYTES
+from sqsjkr.contract.run import RunContext
+from sqsjkr.daemon.runner import ShellRunner, StopSwitch
 from sqsjkr.errors import InvalidJobError
 
 from .conftest import Aws, Start, invocations, run_daemon, wait_until
 
 MESSAGE_ID = "fuzz-message-id"
+#: Longer than any reason the parser gives: an error quotes at most MAX_SHOWN characters of a value.
+MAX_REASON = 1000
 SENT_AT = 1_700_000_000.25
 FLAGS = ("abort_if_locked", "disable_life_time_trigger")
 DURATIONS = ("life_time", "timeout")
@@ -98,6 +106,8 @@ def check(body: str | bytes) -> Job | None:
     except InvalidJobError as error:  # anything else escapes and fails the test
         message = str(error)
         assert message, "an InvalidJobError must say why"
+        # Logged, and kept in a dead letter's attribute beside the body: never a copy of it.
+        assert len(message) < MAX_REASON, message[:300]
         if kind == "utf8":
             assert message.startswith("body is not valid UTF-8: "), message
         elif kind == "json":
@@ -154,6 +164,8 @@ def check_job(job: Job, fields: dict[str, Any]) -> None:
     for name in ("event_id", "lock_id"):
         raw = fields.get(name)
         assert raw is None or (isinstance(raw, str) and utf8_text(raw))
+        # A DynamoDB key, and (event_id) a variable of the job's environment.
+        assert raw is None or ("\0" not in raw and len(raw.encode()) <= MAX_KEY_BYTES)
     assert job.event_id == (fields.get("event_id") or MESSAGE_ID)
     assert job.lock_id == (fields.get("lock_id") or None)
     for name in DURATIONS:
@@ -211,6 +223,8 @@ tricky_chars = st.sampled_from(
 any_text = st.text(max_size=16) | st.lists(tricky_chars | st.characters(), max_size=12).map("".join)
 # Text a sender may legitimately put in a job: any characters a JSON string carries as UTF-8.
 clean_text = st.text()
+# An id (event_id, lock_id) a sender may give: no NUL, which no environment variable carries.
+clean_ids = st.text().filter(lambda s: "\0" not in s)
 command_texts = st.text(min_size=1).filter(lambda s: "\0" not in s)
 # A few common names, so that "env" and "envs" often set the same variable.
 env_names = st.sampled_from(["A", "PATH", "é"]) | st.text(min_size=1).filter(
@@ -277,8 +291,8 @@ _VALID: dict[str, st.SearchStrategy[Any]] = {
     "command": command_texts,
     "envs": env_maps,
     "env": env_maps,
-    "event_id": clean_text,
-    "lock_id": clean_text,
+    "event_id": clean_ids,
+    "lock_id": clean_ids,
     "life_time": valid_seconds | go_durations().map(lambda pair: pair[0]),
     "timeout": valid_seconds | go_durations().map(lambda pair: pair[0]),
     "abort_if_locked": st.booleans(),
@@ -335,7 +349,7 @@ def well_formed_jobs(draw: st.DrawFn) -> tuple[dict[str, Any], Job]:
             envs.update(fields[name] or {})
     for name in ("event_id", "lock_id"):
         if draw(st.booleans()):
-            fields[name] = draw(clean_text | st.none())
+            fields[name] = draw(clean_ids | st.none())
     durations: dict[str, Duration | None] = {}
     for name in DURATIONS:
         durations[name] = None
@@ -418,6 +432,50 @@ def test_well_formed_jobs_are_always_accepted(case: tuple[dict[str, Any], Job], 
     fields, expected = case
     job = check(_encodings(fields)[how])  # every form but the BOM one
     assert job == expected
+
+
+# --- what the parser accepts, the runner runs ----------------------------------------------------
+
+#: Stands in for sh: it runs no command of the message's, and fails unless the job's environment
+#: holds the run's event id exactly (the runner puts the daemon's own variables in it too).
+_FAKE_SH = """#!/bin/sh
+[ "$SQSJKR_EVENT_ID" = "$SQSJKR_FUZZ_EXPECTED_EVENT_ID" ] || exit 3
+"""
+# Values a message may carry in the fields that reach the job's environment or argv: tricky ones
+# (NUL, "=", surrogates, control characters) and long ones, up to past the key limit.
+_reaching = any_text | st.text(min_size=2000, max_size=2100) | st.just("\0")
+runnable_bodies = st.fixed_dictionaries(
+    {"command": command_texts | _reaching},
+    optional={
+        "envs": env_objects,
+        "env": env_objects,
+        "event_id": _reaching,
+        "lock_id": _reaching,
+        "concurrency_key": _reaching,
+    },
+)
+
+
+@settings(FUZZ, max_examples=300)
+@given(serialized(runnable_bodies))
+def test_whatever_the_parser_accepts_reaches_the_job_without_an_exception(
+    body: str | bytes,
+) -> None:
+    """A value the contract accepts but the runner cannot pass on (a NUL in event_id: Popen's
+    "embedded null byte") raised in the worker at every delivery, for ever."""
+    try:
+        job = parse(body)
+    except InvalidJobError:
+        return
+    context = RunContext(job.event_id, job.message_id, SENT_AT, 1, "fuzz-host")
+    with tempfile.TemporaryDirectory() as workdir:
+        sh = Path(workdir, "sh")
+        sh.write_text(_FAKE_SH)
+        sh.chmod(0o755)
+        with mock.patch("shutil.which", return_value=str(sh)):
+            runner = ShellRunner({**os.environ, "SQSJKR_FUZZ_EXPECTED_EVENT_ID": job.event_id})
+        result = runner.run(job, timeout=30, stop=StopSwitch(), context=context)
+    assert (result.exit_code, result.start_error) == (0, None)
 
 
 def test_duration_strings_round_trip_at_the_edges() -> None:

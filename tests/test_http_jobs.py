@@ -16,6 +16,7 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from cryptography import x509
@@ -367,6 +368,21 @@ def test_a_2xx_succeeds_with_the_body_and_the_run_headers(
     assert "X-Sqsjkr-Forged" not in seen.headers
 
 
+def test_an_event_id_a_header_cannot_carry_is_sent_percent_encoded(
+    service: Service, runner: HttpRunner
+) -> None:
+    """Before, a call whose event_id held "日本" or a line break could never be made."""
+    event_id = "nightly 日本\n100%"
+    context = RunContext(event_id, "m-1", 1_700_000_000.25, 1, "batch-7")
+    result = runner.run(
+        http_job(service.url("/ok")), timeout=None, stop=StopSwitch(), context=context
+    )
+    assert (result.exit_code, result.start_error) == (0, None)
+    [seen] = service.seen
+    assert seen.headers["X-Sqsjkr-Event-Id"] == "nightly%20%E6%97%A5%E6%9C%AC%0A100%25"
+    assert unquote(seen.headers["X-Sqsjkr-Event-Id"]) == event_id
+
+
 def test_a_500_errs_with_its_status_and_the_tail_of_its_body(
     service: Service, runner: HttpRunner
 ) -> None:
@@ -681,3 +697,65 @@ def test_send_refuses_http_options_that_do_not_fit(
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and problem in result.stderr
     assert aws.queue_counts() == (0, 0)
+
+
+def told_once(path: Path) -> bool:
+    """Whether a reporter has written its whole JSON document to path."""
+    try:
+        json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def test_a_call_is_named_by_its_origin_wherever_it_leaves_the_daemon(
+    start_daemon: Start, tmp_path: Path, aws: Aws, service: Service
+) -> None:
+    """Its path or query may hold a token: not in the log, the run record, the noticers' and
+    reporters' JSON, the webhook, nor status and history."""
+    noticed, reported = tmp_path / "noticed.json", tmp_path / "reported.json"
+    report = (
+        "\n[report]\n"
+        f"reporters = [\"cat > '{reported}'\"]\n"
+        f"noticers = [\"cat > '{noticed}'\"]\n"
+        f'webhook_url = "{service.url("/hook")}"\n'
+    )
+    daemon, port = start_with_http(start_daemon, tmp_path, aws, report)
+    aws.send({"http": {"url": service.url("/q?token=SECRET")}, "event_id": "tok"})
+    wait_until(counted(port, succeeded=1), what="the call")
+    wait_until(lambda: "/hook" in service.paths(), what="the webhook")
+    for path in (noticed, reported):
+        wait_until(lambda path=path: told_once(path), what=f"{path.name} written")
+    assert daemon.stop() == 0
+    named = f"POST http://127.0.0.1:{service.port}"
+    assert f"started: {named}" in daemon.log
+    [record] = runs(aws, "tok")
+    assert record.command == named
+    told = noticed.read_text() + reported.read_text()
+    assert json.loads(noticed.read_text())["command"] == named
+    assert json.loads(reported.read_text())["command"] == named
+    [hook] = [seen for seen in service.seen if seen.path == "/hook"]
+    assert json.loads(hook.body)["command"] == named
+    conf = str(tmp_path / f"config-{port}.toml")
+    shown = [
+        subprocess.run(sqsjkr_argv(*args, "-c", conf), capture_output=True, text=True, timeout=60)
+        for args in (
+            ["status"],
+            ["status", "--json"],
+            ["history", "tok"],
+            ["history", "tok", "--json"],
+        )
+    ]
+    assert all(result.returncode == 0 for result in shown), [r.stderr for r in shown]
+    assert named in shown[3].stdout
+    leaked = [
+        where
+        for where, text in [
+            ("log", daemon.log),
+            ("reporters", told),
+            ("webhook", hook.body.decode()),
+            *((" ".join(r.args[1:3]), r.stdout + r.stderr) for r in shown),
+        ]
+        if "SECRET" in text or "/q" in text
+    ]
+    assert leaked == []

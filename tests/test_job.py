@@ -459,3 +459,69 @@ def test_a_lock_id_longer_than_a_dynamodb_key_is_refused() -> None:
         InvalidJobError, match=r'field "lock_id": must be at most 2048 bytes, got 2050'
     ):
         parse_job(json.dumps({"command": "x", "lock_id": "é" * 1025}), message_id="m", sent_at=0)
+
+
+@pytest.mark.parametrize("name", ["event_id", "lock_id", "concurrency_key"])
+def test_every_field_that_becomes_a_dynamodb_key_is_held_to_its_limit(name: str) -> None:
+    """Each becomes a partition key (run records and summary, lock, group slots): one over
+    DynamoDB's 2048 bytes would fail its write at every delivery."""
+    assert getattr(parse({"command": "x", name: "é" * 1024}), name) == "é" * 1024
+    assert parse_error({"command": "x", name: "E" * 5000}) == (
+        f'field "{name}": must be at most 2048 bytes, got 5000 (DynamoDB\'s limit on a key)'
+    )
+
+
+@pytest.mark.parametrize("name", ["event_id", "lock_id", "concurrency_key"])
+def test_a_key_field_holding_a_nul_is_refused(name: str) -> None:
+    """A NUL cannot reach a job's environment (SQSJKR_EVENT_ID), nor any C string."""
+    assert parse_error({"command": "true", name: "ev\0x"}) == (
+        f'field "{name}": must not contain a NUL character'
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "start"),
+    [
+        ({"command": "x", "life_time": "1" + "h" * 200_000}, 'field "life_time": invalid duration'),
+        ({"command": "x", "timeout": "1x" * 100_000}, 'field "timeout": invalid duration'),
+        ({"command": "x", "envs": {"A=" + "b" * 200_000: "x"}}, 'field "envs.A=bbb'),
+        ({"command": "x", "retries": int("9" * 4000)}, 'field "retries": must be between'),
+        ({"http": {"url": "http://127.0.0.1/", "method": "P" * 200_000}}, 'field "http.method"'),
+        ({"http": {"url": "x" * 200_000 + "://h/"}}, 'field "http.url"'),
+        ({"http": {"url": "http://h/", "success_status": ["s" * 200_000]}}, 'field "http.succ'),
+        (
+            {"http": {"url": "http://127.0.0.1/", "headers": {"a\n" * 100_000: "v"}}},
+            'field "http.headers.a\\na\\n',
+        ),
+    ],
+)
+def test_an_error_quotes_a_bounded_excerpt_of_the_message(
+    fields: dict[str, object], start: str
+) -> None:
+    """A reason is logged and kept in a dead letter's attribute, beside the body: one that
+    repeated a 200 KB value would make the dead letter too big to send."""
+    error = parse_error(fields)
+    assert error.startswith(start)
+    assert len(error) < 1000, error[:300]
+
+
+def test_an_http_job_is_named_by_its_method_and_origin_only() -> None:
+    job = parse({"http": {"url": "http://user:pw@127.0.0.1:8080/q?token=SECRET", "method": "get"}})
+    assert job.what == "GET http://127.0.0.1:8080"
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("ftp://127.0.0.1/q?token=SECRET", 'must be an http:// or https:// URL, got "ftp"'),
+        ("/q?token=SECRET", "must be an http:// or https:// URL, got no scheme"),
+        ("http:///q?token=SECRET", "must be an http:// or https:// URL with a host"),
+        ("http://10.1.2.3:81/q?token=SECRET", 'a URL of "http://10.1.2.3:81" (path not shown)'),
+    ],
+)
+def test_an_http_url_refused_is_named_without_its_path_or_query(url: str, problem: str) -> None:
+    body = json.dumps({"http": {"url": url}})
+    with pytest.raises(InvalidJobError) as caught:
+        parse_job(body, message_id="m", sent_at=0, http_allow=["http://127.0.0.1/"])
+    assert problem in str(caught.value)
+    assert "SECRET" not in str(caught.value) and "/q" not in str(caught.value)

@@ -7,14 +7,24 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 from pathlib import Path
 
+import boto3
 import pytest
 
+from sqsjkr.commands.local import LOCAL_QUEUE
 from sqsjkr.contract.job import Job
-from sqsjkr.observability.logs import MAX_LOGGED_COMMAND, escape, job_label, shorten_command
+from sqsjkr.observability.logs import (
+    MAX_LOGGED_COMMAND,
+    Moment,
+    escape,
+    job_label,
+    moment,
+    shorten_command,
+)
 
 from .conftest import (
     Aws,
@@ -118,6 +128,10 @@ def test_debug_shows_receives_claims_lock_tries_and_deletes(
         f"deleting 1 message(s): {message_id}",
     ):
         assert decision in daemon.log, decision
+    # Moments with their UTC offset, not unix seconds.
+    lease = r"\(lease until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d\)"
+    assert re.search(f"claimed its message {lease}", daemon.log), daemon.log
+    assert re.search(f'took lock "L" {lease}', daemon.log), daemon.log
     assert "botocore" not in daemon.log  # its debug lines would show job environments
 
 
@@ -128,7 +142,7 @@ def test_sigusr1_writes_every_threads_stack_to_the_log(
 
     daemon, _ = run_daemon(start_daemon, tmp_path, aws)
     daemon.proc.send_signal(signal.SIGUSR1)
-    daemon.wait_for_log("_receive_loop")  # the receiver thread's stack, among the others
+    daemon.wait_for_log('daemon/receiving.py", line')  # the receiver thread's stack, among others
     assert daemon.proc.poll() is None  # and it goes on
     assert daemon.stop() == 0
 
@@ -221,3 +235,53 @@ def test_under_journald_text_lines_carry_the_priority_and_no_time(
     assert any(
         line.startswith("<4>WARNING sqsjkr.worker: job ") and "errored" in line for line in lines
     )
+
+
+def local_debug_log(start_daemon: Start, *flags: str) -> list[str]:
+    """The log lines of `sqsjkr local --log-level debug FLAGS` that ran a job with a lock."""
+    daemon = start_daemon(
+        "local", "--stats-port", "0", "--log-level", "debug", *flags, wait_ready=False
+    )
+    daemon.wait_for_log("receiving with")
+    endpoint = re.search(r"AWS endpoint (http://\S+) ", daemon.log)
+    assert endpoint, daemon.log
+    sqs = boto3.client(
+        "sqs",
+        endpoint_url=endpoint[1],
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    url = sqs.get_queue_url(QueueName=LOCAL_QUEUE)["QueueUrl"]
+    sent = sqs.send_message(QueueUrl=url, MessageBody='{"command": "echo hi", "lock_id": "L"}')
+    daemon.wait_for_log(f"job {sent['MessageId']} | hi")
+    daemon.wait_for_log(f"deleting 1 message(s): {sent['MessageId']}")
+    assert daemon.stop(signal.SIGINT) == 0
+    return [line for line in daemon.log.splitlines() if LINE_START.match(line)]
+
+
+def logger_of(line: str) -> str:
+    return line.split(" ")[3].rstrip(":")
+
+
+def test_debug_in_local_mode_is_sqsjkrs_own_unless_all_is_asked_for(start_daemon: Start) -> None:
+    lines = local_debug_log(start_daemon)
+    assert [line for line in lines if " DEBUG sqsjkr." in line]
+    quiet = (" DEBUG ", " INFO ")
+    others = [line for line in lines if not logger_of(line).startswith("sqsjkr")]
+    assert [line for line in others if any(level in line for level in quiet)] == []
+    everything = local_debug_log(start_daemon, "--log-all")
+    others = {logger_of(line) for line in everything if not logger_of(line).startswith("sqsjkr")}
+    assert others  # moto's and werkzeug's, among others
+    assert not [name for name in others if name.split(".")[0] in ("botocore", "boto3")]
+
+
+def test_a_moment_has_its_utc_offset_and_a_lease_that_never_ends_is_said_so() -> None:
+    assert re.fullmatch(r"2023-11-1\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", moment(1_700_000_000))
+    assert re.fullmatch(
+        r".*T\d\d:\d\d:\d\d\.250[+-]\d\d:\d\d", moment(1_700_000_000.25, "milliseconds")
+    )
+    # The "none" backends' leases last for ever; a damaged item may hold any number.
+    assert moment(float("inf")) == "never"
+    assert moment(1e300) == "1e+300 (unix seconds)"
+    assert str(Moment(float("inf"))) == "never"

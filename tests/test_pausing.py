@@ -59,7 +59,9 @@ def test_a_pause_of_all_stops_receiving_until_resumed(
     # While all is paused it receives nothing more: what comes now stays visible, untouched.
     wait_until(lambda: aws.queue_counts() == (4 - held, held), what="the rest left visible")
     assert later not in daemon.log and ran(tmp_path) == []
+    assert "receiving again" not in daemon.log
     pauses(aws).resume(None)
+    daemon.wait_for_log("receiving again: the pause of all events is over (all events paused")
     wait_until(counted(port, succeeded=4), timeout=30, what="all that accumulated")
     assert sorted(ran(tmp_path)) == ["held-0", "held-1", "held-2", "later"]
     assert daemon.stop() == 0

@@ -97,7 +97,7 @@ def test_send_at_creates_a_one_time_schedule_that_deletes_itself(
     assert result.returncode == 0, result.stderr
     name = result.stdout.strip()
     assert re.fullmatch(rf"at\.nightly-report\.{at:%Y%m%dT%H%M%S}Z\.[0-9a-f]{{8}}", name)
-    assert f"sqsjkr send --cancel {name}" in result.stderr
+    assert f"sqsjkr send -c {tmp_path / 'config.toml'} --cancel {name}" in result.stderr
     (schedule,) = schedules(group).values()
     assert schedule["Name"] == name
     assert schedule["ScheduleExpression"] == f"at({at:%Y-%m-%dT%H:%M:%S})"
@@ -165,10 +165,13 @@ def test_list_scheduled_and_cancel(tmp_path: Path, aws: Aws, group: str) -> None
     )  # fmt: skip
     listed = sqsjkr("send", "-c", path, "--list-scheduled")
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.splitlines() == [
-        f"{names[1]}  {sooner:%Y-%m-%dT%H:%M:%S} UTC  soon  run-soon",
-        f"{names[0]}  {later:%Y-%m-%dT%H:%M:%S} UTC  late  run-late",
+    assert [line.split() for line in listed.stdout.splitlines()] == [
+        ["NAME", "RUNS", "AT", "EVENT", "COMMAND"],
+        [names[1], f"{sooner:%Y-%m-%dT%H:%M:%S}", "UTC", "soon", "run-soon"],
+        [names[0], f"{later:%Y-%m-%dT%H:%M:%S}", "UTC", "late", "run-late"],
     ]
+    # How to cancel one, with this config: the default config would be another.
+    assert listed.stderr == f"sqsjkr: cancel one with: sqsjkr send -c {path} --cancel NAME\n"
     assert "hunter2" not in listed.stdout
     cancelled = sqsjkr("send", "-c", path, "--cancel", names[0])
     assert (cancelled.returncode, cancelled.stdout.strip()) == (0, f"cancelled {names[0]}")

@@ -19,6 +19,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.session import Session
 
 from sqsjkr import __version__
+from sqsjkr.backends.answers import watch_answers
 from sqsjkr.errors import ResourceMissingError, StoreError, StoreTooSlow
 
 log = logging.getLogger("sqsjkr.aws")
@@ -117,7 +118,7 @@ def make_client(session: Session, service: str, *, max_pool: int = 10) -> Any:
         user_agent=USER_AGENT,
         parameter_validation=service not in UNCHECKED_SERVICES,
     )
-    return session.create_client(service, config=config)
+    return watch_answers(session.create_client(service, config=config))
 
 
 def error_code(exc: BaseException) -> str:

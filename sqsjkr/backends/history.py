@@ -304,7 +304,8 @@ class DynamoHistory:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def runs(self, event_id: str, limit: int) -> list[RunRecord]:
+    def runs(self, event_id: str, limit: int, *, failed: bool = False) -> list[RunRecord]:
+        """The event's last runs, newest first; failed: only those that did not succeed."""
         request: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "Id = :id AND begins_with(#type, :prefix)",
@@ -315,6 +316,9 @@ class DynamoHistory:
             },
             "ScanIndexForward": False,
         }
+        if failed:
+            request["FilterExpression"] = "Outcome <> :succeeded"
+            request["ExpressionAttributeValues"][":succeeded"] = {"S": RunOutcome.SUCCEEDED.value}
         records: list[RunRecord] = []
         # A query answers at most 1 MB: with long output tails, a page holds fewer runs.
         while len(records) < limit:

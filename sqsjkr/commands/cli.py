@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from sqsjkr import __version__
+from sqsjkr.commands.failures import aws_failure
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.errors import SqsjkrError
 
@@ -117,22 +118,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         click.echo(f"sqsjkr: error: {exc}", err=True)
         sys.exit(1)
     except Exception as exc:
-        message = _aws_failure(exc)
+        message = aws_failure(exc)
         if message is None:
             raise
         click.echo(f"sqsjkr: error: {message}", err=True)
         sys.exit(1)
     sys.exit(result if isinstance(result, int) else 0)
-
-
-def _aws_failure(exc: Exception) -> str | None:
-    """The one-line account of an AWS failure; None for any other exception."""
-    # Only a command that made AWS calls can fail with botocore's errors: the others need not
-    # import botocore to rule them out.
-    if "botocore" not in sys.modules:
-        return None
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    from sqsjkr.backends.aws import describe
-
-    return describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else None

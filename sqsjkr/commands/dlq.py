@@ -1,4 +1,4 @@
-"""`sqsjkr dlq`: the messages in the queue's dead-letter queue: list them, show one, send them back.
+"""`sqsjkr dlq`: the messages in the queue's dead-letter queue: list, show, send back or delete them.
 
 Reading a queue takes its messages for a while: every one read is made visible again at once after.
 """
@@ -47,6 +47,9 @@ PEEK_VISIBILITY_SECONDS = 30
 #: A short long poll: it asks every SQS server, so an empty answer means no more messages.
 PEEK_WAIT_SECONDS = 1
 BODY_EXCERPT = 80
+#: The longest error a listing shows: a longer one is cut, so that one long reason does not pad
+#: every row (`dlq show` prints it whole).
+ERROR_EXCERPT = 60
 #: The attributes the daemon adds to a message it dead-letters; a redrive leaves them behind.
 OUR_ATTRIBUTE_PREFIX = "sqsjkr_"
 
@@ -199,6 +202,21 @@ class Peek:
         self._sqs.delete_message(QueueUrl=self._url, ReceiptHandle=letter.receipt_handle)
         self._held.pop(letter.message_id, None)
 
+    def delete_batch(self, letters: Sequence[DeadLetter]) -> list[str]:
+        """Delete up to MAX_BATCH letters in one call; why each one that was not deleted failed."""
+        entries = [
+            {"Id": str(i), "ReceiptHandle": letter.receipt_handle}
+            for i, letter in enumerate(letters)
+        ]
+        response = self._sqs.delete_message_batch(QueueUrl=self._url, Entries=entries)
+        failed = {
+            int(f["Id"]): f.get("Message", f.get("Code", "")) for f in response.get("Failed", [])
+        }
+        for i, letter in enumerate(letters):
+            if i not in failed:
+                self._held.pop(letter.message_id, None)
+        return [f"{escape(letters[i].message_id)}: {why}" for i, why in failed.items()]
+
     def release(self) -> None:
         """Make what is still held visible again; a failure only delays it by the timeout."""
         held = list(self._held.values())
@@ -230,9 +248,9 @@ class Peek:
 # -- showing ------------------------------------------------------------------------------------
 
 
-def excerpt(body: str) -> str:
-    cut = body[:BODY_EXCERPT]
-    return escape(cut) + ("..." if len(body) > BODY_EXCERPT else "")
+def excerpt(text: str, limit: int = BODY_EXCERPT) -> str:
+    """text's start, escaped; "..." says it was cut."""
+    return escape(text[:limit]) + ("..." if len(text) > limit else "")
 
 
 LIST_HEADER = ["DLQ MESSAGE ID", "ORIGINAL ID", "RECEIVES", "SENT", "ERROR", "BODY"]
@@ -244,7 +262,7 @@ def list_row(letter: DeadLetter) -> list[str]:
         letter.original_id,
         str(letter.receive_count),
         local_time(letter.sent_at),
-        escape(letter.error) if letter.error is not None else "-",
+        excerpt(letter.error, ERROR_EXCERPT) if letter.error is not None else "-",
         excerpt(letter.body),
     ]
 
@@ -253,8 +271,8 @@ def show_text(letter: DeadLetter) -> list[str]:
     """The whole message: its ids, why it is there, every attribute and the body."""
     error = letter.error
     lines = [
-        f"message id:    {letter.message_id} (in the dead-letter queue)",
-        f"original id:   {letter.original_id}",
+        f"message id:    {escape(letter.message_id)} (in the dead-letter queue)",
+        f"original id:   {escape(letter.original_id)}",
         f"receive count: {letter.receive_count}",
         f"sent:          {local_time(letter.sent_at)}",
         "error:         "
@@ -321,7 +339,7 @@ class Redrive:
     skipped: list[str] = field(default_factory=list)
 
     def move(self, letter: DeadLetter) -> None:
-        label = f"{letter.message_id} (original {letter.original_id})"
+        label = letter_label(letter)
         reason = malformed(letter)
         if reason is not None and not self.force:
             click.echo(
@@ -350,11 +368,11 @@ class Redrive:
         click.echo(f"moved {label} to queue {self.queues.name} as {new_id}")
 
 
-def redrive_named(redrive: Redrive, wanted: Sequence[str]) -> list[str]:
-    """Move the messages of these ids (DLQ or original); the ids not found."""
+def find_named(peek: Peek, wanted: Sequence[str]) -> tuple[list[DeadLetter], list[str]]:
+    """The messages of these ids (DLQ or original), and the ids not found."""
     missing = list(dict.fromkeys(wanted))
     found: list[DeadLetter] = []
-    for page in redrive.peek.pages():
+    for page in peek.pages():
         for letter in page:
             hits = [w for w in missing if letter.matches(w)]
             if hits:
@@ -362,6 +380,12 @@ def redrive_named(redrive: Redrive, wanted: Sequence[str]) -> list[str]:
                 missing = [w for w in missing if w not in hits]
         if not missing:
             break
+    return found, missing
+
+
+def redrive_named(redrive: Redrive, wanted: Sequence[str]) -> list[str]:
+    """Move the messages of these ids (DLQ or original); the ids not found."""
+    found, missing = find_named(redrive.peek, wanted)
     for letter in found:
         redrive.move(letter)
     return missing
@@ -378,7 +402,7 @@ def queue_options(command: Any) -> Any:
 
 @click.group()
 def dlq() -> None:
-    """The dead-letter queue of the job queue: list, show and redrive its messages."""
+    """The dead-letter queue of the job queue: list, show, redrive and delete its messages."""
 
 
 @dlq.command("list")
@@ -484,3 +508,65 @@ def redrive(
     )
     named_left = bool(run.skipped) and not all_
     return 1 if run.errors or named_left else 0
+
+
+def letter_label(letter: DeadLetter) -> str:
+    return escape(f"{letter.message_id} (original {letter.original_id})")
+
+
+@dlq.command()
+@queue_options
+@click.argument("message_ids", nargs=-1, required=True)
+def delete(
+    conf: str,
+    profile: str | None,
+    region: str | None,
+    queue_name: str | None,
+    message_ids: tuple[str, ...],
+) -> int:
+    """Delete messages from the dead-letter queue for good, unrun.
+
+    MESSAGE_IDS are ids in the dead-letter queue or original ids. Exit 1 when one was not found.
+    """
+    queues = open_queues(conf, profile, region, queue_name)
+    with Peek(queues.sqs, queues.dlq_url) as peek:
+        found, missing = find_named(peek, message_ids)
+        for letter in found:
+            peek.delete(letter)
+            click.echo(f"deleted {letter_label(letter)}")
+    for message_id in missing:
+        click.echo(
+            f"sqsjkr: error: no message {quote(message_id)} in dead-letter queue {queues.dlq_name}",
+            err=True,
+        )
+    return 1 if missing else 0
+
+
+@dlq.command()
+@queue_options
+@click.option("--yes", "-y", is_flag=True, help="Do not ask first.")
+def purge(
+    conf: str, profile: str | None, region: str | None, queue_name: str | None, yes: bool
+) -> int:
+    """Delete every message of the dead-letter queue for good, unrun, after asking.
+
+    It reads and deletes them a receive at a time (not SQS's PurgeQueue, which allows one call a
+    minute and may take a minute), and says how many went. Exit 1 when one could not be deleted.
+    """
+    queues = open_queues(conf, profile, region, queue_name)
+    if not yes:
+        click.confirm(
+            f"Delete every message of dead-letter queue {queues.dlq_name}, unrun?",
+            abort=True,
+            err=True,
+        )
+    deleted, failed = 0, []
+    with Peek(queues.sqs, queues.dlq_url) as peek:
+        for page in peek.pages():
+            failures = peek.delete_batch(page)
+            deleted += len(page) - len(failures)
+            failed += failures
+    for failure in failed:
+        click.echo(f"sqsjkr: error: not deleted: {failure}", err=True)
+    click.echo(f"deleted {deleted} message(s) from dead-letter queue {queues.dlq_name}")
+    return 1 if failed else 0

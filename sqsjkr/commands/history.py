@@ -1,11 +1,10 @@
-"""`sqsjkr history`: an event's last runs, newest first, read from the run history in the lock table.
+"""`sqsjkr history`: an event's last runs (or every event's), newest first, read from the run history.
 
 It also holds what `sqsjkr status` shares with it: the options, the read-only store, time formats.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import signal
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from sqsjkr.commands.options import (
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.errors import ResourceMissingError, quote
+from sqsjkr.observability.logs import escape, moment
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -90,8 +90,8 @@ def open_store(conf: str, lock_table: str | None, profile: str | None, region: s
 
 
 def local_time(unix_seconds: float) -> str:
-    """A moment in the reader's local time, ISO 8601 to the second."""
-    return datetime.datetime.fromtimestamp(unix_seconds).replace(microsecond=0).isoformat()
+    """A moment in the reader's local time, ISO 8601 to the second, with its UTC offset."""
+    return moment(unix_seconds)
 
 
 def format_span(seconds: float) -> str:
@@ -113,7 +113,9 @@ def format_duration(seconds: float) -> str:
 
 
 def aligned(rows: list[list[str]]) -> list[str]:
-    """Rows of cells as lines, each column as wide as its widest cell."""
+    """Rows of cells as lines, each column as wide as its widest cell; a cell's control characters
+    escaped, so that no id or error that came from a message can forge a row or drive the terminal."""
+    rows = [[escape(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(max(map(len, rows)))]
     return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
 
@@ -158,18 +160,41 @@ def history_row(record: RunRecord) -> list[str]:
     ]
 
 
-def history_lines(records: list[RunRecord], *, output: bool) -> list[str]:
-    """The table of runs; with output, each run's error and output tail indented under it."""
-    lines = aligned([HISTORY_HEADER, *map(history_row, records)])
+def recent_runs(history: DynamoHistory, limit: int, *, failed: bool) -> list[RunRecord]:
+    """The last runs of every event, newest first: the events from the index of summaries, newest
+    last run first, each queried for its own last runs until no event left can have a newer one
+    than those found (no scan of the table)."""
+    summaries = [summary for summary in history.summaries() if summary.last_run is not None]
+    summaries.sort(key=lambda summary: ended_at(summary.last_run), reverse=True)
+    found: list[RunRecord] = []
+    for summary in summaries:
+        if len(found) >= limit and ended_at(summary.last_run) < found[-1].ended_at:
+            break  # this event's runs, and those of every event after it, are all older
+        found += history.runs(summary.event_id, limit, failed=failed)
+        found.sort(key=lambda record: record.ended_at, reverse=True)
+        del found[limit:]
+    return found
+
+
+def ended_at(record: RunRecord | None) -> float:
+    return 0.0 if record is None else record.ended_at
+
+
+def history_lines(records: list[RunRecord], *, output: bool, events: bool = False) -> list[str]:
+    """The table of runs; with output, each run's error and output tail indented under it;
+    with events, each run's event first."""
+    rows = [[*(["EVENT"] if events else []), *HISTORY_HEADER]]
+    rows += [[*([r.event_id] if events else []), *history_row(r)] for r in records]
+    lines = aligned(rows)
     if not output:
         return lines
     shown = lines[:1]
     for line, record in zip(lines[1:], records, strict=True):
         shown.append(line)
         if record.error:
-            shown.append(f"    error: {record.error}")
+            shown.append(f"    error: {escape(record.error)}")
         tail = record.output.splitlines() or ["(no output kept)"]
-        shown += [f"    {text}" for text in tail]
+        shown += [f"    {escape(text)}" for text in tail]
     return shown
 
 
@@ -184,7 +209,7 @@ def record_json(record: RunRecord, *, output: bool) -> dict[str, Any]:
 
 @click.command()
 @store_options
-@click.argument("event_id")
+@click.argument("event_id", required=False)
 @click.option(
     "--limit",
     type=click.IntRange(1, 100),
@@ -192,6 +217,7 @@ def record_json(record: RunRecord, *, output: bool) -> dict[str, Any]:
     show_default=True,
     help="How many runs to show.",
 )
+@click.option("--failed", is_flag=True, help="Only the runs that did not succeed.")
 @click.option("--output", is_flag=True, help="Show each run's output tail under it.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of run records.")
 def history(
@@ -199,19 +225,27 @@ def history(
     lock_table: str | None,
     profile: str | None,
     region: str | None,
-    event_id: str,
+    event_id: str | None,
     limit: int,
+    failed: bool,
     output: bool,
     as_json: bool,
 ) -> None:
-    """Show the last runs of EVENT_ID, newest first (read-only)."""
+    """Show the last runs of EVENT_ID, newest first; without EVENT_ID, the last runs of every
+    event, each with its event (read-only)."""
     store = open_store(conf, lock_table, profile, region)
     with store.reading():
-        records = store.history.runs(event_id, limit)
-    if not records:
-        raise click.ClickException(f"no runs of event {quote(event_id)} in table {store.table!r}")
+        if event_id is None:
+            records = recent_runs(store.history, limit, failed=failed)
+        else:
+            records = store.history.runs(event_id, limit, failed=failed)
+    what = "failed runs" if failed else "runs"
+    if not records and event_id is not None:
+        raise click.ClickException(f"no {what} of event {quote(event_id)} in table {store.table!r}")
     if as_json:
         click.echo(json.dumps([record_json(r, output=output) for r in records], indent=2))
-        return
-    for line in history_lines(records, output=output):
-        click.echo(line)
+    elif not records:
+        click.echo(f"no {what} recorded in table {store.table!r}", err=True)
+    else:
+        for line in history_lines(records, output=output, events=event_id is None):
+            click.echo(line)

@@ -32,7 +32,7 @@ from sqsjkr.commands.history import (
     store_options,
 )
 from sqsjkr.commands.options import load
-from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.run import RunStart
 from sqsjkr.errors import quote
 from sqsjkr.observability.logs import escape
@@ -57,7 +57,11 @@ class Table:
 
 def open_table(conf: str, lock_table: str | None, profile: str | None, region: str | None) -> Table:
     """The [lock] table of the config, with --lock-table, --profile and --region applied."""
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    return table_of(load(conf, Overrides(lock_table=lock_table, profile=profile, region=region)))
+
+
+def table_of(config: Config) -> Table:
+    """The [lock] table of a loaded config."""
     session = make_session(region=config.account.region, profile=config.account.profile)
     return Table(make_client(session, "dynamodb"), config.lock.table)
 

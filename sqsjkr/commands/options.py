@@ -42,6 +42,12 @@ log_level_option = click.option(
     default="info",
     show_default=True,
 )
+log_all_option = click.option(
+    "--log-all",
+    is_flag=True,
+    help="Log other libraries' records at --log-level too (default: their warnings and errors "
+    "only); botocore's stay at warnings, since its debug lines show job environments.",
+)
 profile_option = click.option(
     "--profile", help="AWS credentials profile (overrides [account] profile)."
 )

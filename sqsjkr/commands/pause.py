@@ -17,9 +17,10 @@ from datetime import datetime
 import click
 
 from sqsjkr.backends.pause import ALL_SCOPE, DynamoPauses, Pause
-from sqsjkr.commands.history import format_span, local_time, store_options
-from sqsjkr.commands.locks import open_table
-from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.history import format_duration, format_span, local_time, store_options
+from sqsjkr.commands.locks import open_table, table_of
+from sqsjkr.commands.options import UsageFailure, load
+from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, quote
 from sqsjkr.observability.logs import escape
@@ -149,20 +150,28 @@ def pause(
 ) -> None:
     """Pause EVENT_IDs (or --all) on every daemon of the fleet: their jobs wait on the queue.
 
-    Each daemon sees it within a minute. A paused job's message is not run and not deleted: it
-    stays on the queue, and runs after `sqsjkr resume` or the --until time (life_time still
-    cancels what went stale). A pause of the same events replaces the one before.
+    Each daemon honours it within [kicker] pause_refresh (a minute) of its next messages; jobs
+    already running go on. A paused job's message is not run and not deleted: it stays on the
+    queue, and runs after `sqsjkr resume` or the --until time (life_time still cancels what went
+    stale). A pause of the same events replaces the one before.
     """
     events = scopes(event_ids, all_events)
     now = time.time()
     ends = None if until is None else parse_until(until, now)
-    table = open_table(conf, lock_table, profile, region)
+    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    table = table_of(config)
     store = DynamoPauses(table.client, table.name)
     by = who()
     for event_id in [None] if events is None else events:
         made = Pause(event_id, now, ends, reason, by)
         store.pause(made)
         click.echo(f"paused {pause_text(made, now)}")
+    refresh = format_duration(config.kicker.pause_refresh.seconds)
+    click.echo(
+        f"sqsjkr: daemons honour it within {refresh} ([kicker] pause_refresh) of their next "
+        "messages; jobs already running go on",
+        err=True,
+    )
 
 
 @click.command()

@@ -16,6 +16,7 @@ from sqsjkr.commands.options import (
     conf_option,
     load,
     lock_table_option,
+    log_all_option,
     log_level_option,
     profile_option,
     region_option,
@@ -33,6 +34,7 @@ log = logging.getLogger("sqsjkr.cli")
 @conf_option
 @lock_table_option
 @log_level_option
+@log_all_option
 @profile_option
 @region_option
 @click.option(
@@ -53,6 +55,7 @@ def run(
     conf: str,
     lock_table: str | None,
     log_level: str,
+    log_all: bool,
     profile: str | None,
     region: str | None,
     stats_port: int | None,
@@ -61,7 +64,7 @@ def run(
     log_format: str | None,
 ) -> None:
     """Run the daemon."""
-    setup_logging(log_level.lower(), log_format or "text")
+    setup_logging(log_level.lower(), log_format or "text", log_all=log_all)
     config = load(
         conf,
         Overrides(
@@ -75,7 +78,7 @@ def run(
         ),
     )
     if config.log.format != (log_format or "text"):
-        setup_logging(log_level.lower(), config.log.format)  # as [log] format asks
+        setup_logging(log_level.lower(), config.log.format, log_all=log_all)  # as [log] format asks
     # Before any job can start: jobs copy the daemon's environment, and systemd's variables
     # are not meant for them.
     notifier = SystemdNotifier.from_environment(os.environ, unset=True)
@@ -108,12 +111,15 @@ def run(
 )
 @click.option("--workers", type=click.IntRange(1, 1000), default=4, show_default=True)
 @log_level_option
-def local(demo: bool, port: int, stats_port: int, workers: int, log_level: str) -> None:
+@log_all_option
+def local(
+    demo: bool, port: int, stats_port: int, workers: int, log_level: str, log_all: bool
+) -> None:
     """Run the daemon on an embedded local AWS endpoint (moto), with its queue and table."""
     # Here, not at the top: `sqsjkr run` must not pay for importing local mode.
     from sqsjkr.commands.local import run_local
 
-    setup_logging(log_level.lower())
+    setup_logging(log_level.lower(), log_all=log_all)
     stop, force = StopEvent(), threading.Event()
     restore = install_stop_signals(stop, force)
     try:

@@ -6,6 +6,7 @@ send.py builds and checks the job as for sending it now; this module schedules i
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -20,10 +21,12 @@ from sqsjkr.backends.scheduler import (
     one_time_name,
     queue_target,
 )
+from sqsjkr.commands.history import aligned
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.contract.config import Config
+from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.when import OneTime, one_time_at, one_time_in
+from sqsjkr.observability.logs import shorten_command
 
 
 def check_timing(at_text: str | None, in_text: str | None, zone: str | None, delay: int) -> bool:
@@ -62,6 +65,7 @@ def schedule_job(
     body: str,
     when: OneTime,
     *,
+    conf: str = DEFAULT_CONFIG_PATH,
     group_id: str | None = None,
 ) -> None:
     """Create the one-time schedule of body; prints its name, and when it runs on stderr.
@@ -88,15 +92,26 @@ def schedule_job(
     click.echo(name)
     click.echo(
         f"sqsjkr: the job runs at {when.expression[3:-1]} {when.timezone} "
-        f"({when.instant:%Y-%m-%d %H:%M:%S} UTC); cancel it with: sqsjkr send --cancel {name}",
+        f"({when.instant:%Y-%m-%d %H:%M:%S} UTC); cancel it with: {cancel_command(conf, name)}",
         err=True,
     )
 
 
+def cancel_command(conf: str, name: str) -> str:
+    """The command line that cancels a one-time job, with the config when it is not the default."""
+    config = "" if conf == DEFAULT_CONFIG_PATH else f" -c {shlex.quote(conf)}"
+    return f"sqsjkr send{config} --cancel {shlex.quote(name)}"
+
+
 def manage_scheduled(
-    load_config: Callable[[], Config], *, listing: bool, cancel: str | None, other_options: bool
+    load_config: Callable[[], Config],
+    *,
+    listing: bool,
+    cancel: str | None,
+    other_options: bool,
+    conf: str = DEFAULT_CONFIG_PATH,
 ) -> None:
-    """--cancel NAME, or --list-scheduled: one line per job still to run, soonest first."""
+    """--cancel NAME, or --list-scheduled: a table of the jobs still to run, soonest first."""
     if other_options or (listing and cancel is not None):
         raise UsageFailure("--list-scheduled and --cancel NAME take no other job option")
     config = load_config()
@@ -110,8 +125,23 @@ def manage_scheduled(
             raise UsageFailure(f"--cancel: {exc}") from exc
         click.echo(f"cancelled {cancel}")
         return
-    for job in list_one_time(client, group):
-        columns = [job.name, f"{job.when} {job.timezone}", job.event_id or "-", job.command or "-"]
-        if job.state != "ENABLED":
-            columns.insert(2, job.state)
-        click.echo("  ".join(columns))
+    jobs = list_one_time(client, group)
+    if not jobs:
+        click.echo(f"sqsjkr: no one-time jobs to run in schedule group {group!r}", err=True)
+        return
+    # A STATE column only when a job is not ENABLED (disabled by hand in the console).
+    states = any(job.state != "ENABLED" for job in jobs)
+    rows = [["NAME", "RUNS AT", *(["STATE"] if states else []), "EVENT", "COMMAND"]]
+    for job in jobs:
+        rows.append(
+            [
+                job.name,
+                f"{job.when} {job.timezone}",
+                *([job.state] if states else []),
+                job.event_id or "-",
+                shorten_command(job.command or "-"),
+            ]
+        )
+    for line in aligned(rows):
+        click.echo(line)
+    click.echo(f"sqsjkr: cancel one with: {cancel_command(conf, 'NAME')}", err=True)

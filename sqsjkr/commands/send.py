@@ -55,7 +55,9 @@ def duration_option(text: str | None) -> int | str | None:
     """A --life-time or --timeout as the message carries it: int seconds or Go syntax."""
     if text is None:
         return None
-    return int(text) if text.isdigit() else text
+    # Past 20 digits it is out of range either way, and int() refuses past 4300: left as text,
+    # the parser's error names the option.
+    return int(text) if text.isdigit() and len(text) <= 20 else text
 
 
 def read_body(value: str) -> str | bytes:
@@ -126,8 +128,9 @@ _FIELD_OPTIONS = {
     "http.timeout": "--http-timeout",
     "http.success_status": "--success-status",
 }
-#: How contract.fields.field_error starts its message: the field's name, JSON-quoted.
-_FIELD_ERROR = re.compile(r'field ("(?:[^"\\]|\\.)*"): ')
+#: How contract.fields.field_error starts its message: the field's name, JSON-quoted (and cut,
+#: when long, to a prefix that still names its option).
+_FIELD_ERROR = re.compile(r'field ("(?:[^"\\]|\\.)*")(?:\.\.\. \(\d+ more characters\))?: ')
 #: The options whose parameter name is not the option's own.
 _OPTION_NAMES = {
     "envs": "--env",
@@ -396,6 +399,7 @@ def send(
             listing=list_scheduled,
             cancel=cancel,
             other_options=bool(others),
+            conf=conf,
         )
         return
     later = check_timing(at_time, in_time, zone, delay)
@@ -424,7 +428,7 @@ def send(
     fifo = queue.fifo_parameters(body, group_id, dedupe_id, delay=delay, later=later)
     if when is not None:
         group = None if fifo is None else fifo["MessageGroupId"]
-        schedule_job(config, session, sqs, queue_url, body, when, group_id=group)
+        schedule_job(config, session, sqs, queue_url, body, when, conf=conf, group_id=group)
         return
     request: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": body}
     if fifo is None:

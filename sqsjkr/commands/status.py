@@ -17,13 +17,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import click
-from botocore.exceptions import BotoCoreError, ClientError
 
-from sqsjkr.backends.aws import describe
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import DynamoPauses, Pause, paused
 from sqsjkr.commands.daemons import live
+from sqsjkr.commands.failures import aws_failure
 from sqsjkr.commands.history import (
     Store,
     aligned,
@@ -39,6 +38,7 @@ from sqsjkr.commands.pause import pause_text
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
 from sqsjkr.errors import DurationError, SqsjkrError, quote
+from sqsjkr.observability.logs import escape
 
 #: How many of an event's last runs its usual interval is learned from.
 LEARN_FROM_RUNS = 20
@@ -215,7 +215,7 @@ def check_line(findings: Sequence[Finding], events: int) -> tuple[Level, str]:
     bad = sorted((f for f in findings if f.level > Level.OK), key=lambda f: -f.level)
     if not bad:
         return Level.OK, f"SQSJKR OK - {events} event{'' if events == 1 else 's'}"
-    items = "; ".join(f"{f.event_id}: {', '.join(f.reasons)}" for f in bad)
+    items = "; ".join(f"{escape(f.event_id)}: {', '.join(f.reasons)}" for f in bad)
     return bad[0].level, f"SQSJKR {bad[0].level.name} - {items}"
 
 
@@ -376,8 +376,11 @@ def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Le
                 findings.append(daemons_finding(members, policy.min_daemons, now))
     except UsageFailure as exc:
         return unknown(exc.format_message())
-    except (BotoCoreError, ClientError, SqsjkrError) as exc:
-        return unknown(describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else str(exc))
+    except Exception as exc:
+        message = str(exc) if isinstance(exc, SqsjkrError) else aws_failure(exc)
+        if message is None:
+            raise
+        return unknown(message)
     level, line = check_line(findings, events)
     click.echo(line)
     return level

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from sqsjkr.contract.limits import MAX_SHOWN
 from sqsjkr.errors import DurationError, quote
 
 _NANOSECOND = 1
@@ -109,14 +110,14 @@ def parse_duration(text: str, *, days: bool = False) -> Duration:
         assert number is not None  # the pattern also matches the empty string
         whole, fraction = number.group(1), number.group(2) or ""
         if not whole and not fraction:
-            raise _invalid(text, f"expected a number at {quote(rest[pos:])}")
+            raise _invalid(text, f"expected a number at {quote(rest[pos:], MAX_SHOWN)}")
         unit_match = _UNIT.match(rest, number.end())
         assert unit_match is not None
         unit = unit_match.group()
         if not unit:
-            raise _invalid(text, f"missing unit after {quote(number.group())} {hint}")
+            raise _invalid(text, f"missing unit after {quote(number.group(), MAX_SHOWN)} {hint}")
         if unit not in units:
-            raise _invalid(text, f"unknown unit {quote(unit)} {hint}")
+            raise _invalid(text, f"unknown unit {quote(unit, MAX_SHOWN)} {hint}")
         total += _part_ns(text, whole, fraction, units[unit])
         if total > 1 << 63:
             raise _invalid(text, _RANGE_HINT)
@@ -197,4 +198,4 @@ def _decimal(value: int, unit: int) -> str:
 
 
 def _invalid(text: str, why: str) -> DurationError:
-    return DurationError(f"invalid duration {quote(text)}: {why}")
+    return DurationError(f"invalid duration {quote(text, MAX_SHOWN)}: {why}")

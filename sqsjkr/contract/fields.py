@@ -9,7 +9,8 @@ import json
 from collections.abc import Mapping
 
 from sqsjkr.contract.duration import Duration, duration_value
-from sqsjkr.errors import DurationError, InvalidJobError, quote
+from sqsjkr.contract.limits import MAX_KEY_BYTES, MAX_SHOWN
+from sqsjkr.errors import DurationError, InvalidJobError, quote, shorten
 
 
 def load_object(body: str | bytes) -> dict[str, object]:
@@ -81,7 +82,8 @@ def integer(fields: Mapping[str, object], name: str, default: int, low: int, hig
     if isinstance(value, bool) or not isinstance(value, int):
         raise field_error(name, f"must be an integer, got {json_type(value)}")
     if not low <= value <= high:
-        raise field_error(name, f"must be between {low} and {high}, got {value}")
+        got = shorten(str(value), MAX_SHOWN)
+        raise field_error(name, f"must be between {low} and {high}, got {got}")
     return value
 
 
@@ -103,6 +105,19 @@ def reject_nul(name: str, value: str) -> None:
         raise field_error(name, "must not contain a NUL character")
 
 
+def key_text(fields: Mapping[str, object], name: str) -> str:
+    """A text field that becomes a DynamoDB key and reaches the job's environment ("" when
+    absent): refused here if too long or holding a NUL, rather than failing at every delivery."""
+    value = optional_text(fields, name)
+    size = len(value.encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        raise field_error(
+            name, f"must be at most {MAX_KEY_BYTES} bytes, got {size} (DynamoDB's limit on a key)"
+        )
+    reject_nul(name, value)
+    return value
+
+
 def json_type(value: object) -> str:
     if value is None:
         return "null"
@@ -118,4 +133,5 @@ def json_type(value: object) -> str:
 
 
 def field_error(name: str, reason: str) -> InvalidJobError:
-    return InvalidJobError(f"field {quote(name)}: {reason}")
+    # A name may come from the message too (an env variable's, a header's).
+    return InvalidJobError(f"field {quote(name, MAX_SHOWN)}: {reason}")

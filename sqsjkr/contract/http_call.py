@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 
 from sqsjkr.contract.duration import Duration
 from sqsjkr.contract.fields import duration_field, field_error, json_type, reject_nul, text
+from sqsjkr.contract.limits import MAX_SHOWN
+from sqsjkr.errors import quote
 
 #: The HTTP methods a job may use.
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
@@ -30,6 +32,10 @@ class HttpCall:
     timeout: Duration | None = None  # None: the job's timeout, else [kicker] job_timeout
     success_status: tuple[int, ...] | None = None
 
+    @property
+    def origin(self) -> str:
+        return origin(self.url)
+
     def succeeded(self, status: int) -> bool:
         if self.success_status is not None:
             return status in self.success_status
@@ -41,17 +47,24 @@ def parse_http(value: object, allow: Sequence[str] | None) -> HttpCall:
     if not isinstance(value, dict):
         raise field_error("http", f"must be an object, got {json_type(value)}")
     url = text("http.url", value.get("url", ""))
+    # Errors name the URL by its origin at most: its path or query may hold a token.
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise field_error("http.url", f"must be an http:// or https:// URL, got {url!r}")
+    if parts.scheme not in ("http", "https"):
+        got = quote(parts.scheme, MAX_SHOWN) if parts.scheme else "no scheme"
+        raise field_error("http.url", f"must be an http:// or https:// URL, got {got}")
+    if not parts.hostname:
+        raise field_error("http.url", "must be an http:// or https:// URL with a host")
     if allow is not None and not allowed(url, allow):
         raise field_error(
             "http.url",
-            f"{url!r} is under no [http] allow prefix of this daemon ({', '.join(allow)})",
+            f"a URL of {quote(origin(url), MAX_SHOWN)} (path not shown) is under no [http] "
+            f"allow prefix of this daemon ({', '.join(allow)})",
         )
     method = text("http.method", value.get("method", "POST")).upper()
     if method not in METHODS:
-        raise field_error("http.method", f"must be one of {', '.join(METHODS)}, got {method!r}")
+        raise field_error(
+            "http.method", f"must be one of {', '.join(METHODS)}, got {quote(method, MAX_SHOWN)}"
+        )
     body = value.get("body")
     if body is not None:
         body = text("http.body", body)
@@ -63,6 +76,13 @@ def parse_http(value: object, allow: Sequence[str] | None) -> HttpCall:
         timeout=duration_field(value, "timeout", path="http.timeout"),
         success_status=_statuses(value.get("success_status")),
     )
+
+
+def origin(url: str) -> str:
+    """scheme://host[:port] of url, without any user info: how an HTTP job is named wherever it
+    leaves the daemon (logs, run records, reports), since its path or query may hold a token."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
 
 
 def allowed(url: str, allow: Sequence[str]) -> bool:
@@ -107,5 +127,6 @@ def _statuses(value: object) -> tuple[int, ...] | None:
         raise field_error("http.success_status", "must be a non-empty array of status codes")
     for status in value:
         if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
-            raise field_error("http.success_status", f"must hold codes 100-599, got {status!r}")
+            got = status if type(status) is int else json_type(status)  # not a huge string
+            raise field_error("http.success_status", f"must hold codes 100-599, got {got}")
     return tuple(value)

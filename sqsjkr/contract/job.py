@@ -18,15 +18,12 @@ from sqsjkr.contract.fields import (
     flag,
     integer,
     json_type,
+    key_text,
     load_object,
-    optional_text,
     reject_nul,
     text,
 )
 from sqsjkr.contract.http_call import HttpCall, parse_http
-
-#: DynamoDB's limit on a partition key, which a lock_id becomes.
-MAX_LOCK_ID_BYTES = 2048
 
 # The Go README documents "env" and the Go code reads "envs": merging in this order lets "envs" win.
 _ENV_FIELDS = ("env", "envs")
@@ -96,9 +93,10 @@ class Job:
 
     @property
     def what(self) -> str:
-        """What the job runs, for logs and records: its command, or its HTTP call."""
+        """What the job runs, for logs, records and reports: its command, or its HTTP call's
+        method and origin (never its path or query, which may hold a token)."""
         if self.http is not None:
-            return f"{self.http.method} {self.http.url}"
+            return f"{self.http.method} {self.http.origin}"
         return self.command
 
 
@@ -120,9 +118,9 @@ def parse_job(
         message_id=message_id,
         command=command,
         http=http,
-        event_id=optional_text(fields, "event_id"),
+        event_id=key_text(fields, "event_id"),
         envs=_envs(fields),
-        lock_id=_key_field(fields, "lock_id"),
+        lock_id=key_text(fields, "lock_id"),
         life_time=duration_field(fields, "life_time"),
         timeout=duration_field(fields, "timeout"),
         abort_if_locked=flag(fields, "abort_if_locked"),
@@ -153,7 +151,7 @@ def _retry_delay(fields: Mapping[str, object]) -> Duration:
 
 
 def _concurrency(fields: Mapping[str, object]) -> tuple[str | None, int]:
-    key = _key_field(fields, "concurrency_key")
+    key = key_text(fields, "concurrency_key")
     if not key and fields.get("concurrency_limit") is not None:
         raise field_error("concurrency_limit", 'needs a "concurrency_key"')
     limit = integer(fields, "concurrency_limit", 1, 1, MAX_CONCURRENCY_LIMIT)
@@ -255,15 +253,6 @@ def _command(value: object) -> str:
         raise field_error("command", "must not be empty")
     reject_nul("command", command)
     return command
-
-
-def _key_field(fields: Mapping[str, object], name: str) -> str:
-    value = optional_text(fields, name)
-    # It becomes a DynamoDB partition key: refused here, rather than failing at every delivery.
-    size = len(value.encode("utf-8"))
-    if size > MAX_LOCK_ID_BYTES:
-        raise field_error(name, f"must be at most {MAX_LOCK_ID_BYTES} bytes, got {size}")
-    return value
 
 
 def _envs(fields: Mapping[str, object]) -> dict[str, str]:

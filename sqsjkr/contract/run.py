@@ -9,6 +9,7 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import quote
 
 
 class RunOutcome(enum.Enum):
@@ -61,13 +62,25 @@ class RunContext:
         }
 
     def headers(self) -> dict[str, str]:
+        # A header carries visible ASCII only: an event_id of "日本" or with a line break could
+        # not be sent at all, and the call would fail to start at every run.
         return {
-            "X-Sqsjkr-Event-Id": self.event_id,
-            "X-Sqsjkr-Message-Id": self.message_id,
+            "X-Sqsjkr-Event-Id": header_text(self.event_id),
+            "X-Sqsjkr-Message-Id": header_text(self.message_id),
             "X-Sqsjkr-Scheduled-At": self.scheduled,
             "X-Sqsjkr-Attempt": str(self.attempt),
-            "X-Sqsjkr-Host": self.host,
+            "X-Sqsjkr-Host": header_text(self.host),
         }
+
+
+#: What a header value carries as it is: visible ASCII but "%", which marks the encoded rest.
+_HEADER_SAFE = "".join(chr(code) for code in range(0x21, 0x7F) if chr(code) != "%")
+
+
+def header_text(value: str) -> str:
+    """value as an HTTP header carries it: visible ASCII as it is, anything else (spaces, "%",
+    other characters as UTF-8) percent-encoded, so that unquoting it gives value back."""
+    return quote(value, safe=_HEADER_SAFE)
 
 
 @dataclass(frozen=True)

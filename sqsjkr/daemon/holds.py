@@ -24,7 +24,7 @@ from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.leases import LeaseKeeper
 from sqsjkr.daemon.runs import DELETE, GIVE_BACK, LEAVE, Ending, RunProgress
 from sqsjkr.errors import quote
-from sqsjkr.observability.logs import JobLog
+from sqsjkr.observability.logs import JobLog, Moment
 from sqsjkr.observability.stats import Outcome
 
 log = logging.getLogger("sqsjkr.worker")
@@ -154,7 +154,7 @@ class Holds:
         if isinstance(taken, Held):
             return taken
         setattr(entry, hold.field, taken)
-        jlog.debug("took %s (lease until %.3f)", hold.what, taken.until)
+        jlog.debug("took %s (lease until %s)", hold.what, Moment(taken.until, "milliseconds"))
         if self._keeper.fresh(taken, hold.renew, hold.what, jlog):
             return None
         setattr(entry, hold.field, None)  # lost to another holder while we took it: wait

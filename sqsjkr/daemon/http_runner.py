@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -29,7 +28,7 @@ from urllib3.exceptions import (
 from urllib3.exceptions import TimeoutError as HttpTimeout
 
 from sqsjkr import __version__
-from sqsjkr.contract.http_call import HttpCall
+from sqsjkr.contract.http_call import HttpCall, origin
 from sqsjkr.contract.job import Job
 from sqsjkr.contract.run import RunContext
 from sqsjkr.daemon.output import Lines, Output, Tail
@@ -146,12 +145,6 @@ def merged_headers(call: HttpCall, context: RunContext | None) -> dict[str, str]
         merged = {k: v for k, v in merged.items() if k.lower() not in names}
         merged.update(layer)
     return merged
-
-
-def origin(url: str) -> str:
-    """scheme://host[:port] of url: what the log names, since a path or query may hold a token."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
 
 
 def _reason(reason: StopReason | None) -> str:

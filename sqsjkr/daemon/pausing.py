@@ -16,6 +16,7 @@ from sqsjkr.backends.pause import Pause, PauseStore, paused
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
 from sqsjkr.errors import quote
+from sqsjkr.observability.logs import moment
 
 log = logging.getLogger("sqsjkr.pause")
 
@@ -49,6 +50,8 @@ class Pausing:
         self._lock = threading.Lock()
         #: message id -> (a message hidden while its event is paused, that event)
         self._held: dict[str, tuple[Message, str]] = {}
+        #: While a pause of all stops the receiving: that pause, as the log names it.
+        self._not_receiving: str | None = None
 
     def hold_back(self, received: Sequence[tuple[Message, str]]) -> set[str]:
         """Of (message, event_id) pairs just received, hide those of paused events until their
@@ -80,7 +83,15 @@ class Pausing:
 
     def paused_all(self) -> Pause | None:
         """While the last copy says all events are paused: that pause, read again once the copy
-        is old (the receive loop then waits instead of receiving). None otherwise, without a read."""
+        is old (the receive loop then waits instead of receiving). None otherwise, without a read;
+        the first None after a pause of all says so in the log."""
+        pause = self._pause_of_all()
+        if pause is None and self._not_receiving is not None:
+            log.info("receiving again: the pause of all events is over (%s)", self._not_receiving)
+        self._not_receiving = None if pause is None else describe_pause(pause)
+        return pause
+
+    def _pause_of_all(self) -> Pause | None:
         now = self._clock()
         if not any(p.event_id is None and p.in_effect(now) for p in self._pauses):
             return None
@@ -146,6 +157,6 @@ class Pausing:
 
 def describe_pause(pause: Pause) -> str:
     what = "all events paused" if pause.event_id is None else "its event is paused"
-    until = "until resumed" if pause.until is None else f"until {time.ctime(pause.until)}"
+    until = "until resumed" if pause.until is None else f"until {moment(pause.until)}"
     reason = f" ({pause.reason})" if pause.reason else ""
     return f"{what} {until} by {pause.by}{reason}"

@@ -38,7 +38,7 @@ from sqsjkr.daemon.runs import (
     Settle,
 )
 from sqsjkr.errors import HostFault
-from sqsjkr.observability.logs import JobLog, shorten_command
+from sqsjkr.observability.logs import JobLog, Moment, shorten_command
 from sqsjkr.observability.stats import Outcome
 
 log = logging.getLogger("sqsjkr.worker")
@@ -154,7 +154,9 @@ class Worker:
             jlog.info("waits for its retry: message hidden for %ds", hide)
             return Ending(Settle(visible_in=hide))
         assert claim.lease is not None
-        jlog.debug("claimed its message (lease until %.3f)", claim.lease.until)
+        jlog.debug(
+            "claimed its message (lease until %s)", Moment(claim.lease.until, "milliseconds")
+        )
         entry.claim = claim.lease
         entry.lock = claim.lock  # taken by the claim's own write, when the store could
         progress.claimed(claim.lease.owner, claim.attempt)

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import sys
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import IO, Any
 
 from sqsjkr.contract.job import Job
+from sqsjkr.errors import shorten
 
 LOG_LEVELS = {
     "error": logging.ERROR,
@@ -39,11 +42,32 @@ def escape(text: str) -> str:
     return _UNSAFE.sub(lambda m: _NAMED.get(m[0]) or f"\\x{ord(m[0]):02x}", text)
 
 
+def moment(unix_seconds: float, timespec: str = "seconds") -> str:
+    """A moment as operators read it: ISO 8601 in this host's zone, with its UTC offset
+    (2026-11-25T14:03:07+00:00), so that a reader elsewhere knows which moment it is. A lease
+    that never ends (the "none" backends') is "never"."""
+    if unix_seconds == math.inf:
+        return "never"
+    try:
+        return datetime.fromtimestamp(unix_seconds).astimezone().isoformat(timespec=timespec)
+    except (OverflowError, OSError, ValueError):  # beyond the platform's dates
+        return f"{unix_seconds:g} (unix seconds)"
+
+
+@dataclass(frozen=True)
+class Moment:
+    """moment() for a log call's arguments: made into text only if the line is logged."""
+
+    unix_seconds: float
+    timespec: str = "seconds"
+
+    def __str__(self) -> str:
+        return moment(self.unix_seconds, self.timespec)
+
+
 def shorten_command(command: str, limit: int = MAX_LOGGED_COMMAND) -> str:
     """A command as logs show it: at most limit characters, the cut said."""
-    if len(command) <= limit:
-        return command
-    return f"{command[:limit]}... ({len(command) - limit} more characters)"
+    return shorten(command, limit)
 
 
 def job_label(job: Job) -> str:
@@ -157,8 +181,24 @@ def logs_to_journald(stream: IO[str], environ: Mapping[str, str] = os.environ) -
     return expected == f"{st.st_dev}:{st.st_ino}"
 
 
-def setup_logging(level: str, log_format: str = "text", stream: IO[str] | None = None) -> None:
-    """Log at level to stream (stderr) as text or JSON lines; under journald, with priorities."""
+#: Libraries that stay at WARNING even with --log-all: botocore's debug output prints request
+#: bodies, and with them job environments.
+SECRET_KEEPERS = ("botocore", "boto3")
+#: Libraries that set their own logger's level (werkzeug, the embedded moto server's, logs every
+#: request at INFO): theirs is set outright.
+LEVEL_SETTERS = ("werkzeug", "urllib3", "moto")
+
+
+def setup_logging(
+    level: str,
+    log_format: str = "text",
+    stream: IO[str] | None = None,
+    *,
+    log_all: bool = False,
+) -> None:
+    """Log sqsjkr's own records at level to stream (stderr) as text or JSON lines; under
+    journald, with priorities. Other libraries log at WARNING and above unless log_all (in local
+    mode, moto's debug lines would otherwise be most of the log)."""
     stream = stream or sys.stderr
     handler = logging.StreamHandler(stream)
     journald = logs_to_journald(stream)
@@ -170,8 +210,11 @@ def setup_logging(level: str, log_format: str = "text", stream: IO[str] | None =
     else:
         formatter = SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler.setFormatter(formatter)
-    logging.basicConfig(level=LOG_LEVELS[level], handlers=[handler], force=True)
-    # botocore's debug output prints request bodies, and with them job environments; the
-    # embedded moto server logs every request.
-    for noisy in ("botocore", "boto3", "urllib3", "werkzeug"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    ours = LOG_LEVELS[level]
+    others = ours if log_all else max(ours, logging.WARNING)
+    logging.basicConfig(level=others, handlers=[handler], force=True)
+    logging.getLogger("sqsjkr").setLevel(ours)
+    for name in SECRET_KEEPERS:
+        logging.getLogger(name).setLevel(max(ours, logging.WARNING))
+    for name in LEVEL_SETTERS:
+        logging.getLogger(name).setLevel(others)

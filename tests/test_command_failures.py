@@ -1,0 +1,131 @@
+"""Every command against an endpoint that answers garbage or drops the connection: one line, an exit
+code, no traceback, and nothing reported as done.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import struct
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import sqsjkr_argv
+
+#: What the endpoint answers, by mode: a body no protocol can read, a page with lines of its own.
+GARBAGE = b"<<garbage\n\x1b[31m{not json"
+ERROR_PAGE = b"<html>\n<body>\nInternal error\n</body>\n</html>\n"
+
+#: Every command that calls AWS, with the arguments it needs to make a call.
+COMMANDS = [
+    ["status"],
+    ["history", "nightly"],
+    ["locks"],
+    ["unlock", "L"],
+    ["pause", "--all"],
+    ["resume", "--all"],
+    ["dlq", "list"],
+    ["dlq", "show", "m-1"],
+    ["dlq", "redrive", "m-1"],
+    ["dlq", "delete", "m-1"],
+    ["dlq", "purge", "--yes"],
+    ["send", "--command", "true"],
+    ["send", "--command", "true", "--in", "1h"],
+    ["send", "--list-scheduled"],
+    ["send", "--cancel", "at.nightly.20300101T000000"],
+]
+
+
+class Endpoint(http.server.BaseHTTPRequestHandler):
+    """Answers every request as the server's mode says."""
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        mode = self.server.mode  # type: ignore[attr-defined]
+        if mode == "reset":
+            # An RST instead of an answer: linger on, with no time to linger.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self.connection.close()
+            return
+        status, body = (200, GARBAGE) if mode == "garbage" else (500, ERROR_PAGE)
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(params=["garbage", "error-page", "reset"])
+def broken_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    server.mode = request.param  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def conf(tmp_path: Path) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        '[account]\nid = "123456789012"\nregion = "us-east-1"\n'
+        '[sqs]\nqueue_name = "jobs"\n[lock]\ntable = "sqsjkr"\n'
+        '[schedule]\nrole_arn = "arn:aws:iam::123456789012:role/scheduler"\n'
+    )
+    return path
+
+
+def run_against(endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_DYNAMODB"):
+        env.pop(name, None)
+    return subprocess.run(
+        sqsjkr_argv(*args), capture_output=True, text=True, timeout=120, env=env, stdin=None
+    )
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_every_command_fails_in_one_line_against_a_broken_endpoint(
+    broken_endpoint: str, conf: Path, args: list[str]
+) -> None:
+    result = run_against(broken_endpoint, *args, "-c", str(conf))
+    assert "Traceback" not in result.stderr
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert result.stdout == ""  # nothing reported as listed, paused or sent
+    [line] = result.stderr.splitlines()
+    assert line.startswith("sqsjkr: error: ")
+    assert "\x1b" not in line
+
+
+def test_the_check_plugin_is_unknown_against_a_broken_endpoint(
+    broken_endpoint: str, conf: Path
+) -> None:
+    result = run_against(broken_endpoint, "status", "--check", "-c", str(conf))
+    assert "Traceback" not in result.stderr
+    assert result.returncode == 3
+    [line] = result.stdout.splitlines()
+    assert line.startswith("SQSJKR UNKNOWN - ")
+
+
+def test_the_preflight_check_reports_a_broken_endpoint(broken_endpoint: str, conf: Path) -> None:
+    result = run_against(broken_endpoint, "check", "-c", str(conf))
+    assert "Traceback" not in result.stderr
+    assert result.returncode != 0
+    assert "\x1b" not in result.stdout + result.stderr
