@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import time
 from pathlib import Path
@@ -146,6 +147,8 @@ def test_a_daemon_is_seen_with_its_counts_then_stopped_by_sigterm(
         "STATS",
     ]  # fmt: skip
     assert f" {daemon.proc.pid} " in out and " running " in out and f"{aws.queue_name} (4)" in out
+    # Up since and last seen, in the reader's zone with its UTC offset.
+    assert len(re.findall(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", out)) == 2
 
     assert daemon.stop(signal.SIGTERM) == 0
     (stopped,) = listed(capsys, conf)

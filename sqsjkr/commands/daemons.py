@@ -18,7 +18,6 @@ from sqsjkr.backends.members import DynamoRoster, Member, State
 from sqsjkr.commands.history import aligned, format_span, local_time, reading_table, store_options
 from sqsjkr.commands.options import load
 from sqsjkr.contract.config import Overrides
-from sqsjkr.observability.logs import escape
 
 HEADER = [
     "HOST",
@@ -50,10 +49,10 @@ def queues_text(member: Member) -> str:
 
 
 def daemon_row(member: Member, now: float) -> list[str]:
-    """One line of the table; what came from the table is escaped (a host name with a newline
-    must not forge a line)."""
+    """One line of the table (aligned() escapes its cells: a host name with a newline must not
+    forge a line)."""
     state = member.state(now)
-    row = [
+    return [
         member.host,
         str(member.pid),
         member.version,
@@ -64,7 +63,6 @@ def daemon_row(member: Member, now: float) -> list[str]:
         queues_text(member),
         member.stats,
     ]
-    return [escape(cell) for cell in row]
 
 
 def daemon_json(member: Member, now: float) -> dict[str, Any]:
