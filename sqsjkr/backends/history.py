@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from sqsjkr.backends.aws import error_code, failed_condition, lease_time, retry_conflicts
 from sqsjkr.backends.dedupe import DynamoDedupe
 from sqsjkr.backends.groups import DynamoGroups
+from sqsjkr.backends.index import items_of_type
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import DynamoLocker
 from sqsjkr.backends.transactions import Transactions
@@ -28,8 +29,6 @@ from sqsjkr.errors import ResourceMissingError
 SUMMARY_TYPE = "summary"
 #: Run items have the Type "run#<ended_at in ms, 13 digits>#<message id>": newest last.
 RUN_TYPE_PREFIX = "run#"
-#: The index the Go daemon's table has (hash Type, range Expired).
-TYPE_INDEX = "TypeExpiredIndex"
 #: A summary stays this long after its event last ran, so that a yearly job stays listed; a
 #: job sent without an event_id (one run, no next) is kept only as long as its run's record.
 SUMMARY_KEEP_SECONDS = 400 * 86400
@@ -333,31 +332,8 @@ class DynamoHistory:
         return records
 
     def summaries(self) -> list[EventSummary]:
-        keys = [_key(key["Id"]["S"], SUMMARY_TYPE) for key in self._summary_keys()]
-        items: list[dict[str, Any]] = []
-        for i in range(0, len(keys), 100):  # BatchGetItem reads at most 100 items a call
-            pending: dict[str, Any] = {self._table: {"Keys": keys[i : i + 100]}}
-            while pending:
-                response = self._client.batch_get_item(RequestItems=pending)
-                items += response["Responses"].get(self._table, [])
-                pending = response.get("UnprocessedKeys") or {}
+        items = items_of_type(self._client, self._table, SUMMARY_TYPE)
         return sorted((_summary(item) for item in items), key=lambda s: s.event_id)
-
-    def _summary_keys(self) -> Iterator[dict[str, Any]]:
-        """The keys of every summary item, from the index by Type: no scan of the table."""
-        request: dict[str, Any] = {
-            "TableName": self._table,
-            "IndexName": TYPE_INDEX,
-            "KeyConditionExpression": "#type = :summary",
-            "ExpressionAttributeNames": {"#type": "Type"},
-            "ExpressionAttributeValues": {":summary": {"S": SUMMARY_TYPE}},
-        }
-        while True:
-            response = self._client.query(**request)
-            yield from response["Items"]
-            if "LastEvaluatedKey" not in response:
-                return
-            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
 def running_update(start: RunStart) -> dict[str, Any]:

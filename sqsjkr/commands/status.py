@@ -19,7 +19,9 @@ from typing import Any
 import click
 
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
+from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import DynamoPauses, Pause, paused
+from sqsjkr.commands.daemons import live
 from sqsjkr.commands.failures import aws_failure
 from sqsjkr.commands.history import (
     Store,
@@ -77,6 +79,8 @@ class CheckPolicy:
     #: Judge jobs sent without an event_id too: each is an event of one run, with no next run
     #: to mend a failure, so by default they are left to `status` and the reporters.
     include_one_off: bool = False
+    #: --min-daemons: fewer daemons running than this is critical.
+    min_daemons: int | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,15 @@ def judge_all(
 def judged_events(summaries: Sequence[EventSummary], policy: CheckPolicy) -> list[EventSummary]:
     """The events the check judges: one-off jobs only with --include-one-off."""
     return [s for s in summaries if policy.include_one_off or not s.one_off]
+
+
+def daemons_finding(members: Sequence[Member], minimum: int, now: float) -> Finding:
+    """--min-daemons: critical when fewer daemons than minimum are running."""
+    count = len(live(members, now))
+    if count >= minimum:
+        return Finding("daemons", Level.OK)
+    reason = f"{count} running, fewer than --min-daemons {minimum}"
+    return Finding("daemons", Level.CRITICAL, (reason,))
 
 
 def check_line(findings: Sequence[Finding], events: int) -> tuple[Level, str]:
@@ -358,6 +371,9 @@ def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Le
                 now,
                 DynamoPauses(store.client, store.table).pauses(),
             )
+            if policy.min_daemons is not None:
+                members = DynamoRoster(store.client, store.table).members()
+                findings.append(daemons_finding(members, policy.min_daemons, now))
     except UsageFailure as exc:
         return unknown(exc.format_message())
     except Exception as exc:
@@ -409,6 +425,11 @@ def unknown(message: str) -> Level:
     help="With --check: judge jobs sent without an event_id too (left out by default).",
 )
 @click.option(
+    "--min-daemons",
+    type=click.IntRange(min=1),
+    help="With --check: fewer daemons running than this is critical (see `sqsjkr daemons`).",
+)
+@click.option(
     "--forget",
     "forgotten",
     multiple=True,
@@ -426,6 +447,7 @@ def status(
     max_failures: int | None,
     max_ages: tuple[str, ...],
     include_one_off: bool,
+    min_daemons: int | None,
     forgotten: tuple[str, ...],
 ) -> int:
     """Show each event's last run, last success, failures in a row and runs in progress.
@@ -439,11 +461,13 @@ def status(
         raise UsageFailure(
             "--max-failures, --max-age and --include-one-off only apply with --check"
         )
+    if not check and min_daemons is not None:
+        raise UsageFailure("--min-daemons only applies with --check")
     if forgotten and (check or as_json):
         raise UsageFailure("--forget changes the history: give it without --check and --json")
     if check and as_json:
         raise UsageFailure("--check prints one line; give --check or --json, not both")
-    policy = CheckPolicy(max_failures or 1, parse_max_ages(max_ages), include_one_off)
+    policy = CheckPolicy(max_failures or 1, parse_max_ages(max_ages), include_one_off, min_daemons)
     if forgotten:
         return forget(open_store(conf, lock_table, profile, region), forgotten)
     if check:

@@ -91,6 +91,8 @@ class KickerConfig:
     kill_grace: Duration = Duration.of_seconds(10)  # between SIGTERM and SIGKILL
     #: How old the daemon's copy of the fleet's pauses may get before it reads them again.
     pause_refresh: Duration = Duration.of_seconds(60)
+    #: How often the daemon refreshes its item, which `sqsjkr daemons` lists.
+    member_refresh: Duration = Duration.of_seconds(60)
     #: [sqs]'s queue: messages received beyond the free workers (see QueueConfig.prefetch).
     prefetch: int = 0
 
@@ -575,6 +577,12 @@ def _kicker_config(kicker: _Table) -> KickerConfig:
             low=Duration.of_seconds(1),
             high=KickerConfig.pause_refresh,
         ),
+        member_refresh=kicker.duration(
+            "member_refresh",
+            KickerConfig.member_refresh,
+            low=Duration.of_seconds(1),
+            high=_MAX_MEMBER_REFRESH,
+        ),
         prefetch=kicker.integer("prefetch", 0, 0, _MAX_PREFETCH),
     )
 
@@ -587,6 +595,9 @@ def _lock_config(lock: _Table) -> LockConfig:
         lease=lock.duration("lease", LockConfig.lease, low=_MIN_LEASE, high=_MAX_LEASE),
     )
 
+
+#: The longest [kicker] member_refresh: a daemon is shown lost after three of them.
+_MAX_MEMBER_REFRESH = Duration.of_seconds(3600)
 
 #: Messages a queue may take beyond its free workers ([kicker] prefetch, [[queues]] prefetch).
 _MAX_PREFETCH = 100

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from sqsjkr.backends.groups import DynamoGroups, Groups, NoGroups
 from sqsjkr.backends.history import DynamoHistory, History, NoHistory, running_update
 from sqsjkr.backends.lease import MIN_SAFE_LEASE_SECONDS, lease_timing
 from sqsjkr.backends.locks import DynamoLocker, Locker, NoopLocker
+from sqsjkr.backends.members import DynamoRoster, Member, NoRoster, Roster
 from sqsjkr.backends.pause import DynamoPauses, PauseStore
 from sqsjkr.backends.sqs import (
     QueueSettings,
@@ -40,6 +42,7 @@ from sqsjkr.contract.duration import Duration
 from sqsjkr.daemon.http_runner import HttpRunner, Runners
 from sqsjkr.daemon.intake import IntakeSettings
 from sqsjkr.daemon.loop import Kicker, KickerSettings
+from sqsjkr.daemon.presence import Presence, this_daemon
 from sqsjkr.daemon.runner import ShellRunner
 from sqsjkr.daemon.runs import Listeners
 from sqsjkr.errors import StartupError
@@ -124,7 +127,8 @@ def serve(
         _log_queues(config, connected.sources)
         reporter.start()
         try:
-            kicker.run(stop, force)
+            with Presence(connected.roster, _this_daemon(config, server.address), stats):
+                kicker.run(stop, force)
         finally:
             runners.close()
             # After the drain: the last runs' reports get [report] timeout to go out.
@@ -144,6 +148,12 @@ def kicker_settings(config: Config) -> KickerSettings:
         pause_refresh=config.kicker.pause_refresh.seconds,
         http_allow=config.http.allow,
     )
+
+
+def _this_daemon(config: Config, stats_address: str) -> Member:
+    queues = [(queue.name, queue.max_concurrent_num) for queue in config.all_queues()]
+    refresh = config.kicker.member_refresh.seconds
+    return this_daemon(queues, stats_address, refresh, time.time())
 
 
 def _log_queues(config: Config, sources: list[tuple[SqsSource, IntakeSettings]]) -> None:
@@ -215,6 +225,7 @@ class Connected:
     history: History
     pauses: PauseStore | None  # fleet-wide pauses, kept in the lock table
     groups: Groups  # concurrency groups' slots, kept like locks
+    roster: Roster  # this daemon's item, which `sqsjkr daemons` lists
 
 
 @dataclass(frozen=True)
@@ -306,7 +317,8 @@ def _connect(
         )
     # Pauses are kept in the table: with no table in use, nothing can pause this daemon.
     pauses = DynamoPauses(dynamodb, table) if uses_table else None
-    return Connected(sources, dedupe, locker, history, pauses, groups)
+    roster: Roster = DynamoRoster(dynamodb, table) if uses_table else NoRoster()
+    return Connected(sources, dedupe, locker, history, pauses, groups, roster)
 
 
 def _sources(

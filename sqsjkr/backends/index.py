@@ -1,0 +1,44 @@
+"""Every item of one Type, listed through the table's TypeExpiredIndex: no Scan of the table.
+
+The index is KEYS_ONLY by default, so the items themselves are read by key, in batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+#: The index the Go daemon's table has (hash Type, range Expired). Only items with an Expired
+#: are in it.
+TYPE_INDEX = "TypeExpiredIndex"
+#: BatchGetItem reads at most this many items a call.
+BATCH_GET_LIMIT = 100
+
+
+def items_of_type(client: Any, table: str, type_: str) -> list[dict[str, Any]]:
+    """Every item of the table whose Type is type_ (and that has an Expired), in no order."""
+    keys = [{"Id": key["Id"], "Type": key["Type"]} for key in _keys_of_type(client, table, type_)]
+    items: list[dict[str, Any]] = []
+    for i in range(0, len(keys), BATCH_GET_LIMIT):
+        pending: dict[str, Any] = {table: {"Keys": keys[i : i + BATCH_GET_LIMIT]}}
+        while pending:
+            response = client.batch_get_item(RequestItems=pending)
+            items += response["Responses"].get(table, [])
+            pending = response.get("UnprocessedKeys") or {}
+    return items
+
+
+def _keys_of_type(client: Any, table: str, type_: str) -> Iterator[dict[str, Any]]:
+    request: dict[str, Any] = {
+        "TableName": table,
+        "IndexName": TYPE_INDEX,
+        "KeyConditionExpression": "#type = :type",
+        "ExpressionAttributeNames": {"#type": "Type"},
+        "ExpressionAttributeValues": {":type": {"S": type_}},
+    }
+    while True:
+        response = client.query(**request)
+        yield from response["Items"]
+        if "LastEvaluatedKey" not in response:
+            return
+        request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
