@@ -68,3 +68,7 @@ def quote(text: str) -> str:
     """User text quoted for an error message; unpaired surrogates are escaped so it always logs."""
     quoted = json.dumps(text, ensure_ascii=False)
     return quoted.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class ScheduleExpressionError(SqsjkrError, ValueError):
+    """A schedule's expression is not one EventBridge takes (cron, rate or at); names the part."""
