@@ -32,6 +32,7 @@ SUBCOMMANDS = {
     "resume": "sqsjkr.commands.pause:resume",
     "check": "sqsjkr.commands.check:check",
     "dlq": "sqsjkr.commands.dlq:dlq",
+    "schedules": "sqsjkr.commands.schedules:schedules",
 }
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.
