@@ -53,6 +53,8 @@ def next_fires(
         zone = load_zone(zone_name)
     except ValueError as exc:
         raise ScheduleExpressionError(f"time zone: {exc}") from None
+    # In UTC: aware times of one zone compare by their wall clocks, blind to a repeated hour.
+    after = after.astimezone(timezone.utc)
     if window.start is not None and window.start > after:
         after = window.start - timedelta(microseconds=1)
     fires = _fires(expression.strip(), zone, after, count, window)
