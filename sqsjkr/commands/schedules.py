@@ -35,7 +35,7 @@ class EventState:
 
     summary: EventSummary | None
     running: Sequence[Running]
-    pause: Pause | None
+    held: Pause | None  # the pause that holds the event
 
 
 def command_line(command: str | None) -> str:
@@ -98,7 +98,7 @@ def state_cells(state: EventState | None) -> list[str]:
     cells += [
         f"running on {run.start.host}{' (stale)' if run.stale else ''}" for run in state.running
     ]
-    return cells + (["PAUSED"] if state.pause is not None else [])
+    return cells + (["PAUSED"] if state.held is not None else [])
 
 
 def schedule_json(
@@ -120,7 +120,7 @@ def schedule_json(
         last = state.summary.last_run if state.summary else None
         shown["last_run"] = None if last is None else record_json(last, output=False)
         shown["running"] = [{**asdict(run.start), "stale": run.stale} for run in state.running]
-        shown["paused"] = None if state.pause is None else state.pause.as_dict()
+        shown["paused"] = None if state.held is None else state.held.as_dict()
     return shown
 
 
