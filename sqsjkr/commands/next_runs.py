@@ -62,3 +62,9 @@ def next_runs(schedules: Sequence[EventSchedule], now: datetime) -> dict[str, da
         if schedule.event_id not in soonest or fires[0] < soonest[schedule.event_id]:
             soonest[schedule.event_id] = fires[0]
     return soonest
+
+
+def fire_text(fire: datetime) -> str:
+    """A fire time in its schedule's zone, to the second (a rate() counts from a creation
+    time that has microseconds)."""
+    return fire.replace(microsecond=0).isoformat()

@@ -17,7 +17,7 @@ import click
 from sqsjkr.backends.pause import DynamoPauses, Pause, paused
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.commands.history import Store, aligned, local_time, record_json, store_of, store_options
-from sqsjkr.commands.next_runs import Timing, read_schedules, timing
+from sqsjkr.commands.next_runs import Timing, fire_text, read_schedules, timing
 from sqsjkr.commands.options import load
 from sqsjkr.commands.status import Running, running_now
 from sqsjkr.contract.config import Overrides
@@ -45,10 +45,6 @@ def command_line(command: str | None) -> str:
     first, *rest = command.splitlines() or [""]
     shown = escape(shorten_command(first, COMMAND_SHOWN))
     return f"{shown} (+{len(rest)} lines)" if rest else shown
-
-
-def fire_text(fire: datetime) -> str:
-    return fire.isoformat()
 
 
 def event_states(

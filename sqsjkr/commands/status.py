@@ -32,7 +32,7 @@ from sqsjkr.commands.history import (
     record_json,
     store_options,
 )
-from sqsjkr.commands.next_runs import next_runs, read_schedules
+from sqsjkr.commands.next_runs import fire_text, next_runs, read_schedules
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.pause import pause_text
 from sqsjkr.contract.duration import parse_duration
@@ -255,7 +255,7 @@ def running_now(store: Store, summary: EventSummary, now: float) -> list[Running
 
 def next_run_json(event_id: str, next_run: Mapping[str, datetime] | None) -> str | None:
     fire = None if next_run is None else next_run.get(event_id)
-    return None if fire is None else fire.isoformat()
+    return None if fire is None else fire_text(fire)
 
 
 def status_row(
@@ -311,7 +311,7 @@ def next_run_cell(event_id: str, next_run: Mapping[str, datetime] | None) -> str
     if next_run is None:
         return "next run ?"
     fire = next_run.get(event_id)
-    return "no next run" if fire is None else f"next run {fire.isoformat()}"
+    return "no next run" if fire is None else f"next run {fire_text(fire)}"
 
 
 def show_status(store: Store, *, as_json: bool, now: float) -> None:
