@@ -8,10 +8,11 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
+import random
 import socketserver
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,28 +34,87 @@ class Call:
 
     def item_type(self) -> str | None:
         """The Type key of the DynamoDB item the call writes or reads, if any."""
-        request = self.json
-        item = request.get("Item") or request.get("Key") or {}
-        return item.get("Type", {}).get("S")
+        return item_type(self.json)
+
+    def request_key(self) -> str:
+        """The request as the caller made it: the same for each try of one write, different for
+        two writes (their items carry a new owner id, or time). botocore's idempotency token,
+        new at each call, is left out."""
+        request = {k: v for k, v in self.json.items() if k != "ClientRequestToken"}
+        return f"{self.action} {json.dumps(request, sort_keys=True)}"
 
 
 @dataclass
 class Fault:
     """What to do with calls that match: hold the response for hold seconds after the call took
-    effect; or answer with an error without forwarding; `times` calls at most (None: all)."""
+    effect; or answer with an error without forwarding; `times` calls at most (None: all), and
+    of those only a share, drawn at random."""
 
     matches: Callable[[Call], bool]
     hold: float = 0.0
     error: tuple[int, str] | None = None  # (HTTP status, AWS error code)
     times: int | None = None
     hits: int = field(default=0)
+    share: float = 1.0
+    #: More fields of the error's body, made from the call (CancellationReasons, say).
+    details: Callable[[Call], dict[str, Any]] | None = None
+
+    def applies(self, call: Call, draw: Callable[[], float]) -> bool:
+        """Whether this fault takes call: it matches, has times left, and draw() fell in its share."""
+        if self.times is not None and self.hits >= self.times:
+            return False
+        return self.matches(call) and (self.share >= 1 or draw() < self.share)
+
+
+#: The writes that DynamoDB refuses with TransactionConflictException while a transaction is
+#: under way on their item.
+PLAIN_WRITES = frozenset({"PutItem", "UpdateItem", "DeleteItem"})
+
+
+def transaction_conflicts(share: float) -> Fault:
+    """Cancel a share of TransactWriteItems as DynamoDB does when another transaction is under
+    way on one of their items, without forwarding them: nothing is written."""
+    return Fault(
+        lambda call: call.action == "TransactWriteItems",
+        error=(400, "TransactionCanceledException"),
+        share=share,
+        details=conflict_reasons,
+    )
+
+
+def write_conflicts(share: float, types: Collection[str]) -> Fault:
+    """Refuse a share of the plain writes of items of these Types as DynamoDB does when they
+    meet a transaction in progress, without forwarding them."""
+    return Fault(
+        lambda call: call.action in PLAIN_WRITES and call.item_type() in types,
+        error=(400, "TransactionConflictException"),
+        share=share,
+    )
+
+
+def conflict_reasons(call: Call) -> dict[str, Any]:
+    """The CancellationReasons of a transaction cancelled for a conflict: on the event's summary
+    item, where the claims and ends of one event's runs meet, else on one item at random."""
+    writes = call.json.get("TransactItems", [])
+    summaries = [i for i, w in enumerate(writes) if item_type(*w.values()) == "summary"]
+    conflict = random.choice(summaries or list(range(len(writes))) or [0])
+    codes = ["None"] * max(1, len(writes))
+    codes[conflict] = "TransactionConflict"
+    reasons: list[dict[str, str]] = [{"Code": code} for code in codes]
+    reasons[conflict]["Message"] = "Transaction is ongoing for the item."
+    return {
+        "message": "Transaction cancelled, please refer cancellation reasons for specific "
+        f"reasons [{', '.join(codes)}]",
+        "CancellationReasons": reasons,
+    }
 
 
 class FaultProxy:
-    """Forwards every request to upstream, applying the first Fault that matches it."""
+    """Forwards every request to upstream, applying the first Fault that applies to it."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, seed: int = 17) -> None:
         self._upstream = urlsplit(upstream)
+        self._random = random.Random(seed)  # the draws of Faults' shares
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
         self.calls: list[Call] = []
@@ -102,7 +162,7 @@ class FaultProxy:
         with self._lock:
             self.calls.append(call)
             for fault in self._faults:
-                if (fault.times is None or fault.hits < fault.times) and fault.matches(call):
+                if fault.applies(call, self._random.random):
                     fault.hits += 1
                     return fault
         return None
@@ -115,7 +175,9 @@ class FaultProxy:
         fault = self._fault_for(call)
         if fault is not None and fault.error is not None:
             status, code = fault.error
-            body = json.dumps({"__type": code, "message": "injected"}).encode()
+            fields = {"__type": code, "message": "injected"}
+            fields.update(fault.details(call) if fault.details else {})
+            body = json.dumps(fields).encode()
             reply(handler, status, body, {"Content-Type": "application/x-amz-json-1.0"})
             return
         connection = http.client.HTTPConnection(
@@ -136,6 +198,12 @@ class FaultProxy:
         if fault is not None and fault.hold:
             time.sleep(fault.hold)  # the call took effect; its answer is late
         reply(handler, response.status, data, reply_headers)
+
+
+def item_type(request: dict[str, Any]) -> str | None:
+    """The Type key of the item a DynamoDB write (or read) request names, if any."""
+    item = request.get("Item") or request.get("Key") or {}
+    return item.get("Type", {}).get("S")
 
 
 def reply(

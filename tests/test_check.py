@@ -251,7 +251,7 @@ def test_risky_settings_are_warnings(
     assert code == 0, lines
     warnings = [(subject, text.split(":")[0]) for level, subject, text in lines if level == "WARN"]
     assert warnings == [
-        ("lease", "[lock] lease 10s is shorter than the smallest safe lease (54s)"),
+        ("lease", "[lock] lease 10s is shorter than the smallest safe lease (60s)"),
         ("visibility", "11s, lease 10s + 1s"),
         (f"queue {name}", "retention 1h, under 1d"),
         (f"queue {name}", f"dead-letter queue {name}-dlq after 1 receives"),

@@ -361,6 +361,16 @@ def test_receive_failures_back_off_and_recover(caplog: pytest.LogCaptureFixture)
     assert "receive failed (EndpointConnectionError" in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("wait", "took", "pause"), [(10, 0.5, 9.5), (0, 0.25, 0.75), (1, 1.5, 0.0), (20, 25.0, 0.0)]
+)
+def test_an_empty_receive_is_followed_by_the_rest_of_its_wait_and_of_a_second(
+    wait: int, took: float, pause: float
+) -> None:
+    """An endpoint that ignores WaitTimeSeconds, or a wait of 0, must not make the loop spin."""
+    assert IntakeSettings(wait_time_seconds=wait).idle_pause(took) == pytest.approx(pause)
+
+
 def test_messages_received_while_stopping_are_given_back_not_run() -> None:
     source = FakeSource([{"command": "x"}])
     runner = GateRunner()

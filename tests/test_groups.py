@@ -613,7 +613,7 @@ def test_a_slot_of_a_killed_daemon_is_taken_over_and_its_job_runs_again(
     assert f"message {killed_id} delivered again (receive 2)" in second.log
     wait_until(lambda: aws.queue_counts() == (0, 0), timeout=30, what="messages deleted")
     assert slot_leases(aws, "g") == {}
-    assert json.loads(cli("locks", "--json")[1]) == {"locks": [], "groups": []}
+    assert json.loads(cli("locks", "--json")[1]) == {"locks": [], "groups": [], "waiting": []}
     assert second.stop() == 0
 
 
@@ -641,11 +641,16 @@ def test_locks_shows_the_slots_of_running_jobs_with_their_daemon(
         assert (slot["state"], slot["limit"]) == ("live", 2)
         assert 0 < slot["lease_left"] <= 3
 
-    code, out, err = cli("locks")
-    assert (code, err) == (0, "")
-    header, *rows = out.splitlines()
+    # Noted in its event's summary just after that log line.
+    out = wait_until(lambda: "WAITING FOR" in (listed := cli("locks")[1]) and listed)
+    header, *rows, _, waiting_header, waiting = out.splitlines()
     assert header.split() == ["GROUP", "HELD", "SLOT", "EVENT", "OWNER", "LEASE"]
     assert sorted(row.split()[5] for row in rows) == running
+    # The third job, as its daemon noted it: waiting for a slot.
+    assert waiting_header.split() == ["WAITING", "FOR", "EVENT", "HOST", "SINCE"]
+    assert waiting.startswith('concurrency group "db", full; the first slot to end held by ')
+    [third] = {f"ev-{i}" for i in range(3)} - set(running)
+    assert third in waiting.split()
     for row in rows:
         assert row.split()[:4] == ["db", "2", "of", "2"]
         assert row.split()[6].startswith(owned_by(daemon))

@@ -429,6 +429,9 @@ def test_status_json_has_an_object_per_event(
                 "lock_id": None,
                 "receive_count": 1,
                 "attempt": 2,
+                "waiting_for": None,
+                "waiting_key": None,
+                "held_by": None,
                 "stale": True,
             }
         ],

@@ -536,6 +536,34 @@ def test_the_daemon_runs_http_jobs_and_records_status_and_body(
     assert aws.queue_counts() == (0, 0)
 
 
+def test_a_call_that_reaches_its_own_http_timeout_timed_out_and_is_retried_as_asked(
+    start_daemon: Start, tmp_path: Path, aws: Aws, service: Service
+) -> None:
+    """http.timeout, not the job's timeout, limits the call: the run is timed_out, recorded,
+    counted and its message deleted; with retries, it runs again and then ends for good."""
+    daemon, port = start_with_http(start_daemon, tmp_path, aws)
+    slow = {"url": service.url("/slow"), "timeout": "1s"}
+    aws.send({"http": slow, "event_id": "once"})
+    aws.send({"http": slow, "event_id": "twice", "retries": 1, "retry_delay": "0s"})
+    wait_until(counted(port, timed_out=3), timeout=30, what="three calls timed out")
+    assert daemon.stop() == 0
+    [once] = runs(aws, "once")
+    assert (once.outcome, once.final, once.error) == (
+        RunOutcome.TIMED_OUT,
+        True,
+        "timed out after 1s",
+    )
+    twice = sorted(runs(aws, "twice"), key=lambda r: r.attempt)
+    assert [(r.attempt, r.outcome, r.final) for r in twice] == [
+        (1, RunOutcome.TIMED_OUT, False),
+        (2, RunOutcome.TIMED_OUT, True),
+    ]
+    assert "timed out after 1.0s (timeout 1s)" in daemon.log
+    assert "Traceback" not in daemon.log and "Logging error" not in daemon.log
+    assert service.paths() == ["/slow"] * 3
+    assert aws.queue_counts() == (0, 0)
+
+
 def test_a_url_outside_the_allow_list_is_malformed_and_never_called(
     start_daemon: Start, tmp_path: Path, aws: Aws, service: Service
 ) -> None:

@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from sqsjkr.backends.groups import DynamoGroups
+from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import DynamoLocker
 from sqsjkr.commands.locks import Table, held
 
-from .conftest import Aws, config_text, sqsjkr_argv
+from .conftest import Aws, Start, config_text, counted, run_daemon, sqsjkr_argv, wait_until
 from .test_history_cli import sqsjkr
 
 Run = Callable[..., tuple[int, str, str]]
@@ -132,7 +134,7 @@ def test_locks_of_a_table_without_locks(aws: Aws, cli: Run) -> None:
     released(aws, "free")
     assert cli("locks") == (0, "", f"no locks held in table {aws.table!r}\n")
     code, out, err = cli("locks", "--json")
-    assert (code, json.loads(out), err) == (0, {"locks": [], "groups": []}, "")
+    assert (code, json.loads(out), err) == (0, {"locks": [], "groups": [], "waiting": []}, "")
 
 
 def test_unlock_removes_an_expired_lock_and_a_go_lock(
@@ -201,3 +203,64 @@ def test_the_installed_commands_and_their_help(aws: Aws, conf: Path) -> None:
     assert removed.stdout.startswith('removed lock "stuck"')
     assert "reads the whole table" in " ".join(run("locks", "--help").stdout.split())
     assert "logs LOST" in " ".join(run("unlock", "--help").stdout.split())
+
+
+def test_a_job_waiting_for_a_lock_or_a_group_shows_as_waiting_and_for_whom(
+    start_daemon: Start, tmp_path: Path, aws: Aws, cli: Run
+) -> None:
+    """In `status`, `status --json` and `locks`: waiting, for what, held by whom; running once
+    it has what it waited for."""
+    lock = take(aws, "L", "holder-event", 60)
+    groups = DynamoGroups(aws.dynamodb, aws.table, lease_seconds=60)
+    slot = groups.try_enter("db", 1, "group-holder")
+    assert isinstance(slot, Lease)
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    aws.send({"command": "true", "event_id": "locked", "lock_id": "L"})
+    aws.send({"command": "true", "event_id": "grouped", "concurrency_key": "db"})
+    history = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1)
+
+    def waiting() -> dict[str, str | None]:
+        return {
+            s.event_id: run.held_by
+            for s in history.summaries()
+            for run in s.running
+            if run.waiting_for
+        }
+
+    wait_until(lambda: len(waiting()) == 2, what="both jobs noted waiting")
+    assert waiting() == {"locked": lock.owner, "grouped": slot.owner}
+    holder, group_holder = (":".join(o.split(":")[:2]) for o in (lock.owner, slot.owner))
+    code, out, _ = cli("status")
+    assert code == 0
+    rows = {line.split()[0]: line for line in out.splitlines()}
+    assert f'for lock "L", held by {holder}' in rows["locked"]
+    assert "waiting on " in rows["locked"] and "running" not in rows["locked"]
+    assert (
+        f'for concurrency group "db", full; the first slot to end held by {group_holder}'
+        in rows["grouped"]
+    )
+    code, out, _ = cli("status", "--json")
+    events = {e["event_id"]: e["running"] for e in json.loads(out)["events"]}
+    [locked] = events["locked"]
+    assert (locked["waiting_for"], locked["waiting_key"], locked["held_by"]) == (
+        "lock",
+        "L",
+        lock.owner,
+    )
+    code, out, _ = cli("locks")
+    assert code == 0
+    lines = out.splitlines()
+    table = lines[lines.index(next(line for line in lines if line.startswith("WAITING FOR"))) :]
+    assert [line.split()[:2] for line in table[1:]] == [["concurrency", "group"], ["lock", '"L",']]
+    code, out, _ = cli("locks", "--json")
+    listed = json.loads(out)["waiting"]
+    assert [(w["for"], w["key"], w["event_id"], w["held_by"]) for w in listed] == [
+        ("concurrency group", "db", "grouped", slot.owner),
+        ("lock", "L", "locked", lock.owner),
+    ]
+    # Once free, the lock is taken: the job runs, and no longer shows as waiting.
+    DynamoLocker(aws.dynamodb, aws.table, lease_seconds=60).unlock(lock)
+    groups.leave(slot)
+    wait_until(counted(port, succeeded=2), what="both jobs run")
+    assert waiting() == {}
+    assert daemon.stop() == 0

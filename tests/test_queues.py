@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 import urllib.request
 import uuid
 from dataclasses import replace
@@ -28,6 +29,7 @@ from .conftest import (
     sqsjkr_argv,
     wait_until,
 )
+from .faults import FaultProxy
 
 BASE = '[account]\nid = "123456789012"\nregion = "us-east-1"\n'
 
@@ -233,3 +235,30 @@ def test_a_stop_gives_prefetched_messages_back_unclaimed(
     assert aws.queue_counts() == (3, 0)  # all three visible again at once
     # Never claimed: no dedupe record to wait out before another daemon runs them.
     assert all(aws.item(message_id, THROTTLE_TYPE) is None for message_id in waiting)
+
+
+def test_an_idle_daemon_receives_at_most_once_a_second_even_without_a_long_poll(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
+) -> None:
+    """wait_time_seconds = 0 (or an endpoint that ignores it) answers an empty receive at once:
+    the loop waits out the rest of a second before the next, and a job sent meanwhile still runs."""
+    with FaultProxy(moto_endpoint) as proxy:
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        port = free_port()
+        conf = tmp_path / "config.toml"
+        text = config_text(aws, stats=f"stats_port = {port}")
+        conf.write_text(text.replace("wait_time_seconds = 1", "wait_time_seconds = 0"))
+        daemon = start_daemon("run", "-c", str(conf))
+        daemon.wait_for_log("receiving with")
+
+        def receives() -> int:
+            return sum(call.action == "ReceiveMessage" for call in proxy.calls)
+
+        first, since = receives(), time.monotonic()
+        wait_until(lambda: receives() >= first + 3, what="three more idle receives")
+        made = receives() - first
+        # An upper bound only: a slow host makes fewer receives, never more.
+        assert made <= time.monotonic() - since + 1, f"{made} receives"
+        aws.send({"command": "true", "event_id": "after-idle"})
+        wait_until(counted(port, succeeded=1), what="the job sent while idle")
+        assert daemon.stop() == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,7 +17,7 @@ from sqsjkr.backends.dedupe import ClaimState, DynamoDedupe, Retry
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.run import RunOutcome, RunStart
 
-from .conftest import Aws, Start, counted, invocations, run_daemon, wait_until
+from .conftest import Aws, Start, counted, invocations, run_daemon, sqsjkr_argv, wait_until
 
 
 def runs(aws: Aws, event_id: str) -> list:  # newest first
@@ -186,10 +187,12 @@ def test_a_claim_notes_its_run_in_the_same_write(aws: Aws, noted: bool) -> None:
     assert other.state is ClaimState.RUNNING and not other.noted
 
 
-def test_a_retry_past_max_receive_count_is_named_in_the_log(
+def test_a_retry_past_max_receive_count_is_named_in_the_log_and_is_a_final_failure(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    """SQS dead-letters a message past its maxReceiveCount: the retry that cannot run says so."""
+    """SQS dead-letters a message past its maxReceiveCount: the retry that cannot run says so,
+    and the run before it is the job's last: a final failure, counted in the event's summary
+    and by `status --check`."""
     dlq = aws.sqs.create_queue(QueueName=f"{aws.queue_name}-dlq")["QueueUrl"]
     arn = aws.sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]
     policy = {"deadLetterTargetArn": arn["QueueArn"], "maxReceiveCount": 1}
@@ -198,7 +201,9 @@ def test_a_retry_past_max_receive_count_is_named_in_the_log(
     )
     daemon, port = run_daemon(start_daemon, tmp_path, aws)
     aws.send({"command": "exit 1", "event_id": "doomed", "retries": 2, "retry_delay": "0s"})
-    daemon.wait_for_log("its retry cannot run here: the message has been received 1 time(s)")
+    daemon.wait_for_log(
+        "failed for good: its retry cannot run here: the message has been received 1 time(s)"
+    )
     assert "maxReceiveCount above retries + 1 (3)" in daemon.log
     wait_until(
         lambda: (
@@ -213,3 +218,12 @@ def test_a_retry_past_max_receive_count_is_named_in_the_log(
     )
     assert invocations(port)["errored"] == 1
     assert daemon.stop() == 0
+    [record] = runs(aws, "doomed")
+    assert (record.outcome, record.final) == (RunOutcome.ERRORED, True)
+    [summary] = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1).summaries()
+    assert summary.consecutive_failures == 1
+    conf = next(tmp_path.glob("config-*.toml"))
+    check = subprocess.run(
+        sqsjkr_argv("status", "-c", str(conf), "--check"), capture_output=True, text=True
+    )
+    assert check.returncode == 2, check.stdout + check.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from sqsjkr.contract.job import Job, trigger_line
-from sqsjkr.daemon.output import MAX_LINE_BYTES, stream_lines
+from sqsjkr.daemon.output import MAX_LINE_BYTES, Output, stream_lines
 from sqsjkr.daemon.runner import (
     RunResult,
     ShellRunner,
@@ -249,6 +249,25 @@ def test_cancel_from_another_thread_stops_a_running_command(
     assert any("cancelled: stopping process group" in line for line in runner_warnings(caplog))
 
 
+def until(release: Path) -> str:
+    """A shell loop that ends once release exists."""
+    return f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.05; done"
+
+
+@contextlib.contextmanager
+def on_a_thread(command: str, release: Path) -> Iterator[tuple[threading.Thread, list[RunResult]]]:
+    """command run by a ShellRunner on a thread, and the list its result goes to; at the end,
+    release is made and the thread joined."""
+    results: list[RunResult] = []
+    worker = threading.Thread(target=lambda: results.append(run(ShellRunner(), job(command), 60)))
+    worker.start()
+    try:
+        yield worker, results
+    finally:
+        release.touch()
+        worker.join(10)
+
+
 def test_a_command_that_ends_is_not_stopped_and_its_background_child_lives_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -267,22 +286,41 @@ def test_a_command_that_ends_is_not_stopped_and_its_background_child_lives_on(
     assert runner_warnings(caplog) == []
 
 
+def test_a_background_process_holding_the_output_is_named_once_the_shell_exits(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`slow & echo done` runs until slow ends, since slow holds its output: said at sh's exit."""
+    caplog.set_level(logging.INFO, logger="sqsjkr")
+    release = tmp_path / "release"
+    with on_a_thread(f"({until(release)}) & echo done", release) as (worker, results):
+        wait_until(lambda: runner_warnings(caplog), timeout=10, what="the warning")
+        assert runner_warnings(caplog) == [
+            "job msg-1 (event ev-1) is still running: its shell exited (code 0), but a process "
+            "it left in the background holds its output; the job keeps its worker and its lock "
+            "until that process ends or closes its stdout and stderr (or the job's timeout)"
+        ]
+        assert worker.is_alive()
+    assert results[0].ok and results[0].output == Output()  # no tail kept by default
+    assert "job msg-1 (event ev-1) | done" in output_lines(caplog)
+    assert len(runner_warnings(caplog)) == 1
+
+
+def test_a_command_whose_output_ends_with_it_is_not_said_to_be_held(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sqsjkr")
+    for command in ("true", "echo done", "seq 1 20000", "sleep 0.1 & wait; echo x >&2"):
+        assert run(ShellRunner(), job(command)).ok
+    assert runner_warnings(caplog) == []
+
+
 def test_a_running_command_costs_no_thread_but_the_one_running_it(tmp_path: Path) -> None:
     started, release = tmp_path / "started", tmp_path / "release"
-    command = (
-        f"touch {shlex.quote(str(started))}; "
-        f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.05; done"
-    )
     before = set(threading.enumerate())
-    results: list[RunResult] = []
-    worker = threading.Thread(target=lambda: results.append(run(ShellRunner(), job(command), 60)))
-    worker.start()
-    try:
+    command = f"touch {shlex.quote(str(started))}; {until(release)}"
+    with on_a_thread(command, release) as (worker, results):
         wait_until(started.exists, timeout=10, what="the command to start")
         assert set(threading.enumerate()) - before == {worker}  # no stopper, no reader thread
-    finally:
-        release.touch()
-        worker.join(10)
     assert results[0].ok
 
 

@@ -5,10 +5,12 @@ Endpoints are never set here: boto3's own AWS_ENDPOINT_URL* variables point sqsj
 
 from __future__ import annotations
 
+import logging
 import platform
 import random
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Callable, Set
+from typing import Any, TypeVar
 
 import botocore
 from botocore.config import Config as BotoConfig
@@ -18,6 +20,10 @@ from botocore.session import Session
 
 from sqsjkr import __version__
 from sqsjkr.errors import ResourceMissingError, StoreError, StoreTooSlow
+
+log = logging.getLogger("sqsjkr.aws")
+
+T = TypeVar("T")
 
 #: Errors of an AWS call that the daemon survives: it logs them and tries again later.
 AWS_ERRORS = (BotoCoreError, ClientError, ResourceMissingError, StoreError)
@@ -35,7 +41,13 @@ TRANSIENT_CODES = frozenset(
         "InternalError",
         "InternalFailure",
         "InternalServerError",
+        # A plain write that met a transaction in progress on its item: nothing was written.
+        "TransactionConflictException",
     }
+)
+#: The CancellationReasons of a TransactWriteItems that say "try again", not "this is wrong".
+TRANSIENT_REASONS = frozenset(
+    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 )
 
 
@@ -61,10 +73,23 @@ DYNAMODB_READ_TIMEOUT = 3
 #: at most 1 s and 2 s (the throttling base; other errors wait far less).
 ATTEMPTS = 3
 BACKOFF_SECONDS = 1 + 2
-#: The longest one DynamoDB call can take, retries included, before it fails:
-#: 3 x (2 s + 3 s) + 3 s = 18 s. lease.MIN_SAFE_LEASE_SECONDS follows from it.
+#: A write refused for a conflict with another transaction on one of its items (nothing was
+#: written) is tried again, at most this many tries in all, after jittered waits that start at
+#: CONFLICT_FIRST_WAIT and double up to CONFLICT_MAX_WAIT (1.6 s in all at most). A transaction
+#: holds its items for milliseconds; waits that small let the runs of one event on many hosts,
+#: whose claims and ends all write the event's summary, pass each other.
+CONFLICT_TRIES = 10
+CONFLICT_FIRST_WAIT = 0.025
+CONFLICT_MAX_WAIT = 0.25
+#: No try after a conflict starts later than this after the first one.
+CONFLICT_RETRY_SECONDS = 2
+#: The longest one DynamoDB call can take, retries included, before it fails: tries after
+#: conflicts start within 2 s, and the last one may take 3 x (2 s + 3 s) + 3 s = 18 s, so
+#: 20 s. lease.MIN_SAFE_LEASE_SECONDS follows from it.
 DYNAMODB_CALL_SECONDS = (
-    ATTEMPTS * (DYNAMODB_CONNECT_TIMEOUT + DYNAMODB_READ_TIMEOUT) + BACKOFF_SECONDS
+    CONFLICT_RETRY_SECONDS
+    + ATTEMPTS * (DYNAMODB_CONNECT_TIMEOUT + DYNAMODB_READ_TIMEOUT)
+    + BACKOFF_SECONDS
 )
 
 
@@ -103,12 +128,68 @@ def error_code(exc: BaseException) -> str:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for failures worth retrying: connection errors, throttling, 5xx."""
+    """True for failures worth retrying: connection errors, throttling, 5xx, conflicts with
+    another transaction."""
     if isinstance(exc, ClientError):
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        return error_code(exc) in TRANSIENT_CODES or int(status or 0) >= 500
+        if error_code(exc) in TRANSIENT_CODES or int(status or 0) >= 500:
+            return True
+        reasons = cancellation_reasons(exc)
+        return bool(reasons) and _only_transient(reasons, TRANSIENT_REASONS)
     # Missing credentials or an unknown profile are BotoCoreErrors too, but retrying will not help.
     return isinstance(exc, (BotoConnectionError, HTTPClientError, StoreTooSlow))
+
+
+def cancellation_reasons(exc: BaseException) -> list[str]:
+    """The CancellationReasons codes of a cancelled TransactWriteItems, one per write ("None"
+    for a write that was not the cause); [] for any other failure."""
+    if not isinstance(exc, ClientError) or error_code(exc) != "TransactionCanceledException":
+        return []
+    reasons = exc.response.get("CancellationReasons") or []
+    return [str(reason.get("Code") or "None") for reason in reasons]
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether exc refused a write, writing nothing, because another transaction was under way
+    on one of its items: worth trying again at once. Never a failed condition: a cancellation
+    that names one is the caller's answer (which item failed, and how), and no conflict."""
+    if error_code(exc) == "TransactionConflictException":
+        return True
+    reasons = cancellation_reasons(exc)
+    return _only_transient(reasons, {"TransactionConflict"})
+
+
+def _only_transient(reasons: list[str], transient: Set[str]) -> bool:
+    """Whether some reason is in transient and every other is "None"."""
+    return any(r in transient for r in reasons) and all(
+        r in transient or r == "None" for r in reasons
+    )
+
+
+def retry_conflicts(
+    call: Callable[[], T],
+    *,
+    failed: BaseException | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """call(), tried again while another transaction's conflict refuses it (is_conflict), at most
+    CONFLICT_TRIES tries in all, after bounded jittered waits; any other failure, or the last
+    conflict, raises. failed: call's first try, which the caller made and which failed so."""
+    backoff = Backoff(first=CONFLICT_FIRST_WAIT, cap=CONFLICT_MAX_WAIT)
+    deadline = time.monotonic() + CONFLICT_RETRY_SECONDS
+    tries = 0 if failed is None else 1
+    while True:
+        if failed is not None:
+            if not is_conflict(failed) or tries >= CONFLICT_TRIES or time.monotonic() > deadline:
+                raise failed
+            delay = backoff.next_delay()
+            log.debug("%s; trying again in %.3fs", describe(failed), delay)
+            sleep(delay)
+        tries += 1
+        try:
+            return call()
+        except ClientError as exc:
+            failed = exc
 
 
 def describe(exc: BaseException) -> str:
@@ -124,10 +205,13 @@ def conditional_write(
 ) -> tuple[bool, dict[str, Any]]:
     """Run a conditional DynamoDB write: (True, the item before it, when the request asks for
     ReturnValues="ALL_OLD") or (False, the item that failed the condition; {} if none).
-    A missing table is named clearly.
+    A conflict with another transaction is tried again (retry_conflicts); a missing table is
+    named clearly.
     """
     try:
-        response = call(TableName=table, ReturnValuesOnConditionCheckFailure="ALL_OLD", **request)
+        response = retry_conflicts(
+            lambda: call(TableName=table, ReturnValuesOnConditionCheckFailure="ALL_OLD", **request)
+        )
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
             return False, dict(exc.response.get("Item") or {})

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from sqsjkr.backends.aws import error_code, failed_condition, lease_time
+from sqsjkr.backends.aws import error_code, failed_condition, lease_time, retry_conflicts
 from sqsjkr.backends.dedupe import DynamoDedupe
 from sqsjkr.backends.groups import DynamoGroups
 from sqsjkr.backends.lease import Lease
@@ -111,7 +111,9 @@ class MemoryHistory:
     def started(self, start: RunStart) -> None:
         with self._mutex:
             summary = self._summaries.get(start.event_id, EventSummary(start.event_id))
-            running = (*summary.running, start)
+            # A run noted again (it waits, or no longer does) replaces its note, as in DynamoDB.
+            others = (r for r in summary.running if r.message_id != start.message_id)
+            running = (*others, start)
             self._summaries[start.event_id] = replace(summary, running=running)
 
     def finished(
@@ -186,7 +188,8 @@ class DynamoHistory:
     # -- writing ----------------------------------------------------------------------------
 
     def started(self, start: RunStart) -> None:
-        self._client.update_item(TableName=self._table, **running_update(start))
+        update = running_update(start)
+        retry_conflicts(lambda: self._client.update_item(TableName=self._table, **update))
 
     def finished(
         self,
@@ -377,11 +380,7 @@ def _summary(item: dict[str, Any]) -> EventSummary:
     def number(name: str) -> float | None:
         return float(item[name]["N"]) if name in item else None
 
-    running = tuple(
-        RunStart(**json.loads(value["S"]))
-        for name, value in item.items()
-        if name.startswith(RUNNING_PREFIX)
-    )
+    running = running_notes(item)
     last = item.get("LastRun")
     return EventSummary(
         event_id=item["Id"]["S"],
@@ -389,8 +388,20 @@ def _summary(item: dict[str, Any]) -> EventSummary:
         last_success_at=number("LastSuccessAt"),
         last_failure_at=number("LastFailureAt"),
         consecutive_failures=int(number("ConsecutiveFailures") or 0),
-        running=tuple(sorted(running, key=lambda r: r.started_at)),
+        running=running,
     )
+
+
+def running_notes(item: dict[str, Any]) -> tuple[RunStart, ...]:
+    """The runs a summary item shows in progress, oldest first. Fields a newer daemon wrote and
+    this one does not know are left out."""
+    known = RunStart.__dataclass_fields__
+    running = (
+        RunStart(**{k: v for k, v in json.loads(value["S"]).items() if k in known})
+        for name, value in item.items()
+        if name.startswith(RUNNING_PREFIX)
+    )
+    return tuple(sorted(running, key=lambda r: r.started_at))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from sqsjkr.backends.aws import DYNAMODB_CALL_SECONDS
 #: The shortest lease that one slow store call cannot eat. A job starts with at least two
 #: thirds of its lease left; the heartbeat renews within a third of a lease from then, and that
 #: renewal may take a whole call's retry budget to land. So a third of the lease must cover the
-#: budget: lease >= 3 x 18 s = 54 s (docs/semantics.md has the arithmetic).
+#: budget: lease >= 3 x 20 s = 60 s (docs/semantics.md has the arithmetic).
 MIN_SAFE_LEASE_SECONDS = 3 * DYNAMODB_CALL_SECONDS
 #: The share of its lease a lock or claim must have left for its job to start.
 FRESH_LEASE_SHARE = 2 / 3

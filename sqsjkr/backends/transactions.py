@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from sqsjkr.backends.aws import error_code
+from sqsjkr.backends.aws import error_code, retry_conflicts
 
 #: DynamoDB's limit of actions in one transaction.
 MAX_ACTIONS = 100
@@ -24,8 +24,9 @@ MAX_COMBINED_BYTES = 1 << 20
 #: hangs (up to aws.DYNAMODB_CALL_SECONDS) must not hold up every write of the daemon with it.
 MAX_WAIT_SECONDS = 1.0
 #: Errors of a combined call after which each part is sent again alone: one part's failed
-#: condition cancels the whole transaction, and what one part's caller must learn from the
-#: cancellation (which condition failed, on which item) is only told by its own call.
+#: condition (or conflict with another transaction) cancels the whole transaction, and what one
+#: part's caller must learn from the cancellation (which condition failed, on which item) is
+#: only told by its own call.
 RETRY_ALONE = frozenset({"TransactionCanceledException", "ValidationException"})
 
 
@@ -47,7 +48,8 @@ class Transactions:
     """TransactWriteItems on one client, combined across the threads that call write() at once.
 
     A caller sees what a call of its own would give: write() returns once its writes took
-    effect, and raises the ClientError that its writes alone would have raised.
+    effect, and raises the ClientError that its writes alone would have raised. A conflict
+    with another transaction on one of its items is tried again (aws.retry_conflicts).
     """
 
     def __init__(self, client: Any, *, max_wait: float = MAX_WAIT_SECONDS) -> None:
@@ -84,14 +86,23 @@ class Transactions:
         if batch is not None:
             self._send(batch)
         elif not part.done:
-            self._client.transact_write_items(TransactItems=writes)
+            self._alone(writes)
             return
         if part.error is None:
             return
         if part.combined and error_code(part.error) in RETRY_ALONE:
-            self._client.transact_write_items(TransactItems=writes)
+            self._alone(writes)
             return
-        raise part.error
+        # A call of its own: tried again if another transaction's conflict refused it.
+        self._alone(writes, failed=part.error)
+
+    def _alone(self, writes: list[dict[str, Any]], failed: BaseException | None = None) -> None:
+        """writes in a call of their own, tried again while a conflict with another transaction
+        refuses them (aws.retry_conflicts): outside the group commit, whose next call would
+        meet the same transaction at once."""
+        retry_conflicts(
+            lambda: self._client.transact_write_items(TransactItems=writes), failed=failed
+        )
 
     def _take(self, first: _Part) -> list[_Part]:
         """first and the waiting parts that fit beside it, none touching an item twice (which

@@ -10,7 +10,7 @@ import json
 import math
 import time
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -22,10 +22,18 @@ from sqsjkr.backends.aws import (
     make_session,
 )
 from sqsjkr.backends.groups import SLOT_TYPE_PREFIX, parse_slot, slot_key
+from sqsjkr.backends.history import SUMMARY_TYPE, running_notes
 from sqsjkr.backends.locks import LOCK_TYPE
-from sqsjkr.commands.history import aligned, format_span, reading_table, store_options
+from sqsjkr.commands.history import (
+    aligned,
+    format_span,
+    local_time,
+    reading_table,
+    store_options,
+)
 from sqsjkr.commands.options import load
 from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.run import RunStart
 from sqsjkr.errors import quote
 from sqsjkr.observability.logs import escape
 
@@ -172,33 +180,59 @@ class Group:
 
 @dataclass(frozen=True)
 class Holdings:
-    """What the lock table holds now: the held locks, and the groups with held slots."""
+    """What the lock table holds now: the held locks, the groups with held slots, and the jobs
+    that wait for one, as their daemons noted them in their events' summaries."""
 
     locks: list[HeldLock]
     groups: list[Group]
+    waiting: list[RunStart] = field(default_factory=list)
+
+
+def waiting_text(start: RunStart) -> str:
+    """'lock "L", held by HOST:PID' or 'concurrency group "db", full; the first slot to end
+    held by HOST:PID': what a waiting job waits for, escaped for a terminal."""
+    holder = "a Go daemon" if start.held_by is None else ":".join(start.held_by.split(":")[:2])
+    full = ", full; the first slot to end" if start.waiting_for == "concurrency group" else ","
+    return f"{start.waiting_for} {quote(start.waiting_key or '')}{full} held by {escape(holder)}"
+
+
+def waiting_json(start: RunStart) -> dict[str, Any]:
+    return {
+        "for": start.waiting_for,
+        "key": start.waiting_key,
+        "held_by": start.held_by,
+        "event_id": start.event_id,
+        "message_id": start.message_id,
+        "host": start.host,
+        "owner": start.owner,
+        "since": start.started_at,
+    }
 
 
 def held(table: Table, *, page_size: int | None = None) -> Holdings:
     """Every held lock and group slot of the table, by lock_id and by key and slot: a Scan of the
     whole table, page by page (of at most page_size items read, else of DynamoDB's 1 MB).
 
-    A released lock or slot (no EventId, only its ReleasedBy mark) is free, and not listed.
+    A released lock or slot (no EventId, only its ReleasedBy mark) is free, and not listed. The
+    events' summaries come in the same Scan (a Scan's cost is the items it reads, not those it
+    returns), for the jobs waiting for a lock or a slot.
     """
     request: dict[str, Any] = {
         "TableName": table.name,
-        "FilterExpression": "(#type = :lock OR begins_with(#type, :slot)) "
-        "AND attribute_exists(EventId)",
-        "ProjectionExpression": "Id, #type, EventId, #owner, LeaseUntil, #limit",
-        # TYPE, OWNER and LIMIT are DynamoDB reserved words.
-        "ExpressionAttributeNames": {"#type": "Type", "#owner": "Owner", "#limit": "Limit"},
+        "FilterExpression": "((#type = :lock OR begins_with(#type, :slot)) "
+        "AND attribute_exists(EventId)) OR #type = :summary",
+        # TYPE is a DynamoDB reserved word.
+        "ExpressionAttributeNames": {"#type": "Type"},
         "ExpressionAttributeValues": {
             ":lock": {"S": LOCK_TYPE},
             ":slot": {"S": SLOT_TYPE_PREFIX},
+            ":summary": {"S": SUMMARY_TYPE},
         },
         "ConsistentRead": True,
     }
     locks: list[HeldLock] = []
     slots: list[HeldSlot] = []
+    waiting: list[RunStart] = []
     with table.reading():
         pages = table.client.get_paginator("scan").paginate(
             **request, PaginationConfig={"PageSize": page_size} if page_size else {}
@@ -209,12 +243,15 @@ def held(table: Table, *, page_size: int | None = None) -> Holdings:
                     locks.append(HeldLock.from_item(item))
                 elif parse_slot(item["Type"]["S"]) is not None:
                     slots.append(HeldSlot.from_item(item))
+                elif item["Type"]["S"] == SUMMARY_TYPE:
+                    waiting += [run for run in running_notes(item) if run.waiting_for]
     slots.sort(key=lambda slot: (slot.lock_id, slot.slot))
     groups = [
         Group(key, list(members))
         for key, members in itertools.groupby(slots, key=lambda slot: slot.lock_id)
     ]
-    return Holdings(sorted(locks, key=lambda lock: lock.lock_id), groups)
+    waiting.sort(key=lambda run: (run.waiting_for or "", run.waiting_key or "", run.started_at))
+    return Holdings(sorted(locks, key=lambda lock: lock.lock_id), groups, waiting)
 
 
 def lock_row(lock: HeldLock, now: float) -> list[str]:
@@ -244,7 +281,8 @@ def locks(
     conf: str, lock_table: str | None, profile: str | None, region: str | None, as_json: bool
 ) -> None:
     """Show the locks held now: lock, event, owner (host:pid:id) and lease left (read-only);
-    then the concurrency groups with held slots: key, holders (of the limit), and each slot.
+    then the concurrency groups with held slots: key, holders (of the limit), and each slot;
+    then the jobs waiting for a lock or a slot, as their daemons last noted them.
 
     A Go daemon's lock has no owner and no lease ("Go-style"): it is held until that daemon
     deletes it. This reads the whole table (a Scan, page by page), so it costs reads in
@@ -257,11 +295,17 @@ def locks(
         output = {
             "locks": [lock.as_json(now) for lock in holdings.locks],
             "groups": [group.as_json(now) for group in holdings.groups],
+            "waiting": [waiting_json(run) for run in holdings.waiting],
         }
         click.echo(json.dumps(output, indent=2))
         return
     if not holdings.locks and not holdings.groups:
         click.echo(f"no locks held in table {table.name!r}", err=True)
+    show_tables(holdings, now)
+
+
+def show_tables(holdings: Holdings, now: float) -> None:
+    """The text of `locks`: a table of the held locks, one of the groups, one of the waiters."""
     if holdings.locks:
         rows = [
             ["LOCK", "EVENT", "OWNER", "LEASE"],
@@ -275,6 +319,16 @@ def locks(
         rows = [["GROUP", "HELD", "SLOT", "EVENT", "OWNER", "LEASE"]]
         for group in holdings.groups:
             rows += group_rows(group, now)
+        for line in aligned(rows):
+            click.echo(line)
+    if holdings.waiting:
+        if holdings.locks or holdings.groups:
+            click.echo()
+        rows = [["WAITING FOR", "EVENT", "HOST", "SINCE"]]
+        rows += [
+            [waiting_text(run), escape(run.event_id), escape(run.host), local_time(run.started_at)]
+            for run in holdings.waiting
+        ]
         for line in aligned(rows):
             click.echo(line)
 

@@ -32,6 +32,7 @@ from sqsjkr.commands.history import (
     record_json,
     store_options,
 )
+from sqsjkr.commands.locks import waiting_text
 from sqsjkr.commands.next_runs import fire_text, next_runs, read_schedules
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.pause import pause_text
@@ -275,7 +276,11 @@ def status_row(
         row.append(next_run)
     for run in running:
         stale = " (stale)" if run.stale else ""
-        row.append(f"running on {run.start.host} since {local_time(run.start.started_at)}{stale}")
+        since = f"on {run.start.host} since {local_time(run.start.started_at)}"
+        if run.start.waiting_for:
+            row.append(f"waiting {since} for {waiting_text(run.start)}{stale}")
+        else:
+            row.append(f"running {since}{stale}")
     return row
 
 

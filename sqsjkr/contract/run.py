@@ -84,6 +84,12 @@ class RunStart:
     lock_id: str | None = None
     receive_count: int = 1
     attempt: int = 1
+    #: While the job waits to run: what for ("lock" or "concurrency group"), its lock_id or
+    #: concurrency_key, and the owner (host:pid:id) of its holder when last tried (None for a Go
+    #: daemon's lock). Not waiting: all None.
+    waiting_for: str | None = None
+    waiting_key: str | None = None
+    held_by: str | None = None
 
     @property
     def one_off(self) -> bool:

@@ -21,6 +21,10 @@ from sqsjkr.daemon.worker import Worker
 
 log = logging.getLogger("sqsjkr.daemon")
 
+#: The shortest time from one empty receive of a queue to its next: an idle daemon makes at most
+#: one (billed) ReceiveMessage a second per queue, whatever its wait or its endpoint.
+MIN_EMPTY_RECEIVE_SECONDS = 1.0
+
 
 @dataclass(frozen=True)
 class IntakeSettings:
@@ -43,6 +47,14 @@ class IntakeSettings:
     visibility: int = lease_timing(60.0)[1]
     #: The queue's RedrivePolicy maxReceiveCount: past it, SQS dead-letters instead of delivering.
     max_receive_count: int | None = None
+    #: The long poll each receive asks for ([sqs] wait_time_seconds).
+    wait_time_seconds: int = 10
+
+    def idle_pause(self, took: float) -> float:
+        """How long to wait after an empty receive that took `took` seconds: the rest of its long
+        poll (which wait_time_seconds = 0, or an endpoint that ignores it, cuts short), and of
+        MIN_EMPTY_RECEIVE_SECONDS."""
+        return max(0.0, max(MIN_EMPTY_RECEIVE_SECONDS, self.wait_time_seconds) - took)
 
 
 class PendingDeletes:

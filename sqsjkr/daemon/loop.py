@@ -24,12 +24,13 @@ from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.http_call import LOOPBACK
 from sqsjkr.contract.job import Job
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
+from sqsjkr.daemon.holds import LocksWanted
 from sqsjkr.daemon.intake import Intake, IntakeSettings
 from sqsjkr.daemon.pausing import Pausing
 from sqsjkr.daemon.receiving import Daemon, HoldOff, Receiver
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, run_trigger
 from sqsjkr.daemon.runs import GIVE_BACK, LEAVE, Ending, RunListener, Settle
-from sqsjkr.daemon.worker import LocksWanted, Worker, WorkerSettings
+from sqsjkr.daemon.worker import Worker, WorkerSettings
 from sqsjkr.errors import ReceiverFailed
 from sqsjkr.observability.health import Health
 from sqsjkr.observability.notify import Notifier, NullNotifier

@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import os
 import selectors
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
@@ -17,6 +18,9 @@ from typing import IO
 MAX_LINE_BYTES = 16 * 1024
 #: Bytes read from a pipe at a time.
 _READ_BYTES = 64 * 1024
+#: How long a command's output may stay open after its process has exited before the
+#: ExitWatch says that something else holds it.
+HELD_OPEN_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,15 @@ def stream_lines(stream: IO[bytes], emit: Callable[[str], None]) -> None:
     lines.close()
 
 
+@dataclass(frozen=True)
+class ExitWatch:
+    """A descriptor that turns readable once the command's own process has exited (a pidfd),
+    and what to call if, by then, something else still holds its output open."""
+
+    fd: int
+    held_open: Callable[[], None]
+
+
 def read_output(
     stdout: IO[bytes],
     stderr: IO[bytes],
@@ -102,6 +115,7 @@ def read_output(
     tail_bytes: int,
     *,
     wait: Callable[[], float | None] = lambda: None,
+    exit_watch: ExitWatch | None = None,
 ) -> Output:
     """Read both pipes to their end, passing their lines to emit; the last tail_bytes of each.
 
@@ -112,11 +126,30 @@ def read_output(
         stdout.fileno(): (Lines(emit), Tail(tail_bytes)),
         stderr.fileno(): (Lines(emit), Tail(tail_bytes)),
     }
+    # Once the process has exited, its ends of the pipes are closed, and they end as soon as
+    # they are read unless another process holds them: one it left in the background (given a
+    # moment, in which a child just forked may still be closing its copies of them).
+    held_at: float | None = None
     with selectors.DefaultSelector() as selector:
         selector.register(stdout, selectors.EVENT_READ)
         selector.register(stderr, selectors.EVENT_READ)
-        while selector.get_map():
-            for key, _ in selector.select(wait()):
+        if exit_watch is not None:
+            selector.register(exit_watch.fd, selectors.EVENT_READ)
+        while any(key.fd in streams for key in selector.get_map().values()):
+            timeout = wait()
+            if held_at is not None:
+                left = max(0.0, held_at - time.monotonic())
+                timeout = left if timeout is None else min(timeout, left)
+            events = selector.select(timeout)
+            if held_at is not None and time.monotonic() >= held_at:
+                assert exit_watch is not None
+                exit_watch.held_open()
+                held_at = None
+            for key, _ in events:
+                if exit_watch is not None and key.fd == exit_watch.fd:
+                    selector.unregister(key.fd)
+                    held_at = time.monotonic() + HELD_OPEN_SECONDS
+                    continue
                 lines, tail = streams[key.fd]
                 data = os.read(key.fd, _READ_BYTES)
                 if not data:

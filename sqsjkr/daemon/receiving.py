@@ -100,6 +100,7 @@ class Receiver:
             if not free or daemon.hold_off.wait(stop):
                 continue
             try:
+                asked_at = time.monotonic()
                 messages = intake.source.receive(free)
                 log.debug("received %d message(s), asked for at most %d", len(messages), free)
                 backoff.reset()
@@ -114,6 +115,11 @@ class Receiver:
                     exc_info=not isinstance(exc, AWS_ERRORS),
                 )
                 stop.wait(delay)
+                continue
+            if not messages:
+                # As before a long poll: what is done is deleted before the wait.
+                intake.deletes.flush(force=True)
+                stop.wait(intake.settings.idle_pause(time.monotonic() - asked_at))
                 continue
             if not self._hand_over(intake, self._accept(messages), stop):
                 return

@@ -16,14 +16,14 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Protocol
 
 from sqsjkr.contract.job import Job, trigger_line
 from sqsjkr.contract.limits import MAX_WAIT_SECONDS, bounded_wait
 from sqsjkr.contract.run import RunContext
-from sqsjkr.daemon.output import Output, read_output
+from sqsjkr.daemon.output import ExitWatch, Output, read_output
 from sqsjkr.errors import HostFault
 from sqsjkr.observability.logs import JobLog, shorten_command
 
@@ -119,6 +119,14 @@ class JobRunner(Protocol):
         context says which scheduled run this is, for the job to see. Raises HostFault when the
         host cannot start it (the job is not at fault).
         """
+
+
+def time_limit(job: Job, job_timeout: float | None) -> float | None:
+    """The seconds job may run (None: no limit): an HTTP call's own timeout, else the job's
+    timeout, else the daemon's job_timeout."""
+    if job.http is not None and job.http.timeout is not None:
+        return job.http.timeout.seconds
+    return job.timeout.seconds if job.timeout is not None else job_timeout
 
 
 class ShellRunner:
@@ -367,8 +375,10 @@ def run_shell(
     _start_or_kill(threads, proc)
     stop.on_trip(stopper.tripped)
     deadline = _Deadline(stop, timeout)
-    with proc.stdout, proc.stderr:
-        output = read_output(proc.stdout, proc.stderr, emit, tail_bytes, wait=deadline.left)
+    with proc.stdout, proc.stderr, _exit_watch(proc, log) as watch:
+        output = read_output(
+            proc.stdout, proc.stderr, emit, tail_bytes, wait=deadline.left, exit_watch=watch
+        )
     exit_code = deadline.wait(proc)
     stop.trip(StopReason.ENDED)
     stopper.join()
@@ -382,6 +392,39 @@ def run_shell(
         output=output,
         pid=proc.pid,
     )
+
+
+@contextlib.contextmanager
+def _exit_watch(proc: subprocess.Popen[bytes], log: Log) -> Iterator[ExitWatch | None]:
+    """An ExitWatch on proc that logs why its job still runs once sh has exited; None where
+    there is no pidfd (not Linux, or before 5.3): the job then runs on without that line."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        yield None
+        return
+
+    def held_open() -> None:
+        log.warning(
+            "is still running: its shell exited (%s), but a process it left in the background "
+            "holds its output; the job keeps its worker and its lock until that process ends or "
+            "closes its stdout and stderr (or the job's timeout)",
+            _how_exited(proc.pid),
+        )
+
+    try:
+        yield ExitWatch(pidfd, held_open)
+    finally:
+        os.close(pidfd)
+
+
+def _how_exited(pid: int) -> str:
+    """ "code 0" or "signal 9" of an exited child, left unreaped for Popen to wait for."""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+    if info is None:
+        return "code unknown"
+    kind = "code" if info.si_code == os.CLD_EXITED else "signal"
+    return f"{kind} {info.si_status}"
 
 
 def _spawn(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from sqsjkr import __version__
@@ -50,6 +50,9 @@ class Ending:
     run: RunOutcome | None = None  # None: no run to record (a duplicate; a claim not ours)
     error: str | None = None  # why it did not run, when it did not
     retry: Retry | None = None  # the run failed with retries left: the next one, and when
+    #: The run is the job's last though its message is not deleted: SQS dead-letters it
+    #: before its retry can run (the queue's maxReceiveCount).
+    last: bool = False
 
 
 class RunListener(Protocol):
@@ -99,6 +102,8 @@ class RunProgress:
     lock_wait: float = 0.0
     started_at: float | None = None
     result: RunResult | None = field(default=None, repr=False)
+    #: What the run waits for, as its note shows it: (kind, key, the holder's owner).
+    waiting: tuple[str, str, str | None] | None = None
 
     @property
     def command(self) -> str:
@@ -110,8 +115,13 @@ class RunProgress:
         self.attempt = attempt if attempt is not None else self.message.receive_count
 
     def note(self) -> RunStart:
-        """The run as its event's summary shows it in progress, from its claim on."""
-        return self._start(self.claimed_at)
+        """The run as its event's summary shows it in progress, from its claim on: waiting for
+        a lock or a group's slot, if it is."""
+        start = self._start(self.claimed_at)
+        if self.waiting is None:
+            return start
+        kind, key, holder = self.waiting
+        return replace(start, waiting_for=kind, waiting_key=key, held_by=holder)
 
     def start(self, now: float) -> RunStart:
         """The command starts now: what noticers are told."""
@@ -167,7 +177,7 @@ class RunProgress:
             signal=signal,
             receive_count=self.message.receive_count,
             attempt=self.attempt,
-            final=ending.settle.delete,
+            final=ending.settle.delete or ending.last,
             error=ending.error,
             output=output.merged if output else "",
             stdout=output.stdout if output else "",

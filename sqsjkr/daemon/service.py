@@ -177,6 +177,7 @@ def intake_settings(config: Config, queue: QueueConfig) -> IntakeSettings:
         delete_window=max(0.0, left / 3),
         delete_on_receive=on_receive,
         visibility=visibility,
+        wait_time_seconds=queue.wait_time_seconds,
     )
 
 

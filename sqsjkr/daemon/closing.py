@@ -1,0 +1,120 @@
+"""The end of a job's run: record it, give back its lock and slot, finish or release its claim.
+
+All in one write when the history store can fold them; each alone, tried until answered, if not.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from sqsjkr.backends.dedupe import DedupeStore
+from sqsjkr.backends.groups import Groups
+from sqsjkr.backends.history import NOT_FOLDED, Ended, History
+from sqsjkr.backends.lease import Lease
+from sqsjkr.backends.locks import Locker
+from sqsjkr.contract.run import RunRecord
+from sqsjkr.daemon.heartbeat import InFlight
+from sqsjkr.daemon.leases import LeaseKeeper
+from sqsjkr.daemon.runs import Ending, RunListener, RunProgress
+from sqsjkr.observability.logs import JobLog
+
+#: How long a run record that cannot be written is tried again before it is logged instead.
+RECORD_RETRY_SECONDS = 30.0
+
+
+class RunCloser:
+    """Closes one job's run after its Ending is known; safe to call from many threads at once."""
+
+    def __init__(
+        self,
+        *,
+        dedupe: DedupeStore,
+        locker: Locker,
+        groups: Groups,
+        history: History,
+        listener: RunListener,
+        keeper: LeaseKeeper,
+        clock: Callable[[], float],
+    ) -> None:
+        self._dedupe = dedupe
+        self._locker = locker
+        self._groups = groups
+        self._history = history
+        self._listener = listener
+        self._keeper = keeper
+        self._clock = clock
+
+    def close(self, entry: InFlight, ending: Ending, progress: RunProgress, jlog: JobLog) -> None:
+        """Record the run, if it was one; release the lock; finish or release the claim. A claim
+        left unfinished would let a redelivery of the message run the job again once its lease
+        ends."""
+        keeper = self._keeper
+        # Taken out of the entry first: a renewal failing after this is a release, not a loss.
+        claim, entry.claim = entry.claim, None
+        lock, entry.lock = entry.lock, None
+        slot, entry.slot = entry.slot, None
+        finished = ending.settle.delete
+        record = None if ending.run is None else progress.record(ending, self._clock())
+        ended = NOT_FOLDED
+        if record is not None:
+            ended = self._record(record, claim if finished else None, lock, slot, jlog)
+        for lease, answer, release, what in (
+            (lock, ended.lock, self._locker.unlock, "lock"),
+            (slot, ended.slot, self._groups.leave, "concurrency group slot"),
+        ):
+            if lease is None:
+                continue
+            if answer is None:
+                keeper.release(lease, release, what, jlog)
+            elif not answer:
+                keeper.lost(what, lease, jlog)
+        if claim is not None:
+            if ending.retry is not None:
+                keeper.until_answered(
+                    lambda: self._dedupe.release(claim, ending.retry),
+                    "keep its claim for its retry",
+                    jlog,
+                )
+            elif ended.claim is None:
+                self._end_claim(claim, jlog, finished=finished)
+            elif not ended.claim:
+                keeper.lost("claim on its message", claim, jlog)
+        if record is not None:
+            self._listener.report(record)
+
+    def _record(
+        self,
+        record: RunRecord,
+        claim: Lease | None,
+        lock: Lease | None,
+        slot: Lease | None,
+        jlog: JobLog,
+    ) -> Ended:
+        """history.finished, tried again for a while: a record never fails its job or keeps its
+        message. What it did not do with claim, lock and slot is left to their stores."""
+        answered, ended = self._keeper.until_answered(
+            lambda: self._history.finished(record, claim=claim, lock=lock, slot=slot),
+            "record its run",
+            jlog,
+            give_up_after=RECORD_RETRY_SECONDS,
+        )
+        if not answered or ended is None:
+            data = record.as_dict()
+            for name in ("output", "stdout", "stderr"):  # logged line by line as it ran
+                del data[name]
+            jlog.error("its run record is lost: %s", json.dumps(data))
+            return NOT_FOLDED
+        return ended
+
+    def _end_claim(self, lease: Lease, jlog: JobLog, *, finished: bool) -> None:
+        if not finished:
+            self._keeper.until_answered(
+                lambda: self._dedupe.release(lease), "release the claim on its message", jlog
+            )
+            return
+        answered, ours = self._keeper.until_answered(
+            lambda: self._dedupe.finish(lease), "mark its claim finished", jlog
+        )
+        if answered and not ours:
+            self._keeper.lost("claim on its message", lease, jlog)
