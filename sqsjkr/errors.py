@@ -80,3 +80,7 @@ def quote(text: str, limit: int | None = None) -> str:
         return f"{quote(text[:limit])}... ({len(text) - limit} more characters)"
     quoted = json.dumps(text, ensure_ascii=False)
     return quoted.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class ScheduleExpressionError(SqsjkrError, ValueError):
+    """A schedule's expression is not one EventBridge takes (cron, rate or at); names the part."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from botocore.session import Session
 
 PACKAGE = Path(__file__).resolve().parent.parent / "sqsjkr"
-SERVICES = ("sqs", "dynamodb", "scheduler", "sts")
+SERVICES = ("sqs", "dynamodb", "scheduler", "sts", "events")
 #: The parts of a TransactWriteItems, each authorised as the action it stands for.
 TRANSACT_PARTS = {
     "Put": "dynamodb:PutItem",

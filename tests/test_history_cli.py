@@ -435,6 +435,7 @@ def test_status_json_has_an_object_per_event(
                 "stale": True,
             }
         ],
+        "next_run": None,  # no schedule sends the event
     }
 
 

@@ -67,7 +67,7 @@ def readme_command_actions() -> dict[str, set[str]]:
     rows = re.findall(r"^\| `sqsjkr (\w[\w-]*)[^`]*` \| ([^|]*) \|", text, re.MULTILINE)
     assert rows, "terraform/README.md has no table of the commands' actions"
     return {
-        name: set(re.findall(r"`((?:sqs|dynamodb|sts|scheduler):\w+)`", cell))
+        name: set(re.findall(r"`((?:sqs|dynamodb|sts|scheduler|events):\w+)`", cell))
         for name, cell in rows
     }
 

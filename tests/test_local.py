@@ -78,12 +78,22 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     # The reporter of the demo prints each report's JSON; the demo ends with status and history.
     assert "reporter 'cat' | {\"command\": " in daemon.log
     status = daemon.log[daemon.log.index("The status of every event:\n") :]
-    assert re.search(r"^demo-fail +errored .* 1 failure in a row$", status, re.M), status
+    assert re.search(r"^demo-fail +errored .* 1 failure in a row +next run ", status, re.M), status
     history = daemon.log[daemon.log.index("The runs of demo-fail, with their output:\n") :]
     assert re.search(r"errored +3 ", history) and "    about to fail" in history, history
     # Each closing command is printed as the banner's send is, and works pasted as it is.
-    _, status_command, history_command = pasteable_commands(daemon.log)
+    _, status_command, history_command, schedules_command = pasteable_commands(daemon.log)
     assert " status -c " in status_command and " history -c " in history_command
+    assert " schedules -c " in schedules_command
+    # The sample schedules give status its next runs; the demo ends with them.
+    assert re.search(r"^demo-hello +succeeded .* next run 20\d\d-", status, re.M), status
+    assert re.search(r"^demo-timeout +timed_out .* no next run", status, re.M), status
+    schedules = daemon.log[daemon.log.index("Every event's schedule and its next three runs:\n") :]
+    assert re.search(
+        r"^sqsjkr-local-timeout +cron\(0 3 \? \* 2#1 \*\) +America/New_York +DISABLED ",
+        schedules,
+        re.M,
+    ), schedules
     pasted_status = paste(status_command, tmp_path)
     assert pasted_status.returncode == 0, pasted_status
     assert re.search(r"^demo-fail +errored ", pasted_status.stdout, re.M), pasted_status
@@ -130,6 +140,38 @@ def test_a_job_scheduled_with_send_at_is_kept_by_local_modes_scheduler(
     assert header.startswith("NAME "), listed.stdout
     assert row.startswith(scheduled.stdout.strip() + "  "), listed.stdout
     assert "later" in listed.stdout and "echo hello" in listed.stdout
+    assert daemon.stop(signal.SIGINT) == 0
+
+
+def test_local_mode_has_sample_schedules_to_show(
+    start_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    daemon = start_daemon("local", "--stats-port", "0", wait_ready=False)
+    daemon.wait_for_log("receiving with")
+    [send] = pasteable_commands(daemon.log)
+    command = send.replace(" send -c ", " schedules -c ").replace(" --command 'echo hello'", "")
+    listed = paste(command.replace(" schedules -c ", " schedules --json -c "), tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    shown = {s["name"]: s for s in json.loads(listed.stdout)}
+    assert set(shown) == {
+        "sqsjkr-local-hello",
+        "sqsjkr-local-month-end",
+        "sqsjkr-local-fail",
+        "sqsjkr-local-timeout",
+    }
+    hello = shown["sqsjkr-local-hello"]
+    assert (hello["event_id"], hello["timezone"], len(hello["next"])) == (
+        "demo-hello",
+        "Europe/Berlin",
+        3,
+    )
+    assert all(fire[11:16] == "09:00" for fire in hello["next"]), hello
+    assert shown["sqsjkr-local-fail"]["expression"] == "rate(1 hour)"
+    assert len(shown["sqsjkr-local-fail"]["next"]) == 3
+    assert (shown["sqsjkr-local-timeout"]["enabled"], shown["sqsjkr-local-timeout"]["next"]) == (
+        False,
+        [],
+    )
     assert daemon.stop(signal.SIGINT) == 0
 
 

@@ -375,6 +375,8 @@ def test_schedule_section_defaults_match_the_module() -> None:
         + f'[schedule]\nrole_arn = "{ROLE_ARN}"\ngroup = "batch-jobs"\ntimezone = "Asia/Tokyo"\n'
     )
     assert full.schedule == ScheduleConfig(ROLE_ARN, "batch-jobs", "Asia/Tokyo")
+    rules = parse_config(BASE + '[schedule]\nengine = "rules"\n')
+    assert rules.schedule.engine == "rules"
 
 
 @pytest.mark.parametrize(
@@ -385,6 +387,7 @@ def test_schedule_section_defaults_match_the_module() -> None:
         ('group = "a/b"', "[schedule] group must be 1 to 64 letters"),
         ('group = ""', "[schedule] group must not be empty"),
         ('timezone = "JST+9"', "[schedule] timezone must be an IANA time zone"),
+        ('engine = "cron"', '[schedule] engine must be "scheduler" or "rules", got "cron"'),
     ],
 )
 def test_bad_schedule_values_name_the_key(line: str, message: str) -> None:

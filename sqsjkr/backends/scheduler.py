@@ -1,5 +1,6 @@
-"""One-time jobs kept by EventBridge Scheduler: at() schedules in the module's schedule group that
-put a job's message on the queue once, and are deleted once they have (ActionAfterCompletion).
+"""EventBridge Scheduler: one-time jobs, at() schedules in the module's schedule group that put a
+job's message on the queue once and are deleted once they have (ActionAfterCompletion), and the
+reading of every schedule of the group, for `sqsjkr schedules`.
 
 sqsjkr finds its own by name: they start with NAME_PREFIX, which no schedule of the module can.
 """
@@ -46,6 +47,23 @@ class ScheduledJob:
     state: str
     event_id: str | None
     command: str | None
+
+
+@dataclass(frozen=True)
+class EventSchedule:
+    """A schedule or rule that puts a job on a queue, as `sqsjkr schedules` shows it (never the
+    job's envs, which may hold secrets)."""
+
+    name: str
+    expression: str
+    timezone: str
+    enabled: bool
+    event_id: str | None
+    command: str | None
+    target_arn: str | None
+    start: datetime | None = None  # StartDate: it fires from then on
+    end: datetime | None = None  # EndDate: and not after
+    created: datetime | None = None  # a rate() counts from StartDate, else from creation
 
 
 def queue_target(sqs: Any, queue_url: str) -> QueueTarget:
@@ -101,15 +119,7 @@ def create_one_time(
 
 def list_one_time(client: Any, group: str) -> list[ScheduledJob]:
     """sqsjkr's one-time schedules in the group that have not run yet, soonest first."""
-    jobs = []
-    for name in _names(client, group):
-        try:
-            schedule = client.get_schedule(GroupName=group, Name=name)
-        except ClientError as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                continue  # it ran (and went) since it was listed
-            raise
-        jobs.append(_scheduled_job(schedule))
+    jobs = [_scheduled_job(schedule) for schedule in _schedules(client, group, NAME_PREFIX)]
     latest = datetime.max.replace(tzinfo=timezone.utc)
     return sorted(jobs, key=lambda job: (job.instant or latest, job.name))
 
@@ -132,13 +142,61 @@ def cancel_one_time(client: Any, group: str, name: str) -> None:
         raise
 
 
-def _names(client: Any, group: str) -> Iterator[str]:
+def list_schedules(client: Any, group: str) -> list[EventSchedule]:
+    """Every schedule of the group (the module's and one-time jobs alike), by name."""
+    schedules = [_event_schedule(schedule) for schedule in _schedules(client, group, "")]
+    return sorted(schedules, key=lambda schedule: schedule.name)
+
+
+def _schedules(client: Any, group: str, prefix: str) -> Iterator[dict[str, Any]]:
+    """GetSchedule of each schedule of the group whose name starts with prefix."""
+    for name in _names(client, group, prefix):
+        try:
+            yield client.get_schedule(GroupName=group, Name=name)
+        except ClientError as exc:
+            if error_code(exc) != "ResourceNotFoundException":
+                raise
+            # It ran (a one-time job) or was deleted since it was listed.
+
+
+def _event_schedule(schedule: dict[str, Any]) -> EventSchedule:
+    target = schedule.get("Target", {})
+    message = job_message(target.get("Input"))
+    return EventSchedule(
+        name=str(schedule["Name"]),
+        expression=str(schedule.get("ScheduleExpression", "")),
+        timezone=str(schedule.get("ScheduleExpressionTimezone") or "UTC"),
+        enabled=schedule.get("State") == "ENABLED",
+        event_id=text_field(message.get("event_id")),
+        command=text_field(message.get("command")),
+        target_arn=target.get("Arn"),
+        start=schedule.get("StartDate"),
+        end=schedule.get("EndDate"),
+        created=schedule.get("CreationDate"),
+    )
+
+
+def job_message(text: str | None) -> dict[str, Any]:
+    """A target's input as a job message; empty when it is none (not JSON, not an object)."""
     try:
-        for page in client.get_paginator("list_schedules").paginate(
-            GroupName=group, NamePrefix=NAME_PREFIX
-        ):
+        message = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return message if isinstance(message, dict) else {}
+
+
+def text_field(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _names(client: Any, group: str, prefix: str) -> Iterator[str]:
+    arguments = {"GroupName": group, **({"NamePrefix": prefix} if prefix else {})}
+    try:
+        for page in client.get_paginator("list_schedules").paginate(**arguments):
             for summary in page.get("Schedules", []):
-                yield str(summary["Name"])
+                # GroupName is checked too: moto matched the group by substring.
+                if summary.get("GroupName", group) == group:
+                    yield str(summary["Name"])
     except ClientError as exc:
         raise _missing_group(exc, group) from exc
 
@@ -146,12 +204,7 @@ def _names(client: Any, group: str) -> Iterator[str]:
 def _scheduled_job(schedule: dict[str, Any]) -> ScheduledJob:
     expression = str(schedule.get("ScheduleExpression", ""))
     match = re.fullmatch(r"at\((.*)\)", expression)
-    try:
-        message = json.loads(schedule.get("Target", {}).get("Input") or "{}")
-    except ValueError:
-        message = {}
-    if not isinstance(message, dict):
-        message = {}
+    message = job_message(schedule.get("Target", {}).get("Input"))
     when = match.group(1) if match else expression
     zone_name = str(schedule.get("ScheduleExpressionTimezone") or "UTC")
     try:

@@ -34,6 +34,7 @@ SUBCOMMANDS = {
     "check": "sqsjkr.commands.check:check",
     "dlq": "sqsjkr.commands.dlq:dlq",
     "daemons": "sqsjkr.commands.daemons:daemons",
+    "schedules": "sqsjkr.commands.schedules:schedules",
 }
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.

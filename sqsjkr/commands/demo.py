@@ -1,5 +1,5 @@
-"""The demo of `sqsjkr local --demo`: sample jobs that show each behaviour, and a summary once
-they have all ended, with the status and one history as `sqsjkr status`/`history` show them."""
+"""The demo of `sqsjkr local --demo`: sample jobs that show each behaviour, sample schedules, and a
+summary once they have all ended, with what `sqsjkr status`, `history` and `schedules` show."""
 
 from __future__ import annotations
 
@@ -103,6 +103,35 @@ DEMO_JOBS = [
         "failed",
     ),
 ]
+
+
+@dataclass(frozen=True)
+class SampleSchedule:
+    """A schedule local mode creates in its scheduler for `sqsjkr schedules` and status's next
+    runs to show (moto keeps it but never fires it)."""
+
+    name: str
+    expression: str
+    timezone: str
+    body: str
+    enabled: bool = True
+
+
+#: Each of the engine's kinds of expression, with the jobs of demo events; one disabled.
+SAMPLE_SCHEDULES = (
+    SampleSchedule(
+        "sqsjkr-local-hello", "cron(0 9 ? * MON-FRI *)", "Europe/Berlin", DEMO_JOBS[0].body
+    ),
+    SampleSchedule("sqsjkr-local-month-end", "cron(30 2 L * ? *)", "UTC", DEMO_JOBS[1].body),
+    SampleSchedule("sqsjkr-local-fail", "rate(1 hour)", "UTC", DEMO_JOBS[5].body),
+    SampleSchedule(
+        "sqsjkr-local-timeout",
+        "cron(0 3 ? * 2#1 *)",
+        "America/New_York",
+        DEMO_JOBS[6].body,
+        enabled=False,
+    ),
+)
 
 
 #: How often the demo reads the stats endpoint while its jobs run.
@@ -211,6 +240,7 @@ def demo_summary(
 CLOSING_COMMANDS = (
     ("The status of every event", ("status",)),
     ("The runs of demo-fail, with their output", ("history", "demo-fail", "--output")),
+    ("Every event's schedule and its next three runs", ("schedules",)),
 )
 
 

@@ -25,7 +25,7 @@ from sqsjkr.commands.options import (
     profile_option,
     region_option,
 )
-from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.errors import ResourceMissingError, quote
 from sqsjkr.observability.logs import escape, moment
@@ -55,6 +55,8 @@ class Store:
     history: DynamoHistory
     client: Any
     table: str
+    config: Config
+    session: Any  # for the other services a command reads beside the table
 
     def reading(self) -> AbstractContextManager[None]:
         return reading_table(self.table)
@@ -81,12 +83,17 @@ def open_store(conf: str, lock_table: str | None, profile: str | None, region: s
         raise UsageFailure(
             f'history is off in {conf} ([history] backend = "none"): no runs to show'
         )
+    return store_of(config)
+
+
+def store_of(config: Config) -> Store:
+    """The config's history, whether or not its daemons write it."""
     session = make_session(region=config.account.region, profile=config.account.profile)
     client = make_client(session, "dynamodb")
     history = DynamoHistory(
         client, config.lock.table, retention_seconds=config.history.retention.seconds
     )
-    return Store(history, client, config.lock.table)
+    return Store(history, client, config.lock.table, config, session)
 
 
 def local_time(unix_seconds: float) -> str:

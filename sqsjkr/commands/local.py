@@ -19,7 +19,14 @@ from typing import Any
 import click
 
 from sqsjkr.backends.aws import make_client, make_session
-from sqsjkr.commands.demo import DEMO_QUEUE, DEMO_REPORTER, DemoWatch, send_demo
+from sqsjkr.backends.scheduler import queue_target
+from sqsjkr.commands.demo import (
+    DEMO_QUEUE,
+    DEMO_REPORTER,
+    SAMPLE_SCHEDULES,
+    DemoWatch,
+    send_demo,
+)
 from sqsjkr.commands.local_site import LocalSite
 from sqsjkr.contract.config import load_config
 from sqsjkr.daemon.service import serve
@@ -180,6 +187,22 @@ def create_schedule_group(session: Any) -> str:
     return str(role["Role"]["Arn"])
 
 
+def create_sample_schedules(session: Any, queue_arn: str, role_arn: str) -> None:
+    """The demo's sample schedules in the local group, so that `sqsjkr schedules` and the next-run
+    column of `sqsjkr status` show something real; moto never fires them."""
+    client = make_client(session, "scheduler")
+    for sample in SAMPLE_SCHEDULES:
+        client.create_schedule(
+            Name=sample.name,
+            GroupName=LOCAL_SCHEDULE_GROUP,
+            ScheduleExpression=sample.expression,
+            ScheduleExpressionTimezone=sample.timezone,
+            FlexibleTimeWindow={"Mode": "OFF"},
+            Target={"Arn": queue_arn, "RoleArn": role_arn, "Input": sample.body},
+            State="ENABLED" if sample.enabled else "DISABLED",
+        )
+
+
 def write_config(directory: Path, *, stats_port: int, workers: int, role_arn: str) -> Path:
     path = directory / "config.toml"
     path.write_text(
@@ -249,6 +272,7 @@ def run_local(
         dead_letter_url = str(sqs.get_queue_url(QueueName=f"{LOCAL_QUEUE}-dlq")["QueueUrl"])
         create_table(make_client(session, "dynamodb"), LOCAL_TABLE)
         role_arn = create_schedule_group(session)
+        create_sample_schedules(session, queue_target(sqs, queue_url).arn, role_arn)
         conf = write_config(Path(tmp), stats_port=stats_port, workers=workers, role_arn=role_arn)
         site = LocalSite(endpoint, queue_url, dead_letter_url, conf)
         watch = DemoWatch(sqs, site)

@@ -14,6 +14,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import click
@@ -33,6 +34,7 @@ from sqsjkr.commands.history import (
     store_options,
 )
 from sqsjkr.commands.locks import waiting_text
+from sqsjkr.commands.next_runs import fire_text, next_runs, read_schedules
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.pause import pause_text
 from sqsjkr.contract.duration import parse_duration
@@ -265,7 +267,14 @@ def running_now(store: Store, summary: EventSummary, now: float) -> list[Running
 # -- showing ------------------------------------------------------------------------------------
 
 
-def status_row(summary: EventSummary, running: Sequence[Running], now: float) -> list[str]:
+def next_run_json(event_id: str, next_run: Mapping[str, datetime] | None) -> str | None:
+    fire = None if next_run is None else next_run.get(event_id)
+    return None if fire is None else fire_text(fire)
+
+
+def status_row(
+    summary: EventSummary, running: Sequence[Running], now: float, next_run: str = ""
+) -> list[str]:
     last = summary.last_run
     success = summary.last_success_at
     row = [
@@ -276,6 +285,8 @@ def status_row(summary: EventSummary, running: Sequence[Running], now: float) ->
         "never succeeded" if success is None else f"last success {format_span(now - success)} ago",
         failures_text(summary.consecutive_failures),
     ]
+    if next_run:
+        row.append(next_run)
     for run in running:
         stale = " (stale)" if run.stale else ""
         since = f"on {run.start.host} since {local_time(run.start.started_at)}"
@@ -302,13 +313,36 @@ def status_json(summary: EventSummary, running: Sequence[Running], now: float) -
     }
 
 
+def known_next_runs(store: Store, now: float) -> dict[str, datetime] | None:
+    """Each event's next run by its schedules; None, said on stderr, when they cannot be read."""
+    try:
+        schedules = read_schedules(store.config, store.session)
+    except (BotoCoreError, ClientError, SqsjkrError) as exc:
+        why = describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else str(exc)
+        click.echo(f"sqsjkr: next runs unknown: {why}", err=True)
+        return None
+    return next_runs(schedules, datetime.fromtimestamp(now, timezone.utc))
+
+
+def next_run_cell(event_id: str, next_run: Mapping[str, datetime] | None) -> str:
+    """The next-run column: the soonest fire time of the event's schedules, in their zone."""
+    if next_run is None:
+        return "next run ?"
+    fire = next_run.get(event_id)
+    return "no next run" if fire is None else f"next run {fire_text(fire)}"
+
+
 def show_status(store: Store, *, as_json: bool, now: float) -> None:
     with store.reading():
         pauses = DynamoPauses(store.client, store.table).pauses()
         summaries = store.history.summaries()
         running = [running_now(store, summary, now) for summary in summaries]
+    soonest = known_next_runs(store, now)
     if as_json:
-        rows = [status_json(s, r, now) for s, r in zip(summaries, running, strict=True)]
+        rows = [
+            {**status_json(s, r, now), "next_run": next_run_json(s.event_id, soonest)}
+            for s, r in zip(summaries, running, strict=True)
+        ]
         shown = {"pauses": [p.as_dict() for p in pauses], "events": rows}
         click.echo(json.dumps(shown, indent=2))
         return
@@ -318,7 +352,9 @@ def show_status(store: Store, *, as_json: bool, now: float) -> None:
         click.echo(f"no runs recorded in table {store.table!r}", err=True)
         return
     rows_text = [
-        status_row(s, r, now) + paused_mark(paused(pauses, s.event_id, now)) + one_off_mark(s)
+        status_row(s, r, now, next_run_cell(s.event_id, soonest))
+        + paused_mark(paused(pauses, s.event_id, now))
+        + one_off_mark(s)
         for s, r in zip(summaries, running, strict=True)
     ]
     for line in aligned(rows_text):

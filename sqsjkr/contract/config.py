@@ -122,6 +122,9 @@ class ScheduleConfig:
     role_arn: str | None = None  # the module's scheduler_role_arn; required by --at and --in
     group: str = "sqsjkr"  # the module's schedule group, named as the module (default "sqsjkr")
     timezone: str = "UTC"  # of --at times written without a UTC offset
+    #: What runs the module's schedules (its schedule_engine): "scheduler", the schedules of
+    #: `group`, or "rules", the EventBridge rules that target the queues. Read by `schedules`.
+    engine: str = "scheduler"
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,8 @@ _SECTIONS: dict[str, type] = {
 }
 _BACKENDS = ("dynamodb", "none")
 _ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+")
+#: The terraform module's schedule_engine values, as [schedule] engine takes them.
+SCHEDULE_ENGINES = ("scheduler", "rules")
 _SCHEDULE_GROUP = re.compile(r"[0-9A-Za-z._-]{1,64}")
 
 
@@ -733,7 +738,8 @@ def _schedule_config(schedule: _Table) -> ScheduleConfig:
         raise schedule.fail(
             "timezone", f'must be an IANA time zone such as "Asia/Tokyo", got {_show(zone)}'
         ) from None
-    return ScheduleConfig(role_arn=role_arn, group=group, timezone=zone)
+    engine = schedule.choice("engine", ScheduleConfig.engine, SCHEDULE_ENGINES)
+    return ScheduleConfig(role_arn=role_arn, group=group, timezone=zone, engine=engine)
 
 
 def load_config(

@@ -1,0 +1,70 @@
+"""The fleet's schedules and when each fires next, for `sqsjkr schedules` and the next-run column of
+`sqsjkr status`: read from EventBridge Scheduler's group or the rules, per [schedule] engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqsjkr.backends.aws import make_client
+from sqsjkr.backends.rules import list_rules
+from sqsjkr.backends.scheduler import EventSchedule, list_schedules, queue_target
+from sqsjkr.backends.sqs import resolve_queue_url
+from sqsjkr.contract.config import Config
+from sqsjkr.crontab.fires import Fires, Window, next_fires
+from sqsjkr.errors import ScheduleExpressionError
+
+#: How many of its next fire times each schedule shows.
+FIRES_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A schedule's next fire times, or why they are not known."""
+
+    fires: Fires
+    problem: str | None = None
+
+
+def read_schedules(config: Config, session: Any) -> list[EventSchedule]:
+    """The schedules of the config's engine: the group's, or the rules on the config's queues."""
+    if config.schedule.engine == "rules":
+        sqs = make_client(session, "sqs")
+        arns = [
+            queue_target(sqs, resolve_queue_url(sqs, queue.name, config.account.id)).arn
+            for queue in config.all_queues()
+        ]
+        return list_rules(make_client(session, "events"), arns)
+    return list_schedules(make_client(session, "scheduler"), config.schedule.group)
+
+
+def timing(schedule: EventSchedule, now: datetime, count: int = FIRES_SHOWN) -> Timing:
+    """When the schedule fires next; none while it is disabled."""
+    if not schedule.enabled:
+        return Timing(Fires(()))
+    window = Window(schedule.start, schedule.end, schedule.created)
+    try:
+        return Timing(next_fires(schedule.expression, schedule.timezone, now, count, window))
+    except ScheduleExpressionError as exc:
+        return Timing(Fires(()), str(exc))
+
+
+def next_runs(schedules: Sequence[EventSchedule], now: datetime) -> dict[str, datetime]:
+    """Each event's next run: the soonest next fire time of its enabled schedules."""
+    soonest: dict[str, datetime] = {}
+    for schedule in schedules:
+        fires = timing(schedule, now, 1).fires.times
+        if schedule.event_id is None or not fires:
+            continue
+        if schedule.event_id not in soonest or fires[0] < soonest[schedule.event_id]:
+            soonest[schedule.event_id] = fires[0]
+    return soonest
+
+
+def fire_text(fire: datetime) -> str:
+    """A fire time in its schedule's zone, to the second (a rate() counts from a creation
+    time that has microseconds)."""
+    return fire.replace(microsecond=0).isoformat()

@@ -1,0 +1,155 @@
+"""`sqsjkr schedules`: every event's schedule, read from the schedule group of EventBridge Scheduler
+or from the EventBridge rules that target the queues, with its next fire times and its event's
+last run, runs in progress and pause.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+
+from sqsjkr.backends.pause import DynamoPauses, Pause, paused
+from sqsjkr.backends.scheduler import EventSchedule
+from sqsjkr.commands.history import Store, aligned, local_time, record_json, store_of, store_options
+from sqsjkr.commands.next_runs import Timing, fire_text, read_schedules, timing
+from sqsjkr.commands.options import load
+from sqsjkr.commands.status import Running, running_now
+from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.run import EventSummary
+from sqsjkr.errors import quote
+from sqsjkr.observability.logs import escape, shorten_command
+
+#: Longest command shown: its first line, cut here.
+COMMAND_SHOWN = 80
+
+
+@dataclass(frozen=True)
+class EventState:
+    """What the history says of a schedule's event: its summary, runs in progress, its pause."""
+
+    summary: EventSummary | None
+    running: Sequence[Running]
+    held: Pause | None  # the pause that holds the event
+
+
+def command_line(command: str | None) -> str:
+    """A job's command as one escaped line: its first line, cut, the cut said."""
+    if command is None:
+        return "-"
+    first, *rest = command.splitlines() or [""]
+    shown = escape(shorten_command(first, COMMAND_SHOWN))
+    return f"{shown} (+{len(rest)} lines)" if rest else shown
+
+
+def event_states(
+    store: Store, schedules: Sequence[EventSchedule], now: float
+) -> dict[str, EventState]:
+    """The history's word on each scheduled event, by event_id."""
+    with store.reading():
+        pauses = DynamoPauses(store.client, store.table).pauses()
+        summaries: Mapping[str, EventSummary] = (
+            {}
+            if store.config.history.backend == "none"
+            else {s.event_id: s for s in store.history.summaries()}
+        )
+        states = {}
+        for event_id in {s.event_id for s in schedules if s.event_id is not None}:
+            summary = summaries.get(event_id)
+            running = running_now(store, summary, now) if summary else []
+            states[event_id] = EventState(summary, running, paused(pauses, event_id, now))
+    return states
+
+
+def schedule_row(schedule: EventSchedule, when: Timing, state: EventState | None) -> list[str]:
+    fires = ", ".join(map(fire_text, when.fires.times)) or "-"
+    if when.problem:
+        fires = f"? ({when.problem})"
+    elif not when.fires.exact:
+        fires = f"~{fires} (counted from now)"
+    row = [
+        escape(schedule.name),
+        escape(schedule.expression),
+        escape(schedule.timezone),
+        "enabled" if schedule.enabled else "DISABLED",
+        f"next {fires}",
+        "-" if schedule.event_id is None else escape(schedule.event_id),
+        command_line(schedule.command),
+    ]
+    return row + state_cells(state)
+
+
+def state_cells(state: EventState | None) -> list[str]:
+    if state is None:
+        return []
+    last = state.summary.last_run if state.summary else None
+    cells = [
+        f"last {last.outcome.value} {local_time(last.ended_at)}" if last else "no run ended yet"
+    ]
+    cells += [
+        f"running on {run.start.host}{' (stale)' if run.stale else ''}" for run in state.running
+    ]
+    return cells + (["PAUSED"] if state.held is not None else [])
+
+
+def schedule_json(
+    schedule: EventSchedule, when: Timing, state: EventState | None
+) -> dict[str, Any]:
+    shown: dict[str, Any] = {
+        "name": schedule.name,
+        "expression": schedule.expression,
+        "timezone": schedule.timezone,
+        "enabled": schedule.enabled,
+        "next": [fire_text(fire) for fire in when.fires.times],
+        "next_exact": when.fires.exact,
+        "problem": when.problem,
+        "event_id": schedule.event_id,
+        "command": None if schedule.command is None else command_line(schedule.command),
+        "target_arn": schedule.target_arn,
+    }
+    if state is not None:
+        last = state.summary.last_run if state.summary else None
+        shown["last_run"] = None if last is None else record_json(last, output=False)
+        shown["running"] = [{**asdict(run.start), "stale": run.stale} for run in state.running]
+        shown["paused"] = None if state.held is None else state.held.as_dict()
+    return shown
+
+
+@click.command()
+@store_options
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, an object per schedule.")
+def schedules(
+    conf: str, lock_table: str | None, profile: str | None, region: str | None, as_json: bool
+) -> None:
+    """Show every event's schedule: expression, zone, enabled, next three fire times in its zone,
+    the job it sends (event_id, command's first line), and its event's last run, runs in
+    progress and pause.
+
+    Read from [schedule] group in EventBridge Scheduler, or with [schedule] engine = "rules"
+    from the EventBridge rules that target the queues.
+    """
+    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    store = store_of(config)
+    found = read_schedules(config, store.session)
+    now = time.time()
+    instant = datetime.fromtimestamp(now, timezone.utc)
+    states = event_states(store, found, now)
+    shown = [(s, timing(s, instant), states.get(s.event_id or "")) for s in found]
+    if as_json:
+        click.echo(json.dumps([schedule_json(*each) for each in shown], indent=2))
+        return
+    if not found:
+        where = (
+            "no EventBridge rule targets the queues"
+            if config.schedule.engine == "rules"
+            else f"no schedule in EventBridge Scheduler group {quote(config.schedule.group)}"
+        )
+        click.echo(f"sqsjkr: {where}", err=True)
+        return
+    for line in aligned([schedule_row(*each) for each in shown]):
+        click.echo(line)
