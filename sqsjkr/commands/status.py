@@ -317,8 +317,10 @@ def known_next_runs(store: Store, now: float) -> dict[str, datetime] | None:
     """Each event's next run by its schedules; None, said on stderr, when they cannot be read."""
     try:
         schedules = read_schedules(store.config, store.session)
-    except (BotoCoreError, ClientError, SqsjkrError) as exc:
-        why = describe(exc) if isinstance(exc, (BotoCoreError, ClientError)) else str(exc)
+    except Exception as exc:
+        why = aws_failure(exc) or (str(exc) if isinstance(exc, SqsjkrError) else None)
+        if why is None:
+            raise
         click.echo(f"sqsjkr: next runs unknown: {why}", err=True)
         return None
     return next_runs(schedules, datetime.fromtimestamp(now, timezone.utc))
