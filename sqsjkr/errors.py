@@ -84,3 +84,7 @@ def quote(text: str, limit: int | None = None) -> str:
 
 class ScheduleExpressionError(SqsjkrError, ValueError):
     """A schedule's expression is not one EventBridge takes (cron, rate or at); names the part."""
+
+
+class AuditRefused(SqsjkrError):
+    """A state change was not made because its audit item could not be written first."""

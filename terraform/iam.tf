@@ -81,6 +81,20 @@ data "aws_iam_policy_document" "sender" {
   }
 
   statement {
+    sid       = "AuditTrail"
+    effect    = "Allow"
+    actions   = ["dynamodb:PutItem"] # each send (and --cancel) is written to the audit trail first
+    resources = [aws_dynamodb_table.locks.arn]
+
+    # Audit items only: their Ids start with audit:, so the sender cannot touch a lock or a claim.
+    condition {
+      test     = "ForAllValues:StringLike"
+      variable = "dynamodb:LeadingKeys" # the partition key (Id) of every item written
+      values   = ["audit:*"]
+    }
+  }
+
+  statement {
     sid       = "LetTheSchedulesSend"
     effect    = "Allow"
     actions   = ["iam:PassRole"] # a schedule created with --at runs as the scheduler role

@@ -15,9 +15,15 @@ TYPE_INDEX = "TypeExpiredIndex"
 BATCH_GET_LIMIT = 100
 
 
-def items_of_type(client: Any, table: str, type_: str) -> list[dict[str, Any]]:
-    """Every item of the table whose Type is type_ (and that has an Expired), in no order."""
-    keys = [{"Id": key["Id"], "Type": key["Type"]} for key in _keys_of_type(client, table, type_)]
+def items_of_type(
+    client: Any, table: str, type_: str, *, expired_from: int | None = None
+) -> list[dict[str, Any]]:
+    """Every item of the table whose Type is type_ (and that has an Expired, at least
+    expired_from when given), in no order."""
+    keys = [
+        {"Id": key["Id"], "Type": key["Type"]}
+        for key in _keys_of_type(client, table, type_, expired_from)
+    ]
     items: list[dict[str, Any]] = []
     for i in range(0, len(keys), BATCH_GET_LIMIT):
         pending: dict[str, Any] = {table: {"Keys": keys[i : i + BATCH_GET_LIMIT]}}
@@ -28,7 +34,9 @@ def items_of_type(client: Any, table: str, type_: str) -> list[dict[str, Any]]:
     return items
 
 
-def _keys_of_type(client: Any, table: str, type_: str) -> Iterator[dict[str, Any]]:
+def _keys_of_type(
+    client: Any, table: str, type_: str, expired_from: int | None
+) -> Iterator[dict[str, Any]]:
     request: dict[str, Any] = {
         "TableName": table,
         "IndexName": TYPE_INDEX,
@@ -36,6 +44,10 @@ def _keys_of_type(client: Any, table: str, type_: str) -> Iterator[dict[str, Any
         "ExpressionAttributeNames": {"#type": "Type"},
         "ExpressionAttributeValues": {":type": {"S": type_}},
     }
+    if expired_from is not None:
+        request["KeyConditionExpression"] += " AND #expired >= :from"
+        request["ExpressionAttributeNames"]["#expired"] = "Expired"
+        request["ExpressionAttributeValues"][":from"] = {"N": str(expired_from)}
     while True:
         response = client.query(**request)
         yield from response["Items"]

@@ -35,6 +35,7 @@ SUBCOMMANDS = {
     "dlq": "sqsjkr.commands.dlq:dlq",
     "daemons": "sqsjkr.commands.daemons:daemons",
     "schedules": "sqsjkr.commands.schedules:schedules",
+    "audit": "sqsjkr.commands.audit:audit",
 }
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.

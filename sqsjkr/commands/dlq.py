@@ -27,6 +27,7 @@ from sqsjkr.backends.sqs import (
     queue_settings,
     resolve_queue_url,
 )
+from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.history import aligned, local_time
 from sqsjkr.commands.options import (
     UsageFailure,
@@ -34,9 +35,10 @@ from sqsjkr.commands.options import (
     load,
     profile_option,
     queue_option,
+    reason_option,
     region_option,
 )
-from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.job import parse_job
 from sqsjkr.errors import InvalidJobError, ResourceMissingError, quote
 from sqsjkr.observability.logs import escape
@@ -63,6 +65,7 @@ class Queues:
     url: str
     dlq_name: str
     dlq_url: str
+    config: Config
 
     @property
     def fifo(self) -> bool:
@@ -81,7 +84,8 @@ def open_queues(conf: str, profile: str | None, region: str | None, queue: str |
             f"queue {name!r} has no RedrivePolicy, so no dead-letter queue: the daemon logs and "
             "drops malformed messages"
         )
-    return Queues(sqs, name, url, arn.rsplit(":", 1)[-1], dead_letter_queue_url(sqs, arn))
+    dlq_url = dead_letter_queue_url(sqs, arn)
+    return Queues(sqs, name, url, arn.rsplit(":", 1)[-1], dlq_url, config)
 
 
 @dataclass(frozen=True)
@@ -462,6 +466,7 @@ def show(
 @click.option("--all", "all_", is_flag=True, help="Every message in the dead-letter queue.")
 @click.option("--yes", "-y", is_flag=True, help="With --all: do not ask first.")
 @click.option("--force", is_flag=True, help="Send malformed messages back too.")
+@reason_option
 @click.argument("message_ids", nargs=-1)
 def redrive(
     conf: str,
@@ -471,6 +476,7 @@ def redrive(
     all_: bool,
     yes: bool,
     force: bool,
+    reason: str,
     message_ids: tuple[str, ...],
 ) -> int:
     """Send messages back to the job queue, then delete them from the dead-letter queue.
@@ -489,6 +495,10 @@ def redrive(
             abort=True,
             err=True,
         )
+    target = "every dead letter" if all_ else " ".join(message_ids)
+    command_auditor(queues.config)(
+        "dlq redrive", target, reason=reason, detail=f"{queues.dlq_name} to {queues.name}"
+    )
     with Peek(queues.sqs, queues.dlq_url) as peek:
         run = Redrive(queues, peek, force)
         missing: list[str] = []
@@ -516,12 +526,14 @@ def letter_label(letter: DeadLetter) -> str:
 
 @dlq.command()
 @queue_options
+@reason_option
 @click.argument("message_ids", nargs=-1, required=True)
 def delete(
     conf: str,
     profile: str | None,
     region: str | None,
     queue_name: str | None,
+    reason: str,
     message_ids: tuple[str, ...],
 ) -> int:
     """Delete messages from the dead-letter queue for good, unrun.
@@ -529,6 +541,9 @@ def delete(
     MESSAGE_IDS are ids in the dead-letter queue or original ids. Exit 1 when one was not found.
     """
     queues = open_queues(conf, profile, region, queue_name)
+    command_auditor(queues.config)(
+        "dlq delete", " ".join(message_ids), reason=reason, detail=f"from {queues.dlq_name}"
+    )
     with Peek(queues.sqs, queues.dlq_url) as peek:
         found, missing = find_named(peek, message_ids)
         for letter in found:
@@ -545,8 +560,14 @@ def delete(
 @dlq.command()
 @queue_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask first.")
+@reason_option
 def purge(
-    conf: str, profile: str | None, region: str | None, queue_name: str | None, yes: bool
+    conf: str,
+    profile: str | None,
+    region: str | None,
+    queue_name: str | None,
+    yes: bool,
+    reason: str,
 ) -> int:
     """Delete every message of the dead-letter queue for good, unrun, after asking.
 
@@ -560,6 +581,7 @@ def purge(
             abort=True,
             err=True,
         )
+    command_auditor(queues.config)("dlq purge", queues.dlq_name, reason=reason)
     deleted, failed = 0, []
     with Peek(queues.sqs, queues.dlq_url) as peek:
         for page in peek.pages():

@@ -24,6 +24,7 @@ from sqsjkr.backends.aws import (
 from sqsjkr.backends.groups import SLOT_TYPE_PREFIX, parse_slot, slot_key
 from sqsjkr.backends.history import SUMMARY_TYPE, running_notes
 from sqsjkr.backends.locks import LOCK_TYPE
+from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.history import (
     aligned,
     format_span,
@@ -31,7 +32,7 @@ from sqsjkr.commands.history import (
     reading_table,
     store_options,
 )
-from sqsjkr.commands.options import load
+from sqsjkr.commands.options import load, reason_option
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.run import RunStart
 from sqsjkr.errors import quote
@@ -376,6 +377,7 @@ def remove_lock(
     is_flag=True,
     help=f"Remove the lock even while its lease lives. Beware: {FORCE_WARNING}.",
 )
+@reason_option
 def unlock(
     conf: str,
     lock_table: str | None,
@@ -384,6 +386,7 @@ def unlock(
     lock_id: str,
     slot: int | None,
     force: bool,
+    reason: str,
 ) -> None:
     """Remove LOCK_ID when its lease has expired or it is a Go daemon's lock (which has no lease).
 
@@ -391,7 +394,10 @@ def unlock(
     lease is refused unless --force. It says what it removed. A Go daemon's lock is removed
     without --force: make sure its Go daemon is not still running that job.
     """
-    table = open_table(conf, lock_table, profile, region)
+    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    table = table_of(config)
+    target = f"lock {lock_id}" if slot is None else f"slot {slot} of group {lock_id}"
+    command_auditor(config)("unlock", target, reason=reason, detail="--force" if force else "")
     now = time.time()
     removed, item = remove_lock(table, lock_id, force=force, now=now, slot=slot)
     what = f"lock {quote(lock_id)}" if slot is None else f"slot {slot} of group {quote(lock_id)}"

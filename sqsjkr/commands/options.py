@@ -61,3 +61,4 @@ queue_option = click.option(
 lock_table_option = click.option(
     "--lock-table", metavar="NAME", help="DynamoDB table (overrides [lock] table)."
 )
+reason_option = click.option("--reason", default="", help="Why, for the audit trail.")

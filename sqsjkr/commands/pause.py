@@ -5,11 +5,8 @@ Every daemon reads the pause state from the table (docs/semantics.md, "Pauses");
 
 from __future__ import annotations
 
-import getpass
 import math
-import os
 import re
-import socket
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -17,9 +14,10 @@ from datetime import datetime
 import click
 
 from sqsjkr.backends.pause import ALL_SCOPE, DynamoPauses, Pause
+from sqsjkr.commands.audit import command_auditor, os_user
 from sqsjkr.commands.history import format_duration, format_span, local_time, store_options
-from sqsjkr.commands.locks import open_table, table_of
-from sqsjkr.commands.options import UsageFailure, load
+from sqsjkr.commands.locks import table_of
+from sqsjkr.commands.options import UsageFailure, load, reason_option
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, quote
@@ -104,15 +102,6 @@ def details_text(pause: Pause, now: float) -> str:
     return f"since {local_time(pause.since)} {until}, by {escape(pause.by)}{reason}"
 
 
-def who() -> str:
-    """user@host of whoever runs the command, for a pause's `by`."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no login name and no passwd entry (a bare container)
-        user = f"uid{os.getuid()}"
-    return f"{user}@{socket.gethostname()}"
-
-
 def scopes(event_ids: Sequence[str], all_events: bool) -> list[str] | None:
     """The events a command names (None: --all); exactly one of the two is allowed."""
     if all_events and event_ids:
@@ -161,9 +150,12 @@ def pause(
     config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
     table = table_of(config)
     store = DynamoPauses(table.client, table.name)
-    by = who()
+    audit = command_auditor(config)
+    by = os_user()
     for event_id in [None] if events is None else events:
         made = Pause(event_id, now, ends, reason, by)
+        until_text = "until resumed" if ends is None else f"until {local_time(ends)}"
+        audit("pause", event_id or "all events", reason=reason, detail=until_text)
         store.pause(made)
         click.echo(f"paused {pause_text(made, now)}")
     refresh = format_duration(config.kicker.pause_refresh.seconds)
@@ -180,6 +172,7 @@ def pause(
 @click.option(
     "--all", "all_events", is_flag=True, help="Lift every pause, of all and of each event."
 )
+@reason_option
 def resume(
     conf: str,
     lock_table: str | None,
@@ -187,14 +180,18 @@ def resume(
     region: str | None,
     event_ids: tuple[str, ...],
     all_events: bool,
+    reason: str,
 ) -> None:
     """Lift the pauses of EVENT_IDs (or every pause, --all) and say what was lifted.
 
     Daemons run what accumulated on the queue within about a minute. Exit 1 if nothing was paused.
     """
     events = scopes(event_ids, all_events)
-    table = open_table(conf, lock_table, profile, region)
+    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    table = table_of(config)
     store = DynamoPauses(table.client, table.name)
+    target = "every pause" if events is None else ", ".join(events)
+    command_auditor(config)("resume", target, reason=reason)
     now = time.time()
     lifted = store.resume(events)
     for lifted_pause in lifted:

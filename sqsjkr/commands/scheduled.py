@@ -21,6 +21,7 @@ from sqsjkr.backends.scheduler import (
     one_time_name,
     queue_target,
 )
+from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.history import aligned
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
@@ -110,6 +111,7 @@ def manage_scheduled(
     cancel: str | None,
     other_options: bool,
     conf: str = DEFAULT_CONFIG_PATH,
+    reason: str = "",
 ) -> None:
     """--cancel NAME, or --list-scheduled: a table of the jobs still to run, soonest first."""
     if other_options or (listing and cancel is not None):
@@ -119,6 +121,7 @@ def manage_scheduled(
     client = make_client(session, "scheduler")
     group = config.schedule.group
     if cancel is not None:
+        command_auditor(config)("send --cancel", cancel, reason=reason, detail=f"group {group}")
         try:
             cancel_one_time(client, group, cancel)
         except ValueError as exc:

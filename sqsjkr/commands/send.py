@@ -25,12 +25,14 @@ from sqsjkr.backends.sqs import (
     resolve_queue_url,
     send_settings,
 )
+from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.options import (
     UsageFailure,
     conf_option,
     load,
     profile_option,
     queue_option,
+    reason_option,
     region_option,
 )
 from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
@@ -38,6 +40,7 @@ from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.http_call import METHODS
 from sqsjkr.contract.job import MESSAGE_FIELDS, build_body, parse_job
 from sqsjkr.errors import InvalidJobError, quote
+from sqsjkr.observability.logs import shorten_command
 
 
 def key_values(option: str, values: Sequence[str]) -> dict[str, str]:
@@ -366,6 +369,7 @@ def job_options(command: _Command) -> _Command:
 @click.option("--list-scheduled", is_flag=True, help="List the --at and --in jobs still to run.")
 @click.option("--cancel", metavar="NAME", help="Cancel an --at or --in job, by its name.")
 @queue_option
+@reason_option
 def send(
     conf: str,
     profile: str | None,
@@ -380,6 +384,7 @@ def send(
     zone: str | None,
     list_scheduled: bool,
     cancel: str | None,
+    reason: str,
     **job: Any,
 ) -> None:
     """Validate a job and put it on the queue; prints the message id.
@@ -400,6 +405,7 @@ def send(
             cancel=cancel,
             other_options=bool(others),
             conf=conf,
+            reason=reason,
         )
         return
     later = check_timing(at_time, in_time, zone, delay)
@@ -415,7 +421,7 @@ def send(
     config = load(conf, Overrides(profile=profile, region=region))
     try:
         # The daemons' [http] allow is not known here: this config's stands in for it.
-        parse_job(body, message_id="(not sent)", sent_at=0.0, http_allow=config.http.allow)
+        parsed = parse_job(body, message_id="(not sent)", sent_at=0.0, http_allow=config.http.allow)
     except InvalidJobError as exc:
         raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
     when = when_of(config, at_time, in_time, zone) if later else None
@@ -426,6 +432,11 @@ def send(
     queue = QueueSend(queue_name, send_settings(sqs, queue_url))
     queue.warn_of_retries(body)
     fifo = queue.fifo_parameters(body, group_id, dedupe_id, delay=delay, later=later)
+    audit = command_auditor(config)
+    detail = f"{shorten_command(parsed.what)} to queue {queue_name}" + (
+        "" if when is None else f" at {when}"
+    )
+    audit("send", parsed.event_id or "(one-off)", reason=reason, detail=detail)
     if when is not None:
         group = None if fifo is None else fifo["MessageGroupId"]
         schedule_job(config, session, sqs, queue_url, body, when, conf=conf, group_id=group)

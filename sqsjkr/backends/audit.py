@@ -1,0 +1,112 @@
+"""The audit trail: an item per operator action (who, what, on what, why, when) behind a Protocol.
+
+DynamoAudit keeps them in the lock table for AUDIT_KEEP_SECONDS; MemoryAudit sits beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from sqsjkr.backends.index import items_of_type
+from sqsjkr.errors import StoreError, quote
+
+AUDIT_TYPE = "audit"
+#: An audit item stays 400 days, then DynamoDB's TTL removes it.
+AUDIT_KEEP_SECONDS = 400 * 86400
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One action, written before it was taken. Times are unix seconds."""
+
+    at: float
+    action: str  # "pause", "resume", "route", "unlock", "kill", "trigger", "dlq redrive", "send"
+    target: str  # what it acted on: an event_id, a lock_id, "all events", a queue
+    reason: str
+    user: str  # the OS user@host of the command, or the dashboard's user
+    identity: str  # the caller's AWS identity (an ARN), as STS names it
+    detail: str = ""  # more of what was done, on one line (until when, to which queue)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AuditEntry:
+        return cls(
+            at=float(data["at"]),
+            action=str(data["action"]),
+            target=str(data["target"]),
+            reason=str(data.get("reason", "")),
+            user=str(data.get("user", "")),
+            identity=str(data.get("identity", "")),
+            detail=str(data.get("detail", "")),
+        )
+
+
+class AuditTrail(Protocol):
+    """Keeps what operators did to a fleet."""
+
+    def write(self, entry: AuditEntry) -> None:
+        """Keep entry; raise if it was not kept."""
+
+    def entries(self, since: float) -> list[AuditEntry]:
+        """Every entry kept from since on, newest first."""
+
+
+class MemoryAudit:
+    """Entries within one process: for tests and for embedding sqsjkr in Python."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._entries: list[AuditEntry] = []
+
+    def write(self, entry: AuditEntry) -> None:
+        with self._mutex:
+            self._entries.append(entry)
+
+    def entries(self, since: float) -> list[AuditEntry]:
+        with self._mutex:
+            kept = [e for e in self._entries if e.at >= since]
+        return sorted(kept, key=lambda e: e.at, reverse=True)
+
+
+class DynamoAudit:
+    """{Id: "audit:<time>:<random>", Type: "audit"} items in the lock table, each with the entry
+    as JSON and an Expired AUDIT_KEEP_SECONDS after it was written, so that the table's
+    TypeExpiredIndex lists them by time (the range key is the time plus a constant)."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._client = client
+        self._table = table
+
+    def write(self, entry: AuditEntry) -> None:
+        item = {
+            "Id": {"S": f"audit:{entry.at:.6f}:{secrets.token_hex(4)}"},
+            "Type": {"S": AUDIT_TYPE},
+            "Expired": {"N": str(int(entry.at + AUDIT_KEEP_SECONDS))},
+            "Audit": {"S": json.dumps(entry.as_dict())},
+        }
+        # A fresh random Id: the write can only fail, never overwrite another entry.
+        self._client.put_item(
+            TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(Id)"
+        )
+
+    def entries(self, since: float) -> list[AuditEntry]:
+        expired_from = int(since + AUDIT_KEEP_SECONDS)
+        items = items_of_type(self._client, self._table, AUDIT_TYPE, expired_from=expired_from)
+        kept = [e for e in map(_entry, items) if e.at >= since]
+        return sorted(kept, key=lambda e: e.at, reverse=True)
+
+
+def _entry(item: dict[str, Any]) -> AuditEntry:
+    try:
+        return AuditEntry.from_dict(json.loads(item["Audit"]["S"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(
+            f"the audit item {quote(item.get('Id', {}).get('S', '?'))} (Type {AUDIT_TYPE!r}) "
+            f"is damaged ({exc!r}); delete it"
+        ) from exc

@@ -1,0 +1,167 @@
+"""The audit trail: the store (in memory and in DynamoDB through one protocol test), an item per
+state-changing command with who, what, why and when, `sqsjkr audit`, and a refused action."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sqsjkr.backends.audit import (
+    AUDIT_KEEP_SECONDS,
+    AuditEntry,
+    AuditTrail,
+    DynamoAudit,
+    MemoryAudit,
+)
+from sqsjkr.backends.pause import DynamoPauses
+
+from .conftest import Aws, config_text
+from .faults import Fault, FaultProxy
+from .test_dlq import dead_letter, dlq_url, sqsjkr
+from .test_dlq import site as site  # noqa: F401 - the fixture
+
+Run = Callable[..., tuple[int, str, str]]
+JOB = '{"command": "echo hi", "event_id": "nightly"}'
+
+
+def entry(at: float, action: str = "pause", target: str = "nightly") -> AuditEntry:
+    return AuditEntry(at, action, target, "why", "alice@ops1", "arn:aws:iam::1:user/alice")
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def trail(request: pytest.FixtureRequest) -> AuditTrail:
+    if request.param == "memory":
+        return MemoryAudit()
+    aws: Aws = request.getfixturevalue("aws")
+    return DynamoAudit(aws.dynamodb, aws.table)
+
+
+def test_a_trail_lists_entries_since_a_time_newest_first(trail: AuditTrail) -> None:
+    old, middle, new = entry(1000.0, "pause"), entry(2000.0, "resume"), entry(3000.0, "kill")
+    for made in (middle, new, old):
+        trail.write(made)
+    assert trail.entries(0) == [new, middle, old]
+    assert trail.entries(2000.0) == [new, middle]
+
+
+def test_a_dynamodb_entry_expires_400_days_after_it_was_written(aws: Aws) -> None:
+    DynamoAudit(aws.dynamodb, aws.table).write(entry(1_750_000_000.5))
+    [item] = aws.dynamodb.scan(TableName=aws.table)["Items"]
+    assert item["Type"] == {"S": "audit"}
+    assert (
+        int(item["Expired"]["N"])
+        == 1_750_000_000 + AUDIT_KEEP_SECONDS
+        == 1_750_000_000 + 400 * 86400
+    )
+
+
+@pytest.fixture
+def cli(site: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Run:  # noqa: F811
+    """`sqsjkr COMMAND... -c CONF ARGS` in this process: (exit code, stdout, stderr)."""
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(site, stats="stats_port = 0"))
+
+    def run(*args: str) -> tuple[int, str, str]:
+        split = args.index("--") if "--" in args else len(args)
+        return sqsjkr(capsys, *args[:split], "-c", str(conf), *args[split + 1 :])
+
+    return run
+
+
+def audit_items(cli: Run) -> list[dict[str, str]]:
+    code, out, err = cli("audit", "--", "--json")
+    assert (code, err) == (0, "")
+    return list(json.loads(out))
+
+
+def test_every_state_change_writes_who_what_why_and_when_first(site: Aws, cli: Run) -> None:  # noqa: F811
+    letter = dead_letter(site, JOB)
+    other = dead_letter(site, JOB)
+    done = [
+        cli("pause", "--", "nightly", "--reason", "db move"),
+        cli("resume", "--", "nightly", "--reason", "db moved"),
+        cli("unlock", "--", "nightly-lock", "--reason", "host gone"),
+        cli("send", "--", "--command", "echo hi", "--event-id", "nightly", "--reason", "rerun"),
+        cli("dlq", "redrive", "--", letter, "--reason", "fixed"),
+        cli("dlq", "delete", "--", other, "--reason", "junk"),
+        cli("dlq", "purge", "--", "--yes", "--reason", "clean"),
+    ]
+    assert [code for code, _, _ in done] == [0, 0, 1, 0, 0, 0, 0]  # no such lock: nothing removed
+    items = audit_items(cli)
+    assert [(i["action"], i["target"], i["reason"]) for i in items] == [
+        ("dlq purge", f"{site.queue_name}-dlq", "clean"),
+        ("dlq delete", other, "junk"),
+        ("dlq redrive", letter, "fixed"),
+        ("send", "nightly", "rerun"),
+        ("unlock", "lock nightly-lock", "host gone"),
+        ("resume", "nightly", "db moved"),
+        ("pause", "nightly", "db move"),
+    ]
+    for item in items:
+        user, _, host = item["user"].partition("@")
+        assert user and host
+        assert item["identity"].startswith("arn:aws:")  # what STS said of the caller
+        assert item["at"][:4].isdigit() and item["at"][-6] in "+-"  # ISO 8601 with an offset
+    assert items[3]["detail"] == f"echo hi to queue {site.queue_name}"
+    assert items[6]["detail"] == "until resumed"
+
+
+def test_audit_lists_a_table_and_honours_since(site: Aws, cli: Run) -> None:  # noqa: F811
+    assert cli("pause", "--", "nightly", "--reason", "db move")[0] == 0
+    code, out, err = cli("audit")
+    header, row = out.splitlines()
+    assert header.split() == ["when", "action", "target", "user", "identity", "reason", "detail"]
+    assert "pause" in row and "db move" in row and "until resumed" in row
+    trail = DynamoAudit(site.dynamodb, site.table)
+    trail.write(entry(1_000_000.0, "kill", "ancient"))  # long before --since
+    assert [i["target"] for i in audit_items(cli)] == ["nightly"]
+    code, out, err = cli("audit", "--", "--since", "soon")
+    assert code == 2 and "--since" in err and '"soon"' in err
+
+
+@pytest.fixture
+def failing_audit(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+    with FaultProxy(moto_endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        proxy.add(
+            Fault(
+                lambda call: call.action == "PutItem" and call.item_type() == "audit",
+                error=(400, "AccessDeniedException"),
+            )
+        )
+        yield proxy
+
+
+def test_an_action_whose_audit_item_cannot_be_written_is_refused(
+    site: Aws,
+    cli: Run,
+    failing_audit: FaultProxy,  # noqa: F811
+) -> None:
+    code, out, err = cli("pause", "--", "nightly", "--reason", "db move")
+    assert code == 1 and out == ""
+    assert err.startswith('sqsjkr: error: pause "nightly" not done: its audit item could not')
+    assert "AccessDeniedException" in err
+    assert DynamoPauses(site.dynamodb, site.table).pauses() == []
+    code, out, err = cli("send", "--", "--command", "echo hi", "--event-id", "nightly")
+    assert code == 1 and out == "" and "not done" in err
+    assert site.queue_counts() == (0, 0)
+    assert dlq_url(site)  # the dead-letter queue is there, and untouched below
+    letter = dead_letter(site, JOB)
+    code, _, err = cli("dlq", "redrive", "--", letter)
+    assert code == 1 and "not done" in err
+    assert site.queue_counts() == (0, 0)
+
+
+def test_an_action_is_refused_when_sts_cannot_name_the_caller(
+    site: Aws,
+    cli: Run,
+    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:9")  # nothing listens there
+    code, out, err = cli("pause", "--", "nightly")
+    assert code == 1 and out == ""
+    assert err.startswith("sqsjkr: error: not done: the caller's AWS identity could not be read")
+    assert DynamoPauses(site.dynamodb, site.table).pauses() == []
