@@ -47,7 +47,6 @@ COMMANDS = [
 #: alike for all.
 EVERY_MODE = [
     ["status"],
-    ["audit"],
     ["dlq", "list"],
     ["send", "--command", "true", "--in", "1h"],
     ["pause", "--all"],
