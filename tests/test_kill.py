@@ -1,0 +1,242 @@
+"""`sqsjkr kill` end to end: a running job, one waiting for its lock, a finished run, a kill racing
+the job's own end, and one whose daemon died first; and the claim's kill mark in the store.
+
+Leases are short (2-3 s) so that the heartbeat that sees the mark comes within a second.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from sqsjkr.backends.dedupe import ClaimState, DynamoDedupe, claim_key
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.backends.kills import KillAnswer, KillRequested, request_kill
+from sqsjkr.contract.run import KillMark, RunOutcome, RunRecord
+
+from .conftest import Aws, Start, counted, http_get_text, run_daemon, sqsjkr_argv, wait_until
+from .test_crash import WAIT_FOR_RELEASE, alive, kill_group, lines
+from .test_dlq import sqsjkr
+
+#: A job that leaves a grandchild in its process group, and says when it runs.
+LONG_JOB = f"sleep 300 & echo $! > child.pid; echo $$ > pids; touch started; {WAIT_FOR_RELEASE}"
+
+
+def history(aws: Aws) -> DynamoHistory:
+    return DynamoHistory(aws.dynamodb, aws.table, retention_seconds=3600)
+
+
+def records(aws: Aws, event_id: str) -> list[RunRecord]:
+    return history(aws).runs(event_id, 50)
+
+
+def conf_of(tmp_path: Path, port: int) -> str:
+    return str(tmp_path / f"config-{port}.toml")  # what run_daemon wrote
+
+
+def kill(capsys: pytest.CaptureFixture[str], conf: str, *args: str) -> tuple[int, str, str]:
+    return sqsjkr(capsys, "kill", *args, "-c", conf)
+
+
+def test_kill_stops_a_running_job_s_process_group_and_records_it_killed_for_good(
+    start_daemon: Start, tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon, port = run_daemon(start_daemon, tmp_path, aws, lease="3s", kill_grace="1s")
+    job = {"command": LONG_JOB, "event_id": "nightly", "retries": 2, "retry_delay": "0s"}
+    message_id = aws.send(job)
+    wait_until(lambda: (tmp_path / "started").exists(), what="job running")
+    shell, child = (int((tmp_path / name).read_text()) for name in ("pids", "child.pid"))
+
+    code, out, err = kill(capsys, conf_of(tmp_path, port), "nightly", "--reason", "hung", "--wait")
+
+    assert code == 0, err
+    assert out.startswith(f'kill requested: the run of event "nightly" (message "{message_id}")')
+    assert "within 1.0s (a third of [lock] lease)" in out
+    assert out.rstrip().endswith(": hung") and "killed by " in out
+    assert not alive(shell) and not alive(child)  # the whole group
+    [record] = records(aws, "nightly")
+    assert (record.outcome, record.final, record.signal) == (RunOutcome.KILLED, True, 15)
+    assert record.error is not None and record.error.endswith(": hung")
+    assert "kill requested (killed by" in daemon.log and "stopping process group" in daemon.log
+    # Deleted and never retried: its claim is finished, with no retry kept.
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="its message deleted")
+    claim = aws.item(message_id, "throttle")
+    assert claim is not None and not {"LeaseUntil", "RetryAt", "Attempts"} & set(claim)
+    wait_until(counted(port, failed=1, errored=0), what="counted failed")
+    assert 'sqsjkr_jobs_total{outcome="killed"} 1.0' in http_get_text(port, "/metrics")
+    [summary] = history(aws).summaries()
+    assert summary.running == () and summary.consecutive_failures == 1
+    # The daemon runs on.
+    aws.send({"command": "true", "event_id": "after"})
+    wait_until(counted(port, succeeded=1), what="the next job")
+    assert [r.outcome for r in records(aws, "nightly")] == [RunOutcome.KILLED]
+    assert daemon.stop() == 0
+
+
+def test_kill_of_a_job_waiting_for_its_lock_ends_it_killed_without_running(
+    start_daemon: Start, tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon, port = run_daemon(start_daemon, tmp_path, aws, lease="3s")
+    aws.send({"command": f"touch started; {WAIT_FOR_RELEASE}", "event_id": "a", "lock_id": "L"})
+    wait_until(lambda: (tmp_path / "started").exists(), what="the lock's holder running")
+    waiter = aws.send({"command": "touch ran", "event_id": "b", "lock_id": "L"})
+
+    def waiting() -> bool:
+        summary = history(aws).summary("b")
+        return summary is not None and any(run.waiting_for for run in summary.running)
+
+    wait_until(waiting, what="b waiting for its lock")
+
+    code, out, err = kill(capsys, conf_of(tmp_path, port), waiter, "--wait")
+
+    assert code == 0, err
+    assert ', waiting for its lock "L"' in out
+    [record] = records(aws, "b")
+    assert (record.outcome, record.started_at, record.exit_code) == (RunOutcome.KILLED, None, None)
+    assert "not started: killed by" in daemon.log and 'while it waited for lock "L"' in daemon.log
+    (tmp_path / "release").touch()
+    wait_until(counted(port, succeeded=1, failed=1), what="the holder done")
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="both messages deleted")
+    assert not (tmp_path / "ran").exists()
+    assert daemon.stop() == 0
+
+
+def test_kill_of_a_finished_run_or_an_idle_event_says_so_and_changes_nothing(
+    start_daemon: Start, tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
+) -> None:
+    daemon, port = run_daemon(start_daemon, tmp_path, aws, lease="3s")
+    message_id = aws.send({"command": "true", "event_id": "done"})
+    wait_until(counted(port, succeeded=1), what="the job done")
+    wait_until(lambda: records(aws, "done"), what="its record")
+    claim = aws.item(message_id, "throttle")
+    conf = conf_of(tmp_path, port)
+
+    code, out, err = kill(capsys, conf, message_id)
+    assert (code, out) == (1, "")
+    assert err == (
+        f'sqsjkr: the run of message "{message_id}" is not in progress (it has ended, or never '
+        "ran): nothing changed\n"
+    )
+    code, out, err = kill(capsys, conf, "done")
+    assert (code, out) == (1, "")
+    assert err.startswith('sqsjkr: event "done" has nothing running (its last run succeeded at')
+    assert err.endswith("): nothing changed\n")
+    code, out, err = kill(capsys, conf, "nothing-of-that-name", "--wait")
+    assert code == 1 and "is not in progress" in err
+
+    assert aws.item(message_id, "throttle") == claim
+    audit = aws.dynamodb.scan(
+        TableName=aws.table,
+        FilterExpression="#type = :audit",
+        ExpressionAttributeNames={"#type": "Type"},
+        ExpressionAttributeValues={":audit": {"S": "audit"}},
+    )
+    assert audit["Items"] == []  # nothing done, nothing audited
+    assert daemon.stop() == 0
+
+
+def test_a_kill_racing_the_job_s_own_end_leaves_the_job_s_own_record(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    # A long lease: its first renewal, which would see the mark, is 20 s away.
+    daemon, port = run_daemon(start_daemon, tmp_path, aws, lease="60s")
+    message_id = aws.send({"command": f"touch started; {WAIT_FOR_RELEASE}", "event_id": "race"})
+    wait_until(lambda: (tmp_path / "started").exists(), what="job running")
+    waiting = subprocess.Popen(
+        sqsjkr_argv("kill", "race", "--wait", "-c", conf_of(tmp_path, port)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def marked() -> bool:
+        return "KillAt" in (aws.item(message_id, "throttle") or {})
+
+    wait_until(marked, what="the kill mark")
+    (tmp_path / "release").touch()  # the job ends before its daemon sees the mark
+    out, err = waiting.communicate(timeout=30)
+
+    assert waiting.returncode == 1, err
+    assert out.splitlines()[-1] == "ended on its own (succeeded) before the kill reached it"
+    assert [r.outcome for r in records(aws, "race")] == [RunOutcome.SUCCEEDED]
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="its message deleted")
+    assert "LeaseUntil" not in (aws.item(message_id, "throttle") or {})
+    assert daemon.stop() == 0
+
+
+def test_a_kill_whose_daemon_died_is_recorded_by_the_next_receiver_without_running(
+    start_daemon: Start, tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, port = run_daemon(start_daemon, tmp_path, aws, lease="2s")
+    message_id = aws.send(
+        {"command": f"echo $$ >> pids; echo run >> runs; {WAIT_FOR_RELEASE}", "event_id": "gone"}
+    )
+    wait_until(lambda: lines(tmp_path / "runs") == ["run"], what="job running")
+    first.kill()
+    kill_group(tmp_path / "pids")
+
+    code, out, err = kill(capsys, conf_of(tmp_path, port), "gone", "--reason", "host lost")
+    assert code == 0, err
+    assert out.startswith(f'kill requested: the run of event "gone" (message "{message_id}")')
+
+    second, port = run_daemon(start_daemon, tmp_path, aws, lease="2s")
+    wait_until(lambda: records(aws, "gone"), timeout=30, what="the kill recorded")
+    [record] = records(aws, "gone")
+    assert (record.outcome, record.started_at, record.final) == (RunOutcome.KILLED, None, True)
+    assert record.error is not None and record.error.endswith(": host lost")
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="its message deleted")
+    assert lines(tmp_path / "runs") == ["run"]  # not run again
+    assert history(aws).summary("gone").running == ()  # type: ignore[union-attr]
+    assert second.stop() == 0
+
+
+# --- the mark on the claim --------------------------------------------------------------------
+
+
+def dedupe(aws: Aws, clock: list[float]) -> DynamoDedupe:
+    return DynamoDedupe(
+        aws.dynamodb, aws.table, retention_seconds=3600, lease_seconds=10, clock=lambda: clock[0]
+    )
+
+
+MARK = KillMark("alice@ops1", "hung", 1_700_000_000.5)
+
+
+def test_a_marked_claim_s_renewal_is_kept_and_says_so_once_per_beat(aws: Aws) -> None:
+    clock = [time.time()]
+    store = dedupe(aws, clock)
+    claim = store.claim("m1")
+    assert claim.lease is not None
+    assert store.renew(claim.lease)
+    result = request_kill(aws.dynamodb, aws.table, claim_key("m1"), MARK)
+    assert result.answer is KillAnswer.MARKED
+    again = request_kill(aws.dynamodb, aws.table, claim_key("m1"), KillMark("bob@x", "", 1.0))
+    assert (again.answer, again.mark) == (KillAnswer.ALREADY, MARK)
+    clock[0] += 5
+    with pytest.raises(KillRequested) as requested:
+        store.renew(claim.lease)
+    assert requested.value.mark == MARK
+    item = aws.item("m1", "throttle")
+    assert item is not None and float(item["LeaseUntil"]["N"]) == pytest.approx(clock[0] + 10)
+    assert store.finish(claim.lease)
+    ended = request_kill(aws.dynamodb, aws.table, claim_key("m1"), MARK)
+    assert ended.answer is KillAnswer.ENDED
+    assert store.claim("m1").state is ClaimState.FINISHED
+
+
+def test_a_marked_claim_given_back_or_left_is_taken_once_as_killed(aws: Aws) -> None:
+    clock = [time.time()]
+    store = dedupe(aws, clock)
+    for message_id in ("given-back", "left"):
+        claim = store.claim(message_id)
+        assert claim.lease is not None
+        request_kill(aws.dynamodb, aws.table, claim_key(message_id), MARK)
+        if message_id == "given-back":
+            store.release(claim.lease)  # a shutdown: the mark stays for the next receiver
+        clock[0] += 11  # "left": its holder died, and its lease passed
+        taken = store.claim(message_id)
+        assert (taken.state, taken.kill, taken.attempt) == (ClaimState.KILLED, MARK, 1)
+        assert store.claim(message_id).state is ClaimState.FINISHED
