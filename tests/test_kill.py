@@ -15,10 +15,15 @@ import pytest
 from sqsjkr.backends.dedupe import ClaimState, DynamoDedupe, claim_key
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.kills import KillAnswer, KillRequested, request_kill
-from sqsjkr.contract.run import KillMark, RunOutcome, RunRecord
+from sqsjkr.contract.run import KillMark, RunOutcome, RunRecord, RunStart
 
 from .conftest import Aws, Start, counted, http_get_text, run_daemon, sqsjkr_argv, wait_until
+from .faults import FaultProxy
+from .test_audit import Run, audit_items
+from .test_audit import cli as cli  # noqa: F401 - the fixture
+from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixture
 from .test_crash import WAIT_FOR_RELEASE, alive, kill_group, lines
+from .test_dlq import site as site  # noqa: F401 - the fixture
 from .test_dlq import sqsjkr
 
 #: A job that leaves a grandchild in its process group, and says when it runs.
@@ -240,3 +245,39 @@ def test_a_marked_claim_given_back_or_left_is_taken_once_as_killed(aws: Aws) -> 
         taken = store.claim(message_id)
         assert (taken.state, taken.kill, taken.attempt) == (ClaimState.KILLED, MARK, 1)
         assert store.claim(message_id).state is ClaimState.FINISHED
+
+
+# --- the audit trail ----------------------------------------------------------------------------
+
+
+def running(site: Aws, event_id: str) -> str:
+    """A run of event_id in progress, as a daemon leaves it: its claim and its summary's note."""
+    clock = [time.time()]
+    claim = dedupe(site, clock).claim("m-running")
+    assert claim.lease is not None
+    now = time.time()
+    start = RunStart(event_id, "m-running", "batch-1", claim.lease.owner, now, now, "sleep 600")
+    history(site).started(start)
+    return "m-running"
+
+
+def test_kill_is_audited_before_it_marks_the_claim(site: Aws, cli: Run) -> None:  # noqa: F811
+    message_id = running(site, "nightly")
+    code, out, err = cli("kill", "--", "nightly", "--reason", "hung")
+    assert code == 0, err
+    [item] = audit_items(cli)
+    assert (item["action"], item["target"], item["reason"]) == ("kill", "nightly", "hung")
+    assert item["detail"] == f"message {message_id}"
+    assert "KillAt" in (site.item(message_id, "throttle") or {})
+
+
+def test_kill_is_refused_when_its_audit_item_cannot_be_written(
+    site: Aws,
+    cli: Run,
+    failing_audit: FaultProxy,  # noqa: F811
+) -> None:
+    message_id = running(site, "nightly")
+    code, out, err = cli("kill", "--", "nightly", "--reason", "hung")
+    assert code == 1 and out == ""
+    assert err.startswith('sqsjkr: error: kill "nightly" not done: its audit item could not')
+    assert "KillAt" not in (site.item(message_id, "throttle") or {})
