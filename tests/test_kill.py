@@ -16,6 +16,8 @@ from sqsjkr.backends.dedupe import ClaimState, DynamoDedupe, claim_key
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.kills import KillAnswer, KillRequested, request_kill
 from sqsjkr.contract.run import KillMark, RunOutcome, RunRecord, RunStart
+from sqsjkr.daemon.http_runner import HttpRunner
+from sqsjkr.daemon.runner import StopReason
 
 from .conftest import Aws, Start, counted, http_get_text, run_daemon, sqsjkr_argv, wait_until
 from .faults import FaultProxy
@@ -25,6 +27,9 @@ from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixtu
 from .test_crash import WAIT_FOR_RELEASE, alive, kill_group, lines
 from .test_dlq import site as site  # noqa: F401 - the fixture
 from .test_dlq import sqsjkr
+from .test_http_jobs import Service, call_threads, stopped_while_waiting
+from .test_http_jobs import runner as runner  # noqa: F401 - the fixture
+from .test_http_jobs import service as service  # noqa: F401 - the fixture
 
 #: A job that leaves a grandchild in its process group, and says when it runs.
 LONG_JOB = f"sleep 300 & echo $! > child.pid; echo $$ > pids; touch started; {WAIT_FOR_RELEASE}"
@@ -196,6 +201,12 @@ def test_a_kill_whose_daemon_died_is_recorded_by_the_next_receiver_without_runni
     assert lines(tmp_path / "runs") == ["run"]  # not run again
     assert history(aws).summary("gone").running == ()  # type: ignore[union-attr]
     assert second.stop() == 0
+
+
+def test_a_kill_abandons_an_http_job_s_call_at_once(service: Service, runner: HttpRunner) -> None:
+    result = stopped_while_waiting(runner, service, StopReason.KILLED)
+    assert result.stopped is StopReason.KILLED and not result.ok
+    assert call_threads() == []
 
 
 # --- the mark on the claim --------------------------------------------------------------------
