@@ -6,6 +6,7 @@ Leases are short (2-3 s) so that the heartbeat that sees the mark comes within a
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -19,7 +20,17 @@ from sqsjkr.contract.run import KillMark, RunOutcome, RunRecord, RunStart
 from sqsjkr.daemon.http_runner import HttpRunner
 from sqsjkr.daemon.runner import StopReason
 
-from .conftest import Aws, Start, counted, http_get_text, run_daemon, sqsjkr_argv, wait_until
+from .conftest import (
+    Aws,
+    Start,
+    config_text,
+    counted,
+    free_port,
+    http_get_text,
+    run_daemon,
+    sqsjkr_argv,
+    wait_until,
+)
 from .faults import FaultProxy
 from .test_audit import Run, audit_items
 from .test_audit import cli as cli  # noqa: F401 - the fixture
@@ -43,6 +54,10 @@ def records(aws: Aws, event_id: str) -> list[RunRecord]:
     return history(aws).runs(event_id, 50)
 
 
+def lines_of(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
 def conf_of(tmp_path: Path, port: int) -> str:
     return str(tmp_path / f"config-{port}.toml")  # what run_daemon wrote
 
@@ -54,13 +69,18 @@ def kill(capsys: pytest.CaptureFixture[str], conf: str, *args: str) -> tuple[int
 def test_kill_stops_a_running_job_s_process_group_and_records_it_killed_for_good(
     start_daemon: Start, tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    daemon, port = run_daemon(start_daemon, tmp_path, aws, lease="3s", kill_grace="1s")
+    port = free_port()
+    conf = tmp_path / "config.toml"
+    text = config_text(aws, stats=f"stats_port = {port}", kill_grace="1s")
+    reporting = '\n[report]\nreporters = ["cat >> reports"]\nreport_on = "failure"\n'
+    conf.write_text(text.replace("[lock]\n", '[lock]\nlease = "3s"\n') + reporting)
+    daemon = start_daemon("run", "-c", str(conf))
     job = {"command": LONG_JOB, "event_id": "nightly", "retries": 2, "retry_delay": "0s"}
     message_id = aws.send(job)
     wait_until(lambda: (tmp_path / "started").exists(), what="job running")
     shell, child = (int((tmp_path / name).read_text()) for name in ("pids", "child.pid"))
 
-    code, out, err = kill(capsys, conf_of(tmp_path, port), "nightly", "--reason", "hung", "--wait")
+    code, out, err = kill(capsys, str(conf), "nightly", "--reason", "hung", "--wait")
 
     assert code == 0, err
     assert out.startswith(f'kill requested: the run of event "nightly" (message "{message_id}")')
@@ -76,6 +96,10 @@ def test_kill_stops_a_running_job_s_process_group_and_records_it_killed_for_good
     claim = aws.item(message_id, "throttle")
     assert claim is not None and not {"LeaseUntil", "RetryAt", "Attempts"} & set(claim)
     wait_until(counted(port, failed=1, errored=0), what="counted failed")
+    # Reporters hear of it as a failure.
+    report = wait_until(lambda: lines_of(tmp_path / "reports"), what="its report")
+    assert json.loads(report[0])["outcome"] == "killed"
+    assert json.loads(report[0])["result"] == "command died with signal: 15"
     assert 'sqsjkr_jobs_total{outcome="killed"} 1.0' in http_get_text(port, "/metrics")
     [summary] = history(aws).summaries()
     assert summary.running == () and summary.consecutive_failures == 1
