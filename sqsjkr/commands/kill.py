@@ -134,15 +134,7 @@ def kill(
             f"has {store.config.dedupe.backend!r}"
         )
     with store.reading():
-        runs = find_runs(store.history, target)
-        live = [run for run in runs if _in_progress(store.client.get_item(**_claim(store, run)))]
-        if not live and len(runs) == 1:
-            raise click.ClickException(f"{_ended_line(runs[0])}: nothing changed")
-        for run in runs:
-            if run not in live:
-                click.echo(f"sqsjkr: {_ended_line(run)}", err=True)
-        if not live:
-            raise click.ClickException(f"no run of {quote(target)} is in progress: nothing changed")
+        live = live_runs(store, target)
         ids = ", ".join(run.message_id for run in live)
         command_auditor(store.config)("kill", target, reason=reason, detail=f"message {ids}")
         mark = KillMark(os_user(), reason, time.time())
@@ -152,7 +144,10 @@ def kill(
         ]
     beat, _ = lease_timing(store.config.lock.lease.seconds)
     for run, result in results:
-        click.echo(answer_line(run, result, beat), err=result.answer is KillAnswer.ENDED)
+        if result.answer is KillAnswer.ENDED:
+            click.echo(f"sqsjkr: {answer_line(run, result, beat)}", err=True)
+        else:
+            click.echo(answer_line(run, result, beat))
     asked = [run for run, result in results if result.answer is not KillAnswer.ENDED]
     if not asked:
         raise click.ClickException(f"no run of {quote(target)} is in progress: nothing changed")
@@ -162,6 +157,21 @@ def kill(
     with store.reading():
         killed = [wait_for(store, run) for run in asked]
     return 0 if all(killed) else 1
+
+
+def live_runs(store: Store, target: str) -> list[Target]:
+    """The runs of target whose claims are in progress now (those that have ended are said on
+    stderr); a ClickException, before anything is written, when there are none."""
+    runs = find_runs(store.history, target)
+    live = [run for run in runs if _in_progress(store.client.get_item(**_claim(store, run)))]
+    if not live and len(runs) == 1:
+        raise click.ClickException(f"{_ended_line(runs[0])}: nothing changed")
+    for run in runs:
+        if run not in live:
+            click.echo(f"sqsjkr: {_ended_line(run)}", err=True)
+    if not live:
+        raise click.ClickException(f"no run of {quote(target)} is in progress: nothing changed")
+    return live
 
 
 def wait_for(store: Store, run: Target) -> bool:
