@@ -285,15 +285,34 @@ def test_a_marked_claim_given_back_or_left_is_taken_once_as_killed(aws: Aws) -> 
 # --- the audit trail ----------------------------------------------------------------------------
 
 
-def running(site: Aws, event_id: str) -> str:
+def running(site: Aws, event_id: str, message_id: str = "m-running") -> str:
     """A run of event_id in progress, as a daemon leaves it: its claim and its summary's note."""
     clock = [time.time()]
-    claim = dedupe(site, clock).claim("m-running")
+    claim = dedupe(site, clock).claim(message_id)
     assert claim.lease is not None
     now = time.time()
-    start = RunStart(event_id, "m-running", "batch-1", claim.lease.owner, now, now, "sleep 600")
+    start = RunStart(event_id, message_id, "batch-1", claim.lease.owner, now, now, "sleep 600")
     history(site).started(start)
-    return "m-running"
+    return message_id
+
+
+def test_kill_of_an_event_marks_each_of_its_runs_and_a_second_kill_changes_nothing(
+    site: Aws,
+    cli: Run,  # noqa: F811
+) -> None:
+    first, second = running(site, "nightly", "m-1"), running(site, "nightly", "m-2")
+    code, out, err = cli("kill", "--", "nightly", "--reason", "hung")
+    assert code == 0, err
+    asked = out.splitlines()
+    assert [line.split("(message ")[1][:5] for line in asked] == ['"m-1"', '"m-2"']
+    assert all(line.startswith("kill requested: the run of event") for line in asked)
+    marks = [(site.item(m, "throttle") or {}).get("KillReason") for m in (first, second)]
+    assert marks == [{"S": "hung"}, {"S": "hung"}]
+    code, out, err = cli("kill", "--", first, "--reason", "again")
+    assert code == 0, err
+    assert out.startswith("kill already requested by ") and "(hung)" in out
+    assert out.rstrip().endswith("nothing changed")
+    assert (site.item(first, "throttle") or {})["KillReason"] == {"S": "hung"}
 
 
 def test_kill_is_audited_before_it_marks_the_claim(site: Aws, cli: Run) -> None:  # noqa: F811
