@@ -97,7 +97,7 @@ data "aws_iam_policy_document" "operator" {
     sid    = "SteerTheFleet"
     effect = "Allow"
     actions = [
-      "dynamodb:UpdateItem", # pause and resume (the pauses item)
+      "dynamodb:UpdateItem", # pause and resume (the pauses item); kill (the mark on a run's claim)
       "dynamodb:DeleteItem", # unlock; resume of the last pause; status --forget of an event
     ]
     resources = [aws_dynamodb_table.locks.arn]

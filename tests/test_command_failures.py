@@ -31,6 +31,7 @@ COMMANDS = [
     ["unlock", "L"],
     ["pause", "--all"],
     ["resume", "--all"],
+    ["kill", "nightly"],
     ["dlq", "list"],
     ["dlq", "show", "m-1"],
     ["dlq", "redrive", "m-1"],

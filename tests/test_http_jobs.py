@@ -207,8 +207,11 @@ def call_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "sqsjkr-http"]
 
 
-def stopped_while_waiting(runner: HttpRunner, service: Service) -> RunResult:
-    """A call to /slow, stopped by the daemon (CANCELLED) while it waits for the answer."""
+def stopped_while_waiting(
+    runner: HttpRunner, service: Service, reason: StopReason = StopReason.CANCELLED
+) -> RunResult:
+    """A call to /slow, stopped by the daemon (CANCELLED) or a kill while it waits for the
+    answer."""
     stop = StopSwitch()
     results: list[RunResult] = []
     job = http_job(service.url("/slow"))
@@ -217,7 +220,7 @@ def stopped_while_waiting(runner: HttpRunner, service: Service) -> RunResult:
     )
     calling.start()
     wait_until(lambda: "/slow" in service.paths(), what="the slow call to arrive")
-    stop.trip(StopReason.CANCELLED)
+    stop.trip(reason)
     calling.join(20)  # the service would answer only at the test's end
     assert not calling.is_alive(), "the stopped call still runs"
     return results[0]

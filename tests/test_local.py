@@ -22,7 +22,7 @@ from .conftest import Daemon, http_get_json, sqsjkr_argv
 CHECKOUT = Path(__file__).resolve().parents[1]
 PACKAGE = CHECKOUT / "sqsjkr"
 
-DEMO_COUNTS = {"succeeded": 3, "failed": 3, "errored": 2, "duplicates": 0, "timed_out": 1}
+DEMO_COUNTS = {"succeeded": 3, "failed": 4, "errored": 2, "duplicates": 0, "timed_out": 1}
 
 
 def paste(text: str, home: Path) -> subprocess.CompletedProcess[str]:
@@ -72,9 +72,11 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
         "moved to the dead-letter queue",
         "errored with exit code 3",
         "timed out after",
+        "running until killed",
     ):
         daemon.wait_for_log(line, timeout=30)
-    daemon.wait_for_log("The daemon keeps running", timeout=30)
+    # The kill waits for the daemon's next heartbeat: up to 20 s with local mode's 60 s lease.
+    daemon.wait_for_log("The daemon keeps running", timeout=90)
     # The reporter of the demo prints each report's JSON; the demo ends with status and history.
     assert "reporter 'cat' | {\"command\": " in daemon.log
     status = daemon.log[daemon.log.index("The status of every event:\n") :]
@@ -82,7 +84,16 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     history = daemon.log[daemon.log.index("The runs of demo-fail, with their output:\n") :]
     assert re.search(r"errored +3 ", history) and "    about to fail" in history, history
     # Each closing command is printed as the banner's send is, and works pasted as it is.
-    _, status_command, history_command, schedules_command = pasteable_commands(daemon.log)
+    _, kill_command, status_command, history_command, schedules_command = pasteable_commands(
+        daemon.log
+    )
+    # The long job is stopped by `sqsjkr kill`, whose output the demo shows.
+    assert " kill -c " in kill_command and "--wait" in kill_command
+    kill = daemon.log[daemon.log.index("Stopping a long job with sqsjkr kill:\n") :]
+    assert re.search(r"^kill requested: the run of event \"demo-kill\"", kill, re.M), kill
+    assert re.search(r"^demo-kill +.* killed +", kill, re.M), kill
+    assert re.search(r"^killed by \S+@\S+: the demo shows a kill$", kill, re.M), kill
+    assert re.search(r"^demo-kill +killed ", status, re.M), status
     assert " status -c " in status_command and " history -c " in history_command
     assert " schedules -c " in schedules_command
     # The sample schedules give status its next runs; the demo ends with them.
@@ -101,11 +112,12 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     assert pasted_history.returncode == 0, pasted_history
     assert "    about to fail" in pasted_history.stdout, pasted_history
     assert http_get_json(port, "/stats/metrics/v2")["invocations"] == DEMO_COUNTS
-    summary = daemon.log[daemon.log.index("Demo done: all 8 messages have an outcome") :]
+    summary = daemon.log[daemon.log.index("Demo done: all 9 messages have an outcome") :]
     for line in (
         "  succeeded  3\n",
         "  errored    2 (timed_out 1)\n",
-        "  failed     3\n",
+        "  failed     4\n",
+        "      - a long job stopped by `sqsjkr kill`\n",
         "  duplicates 0\n",
         "      - a message that is not a job (moved to the dead-letter queue)\n",
         "/123456789012/sqsjkr-local-dlq):\n"

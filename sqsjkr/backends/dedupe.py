@@ -24,9 +24,10 @@ from sqsjkr.backends.aws import (
     renew_lease,
     write_if_owner,
 )
+from sqsjkr.backends.kills import NOT_MARKED, KillRequested, kill_due, mark_of
 from sqsjkr.backends.lease import Lease, new_owner
 from sqsjkr.backends.transactions import Transactions
-from sqsjkr.contract.run import RunStart
+from sqsjkr.contract.run import KillMark, RunStart
 from sqsjkr.errors import ResourceMissingError, StoreError
 
 #: The Type attribute of dedupe items, shared with the Go daemon's table.
@@ -40,6 +41,10 @@ class ClaimState(enum.Enum):
     FINISHED = "finished"  # its job has finished (or a Go daemon took it): delete the message
     RUNNING = "running"  # another live daemon holds it: hide the message until its lease ends
     WAITING = "waiting"  # its retry is due later: hide the message until then
+    #: `sqsjkr kill` asked to stop its run, whose holder did not act on it (it died, or the run
+    #: ended first leaving a retry): the claim is now finished and ours, and the run ends
+    #: killed without running.
+    KILLED = "killed"
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ class Claim:
     noted: bool = False
     #: The lock the claim's own write took (claim's lock), when the store could take it.
     lock: Lease | None = None
+    #: The kill request, when KILLED.
+    kill: KillMark | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,8 @@ class DedupeStore(Protocol):
         it may take in that write too if it is free (Claim.lock). Raises on failure."""
 
     def renew(self, lease: Lease) -> bool:
-        """Extend the claim's lease: False if it is no longer ours."""
+        """Extend the claim's lease: False if it is no longer ours. Raises KillRequested (after
+        extending it) when `sqsjkr kill` marked it."""
 
     def finish(self, lease: Lease) -> bool:
         """Mark the job finished for good (later deliveries are FINISHED): False if the claim
@@ -171,14 +179,21 @@ class MemoryDedupe:
 
 
 #: The claim's condition: a new message, or a claim whose holder died (its lease passed). An
-#: item that counts runs (Attempts) goes through _claim_again instead.
+#: item that counts runs (Attempts) goes through _claim_again instead, and one that carries a
+#: kill request through _take_kill.
 _CLAIM_CONDITION = (
-    "attribute_not_exists(Expired) OR (LeaseUntil < :now AND attribute_not_exists(Attempts))"
+    "attribute_not_exists(Expired) OR "
+    f"(LeaseUntil < :now AND attribute_not_exists(Attempts) AND {NOT_MARKED})"
 )
 #: Claiming again an item that counts runs: its retry is due, or its holder died meanwhile.
 _CLAIM_AGAIN_CONDITION = (
-    "Attempts = :attempts AND ((attribute_not_exists(LeaseUntil) AND RetryAt <= :now) "
-    "OR LeaseUntil < :now)"
+    f"Attempts = :attempts AND {NOT_MARKED} AND ((attribute_not_exists(LeaseUntil) AND "
+    "RetryAt <= :now) OR LeaseUntil < :now)"
+)
+#: Taking over a claim whose kill request no live holder will act on (kills.kill_due).
+_TAKE_KILL_CONDITION = (
+    "KillAt = :at AND (LeaseUntil < :now OR "
+    "(attribute_not_exists(LeaseUntil) AND attribute_exists(RetryAt)))"
 )
 
 
@@ -231,6 +246,8 @@ class DynamoDedupe:
         if written.claimed or owner_of(written.old) == lease.owner:
             # The second case: our own write, retried after its answer was lost.
             return self._claimed(lease, _attempts(written.old) + 1, written)
+        if kill_due(written.old, now):
+            return self._take_kill(lease, now, written.old)
         if "Attempts" in written.old and _due(written.old, now):
             return self._claim_again(lease, now, _attempts(written.old), running, lock)
         return self._state(message_id, written.old, now)
@@ -250,6 +267,28 @@ class DynamoDedupe:
         if written.claimed or owner_of(written.old) == lease.owner:
             return self._claimed(lease, attempts + 1, written)
         return self._state(lease.key, written.old, now)  # another daemon was quicker
+
+    def _take_kill(self, lease: Lease, now: float, old: dict[str, Any]) -> Claim:
+        """Finish a claim whose kill request its holder never acted on, as lease's owner: its
+        run ends killed here, unrun, and later deliveries find it FINISHED."""
+        done, failed = conditional_write(
+            self._client.update_item,
+            self._table,
+            Key=_key(lease.key),
+            UpdateExpression="SET #owner = :owner REMOVE LeaseUntil, RetryAt",
+            ConditionExpression=_TAKE_KILL_CONDITION,
+            ExpressionAttributeNames={"#owner": "Owner"},
+            ExpressionAttributeValues={
+                ":owner": {"S": lease.owner},
+                ":at": old["KillAt"],
+                ":now": lease_time(now),
+            },
+        )
+        # The second case: our own write, retried after its answer was lost.
+        if done or self.finished_by(failed, lease):
+            attempt = _attempts(old) + 1
+            return Claim(ClaimState.KILLED, lease, attempt=attempt, kill=mark_of(old))
+        return self._state(lease.key, failed, now)  # another daemon was quicker
 
     @staticmethod
     def _claimed(lease: Lease, attempt: int, written: _Written) -> Claim:
@@ -322,7 +361,24 @@ class DynamoDedupe:
 
     def renew(self, lease: Lease) -> bool:
         until = self._clock() + self._lease_seconds
-        return renew_lease(self._client, self._table, _key(lease.key), lease.owner, until)
+        request = owner_condition(
+            _key(lease.key),
+            lease.owner,
+            UpdateExpression="SET LeaseUntil = :until",
+            ExpressionAttributeValues={":until": lease_time(until)},
+        )
+        # Conditional on no kill request, so that seeing one costs no call more per beat: the
+        # failed condition returns the item, and its mark.
+        request["ConditionExpression"] += f" AND {NOT_MARKED}"
+        renewed, old = conditional_write(self._client.update_item, self._table, **request)
+        mark = mark_of(old)
+        if renewed or mark is None or owner_of(old) != lease.owner or "LeaseUntil" not in old:
+            return renewed
+        # Still ours: kept while the job is stopped, so that no other daemon takes the claim
+        # over (and records the kill a second time) before its end is recorded here.
+        if not renew_lease(self._client, self._table, _key(lease.key), lease.owner, until):
+            return False
+        raise KillRequested(mark)
 
     def finish(self, lease: Lease) -> bool:
         update = self.finish_update(lease)
@@ -343,7 +399,7 @@ class DynamoDedupe:
 
     def release(self, lease: Lease, retry: Retry | None = None) -> None:
         if retry is None:
-            write_if_owner(self._client.delete_item, self._table, _key(lease.key), lease.owner)
+            self._give_up(lease)
             return
         write_if_owner(
             self._client.update_item,
@@ -356,6 +412,17 @@ class DynamoDedupe:
                 ":at": lease_time(retry.at),
             },
         )
+
+    def _give_up(self, lease: Lease) -> None:
+        """Delete the claim, so that a later delivery runs the job; but a claim that carries a
+        kill request is kept, its lease ended now, so that the next receiver acts on it."""
+        request = owner_condition(_key(lease.key), lease.owner)
+        request["ConditionExpression"] += f" AND {NOT_MARKED}"
+        deleted, old = conditional_write(self._client.delete_item, self._table, **request)
+        if deleted or mark_of(old) is None or owner_of(old) != lease.owner:
+            return
+        now = self._clock()
+        renew_lease(self._client, self._table, _key(lease.key), lease.owner, now)
 
 
 @dataclass(frozen=True)
@@ -379,5 +446,9 @@ def _due(item: dict[str, Any], now: float) -> bool:
     return "RetryAt" in item and float(item["RetryAt"]["N"]) <= now
 
 
-def _key(message_id: str) -> dict[str, Any]:
+def claim_key(message_id: str) -> dict[str, Any]:
+    """The key of message_id's claim (its dedupe item)."""
     return {"Id": {"S": message_id}, "Type": {"S": THROTTLE_TYPE}}
+
+
+_key = claim_key

@@ -331,6 +331,14 @@ class DynamoHistory:
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
         return records
 
+    def summary(self, event_id: str) -> EventSummary | None:
+        """The event's summary as it is now (a consistent read), or None if it has none."""
+        response = self._client.get_item(
+            TableName=self._table, Key=_key(event_id, SUMMARY_TYPE), ConsistentRead=True
+        )
+        item = response.get("Item")
+        return _summary(item) if item else None
+
     def summaries(self) -> list[EventSummary]:
         items = items_of_type(self._client, self._table, SUMMARY_TYPE)
         return sorted((_summary(item) for item in items), key=lambda s: s.event_id)

@@ -1,5 +1,5 @@
-"""The demo of `sqsjkr local --demo`: sample jobs that show each behaviour, sample schedules, and a
-summary once they have all ended, with what `sqsjkr status`, `history` and `schedules` show."""
+"""The demo of `sqsjkr local --demo`: sample jobs that show each behaviour (one stopped by `sqsjkr
+kill`), sample schedules, a summary once all have ended, and what `status`, `history` and `schedules` show."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ import click
 from botocore.exceptions import BotoCoreError, ClientError
 
 from sqsjkr.backends.aws import describe
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.commands.history import store_of
 from sqsjkr.commands.local_site import LocalSite
+from sqsjkr.contract.config import load_config
 from sqsjkr.contract.job import build_body
 
 log = logging.getLogger("sqsjkr.local")
@@ -24,6 +27,10 @@ log = logging.getLogger("sqsjkr.local")
 DEMO_QUEUE = "sqsjkr-local"
 #: A reporter that prints each report: the demo's log shows the JSON reporters get.
 DEMO_REPORTER = "cat"
+#: The event of the demo's long job, which the demo stops with `sqsjkr kill` once it runs.
+KILLED_EVENT = "demo-kill"
+#: The kill, after `sqsjkr COMMAND -c CONF`.
+KILL_COMMAND = ("kill", KILLED_EVENT, "--reason", "the demo shows a kill", "--wait")
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,12 @@ DEMO_JOBS = [
         ),
         0,
         "errored",
+    ),
+    DemoJob(
+        "a long job stopped by `sqsjkr kill`",
+        build_body('echo "running until killed"; sleep 600', event_id=KILLED_EVENT),
+        0,
+        "failed",
     ),
     DemoJob(
         "a message that is not a job (moved to the dead-letter queue)",
@@ -171,13 +184,30 @@ class DemoWatch:
 
     def _watch(self, stats_address: str) -> None:
         url = f"http://{stats_address}/stats/metrics/v2"
+        killed = False
+        history = store_of(load_config(str(self._site.conf))).history
         while not self._done.wait(_DEMO_POLL_SECONDS):
+            if not killed and _running(history, KILLED_EVENT):
+                click.echo(
+                    run_shown(self._site, "Stopping a long job with sqsjkr kill", KILL_COMMAND)
+                )
+                killed = True
             counts = _invocations(url)
             if counts is not None and sum(counts[k] for k in _OUTCOMES) >= len(DEMO_JOBS):
                 dead = _peek_dead_letters(self._sqs, self._site.dead_letter_url)
                 click.echo(demo_summary(counts, self._site, stats_address, dead))
                 click.echo(show_history(self._site))
                 return
+
+
+def _running(history: DynamoHistory, event_id: str) -> bool:
+    """Whether the event's summary shows a run of it in progress (False while unreadable)."""
+    try:
+        summary = history.summary(event_id)
+    except (BotoCoreError, ClientError) as exc:
+        log.warning("demo: cannot read the summary of %s: %s", event_id, describe(exc))
+        return False
+    return summary is not None and bool(summary.running)
 
 
 def _invocations(url: str) -> dict[str, int] | None:
@@ -236,6 +266,14 @@ def demo_summary(
     return "\n".join(lines)
 
 
+def run_shown(site: LocalSite, what: str, command: tuple[str, ...]) -> str:
+    """`sqsjkr COMMAND` run as a user would run it, printed as the banner's `send` is, ready to
+    paste, with its output."""
+    name, *args = command
+    done = subprocess.run(site.argv(name, *args), capture_output=True, text=True, timeout=90)
+    return f"{what}:\n{site.pasteable(name, *args)}\n{done.stdout}{done.stderr}".rstrip()
+
+
 #: The commands the demo ends with: what each shows, and its arguments after `-c CONF`.
 CLOSING_COMMANDS = (
     ("The status of every event", ("status",)),
@@ -247,9 +285,6 @@ CLOSING_COMMANDS = (
 def show_history(site: LocalSite) -> str:
     """`sqsjkr status` and one `sqsjkr history`, run as a user would run them, each printed as
     the banner's `send` is, ready to paste, with its output."""
-    shown = []
-    for what, (command, *args) in CLOSING_COMMANDS:
-        done = subprocess.run(site.argv(command, *args), capture_output=True, text=True, timeout=60)
-        shown.append(f"{what}:\n{site.pasteable(command, *args)}\n{done.stdout}{done.stderr}")
+    shown = [run_shown(site, what, command) for what, command in CLOSING_COMMANDS]
     shown.append("The daemon keeps running: send it jobs as shown above; stop it with Ctrl-C.")
     return "\n".join(part.rstrip() for part in shown)

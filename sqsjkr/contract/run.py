@@ -22,6 +22,7 @@ class RunOutcome(enum.Enum):
     ABORTED = "aborted"  # its lock was held and it had abort_if_locked: not run
     STOPPED = "stopped"  # stopped (or never started) by a shutdown: it runs again elsewhere
     FAILED_TO_START = "failed_to_start"  # its command could not be started
+    KILLED = "killed"  # stopped (or never started) by `sqsjkr kill`: final, never retried
 
     @property
     def failed(self) -> bool:
@@ -107,6 +108,20 @@ class RunStart:
     @property
     def one_off(self) -> bool:
         return one_off(self.event_id, self.message_id)
+
+
+@dataclass(frozen=True)
+class KillMark:
+    """A kill request on a run's claim (`sqsjkr kill`): who asked (user@host), why, and when
+    (unix seconds)."""
+
+    by: str
+    reason: str
+    at: float
+
+    def describe(self) -> str:
+        """Who asked and why, as a run record's error gives it."""
+        return f"killed by {self.by}" + (f": {self.reason}" if self.reason else "")
 
 
 @dataclass(frozen=True)

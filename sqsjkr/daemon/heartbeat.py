@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 from sqsjkr.backends.aws import AWS_ERRORS, describe
 from sqsjkr.backends.dedupe import DedupeStore
 from sqsjkr.backends.groups import Groups, NoGroups
+from sqsjkr.backends.kills import KillRequested
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import Locker
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
-from sqsjkr.daemon.runner import StopSwitch
+from sqsjkr.contract.run import KillMark
+from sqsjkr.daemon.runner import StopReason, StopSwitch
 from sqsjkr.errors import quote
-from sqsjkr.observability.logs import JobLog
+from sqsjkr.observability.logs import JobLog, escape
 
 log = logging.getLogger("sqsjkr.heartbeat")
 
@@ -42,6 +44,16 @@ class InFlight:
     slot: Lease | None = None  # of its concurrency group
     stop: StopSwitch = field(default_factory=StopSwitch)
     queue: str = ""  # the name of the queue it came from
+    #: The kill request a renewal of its claim found (`sqsjkr kill`): its stop is tripped.
+    kill: KillMark | None = None
+
+    def killed(self, mark: KillMark) -> bool:
+        """Note the kill request and stop the job: False if it was known already."""
+        if self.kill is not None:
+            return False
+        self.kill = mark
+        self.stop.trip(StopReason.KILLED)
+        return True
 
 
 class InFlightJobs:
@@ -201,6 +213,12 @@ class Heartbeat:
             return
         try:
             kept = renew(lease)
+        except KillRequested as request:
+            if entry.killed(request.mark):
+                JobLog(log, entry.job).warning(
+                    "kill requested (%s): stopping it", escape(request.mark.describe())
+                )
+            return
         except AWS_ERRORS as exc:
             failed.add(name)
             log.error(

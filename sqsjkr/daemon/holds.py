@@ -22,9 +22,9 @@ from sqsjkr.contract.limits import bounded_wait
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.leases import LeaseKeeper
-from sqsjkr.daemon.runs import DELETE, GIVE_BACK, LEAVE, Ending, RunProgress
+from sqsjkr.daemon.runs import DELETE, GIVE_BACK, LEAVE, Ending, RunProgress, killed
 from sqsjkr.errors import quote
-from sqsjkr.observability.logs import JobLog, Moment
+from sqsjkr.observability.logs import JobLog, Moment, escape
 from sqsjkr.observability.stats import Outcome
 
 log = logging.getLogger("sqsjkr.worker")
@@ -113,6 +113,15 @@ class Holds:
         job = entry.job
         waiting = False
         while True:
+            # Seen by the heartbeat's renewal of its claim; acted on at the next try at most
+            # retry_interval later, as a shutdown is.
+            if entry.kill is not None:
+                jlog.warning(
+                    "not started: %s while it waited for %s",
+                    escape(entry.kill.describe()),
+                    hold.what,
+                )
+                return killed(entry.kill)
             if self._stopping.is_set():
                 jlog.info("gave up waiting for %s: stopping", hold.what)
                 return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="the daemon was stopping")

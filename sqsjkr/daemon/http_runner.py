@@ -147,8 +147,14 @@ def merged_headers(call: HttpCall, context: RunContext | None) -> dict[str, str]
     return merged
 
 
+#: The reasons a call is stopped from outside it (not its timeout).
+_STOPPERS = frozenset({StopReason.CANCELLED, StopReason.KILLED})
+
+
 def _reason(reason: StopReason | None) -> str:
-    return "timed out" if reason is StopReason.TIMED_OUT else "stopped"
+    if reason is StopReason.TIMED_OUT or reason is StopReason.KILLED:
+        return reason.value
+    return "stopped"
 
 
 @dataclass
@@ -251,9 +257,8 @@ class _Exchange:
         status = answer.status if answer is not None else NO_ANSWER
         where = origin(self.call.url)
         if reason is not StopReason.ENDED or isinstance(error, ReadTimeoutError):
-            stopped = (
-                StopReason.CANCELLED if reason is StopReason.CANCELLED else StopReason.TIMED_OUT
-            )
+            # Stopped by the daemon or a kill, as it was; else the call's own timeout ran out.
+            stopped = reason if reason in _STOPPERS else StopReason.TIMED_OUT
             return RunResult(status, seconds, stopped=stopped, output=output)
         if error is not None:
             start_error = _start_error(error, where, self.connect) if answer is None else None

@@ -46,6 +46,7 @@ class StopReason(enum.Enum):
 
     TIMED_OUT = "timed out"
     CANCELLED = "cancelled"  # by the daemon, at its shutdown_timeout
+    KILLED = "killed"  # by `sqsjkr kill`, seen on its claim at a heartbeat
     ENDED = "ended"  # not stopped: the job ended first
 
 
@@ -66,7 +67,7 @@ class RunResult:
 
 
 class StopSwitch:
-    """Stops one running job: tripped by the daemon (cancel), by the job's timeout, or by its end.
+    """Stops one running job: tripped by the daemon (cancel), a kill, its timeout, or its end.
 
     The first reason wins; a condition rather than polling, so a job's end is seen at once.
     """

@@ -14,7 +14,7 @@ from sqsjkr import __version__
 from sqsjkr.backends.dedupe import Retry
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
-from sqsjkr.contract.run import RunContext, RunOutcome, RunRecord, RunStart
+from sqsjkr.contract.run import KillMark, RunContext, RunOutcome, RunRecord, RunStart
 from sqsjkr.daemon.runner import RunResult
 from sqsjkr.observability.logs import shorten_command
 from sqsjkr.observability.stats import Outcome
@@ -53,6 +53,13 @@ class Ending:
     #: The run is the job's last though its message is not deleted: SQS dead-letters it
     #: before its retry can run (the queue's maxReceiveCount).
     last: bool = False
+
+
+def killed(mark: KillMark | None) -> Ending:
+    """The end of a run that `sqsjkr kill` stopped, or kept from starting: final (its message
+    deleted) and never retried. Not the command's own failure: counted failed, not errored."""
+    why = mark.describe() if mark is not None else "killed"
+    return Ending(DELETE, (Outcome.FAILED,), RunOutcome.KILLED, why)
 
 
 class RunListener(Protocol):

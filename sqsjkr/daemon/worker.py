@@ -14,13 +14,14 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from sqsjkr.backends.aws import AWS_ERRORS, describe
-from sqsjkr.backends.dedupe import ClaimState, DedupeStore, Retry, WantedLock
+from sqsjkr.backends.dedupe import Claim, ClaimState, DedupeStore, Retry, WantedLock
 from sqsjkr.backends.groups import Groups, NoGroups
 from sqsjkr.backends.history import History, NoHistory
+from sqsjkr.backends.kills import KillRequested
 from sqsjkr.backends.locks import Locker
 from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
-from sqsjkr.contract.run import RunOutcome
+from sqsjkr.contract.run import KillMark, RunOutcome
 from sqsjkr.daemon.closing import RunCloser
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.holds import Holds, LocksWanted, lock_with_claim
@@ -36,9 +37,10 @@ from sqsjkr.daemon.runs import (
     RunListener,
     RunProgress,
     Settle,
+    killed,
 )
 from sqsjkr.errors import HostFault
-from sqsjkr.observability.logs import JobLog, Moment, shorten_command
+from sqsjkr.observability.logs import JobLog, Moment, escape, shorten_command
 from sqsjkr.observability.stats import Outcome
 
 log = logging.getLogger("sqsjkr.worker")
@@ -154,6 +156,8 @@ class Worker:
             jlog.info("waits for its retry: message hidden for %ds", hide)
             return Ending(Settle(visible_in=hide))
         assert claim.lease is not None
+        if claim.state is ClaimState.KILLED:
+            return self._killed_unclaimed(entry, progress, claim.lease.owner, claim, jlog)
         jlog.debug(
             "claimed its message (lease until %s)", Moment(claim.lease.until, "milliseconds")
         )
@@ -170,6 +174,22 @@ class Worker:
             self._closer.close(entry, ending, progress, jlog)
         return ending
 
+    def _killed_unclaimed(
+        self, entry: InFlight, progress: RunProgress, owner: str, claim: Claim, jlog: JobLog
+    ) -> Ending:
+        """A kill request whose run's holder never acted on it (it died, or the run ended
+        leaving a retry): this daemon finished the claim in its place, and records the kill."""
+        progress.claimed(owner, claim.attempt)
+        why = claim.kill.describe() if claim.kill is not None else "killed"
+        jlog.warning(
+            "not started: %s, and the daemon that held its run did not act on it (it stopped, "
+            "or its run ended first)",
+            escape(why),
+        )
+        ending = killed(claim.kill)
+        self._closer.close(entry, ending, progress, jlog)
+        return ending
+
     def _claimed(self, entry: InFlight, progress: RunProgress, jlog: JobLog) -> Ending:
         job = entry.job
         assert entry.claim is not None
@@ -178,9 +198,14 @@ class Worker:
             if not self._keeper.fresh(entry.claim, renew, "claim on its message", jlog):
                 entry.claim = None  # another daemon has it now, runs the job and records it
                 return Ending(LEAVE)
+        except KillRequested as request:
+            entry.killed(request.mark)
         except AWS_ERRORS as exc:
             jlog.error("not started: its claim could not be renewed (%s)", describe(exc))
             return Ending(PAUSE, run=RunOutcome.FAILED_TO_START, error=describe(exc))
+        if entry.kill is not None:
+            jlog.warning("not started: %s", escape(entry.kill.describe()))
+            return killed(entry.kill)
         expired = self._expired(entry, jlog)
         if expired is not None:
             return expired
@@ -204,6 +229,9 @@ class Worker:
 
     def _run(self, entry: InFlight, progress: RunProgress, jlog: JobLog) -> Ending:
         job = entry.job
+        if entry.kill is not None:
+            jlog.warning("not started: %s", escape(entry.kill.describe()))
+            return killed(entry.kill)
         if self._stopping.is_set():
             jlog.info("not started: stopping")
             return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="the daemon was stopping")
@@ -223,7 +251,8 @@ class Worker:
                 exc,
             )
             return Ending(PAUSE, run=RunOutcome.FAILED_TO_START, error=str(exc))
-        return self._retry_if_due(self._ended(progress.result, timeout, jlog), progress, jlog)
+        ended = self._ended(progress.result, timeout, entry.kill, jlog)
+        return self._retry_if_due(ended, progress, jlog)
 
     def _retry_if_due(self, ending: Ending, progress: RunProgress, jlog: JobLog) -> Ending:
         """An errored or timed-out run, or an HTTP call that could not connect, with retries left
@@ -260,7 +289,9 @@ class Worker:
         return replace(ending, settle=settle, retry=retry, last=last)
 
     @staticmethod
-    def _ended(result: RunResult, timeout: float | None, jlog: JobLog) -> Ending:
+    def _ended(
+        result: RunResult, timeout: float | None, kill: KillMark | None, jlog: JobLog
+    ) -> Ending:
         if result.start_error is not None:
             jlog.error("failed: it cannot be started (%s)", result.start_error)
             return Ending(DELETE, (Outcome.FAILED,), RunOutcome.FAILED_TO_START, result.start_error)
@@ -270,6 +301,10 @@ class Worker:
                 result.seconds,
             )
             return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="stopped by the shutdown")
+        if result.stopped is StopReason.KILLED:
+            why = kill.describe() if kill is not None else "killed"
+            jlog.warning("stopped after %.1fs: %s", result.seconds, escape(why))
+            return killed(kill)
         if result.stopped is StopReason.TIMED_OUT:
             limit = f"{result.seconds:.1f}s" if timeout is None else f"{timeout:g}s"
             jlog.warning("timed out after %.1fs (timeout %s)", result.seconds, limit)

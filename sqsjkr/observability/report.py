@@ -47,6 +47,7 @@ _VERBS = {
     RunOutcome.ABORTED: "was aborted",
     RunOutcome.STOPPED: "was stopped",
     RunOutcome.FAILED_TO_START: "failed to start",
+    RunOutcome.KILLED: "was killed",
 }
 
 

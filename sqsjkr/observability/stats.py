@@ -25,7 +25,7 @@ class Outcome(enum.Enum):
 
     SUCCEEDED = "succeeded"  # command exited 0
     ERRORED = "errored"  # command ran and failed
-    FAILED = "failed"  # job could not run: life_time exceeded, lock aborted, invalid message
+    FAILED = "failed"  # did not run: life_time exceeded, lock aborted, invalid message; or killed
     DUPLICATE = "duplicates"  # message already seen (dedupe), skipped
     TIMED_OUT = "timed_out"  # stopped at its timeout; counted errored as well
 
