@@ -6,6 +6,7 @@ Real daemon subprocesses against moto; the follower is a real `sqsjkr` process t
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -15,10 +16,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from botocore.exceptions import ClientError
 
-from sqsjkr.backends.live import LIVE_TYPE_PREFIX
+from sqsjkr.backends.live import LIVE_TYPE_PREFIX, LiveOutput, MemoryLive
 from sqsjkr.commands.follow import Printer, new_part
 from sqsjkr.contract.config import load_config
+from sqsjkr.contract.job import Job
+from sqsjkr.daemon.live import LiveTails, LiveWriter
+from sqsjkr.daemon.runner import ShellRunner, StopSwitch
 from sqsjkr.errors import ConfigError
 
 from .conftest import Aws, Start, config_text, counted, free_port, sqsjkr_argv, wait_until
@@ -261,3 +266,63 @@ def test_live_output_interval_defaults_to_10s(tmp_path: Path, aws: Aws) -> None:
     conf = tmp_path / "plain.toml"
     conf.write_text(config_text(aws, stats="stats_port = 0"))
     assert load_config(str(conf)).history.live_output_interval.seconds == 10
+
+
+class CountedTails(LiveTails):
+    """LiveTails that count the writer's passes, so that a test can let a few go by."""
+
+    passes = 0
+
+    def wait_due(self) -> Any:
+        due = super().wait_due()
+        self.passes += 1
+        return due
+
+
+class FailingOnce(MemoryLive):
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def write(self, live: LiveOutput) -> None:
+        if not self.failed:
+            self.failed = True
+            raise ClientError({"Error": {"Code": "InternalServerError"}}, "PutItem")
+        super().write(live)
+
+
+def test_the_writer_writes_a_tail_only_when_it_grew_and_retries_a_failed_write(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sqsjkr")
+    store = FailingOnce()
+    tails = CountedTails(0.02)
+    job = Job(command="x", message_id="m1", event_id="ev")
+    with LiveWriter(store, tails), tails.watching(job, 8) as tail:
+        passes = tails.passes
+        wait_until(lambda: tails.passes >= passes + 3, what="passes over a silent job")
+        assert not store.failed  # nothing printed: nothing to write
+        tail.add(b"one\n")
+        wait_until(lambda: store.read("ev", "m1"), what="the first tail")
+        tail.add(b"two two\n")
+        wait_until(lambda: (store.read("ev", "m1") or LiveOutput("", "", "", 0, 0, "")).printed == 12,
+                   what="the grown tail")  # fmt: skip
+        writes, passes = store.writes, tails.passes
+        wait_until(lambda: tails.passes >= passes + 3, what="passes over an unchanged tail")
+        assert store.writes == writes == 2
+    found = store.read("ev", "m1")
+    assert found is not None and found.output == "two two\n"  # the last 8 bytes
+    warnings = [r for r in caplog.records if r.name == "sqsjkr.live"]
+    assert "could not write its live output (InternalServerError" in warnings[0].getMessage()
+    assert warnings[1].getMessage() == "live output is written again"
+
+
+def test_a_shell_job_shorter_than_the_interval_is_never_written() -> None:
+    store = MemoryLive()
+    tails = LiveTails(3600)
+    runner = ShellRunner(tail_bytes=64, live=tails)
+    with LiveWriter(store, tails):
+        result = runner.run(Job(command="echo hi", message_id="m", event_id="e"),
+                            timeout=None, stop=StopSwitch())  # fmt: skip
+    assert result.output.merged == "hi\n" and result.output.merged_bytes == 3
+    assert store.writes == 0

@@ -123,7 +123,7 @@ def follow(
             found = live.read(event_id, target)
             if found is not None:
                 printer.show(found.output, found.printed)
-        elif not searched or _ended_last(summary, target):
+        elif not searched or "following" in told or _ended_last(summary, target):
             searched = True
             record = _record(store, event_id, target)
             if record is not None:
