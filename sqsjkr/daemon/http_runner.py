@@ -237,8 +237,11 @@ class _Exchange:
     def _read(self, response: Any) -> bool:
         """Read the body into the tail and the log, up to read_bytes: whether it all came."""
         read = 0
+        # What has come so far, not a whole chunk: the live output shows a slow body as it
+        # arrives (urllib3 1.26 has no read1, and waits for whole chunks).
+        read_some = getattr(response, "read1", response.read)
         while read < self._read_bytes:
-            data = response.read(min(_CHUNK_BYTES, self._read_bytes - read))
+            data = read_some(min(_CHUNK_BYTES, self._read_bytes - read))
             if not data:
                 return True
             read += len(data)

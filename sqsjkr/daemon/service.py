@@ -104,7 +104,7 @@ def serve(
             return  # stopped while starting
         reporter = Reporter(config.report)
         live = None
-        if connected.live is not None:
+        if connected.live is not None and config.history.output_tail > 0:  # 0: no output kept
             live = LiveTails(config.history.live_output_interval.seconds)
         runners = _runners(config, workers, live)
         kicker = Kicker(
