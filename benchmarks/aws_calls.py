@@ -26,6 +26,7 @@ import boto3
 
 import sqsjkr.backends.aws
 import sqsjkr.daemon.service
+from sqsjkr.backends.live import LIVE_TYPE_PREFIX
 from sqsjkr.commands.local import (
     LOCAL_ACCOUNT,
     LOCAL_REGION,
@@ -57,8 +58,15 @@ class Scenario:
     note: str = ""
     varied: bool = False  # jobs sleep 0.0 to 0.9s instead of running `true`
     history: bool = True  # [history] backend = "dynamodb" (the default) or "none"
+    #: Each job prints a line every half second for this long (live output is written every
+    #: [history] live_output_interval, 10 s by default); 0: the job is `true`.
+    prints_for: float = 0.0
+    #: Jobs of the scenario, whatever --jobs says (None: --jobs).
+    jobs: int | None = None
 
     def command(self, i: int) -> str:
+        if self.prints_for:
+            return f"for i in $(seq {int(self.prints_for * 2)}); do echo tick $i; sleep 0.5; done"
         return f"sleep 0.{i * 7 % 10}" if self.varied else "true"
 
     def lock_id(self, run_id: str, i: int) -> str | None:
@@ -66,6 +74,10 @@ class Scenario:
             return f"bench-{run_id}-{i}"
         return f"bench-{run_id}" if self.lock == "same" else None
 
+
+#: The long-printing scenario: its jobs, and how long each prints (three live writes at 10 s).
+LONG_JOBS = 4
+LONG_JOB_SECONDS = 30.5
 
 SCENARIOS = {
     s.key: s
@@ -108,6 +120,17 @@ SCENARIOS = {
             "every job shares one lock_id: failed lock attempts (one PutItem each per "
             "retry_interval) depend on contention, so there is no fixed figure to compare with",
         ),
+        Scenario(
+            "long-printing",
+            "long, printing",
+            "none",
+            None,
+            None,
+            f"{LONG_JOBS} jobs at once, each printing a line every 0.5 s for "
+            f"{LONG_JOB_SECONDS:g} s: live output (PutItem live#) every 10 s, and a heartbeat",
+            prints_for=LONG_JOB_SECONDS,
+            jobs=LONG_JOBS,
+        ),
     )
 }
 
@@ -119,10 +142,12 @@ class CallCounter:
         self._lock = threading.Lock()
         self.calls: Counter[str] = Counter()
         self.attempts: Counter[str] = Counter()
+        self.live_writes = 0  # PutItems of running jobs' live output items (Type live#...)
 
     def attach(self, client: Any) -> None:
         client.meta.events.register("before-call.*.*", self._on_call)
         client.meta.events.register("before-send.*.*", self._on_send)
+        client.meta.events.register("before-parameter-build.dynamodb.PutItem", self._on_put)
 
     def snapshot(self) -> tuple[Counter[str], Counter[str]]:
         with self._lock:
@@ -132,6 +157,12 @@ class CallCounter:
     def _on_call(self, model: Any = None, **kwargs: Any) -> None:
         with self._lock:
             self.calls[model.name] += 1
+
+    def _on_put(self, params: Any = None, **kwargs: Any) -> None:
+        item_type = (params or {}).get("Item", {}).get("Type", {}).get("S", "")
+        if item_type.startswith(LIVE_TYPE_PREFIX):
+            with self._lock:
+                self.live_writes += 1
 
     def _on_send(self, event_name: str = "", **kwargs: Any) -> None:
         with self._lock:
@@ -169,6 +200,13 @@ class Result:
     outcomes: dict[str, int]
     locks_left: int
     errors: list[str] = field(default_factory=list)
+    live_writes: int = 0  # PutItems of live output items, among calls' PutItems
+
+    @property
+    def live_writes_per_minute(self) -> float | None:
+        """Live output writes per minute of a job that prints all along; None for short jobs."""
+        seconds = self.scenario.prints_for
+        return self.live_writes / self.jobs / (seconds / 60) if seconds else None
 
     @property
     def startup(self) -> dict[str, int]:
@@ -220,6 +258,8 @@ class Result:
             "locks_left_in_table": self.locks_left,
             "wall_seconds": round(self.seconds, 3),
             "jobs_per_second": round(self.jobs / self.seconds, 1) if self.seconds else None,
+            "live_output_writes_per_job": round(self.live_writes / self.jobs, 4),
+            "live_output_writes_per_job_minute": self.live_writes_per_minute,
             "errors": self.errors,
         }
 
@@ -304,6 +344,7 @@ def count_locks(dynamodb: Any, table: str) -> int:
 
 
 def run_scenario(scenario: Scenario, *, jobs: int, workers: int, workdir: Path) -> Result:
+    jobs = scenario.jobs or jobs
     run_id = uuid.uuid4().hex[:8]
     queue, table = f"bench-{scenario.key}-{run_id}", f"bench-{scenario.key}-{run_id}"
     session = boto3.session.Session(region_name=REGION)
@@ -352,6 +393,7 @@ def run_scenario(scenario: Scenario, *, jobs: int, workers: int, workdir: Path) 
             time.sleep(0.01)
         seconds = time.monotonic() - started
         calls, attempts = counter.snapshot()
+        live_writes = counter.live_writes
         stop.set()
         thread.join(timeout=30)
         if thread.is_alive():
@@ -371,6 +413,7 @@ def run_scenario(scenario: Scenario, *, jobs: int, workers: int, workdir: Path) 
         outcomes=outcomes,
         locks_left=count_locks(dynamodb, table),
         errors=errors,
+        live_writes=live_writes,
     )
 
 
@@ -425,6 +468,11 @@ def report(results: list[Result], endpoint: str) -> str:
         )
         if r.scenario.note:
             out.append(f"  note: {r.scenario.note}")
+        per_minute = r.live_writes_per_minute
+        out.append(
+            f"  live output: {r.live_writes / r.jobs:.3f} PutItem (live#) per job"
+            + ("" if per_minute is None else f", {per_minute:.1f} a minute of a printing job")
+        )
         for error in r.errors:
             out.append(f"  ERROR: {error}")
     out.append("")

@@ -29,10 +29,10 @@ data "aws_iam_policy_document" "host" {
     sid    = "LocksAndDedupe"
     effect = "Allow"
     actions = [
-      "dynamodb:PutItem",    # claim a message's dedupe record; take a lock or a group slot (conditional writes, also in transactions); write the daemon's own item (sqsjkr daemons)
+      "dynamodb:PutItem",    # claim a message's dedupe record; take a lock or a group slot (conditional writes, also in transactions); write the daemon's own item (sqsjkr daemons) and a running job's live output (history --follow)
       "dynamodb:UpdateItem", # renew a lease (it reads a kill request of sqsjkr kill); release a lock or a slot; mark a job finished; record its run; end a killed run whose holder died
       "dynamodb:GetItem",    # read a dedupe record's state when SQS delivers a message again; read pauses
-      "dynamodb:DeleteItem", # give up the dedupe claim of a job that did not start
+      "dynamodb:DeleteItem", # give up the dedupe claim of a job that did not start; delete a run's live output item when it ends (in the run's final transaction)
       "dynamodb:Query",      # read a concurrency group's slots (jobs with concurrency_key)
     ]
     # The table only: the daemon never reads the index, which has an ARN of its own.

@@ -26,11 +26,13 @@ from cryptography.x509.oid import NameOID
 
 from sqsjkr import __version__
 from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.backends.live import MemoryLive
 from sqsjkr.contract.config import HttpConfig, parse_config
 from sqsjkr.contract.http_call import LOOPBACK, allowed, parse_http
 from sqsjkr.contract.job import Job, parse_job
 from sqsjkr.contract.run import RunContext, RunOutcome, RunRecord
 from sqsjkr.daemon.http_runner import HttpRunner, Runners
+from sqsjkr.daemon.live import LiveTails, LiveWriter
 from sqsjkr.daemon.runner import RunResult, ShellRunner, StopReason, StopSwitch
 from sqsjkr.errors import ConfigError, InvalidJobError
 
@@ -122,6 +124,14 @@ class Service:
             reply(handler, 302, b"", {"Location": self.url("/ok")})
         elif name == "huge":
             self.huge_written = self._endless(handler)
+        elif name == "stream":  # half the body, then the rest once released
+            handler.send_response(200)
+            handler.send_header("Content-Length", "14")
+            handler.end_headers()
+            handler.wfile.write(b"part 1\n")
+            handler.wfile.flush()
+            self.release.wait(60)
+            handler.wfile.write(b"part 2\n")
         else:
             reply(handler, 200, b"done: " + body)
 
@@ -492,6 +502,26 @@ def test_a_huge_answer_is_read_only_so_far(service: Service) -> None:
     # the gigabyte it announced (what the kernel's buffers took is all that went out).
     written = wait_until(lambda: service.huge_written, what="the service to stop writing")
     assert written < HUGE_BYTES // 8
+
+
+def test_the_body_read_so_far_is_the_calls_live_output(service: Service) -> None:
+    store, tails = MemoryLive(), LiveTails(0.02)
+    http = HttpRunner(tail_bytes=100, live=tails)
+    results: list[RunResult] = []
+    job = http_job(service.url("/stream"))
+    calling = threading.Thread(
+        target=lambda: results.append(http.run(job, timeout=30, stop=StopSwitch()))
+    )
+    with LiveWriter(store, tails):
+        calling.start()
+        wait_until(lambda: store.read("poke", "m-1"), what="the live output of the call")
+        found = store.read("poke", "m-1")
+        assert found is not None and (found.output, found.printed) == ("part 1\n", 7)
+        service.release.set()
+        calling.join()
+    http.close()
+    assert results[0].ok and results[0].output.merged == "part 1\npart 2\n"
+    assert results[0].output.merged_bytes == 14
 
 
 def test_runners_send_each_job_to_its_own_runner(

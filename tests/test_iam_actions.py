@@ -91,8 +91,13 @@ def test_the_call_graph_finds_the_daemons_calls_and_no_other_commands() -> None:
     assert not {"dynamodb:TransactWriteItems", "sqs:DeleteMessageBatch"} & daemon
     # `send` shares backends/sqs.py with the daemon, yet reaches none of its receives.
     assert "sqs:ReceiveMessage" not in iam_calls.actions(SUBCOMMANDS["send"])
-    # `history` reads runs, and without an event the summaries first.
-    assert iam_calls.actions(SUBCOMMANDS["history"]) == {"dynamodb:Query", "dynamodb:BatchGetItem"}
+    # `history` reads runs, and without an event the summaries first; --follow reads one
+    # summary and one live output item at a time.
+    assert iam_calls.actions(SUBCOMMANDS["history"]) == {
+        "dynamodb:Query",
+        "dynamodb:BatchGetItem",
+        "dynamodb:GetItem",
+    }
 
 
 def test_the_host_policy_grants_every_call_of_the_daemon() -> None:

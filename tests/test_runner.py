@@ -300,7 +300,8 @@ def test_a_background_process_holding_the_output_is_named_once_the_shell_exits(
             "until that process ends or closes its stdout and stderr (or the job's timeout)"
         ]
         assert worker.is_alive()
-    assert results[0].ok and results[0].output == Output()  # no tail kept by default
+    # No tail kept by default: only the count of the bytes printed ("done\n").
+    assert results[0].ok and results[0].output == Output(merged_bytes=5)
     assert "job msg-1 (event ev-1) | done" in output_lines(caplog)
     assert len(runner_warnings(caplog)) == 1
 

@@ -174,7 +174,10 @@ class DynamoHistory:
         slots: DynamoGroups | None = None,
         clock: Callable[[], float] = time.time,
         transactions: Transactions | None = None,
+        live_delete: Callable[[str, str], dict[str, Any] | None] | None = None,
     ) -> None:
+        """live_delete: given a run's event and message ids, the Delete of its live output
+        item (DynamoLive.end_delete), written in the transaction that records its end."""
         self._client = client
         self._transactions = transactions or Transactions(client)
         self._table = table
@@ -183,6 +186,7 @@ class DynamoHistory:
         self._locks = locks
         self._slots = slots
         self._clock = clock
+        self._live_delete = live_delete
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -203,6 +207,9 @@ class DynamoHistory:
             {"Put": self._run_item(record, data)},
             {"Update": self._summary_update(record, data)},
         ]
+        live = self._live_delete and self._live_delete(record.event_id, record.message_id)
+        if live:
+            writes.append(live)  # a job that ran past one live_output_interval had one
         folds = self._folds(claim, lock, slot)
         try:
             self._transact([{"Update": fold.update} for fold in folds] + writes)

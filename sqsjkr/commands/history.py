@@ -227,6 +227,14 @@ def record_json(record: RunRecord, *, output: bool) -> dict[str, Any]:
 @click.option("--failed", is_flag=True, help="Only the runs that did not succeed.")
 @click.option("--output", is_flag=True, help="Show each run's output tail under it.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of run records.")
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Print EVENT_ID's running run's output as it grows, then its record; exit 0 only if "
+    "it succeeded. With nothing running, wait for the next run.",
+)
+@click.option("--message-id", metavar="ID", help="With --follow: follow this run (its message id).")
 def history(
     conf: str,
     lock_table: str | None,
@@ -237,9 +245,16 @@ def history(
     failed: bool,
     output: bool,
     as_json: bool,
-) -> None:
+    follow: bool,
+    message_id: str | None,
+) -> int:
     """Show the last runs of EVENT_ID, newest first; without EVENT_ID, the last runs of every
     event, each with its event (read-only)."""
+    if follow or message_id is not None:
+        # Imported here: follow.py builds on this module, and only --follow needs it.
+        from sqsjkr.commands.follow import follow_run
+
+        return follow_run(conf, lock_table, profile, region, event_id, message_id)
     store = open_store(conf, lock_table, profile, region)
     with store.reading():
         if event_id is None:
@@ -256,3 +271,4 @@ def history(
     else:
         for line in history_lines(records, output=output, events=event_id is None):
             click.echo(line)
+    return 0

@@ -134,6 +134,8 @@ class HistoryConfig:
     backend: str = "dynamodb"  # "dynamodb" (the [lock] table) or "none"
     output_tail: int = 16 * 1024  # bytes of the end of each run's output kept; 0 keeps none
     retention: Duration = Duration.of_seconds(30 * 86400)  # how long run records are kept
+    #: How often a running job's output tail is written for `history --follow`, if it grew.
+    live_output_interval: Duration = Duration.of_seconds(10)
 
 
 @dataclass(frozen=True)
@@ -665,12 +667,22 @@ def _queue_configs(
 _MAX_OUTPUT_TAIL = 256 * 1024
 
 
+#: The longest [history] live_output_interval: a follower waits at most this long to see output.
+_MAX_LIVE_OUTPUT_INTERVAL = Duration.of_seconds(3600)
+
+
 def _history_config(history: _Table) -> HistoryConfig:
     return HistoryConfig(
         backend=history.choice("backend", HistoryConfig.backend, _BACKENDS),
         output_tail=history.integer("output_tail", HistoryConfig.output_tail, 0, _MAX_OUTPUT_TAIL),
         retention=history.duration(
             "retention", HistoryConfig.retention, low=Duration.of_seconds(3600), days=True
+        ),
+        live_output_interval=history.duration(
+            "live_output_interval",
+            HistoryConfig.live_output_interval,
+            low=Duration.of_seconds(1),
+            high=_MAX_LIVE_OUTPUT_INTERVAL,
         ),
     )
 

@@ -153,6 +153,9 @@ class RunRecord:
     stdout: str = ""
     stderr: str = ""
     pid: int | None = None
+    #: Bytes the command printed in all, both streams (None: no command ran, or an older
+    #: daemon's record): how `history --follow` knows which part of output it has not shown.
+    output_bytes: int | None = None
 
     @property
     def duration(self) -> float:

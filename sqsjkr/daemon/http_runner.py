@@ -31,6 +31,7 @@ from sqsjkr import __version__
 from sqsjkr.contract.http_call import HttpCall, origin
 from sqsjkr.contract.job import Job
 from sqsjkr.contract.run import RunContext
+from sqsjkr.daemon.live import LiveTails, watching
 from sqsjkr.daemon.output import Lines, Output, Tail
 from sqsjkr.daemon.runner import HOST_ERRNOS, JobRunner, RunResult, StopReason, StopSwitch
 from sqsjkr.errors import HostFault
@@ -61,10 +62,14 @@ class HttpRunner:
     job's retries are the daemon's business.
     """
 
-    def __init__(self, *, tail_bytes: int = 0, max_connections: int = 10) -> None:
+    def __init__(
+        self, *, tail_bytes: int = 0, max_connections: int = 10, live: LiveTails | None = None
+    ) -> None:
         """tail_bytes: how much of the end of each answer's body its result keeps;
-        max_connections: connections kept open per host (one per job running at once)."""
+        max_connections: connections kept open per host (one per job running at once); live:
+        where that tail is read while the call runs (the live output's writer)."""
         self._tail_bytes = tail_bytes
+        self._live = live
         self._manager = urllib3.PoolManager(maxsize=max_connections, retries=False)
         # Connections that a stop can reach: urllib3 hands out no other handle on a pooled
         # connection in use.
@@ -82,6 +87,17 @@ class HttpRunner:
         context: RunContext | None = None,
     ) -> RunResult:
         """job.http with its own timeout, else timeout (None: until the answer or a stop)."""
+        with watching(self._live, job, self._tail_bytes) as tail:
+            return self._run(job, timeout, stop, context, tail)
+
+    def _run(
+        self,
+        job: Job,
+        timeout: float | None,
+        stop: StopSwitch,
+        context: RunContext | None,
+        tail: Tail,
+    ) -> RunResult:
         call = job.http
         assert call is not None, "HttpRunner runs HTTP jobs only"
         limit = call.timeout.seconds if call.timeout is not None else timeout
@@ -92,7 +108,7 @@ class HttpRunner:
             headers=merged_headers(call, context),
             limit=limit,
             read_bytes=max(READ_FACTOR * self._tail_bytes, MIN_READ_BYTES),
-            tail=Tail(self._tail_bytes),
+            tail=tail,
             emit=lambda line: output.info("| %s", line),
         )
         started = time.monotonic()
@@ -227,8 +243,11 @@ class _Exchange:
     def _read(self, response: Any) -> bool:
         """Read the body into the tail and the log, up to read_bytes: whether it all came."""
         read = 0
+        # What has come so far, not a whole chunk: the live output shows a slow body as it
+        # arrives (urllib3 1.26 has no read1, and waits for whole chunks).
+        read_some = getattr(response, "read1", response.read)
         while read < self._read_bytes:
-            data = response.read(min(_CHUNK_BYTES, self._read_bytes - read))
+            data = read_some(min(_CHUNK_BYTES, self._read_bytes - read))
             if not data:
                 return True
             read += len(data)
@@ -252,7 +271,8 @@ class _Exchange:
 
     def result(self, reason: StopReason | None, seconds: float, jlog: JobLog) -> RunResult:
         """The call's RunResult, once its thread has ended."""
-        output = Output(merged=self._tail.text(), stdout=self._tail.text(), stderr="")
+        text, total = self._tail.snapshot()
+        output = Output(merged=text, stdout=text, stderr="", merged_bytes=total)
         answer, error = self.answer, self.error
         status = answer.status if answer is not None else NO_ANSWER
         where = origin(self.call.url)

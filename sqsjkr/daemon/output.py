@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import os
 import selectors
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ class Output:
     merged: str = ""
     stdout: str = ""
     stderr: str = ""
+    #: Bytes printed in all, both streams: what a reader of the live tail has seen is known by it.
+    merged_bytes: int = 0
 
 
 class Lines:
@@ -72,23 +75,39 @@ class Lines:
 
 
 class Tail:
-    """The last limit bytes added."""
+    """The last limit bytes added, and how many were added in all. Safe to read from another
+    thread (the live output's writer) while one thread adds."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
         self._data = bytearray()
+        self._mutex = threading.Lock()
+        self._total = 0
 
     def add(self, data: bytes) -> None:
-        if self._limit <= 0:
-            return
-        self._data += data[-self._limit :]
-        if len(self._data) > 2 * self._limit:  # trimmed now and then, not at every add
-            del self._data[: -self._limit]
+        with self._mutex:
+            self._total += len(data)
+            if self._limit <= 0:
+                return
+            self._data += data[-self._limit :]
+            if len(self._data) > 2 * self._limit:  # trimmed now and then, not at every add
+                del self._data[: -self._limit]
 
     def text(self) -> str:
-        if self._limit <= 0:
-            return ""
-        return bytes(self._data[-self._limit :]).decode("utf-8", errors="replace")
+        return self.snapshot()[0]
+
+    @property
+    def total(self) -> int:
+        """Bytes added in all."""
+        with self._mutex:
+            return self._total
+
+    def snapshot(self) -> tuple[str, int]:
+        """The last limit bytes as text, and the bytes added in all, at one moment."""
+        with self._mutex:
+            data = bytes(self._data[-self._limit :]) if self._limit > 0 else b""
+            total = self._total
+        return data.decode("utf-8", errors="replace"), total
 
 
 def stream_lines(stream: IO[bytes], emit: Callable[[str], None]) -> None:
@@ -116,12 +135,14 @@ def read_output(
     *,
     wait: Callable[[], float | None] = lambda: None,
     exit_watch: ExitWatch | None = None,
+    merged: Tail | None = None,
 ) -> Output:
     """Read both pipes to their end, passing their lines to emit; the last tail_bytes of each.
 
     wait is asked before each wait for output how long to wait at most (None: until there is
-    some), so that the reading thread also keeps its caller's deadlines."""
-    merged = Tail(tail_bytes)
+    some), so that the reading thread also keeps its caller's deadlines. merged, when given, is
+    the Tail both streams go to (one that the live output's writer reads as the job runs)."""
+    merged = merged if merged is not None else Tail(tail_bytes)
     streams = {
         stdout.fileno(): (Lines(emit), Tail(tail_bytes)),
         stderr.fileno(): (Lines(emit), Tail(tail_bytes)),
@@ -159,6 +180,7 @@ def read_output(
                 lines.feed(data)
                 tail.add(data)
                 merged.add(data)
+    text, total = merged.snapshot()
     return Output(
-        merged.text(), streams[stdout.fileno()][1].text(), streams[stderr.fileno()][1].text()
+        text, streams[stdout.fileno()][1].text(), streams[stderr.fileno()][1].text(), total
     )

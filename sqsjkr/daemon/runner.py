@@ -23,7 +23,8 @@ from typing import IO, Protocol
 from sqsjkr.contract.job import Job, trigger_line
 from sqsjkr.contract.limits import MAX_WAIT_SECONDS, bounded_wait
 from sqsjkr.contract.run import RunContext
-from sqsjkr.daemon.output import ExitWatch, Output, read_output
+from sqsjkr.daemon.live import LiveTails, watching
+from sqsjkr.daemon.output import ExitWatch, Output, Tail, read_output
 from sqsjkr.errors import HostFault
 from sqsjkr.observability.logs import JobLog, shorten_command
 
@@ -139,11 +140,14 @@ class ShellRunner:
         *,
         kill_grace: float = DEFAULT_KILL_GRACE,
         tail_bytes: int = 0,
+        live: LiveTails | None = None,
     ) -> None:
-        """tail_bytes: how much of the end of each job's output its result keeps."""
+        """tail_bytes: how much of the end of each job's output its result keeps; live: where
+        that tail is read while the job runs (the live output's writer)."""
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._kill_grace = kill_grace
         self._tail_bytes = tail_bytes
+        self._live = live
         # Looked up once, on the daemon's PATH, which does not change while it runs.
         self._sh = shutil.which("sh")
 
@@ -157,18 +161,20 @@ class ShellRunner:
     ) -> RunResult:
         output = JobLog(output_log, job)
         known = context.environment() if context is not None else {}
-        return run_shell(
-            job.command,
-            # The run's own facts last: a message's envs cannot pretend to be another run.
-            env={**self._base_env, **job.envs, **known},
-            emit=lambda line: output.info("| %s", line),
-            timeout=timeout,
-            stop=stop,
-            kill_grace=self._kill_grace,
-            log=JobLog(log, job),
-            tail_bytes=self._tail_bytes,
-            sh=self._sh,
-        )
+        with watching(self._live, job, self._tail_bytes) as merged:
+            return run_shell(
+                job.command,
+                # The run's own facts last: a message's envs cannot pretend to be another run.
+                env={**self._base_env, **job.envs, **known},
+                emit=lambda line: output.info("| %s", line),
+                timeout=timeout,
+                stop=stop,
+                kill_grace=self._kill_grace,
+                log=JobLog(log, job),
+                tail_bytes=self._tail_bytes,
+                sh=self._sh,
+                merged=merged,
+            )
 
 
 def run_trigger(
@@ -348,9 +354,11 @@ def run_shell(
     log: Log = log,
     tail_bytes: int = 0,
     sh: str | None = None,
+    merged: Tail | None = None,
 ) -> RunResult:
     """Run command under sh (sh: its path; None: looked up on PATH), streaming the lines of its
-    stdout and stderr to emit as they come; the result keeps the last tail_bytes of each.
+    stdout and stderr to emit as they come; the result keeps the last tail_bytes of each, and
+    both merged in merged when given.
 
     After timeout seconds, or when stop is tripped, the command's whole process group gets
     SIGTERM, and SIGKILL kill_grace seconds later. HostFault when the host cannot start it.
@@ -378,7 +386,13 @@ def run_shell(
     deadline = _Deadline(stop, timeout)
     with proc.stdout, proc.stderr, _exit_watch(proc, log) as watch:
         output = read_output(
-            proc.stdout, proc.stderr, emit, tail_bytes, wait=deadline.left, exit_watch=watch
+            proc.stdout,
+            proc.stderr,
+            emit,
+            tail_bytes,
+            wait=deadline.left,
+            exit_watch=watch,
+            merged=merged,
         )
     exit_code = deadline.wait(proc)
     stop.trip(StopReason.ENDED)

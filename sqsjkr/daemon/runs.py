@@ -190,4 +190,5 @@ class RunProgress:
             stdout=output.stdout if output else "",
             stderr=output.stderr if output else "",
             pid=result.pid if result is not None else None,
+            output_bytes=output.merged_bytes if output else None,
         )

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -26,6 +27,7 @@ from sqsjkr.backends.dedupe import DedupeStore, DynamoDedupe, NoopDedupe
 from sqsjkr.backends.groups import DynamoGroups, Groups, NoGroups
 from sqsjkr.backends.history import DynamoHistory, History, NoHistory, running_update
 from sqsjkr.backends.lease import MIN_SAFE_LEASE_SECONDS, lease_timing
+from sqsjkr.backends.live import DynamoLive
 from sqsjkr.backends.locks import DynamoLocker, Locker, NoopLocker
 from sqsjkr.backends.members import DynamoRoster, Member, NoRoster, Roster
 from sqsjkr.backends.pause import DynamoPauses, PauseStore
@@ -41,6 +43,7 @@ from sqsjkr.contract.config import Config, QueueConfig
 from sqsjkr.contract.duration import Duration
 from sqsjkr.daemon.http_runner import HttpRunner, Runners
 from sqsjkr.daemon.intake import IntakeSettings
+from sqsjkr.daemon.live import LiveTails, LiveWriter
 from sqsjkr.daemon.loop import Kicker, KickerSettings
 from sqsjkr.daemon.presence import Presence, this_daemon
 from sqsjkr.daemon.runner import ShellRunner
@@ -100,16 +103,10 @@ def serve(
         if connected is None:
             return  # stopped while starting
         reporter = Reporter(config.report)
-        runners = Runners(
-            ShellRunner(
-                kill_grace=config.kicker.kill_grace.seconds,
-                tail_bytes=config.history.output_tail,
-            ),
-            HttpRunner(
-                tail_bytes=config.history.output_tail,
-                max_connections=workers,
-            ),
-        )
+        live = None
+        if connected.live is not None and config.history.output_tail > 0:  # 0: no output kept
+            live = LiveTails(config.history.live_output_interval.seconds)
+        runners = _runners(config, workers, live)
         kicker = Kicker(
             connected.sources,
             dedupe=connected.dedupe,
@@ -127,7 +124,12 @@ def serve(
         _log_queues(config, connected.sources)
         reporter.start()
         try:
-            with Presence(connected.roster, _this_daemon(config, server.address), stats):
+            with ExitStack() as threads:
+                threads.enter_context(
+                    Presence(connected.roster, _this_daemon(config, server.address), stats)
+                )
+                if connected.live is not None and live is not None:
+                    threads.enter_context(LiveWriter(connected.live, live))
                 kicker.run(stop, force)
         finally:
             runners.close()
@@ -135,6 +137,19 @@ def serve(
             reporter.close()
     finally:
         server.close()
+
+
+def _runners(config: Config, workers: int, live: LiveTails | None) -> Runners:
+    """The shell and HTTP runners, keeping output_tail of each job's output (live: where the
+    live output's writer reads it while the job runs)."""
+    return Runners(
+        ShellRunner(
+            kill_grace=config.kicker.kill_grace.seconds,
+            tail_bytes=config.history.output_tail,
+            live=live,
+        ),
+        HttpRunner(tail_bytes=config.history.output_tail, max_connections=workers, live=live),
+    )
 
 
 def kicker_settings(config: Config) -> KickerSettings:
@@ -226,6 +241,7 @@ class Connected:
     pauses: PauseStore | None  # fleet-wide pauses, kept in the lock table
     groups: Groups  # concurrency groups' slots, kept like locks
     roster: Roster  # this daemon's item, which `sqsjkr daemons` lists
+    live: DynamoLive | None = None  # running jobs' output tails, for `history --follow`
 
 
 @dataclass(frozen=True)
@@ -298,6 +314,8 @@ def _connect(
         if config.lock.backend == "dynamodb"
         else NoGroups()
     )
+    # Written beside the history it belongs to: a run's final write deletes its live item.
+    live = DynamoLive(dynamodb, table) if records_history else None
     history = given.history
     if history is None:
         history = (
@@ -311,6 +329,7 @@ def _connect(
                 locks=locker if isinstance(locker, DynamoLocker) else None,
                 slots=groups if isinstance(groups, DynamoGroups) else None,
                 transactions=transactions,
+                live_delete=live.end_delete if live is not None else None,
             )
             if config.history.backend == "dynamodb"
             else NoHistory()
@@ -318,7 +337,7 @@ def _connect(
     # Pauses are kept in the table: with no table in use, nothing can pause this daemon.
     pauses = DynamoPauses(dynamodb, table) if uses_table else None
     roster: Roster = DynamoRoster(dynamodb, table) if uses_table else NoRoster()
-    return Connected(sources, dedupe, locker, history, pauses, groups, roster)
+    return Connected(sources, dedupe, locker, history, pauses, groups, roster, live)
 
 
 def _sources(
