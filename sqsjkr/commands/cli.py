@@ -36,6 +36,8 @@ SUBCOMMANDS = {
     "daemons": "sqsjkr.commands.daemons:daemons",
     "schedules": "sqsjkr.commands.schedules:schedules",
     "audit": "sqsjkr.commands.audit:audit",
+    "route": "sqsjkr.commands.route:route",
+    "trigger": "sqsjkr.commands.trigger:trigger",
 }
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.

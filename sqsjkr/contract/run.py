@@ -138,6 +138,10 @@ class RunRecord:
     stdout: str = ""
     stderr: str = ""
     pid: int | None = None
+    #: Set when `sqsjkr trigger` sent the message: who (user@host) and why (--reason). Records
+    #: written before these fields existed load with None.
+    triggered_by: str | None = None
+    trigger_reason: str | None = None
 
     @property
     def duration(self) -> float:
