@@ -18,6 +18,8 @@ from sqsjkr.commands.audit import os_user
 from sqsjkr.contract.run import RunRecord
 
 from .conftest import Aws, Daemon, Start, run_daemon
+from .faults import FaultProxy
+from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixture
 from .test_local import paste, pasteable_commands
 from .test_schedules import events, queue_arn, scheduler, sqsjkr, write_conf
 from .test_schedules import group as group  # noqa: F401 - the fixture
@@ -213,3 +215,19 @@ def test_trigger_runs_a_sample_schedule_of_local_mode(
     assert " succeeded (triggered) " in ran.stdout
     assert ": try it" in ran.stdout
     assert daemon.stop(signal.SIGINT) == 0
+
+
+def test_a_trigger_whose_audit_item_cannot_be_written_sends_nothing(
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    failing_audit: FaultProxy,  # noqa: F811
+) -> None:
+    schedule(group, "sqsjkr-db-backup", queue_arn(aws), BODY)
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "-c", write_conf(tmp_path, aws, group=group)
+    )
+    assert (code, out) == (1, "")
+    assert err.startswith('sqsjkr: error: trigger "nightly" not done: its audit item could not')
+    assert aws.queue_counts() == (0, 0)

@@ -37,7 +37,7 @@ def check_queue(config: Config, queue: str) -> None:
     try:
         resolve_queue_url(make_client(session, "sqs"), queue, config.account.id)
     except ResourceMissingError as exc:
-        raise click.ClickException(
+        raise ResourceMissingError(
             f"queue {quote(queue)} does not exist in account {config.account.id} "
             f"({config.account.region}): not routed"
         ) from exc
