@@ -29,7 +29,7 @@ class ControlItem:
         self._client = client
         self._table = table
 
-    def read(self) -> dict[str, Any]:
+    def read_attributes(self) -> dict[str, Any]:
         """Every attribute of the item (none when there is no item), read consistently."""
         try:
             response = self._client.get_item(TableName=self._table, Key=KEY, ConsistentRead=True)
@@ -37,7 +37,7 @@ class ControlItem:
             raise self.missing(exc) from exc
         return dict(response.get("Item") or {})
 
-    def put(self, name: str, text: str) -> None:
+    def put_attribute(self, name: str, text: str) -> None:
         """Set one attribute to a string, creating the item if need be."""
         try:
             self._client.update_item(
@@ -50,7 +50,7 @@ class ControlItem:
         except ClientError as exc:
             raise self.missing(exc) from exc
 
-    def remove(self, names: Sequence[str]) -> dict[str, Any]:
+    def remove_attributes(self, names: Sequence[str]) -> dict[str, Any]:
         """Remove these attributes; those of them that were there, with their old values."""
         if not names:
             return {}
@@ -67,12 +67,12 @@ class ControlItem:
         )
         return {name: value for name, value in old.items() if name in names}
 
-    def remove_prefixed(self, prefix: str) -> dict[str, Any]:
+    def remove_prefixed_attributes(self, prefix: str) -> dict[str, Any]:
         """Remove every attribute whose name starts with prefix (damaged ones too), as read now;
         the ones removed, with their old values. One written between the read and the removal
         stays."""
-        names = sorted(name for name in self.read() if name.startswith(prefix))
-        return self.remove(names)
+        names = sorted(name for name in self.read_attributes() if name.startswith(prefix))
+        return self.remove_attributes(names)
 
     def missing(self, exc: ClientError) -> Exception:
         if error_code(exc) == "ResourceNotFoundException":

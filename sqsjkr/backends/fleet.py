@@ -37,7 +37,7 @@ class DynamoControls:
         self._clock = clock
 
     def controls(self) -> Controls:
-        item = self._item.read()
+        item = self._item.read_attributes()
         return Controls(in_effect(decode_pauses(item), self._clock()), decode_routes(item))
 
 

@@ -118,17 +118,17 @@ class DynamoPauses:
         self._clock = clock
 
     def pauses(self) -> list[Pause]:
-        return in_effect(decode_pauses(self._item.read()), self._clock())
+        return in_effect(decode_pauses(self._item.read_attributes()), self._clock())
 
     def pause(self, pause: Pause) -> None:
-        self._item.put(ATTRIBUTE_PREFIX + pause.scope, json.dumps(pause.as_dict()))
+        self._item.put_attribute(ATTRIBUTE_PREFIX + pause.scope, json.dumps(pause.as_dict()))
 
     def resume(self, event_ids: Sequence[str] | None) -> list[Pause]:
         if event_ids is None:
             # Every pause attribute goes, whatever follows its prefix; the routes stay.
-            old = self._item.remove_prefixed(ATTRIBUTE_PREFIX)
+            old = self._item.remove_prefixed_attributes(ATTRIBUTE_PREFIX)
         else:
-            old = self._item.remove([ATTRIBUTE_PREFIX + e for e in sorted(set(event_ids))])
+            old = self._item.remove_attributes([ATTRIBUTE_PREFIX + e for e in sorted(set(event_ids))])
         # A damaged attribute is gone now too; only the pauses it can still tell of are told.
         return in_effect(decode_pauses(old, strict=False), self._clock())
 

@@ -90,13 +90,13 @@ class DynamoRoutes:
         self._item = ControlItem(client, table)
 
     def routes(self) -> list[Route]:
-        return decode_routes(self._item.read())
+        return decode_routes(self._item.read_attributes())
 
     def route(self, route: Route) -> None:
-        self._item.put(ROUTE_PREFIX + route.event_id, json.dumps(route.as_dict()))
+        self._item.put_attribute(ROUTE_PREFIX + route.event_id, json.dumps(route.as_dict()))
 
     def clear(self, event_ids: Sequence[str]) -> list[Route]:
-        old = self._item.remove([ROUTE_PREFIX + e for e in sorted(set(event_ids))])
+        old = self._item.remove_attributes([ROUTE_PREFIX + e for e in sorted(set(event_ids))])
         return decode_routes(old, strict=False)
 
 
