@@ -18,6 +18,7 @@ from sqsjkr.backends.routes import DynamoRoutes, MemoryRoutes, Route, RouteStore
 from sqsjkr.backends.sqs import Message, QueueForwarder
 from sqsjkr.commands.audit import os_user
 from sqsjkr.contract.run import RunOutcome
+from sqsjkr.errors import StoreError
 
 from .conftest import Aws, Daemon, Start, config_text, free_port, wait_until
 from .faults import Fault, FaultProxy
@@ -63,6 +64,22 @@ def test_routes_share_the_pauses_item_and_resume_all_keeps_them(aws: Aws) -> Non
     assert [p.event_id for p in pauses.resume(None)] == [None]
     assert routes.routes() == [route_of("heavy", "slow")]
     assert pauses.pauses() == []
+
+
+def test_a_damaged_route_is_named_and_clear_removes_it(aws: Aws) -> None:
+    routes = DynamoRoutes(aws.dynamodb, aws.table)
+    routes.route(route_of("heavy", "slow"))
+    aws.dynamodb.update_item(
+        TableName=aws.table,
+        Key={"Id": {"S": CONTROLS_ID}, "Type": {"S": CONTROLS_TYPE}},
+        UpdateExpression="SET #r = :bad",
+        ExpressionAttributeNames={"#r": "Route:report"},
+        ExpressionAttributeValues={":bad": {"S": '{"since": 1}'}},
+    )
+    with pytest.raises(StoreError, match="damaged attribute 'Route:report'.*--clear"):
+        routes.routes()
+    assert routes.clear(["report"]) == []
+    assert routes.routes() == [route_of("heavy", "slow")]
 
 
 def test_a_forward_to_a_fifo_queue_keeps_body_attributes_and_group(aws: Aws) -> None:

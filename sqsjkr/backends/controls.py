@@ -6,13 +6,16 @@ pause.py and routes.py give the attributes their meaning; this module only reads
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import conditional_write, error_code
-from sqsjkr.errors import ResourceMissingError
+from sqsjkr.errors import ResourceMissingError, StoreError
+
+T = TypeVar("T")
 
 #: The key of the item. Its name predates routes: the pauses were its only attributes. A
 #: lock_id or event_id of the same name cannot collide with it: their items have other Types.
@@ -81,3 +84,29 @@ class ControlItem:
                 "and the region)"
             )
         return exc
+
+
+def decode_attributes(
+    item: dict[str, Any],
+    prefix: str,
+    build: Callable[[str, dict[str, Any]], T],
+    *,
+    strict: bool,
+    remedy: str,
+) -> list[T]:
+    """Each attribute of the item named prefix + KEY, its JSON built into a value by
+    build(KEY, data). When strict, a damaged one is named with its remedy, never skipped:
+    skipping a pause or a route would run jobs where someone said they must not run."""
+    found = []
+    for name, value in item.items():
+        if not name.startswith(prefix):
+            continue
+        try:
+            found.append(build(name[len(prefix) :], json.loads(value["S"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            if not strict:
+                continue
+            raise StoreError(
+                f"the item {CONTROLS_ID!r} has a damaged attribute {name!r} ({exc!r}): {remedy}"
+            ) from exc
+    return found

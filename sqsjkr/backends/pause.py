@@ -12,8 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from sqsjkr.backends.controls import CONTROLS_ID, CONTROLS_TYPE, ControlItem
-from sqsjkr.errors import StoreError
+from sqsjkr.backends.controls import CONTROLS_ID, CONTROLS_TYPE, ControlItem, decode_attributes
 
 #: The key of the one item that holds every pause (and every route).
 PAUSES_ID = CONTROLS_ID
@@ -128,7 +127,9 @@ class DynamoPauses:
             # Every pause attribute goes, whatever follows its prefix; the routes stay.
             old = self._item.remove_prefixed_attributes(ATTRIBUTE_PREFIX)
         else:
-            old = self._item.remove_attributes([ATTRIBUTE_PREFIX + e for e in sorted(set(event_ids))])
+            old = self._item.remove_attributes(
+                [ATTRIBUTE_PREFIX + e for e in sorted(set(event_ids))]
+            )
         # A damaged attribute is gone now too; only the pauses it can still tell of are told.
         return in_effect(decode_pauses(old, strict=False), self._clock())
 
@@ -139,28 +140,13 @@ def in_effect(pauses: Sequence[Pause], now: float) -> list[Pause]:
 
 
 def decode_pauses(item: dict[str, Any], *, strict: bool = True) -> list[Pause]:
-    """The pauses of the item's "Pause:" attributes, each scoped by its attribute's name.
+    """The pauses of the item's "Pause:" attributes, each scoped by its attribute's name."""
 
-    When strict, a damaged one is named, never skipped: skipping it would run jobs that someone
-    paused.
-    """
-    found = []
-    for name, value in item.items():
-        if not name.startswith(ATTRIBUTE_PREFIX):
-            continue
-        scope = name[len(ATTRIBUTE_PREFIX) :]
-        try:
-            data = json.loads(value["S"])
-            data["event_id"] = None if scope == ALL_SCOPE else scope
-            found.append(Pause.from_dict(data))
-        except (KeyError, TypeError, ValueError) as exc:
-            if not strict:
-                continue
-            raise StoreError(
-                f"the pause item {CONTROLS_ID!r} has a damaged attribute {name!r} ({exc!r}): "
-                f"`sqsjkr resume` of its event (or --all) removes it"
-            ) from exc
-    return found
+    def build(scope: str, data: dict[str, Any]) -> Pause:
+        return Pause.from_dict({**data, "event_id": None if scope == ALL_SCOPE else scope})
+
+    remedy = "`sqsjkr resume` of its event (or --all) removes it"
+    return decode_attributes(item, ATTRIBUTE_PREFIX, build, strict=strict, remedy=remedy)
 
 
 def _order(pause: Pause) -> tuple[bool, str]:

@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from sqsjkr.backends.controls import CONTROLS_ID, ControlItem
-from sqsjkr.errors import StoreError
+from sqsjkr.backends.controls import ControlItem, decode_attributes
 
 #: The controls item has an attribute per routed event: this prefix and the event_id.
 ROUTE_PREFIX = "Route:"
@@ -101,24 +100,11 @@ class DynamoRoutes:
 
 
 def decode_routes(item: dict[str, Any], *, strict: bool = True) -> list[Route]:
-    """The routes of the item's "Route:" attributes, by event, each named by its attribute.
+    """The routes of the item's "Route:" attributes, by event, each named by its attribute."""
 
-    When strict, a damaged one is named, never skipped: skipping it would run the event's jobs
-    on a queue that someone moved them off.
-    """
-    found = []
-    for name, value in item.items():
-        if not name.startswith(ROUTE_PREFIX):
-            continue
-        try:
-            data = json.loads(value["S"])
-            data["event_id"] = name[len(ROUTE_PREFIX) :]
-            found.append(Route.from_dict(data))
-        except (KeyError, TypeError, ValueError) as exc:
-            if not strict:
-                continue
-            raise StoreError(
-                f"the controls item {CONTROLS_ID!r} has a damaged attribute {name!r} ({exc!r}): "
-                f"`sqsjkr route EVENT_ID --clear` of its event removes it"
-            ) from exc
+    def build(event_id: str, data: dict[str, Any]) -> Route:
+        return Route.from_dict({**data, "event_id": event_id})
+
+    remedy = "`sqsjkr route EVENT_ID --clear` of its event removes it"
+    found = decode_attributes(item, ROUTE_PREFIX, build, strict=strict, remedy=remedy)
     return sorted(found, key=lambda route: route.event_id)

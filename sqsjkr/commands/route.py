@@ -13,9 +13,10 @@ from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.backends.routes import DynamoRoutes, Route, routed
 from sqsjkr.backends.sqs import resolve_queue_url
 from sqsjkr.commands.audit import command_auditor, os_user
-from sqsjkr.commands.history import aligned, format_duration, local_time, store_options
+from sqsjkr.commands.history import aligned, local_time, store_options
 from sqsjkr.commands.locks import Table, table_of
 from sqsjkr.commands.options import UsageFailure, load, reason_option
+from sqsjkr.commands.pause import honour_note
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.errors import ResourceMissingError, quote
 from sqsjkr.observability.logs import escape
@@ -122,12 +123,7 @@ def set_route(config: Config, store: DynamoRoutes, table: Table, made: Route) ->
     click.echo(f"routed {route_text(made)}")
     if before is not None:
         click.echo(f"  it replaces the route to queue {escape(before.queue)}")
-    refresh = format_duration(config.kicker.pause_refresh.seconds)
-    click.echo(
-        f"sqsjkr: daemons honour it within {refresh} ([kicker] pause_refresh) of their next "
-        "messages; jobs already running go on",
-        err=True,
-    )
+    honour_note(config)
     return 0
 
 
