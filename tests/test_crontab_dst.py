@@ -120,7 +120,7 @@ few_minutes = st.one_of(
 hours = st.one_of(st.sampled_from(["2", "1-3", "0", "*", "*/2", "0,2", "1", "3"]), cron_field(1))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     fields=st.tuples(few_minutes, hours, cron_field(2), cron_field(3), cron_field(4)),
     zone_name=st.sampled_from(DST_ZONES),

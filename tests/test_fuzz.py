@@ -44,6 +44,13 @@ SECOND = 1_000_000_000
 # Derandomized: the same examples on every run, so that CI is repeatable. To explore new ones
 # while working on the parser, set derandomize=False here for a few runs.
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+#: The suite's share of examples; SQSJKR_FUZZ_SCALE=10 explores ten times as many (a deeper run
+#: while working on the parser), at ten times the minutes.
+SCALE = float(os.environ.get("SQSJKR_FUZZ_SCALE", "1"))
+
+
+def examples(count: int) -> settings:
+    return settings(FUZZ, max_examples=max(1, int(count * SCALE)))
 
 
 # --- an oracle of the JSON layer and of what a parsed Job must hold ------------------------------
@@ -402,31 +409,31 @@ def serialized(values: st.SearchStrategy[Any]) -> st.SearchStrategy[str | bytes]
 # --- properties of the parser ----------------------------------------------------------------------
 
 
-@settings(FUZZ, max_examples=1500)
+@examples(500)
 @given(st.text() | st.lists(tricky_chars, max_size=40).map("".join) | st.binary())
 def test_any_text_or_bytes_is_a_job_or_an_invalid_job_error(body: str | bytes) -> None:
     check(body)
 
 
-@settings(FUZZ, max_examples=1000)
+@examples(400)
 @given(serialized(json_values))
 def test_any_json_value_is_a_job_or_an_invalid_job_error(body: str | bytes) -> None:
     check(body)
 
 
-@settings(FUZZ, max_examples=1500)
+@examples(500)
 @given(serialized(near_valid_objects))
 def test_near_valid_objects_parse_exactly_or_name_the_field_at_fault(body: str | bytes) -> None:
     check(body)
 
 
-@settings(FUZZ, max_examples=1000)
+@examples(400)
 @given(st.sampled_from(DURATIONS), duration_values | _VALID["life_time"] | json_values)
 def test_duration_fields_parse_exactly_or_name_the_field(name: str, value: Any) -> None:
     check(json.dumps({"command": "true", name: value}))
 
 
-@settings(FUZZ, max_examples=1000)
+@examples(400)
 @given(well_formed_jobs(), st.integers(0, 4))
 def test_well_formed_jobs_are_always_accepted(case: tuple[dict[str, Any], Job], how: int) -> None:
     fields, expected = case
@@ -456,7 +463,7 @@ runnable_bodies = st.fixed_dictionaries(
 )
 
 
-@settings(FUZZ, max_examples=300)
+@examples(150)
 @given(serialized(runnable_bodies))
 def test_whatever_the_parser_accepts_reaches_the_job_without_an_exception(
     body: str | bytes,

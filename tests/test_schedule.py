@@ -259,6 +259,9 @@ def test_the_scheduler_endpoint_variable_is_honoured(tmp_path: Path, aws: Aws, g
         "AWS_ENDPOINT_URL": dead,
         "AWS_ENDPOINT_URL_SQS": moto,
         "AWS_ENDPOINT_URL_SCHEDULER": moto,
+        # The audit item: who asked (STS), written to the table.
+        "AWS_ENDPOINT_URL_STS": moto,
+        "AWS_ENDPOINT_URL_DYNAMODB": moto,
         "AWS_MAX_ATTEMPTS": "1",
     }
     result = sqsjkr(
