@@ -184,6 +184,27 @@ def test_trigger_of_an_event_with_no_schedule_says_where_it_looked(
     assert json.loads(out) == [], "nothing done, nothing audited"
 
 
+def test_an_event_with_schedules_that_differ_needs_the_one_to_send(
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    schedule(group, "sqsjkr-nightly-a", queue_arn(aws), BODY)
+    other = BODY.replace("echo ran", "echo other")
+    schedule(group, "sqsjkr-nightly-b", queue_arn(aws), other)
+    conf = write_conf(tmp_path, aws, group=group)
+    code, out, err = sqsjkr(capsys, "trigger", "nightly", "-c", conf)
+    assert (code, out) == (2, "")
+    assert '("sqsjkr-nightly-a", "sqsjkr-nightly-b"): name one with --schedule NAME' in err
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--schedule", "sqsjkr-nightly-b", "-c", conf
+    )
+    assert code == 0, err
+    [sent] = received(aws, aws.queue_url)
+    assert sent["Body"] == other
+
+
 def test_a_record_written_before_triggers_loads_as_not_triggered() -> None:
     old = {
         "event_id": "e",
