@@ -1,5 +1,6 @@
 # The policy a batch host needs to run the daemon (attach it to the hosts' instance role), and
-# the one a person or CI needs to send jobs by hand. Hosts may not send jobs to the queue.
+# the one a person or CI needs to send jobs by hand. Hosts send to the queue only to forward the
+# messages of events routed to it (sqsjkr route), which a schedule or a person sent before.
 
 data "aws_iam_policy_document" "host" {
   statement {
@@ -25,13 +26,26 @@ data "aws_iam_policy_document" "host" {
     resources = [aws_sqs_queue.dlq.arn]
   }
 
+  # sqsjkr route: a daemon that receives a routed event's message on another queue of the fleet
+  # sends it on to the queue its route names. With several queues, each made by this module with
+  # its host policy on the hosts, every queue of the fleet can be a route's queue.
+  statement {
+    sid    = "ForwardRoutedJobs"
+    effect = "Allow"
+    actions = [
+      "sqs:GetQueueUrl", # the URL of the queue a route names, once per queue
+      "sqs:SendMessage", # forward a routed event's message here from another queue (sqsjkr route)
+    ]
+    resources = [aws_sqs_queue.jobs.arn]
+  }
+
   statement {
     sid    = "LocksAndDedupe"
     effect = "Allow"
     actions = [
       "dynamodb:PutItem",    # claim a message's dedupe record; take a lock or a group slot (conditional writes, also in transactions); write the daemon's own item (sqsjkr daemons) and a running job's live output (history --follow)
       "dynamodb:UpdateItem", # renew a lease (it reads a kill request of sqsjkr kill); release a lock or a slot; mark a job finished; record its run; end a killed run whose holder died
-      "dynamodb:GetItem",    # read a dedupe record's state when SQS delivers a message again; read pauses
+      "dynamodb:GetItem",    # read a dedupe record's state when SQS delivers a message again; read pauses and routes
       "dynamodb:DeleteItem", # give up the dedupe claim of a job that did not start; delete a run's live output item when it ends (in the run's final transaction)
       "dynamodb:Query",      # read a concurrency group's slots (jobs with concurrency_key)
     ]

@@ -21,7 +21,7 @@ data "aws_iam_policy_document" "viewer" {
     sid    = "ReadTheTable"
     effect = "Allow"
     actions = [
-      "dynamodb:GetItem",      # the pauses item; an event's summary (schedules, status)
+      "dynamodb:GetItem",      # the item of pauses and routes; an event's summary (schedules, status)
       "dynamodb:Query",        # an event's runs (history); items of one Type through the index
       "dynamodb:BatchGetItem", # the items the index lists: summaries, daemons, audit entries
       "dynamodb:Scan",         # locks: every lock and group slot (they carry no Expired, so no index lists them)
@@ -84,8 +84,9 @@ resource "aws_iam_policy" "viewer" {
   tags        = var.tags
 }
 
-# Everything the viewer may do, and the commands that steer the fleet: pause, resume, unlock,
-# status --forget, dlq redrive, delete and purge, and sending jobs (the sender policy's rights).
+# Everything the viewer may do, and the commands that steer the fleet: pause, resume, route,
+# unlock, status --forget, dlq redrive, delete and purge, and sending jobs (the sender policy's
+# rights, which trigger needs too: it sends a schedule's message to the queue).
 # Every one of them writes an audit item first.
 data "aws_iam_policy_document" "operator" {
   source_policy_documents = [
@@ -97,8 +98,8 @@ data "aws_iam_policy_document" "operator" {
     sid    = "SteerTheFleet"
     effect = "Allow"
     actions = [
-      "dynamodb:UpdateItem", # pause and resume (the pauses item); kill (the mark on a run's claim)
-      "dynamodb:DeleteItem", # unlock; resume of the last pause; status --forget of an event
+      "dynamodb:UpdateItem", # pause, resume and route (the item of pauses and routes); kill (the mark on a run's claim)
+      "dynamodb:DeleteItem", # unlock; status --forget of an event
     ]
     resources = [aws_dynamodb_table.locks.arn]
   }
@@ -115,7 +116,7 @@ data "aws_iam_policy_document" "operator" {
 
 resource "aws_iam_policy" "operator" {
   name        = "${var.name}-operator"
-  description = "Lets its holder watch and steer the sqsjkr fleet of queue ${var.name} and table ${var.name}: the viewer's and the sender's rights, pause, resume, unlock and the dead letters; each action audited."
+  description = "Lets its holder watch and steer the sqsjkr fleet of queue ${var.name} and table ${var.name}: the viewer's and the sender's rights, pause, resume, route, trigger, unlock and the dead letters; each action audited."
   policy      = data.aws_iam_policy_document.operator.json
   tags        = var.tags
 }

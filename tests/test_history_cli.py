@@ -436,6 +436,7 @@ def test_status_json_has_an_object_per_event(
             }
         ],
         "next_run": None,  # no schedule sends the event
+        "routed_to": None,  # no route moves it to another queue
     }
 
 
@@ -446,7 +447,7 @@ def test_status_of_an_empty_table(aws: Aws, conf: Path, capsys: pytest.CaptureFi
         f"no runs recorded in table {aws.table!r}\n",
     )
     code, out, err = sqsjkr(capsys, "status", "-c", str(conf), "--json")
-    assert (code, json.loads(out), err) == (0, {"pauses": [], "events": []}, "")
+    assert (code, json.loads(out), err) == (0, {"pauses": [], "routes": [], "events": []}, "")
     assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (0, "SQSJKR OK - 0 events\n", "")
 
 

@@ -61,7 +61,10 @@ DLQ_READS = {
     "sqs:ChangeMessageVisibility",
 }
 #: Every command an operator may run.
-OPERATOR_COMMANDS = (*VIEWER_COMMANDS, "dlq", "pause", "resume", "unlock", "send", "kill")
+OPERATOR_COMMANDS = (
+    *VIEWER_COMMANDS,
+    *("dlq", "pause", "resume", "route", "trigger", "unlock", "send", "kill"),
+)
 #: What AWS allows everyone (the audit item's who), and what is not a call (--at's role).
 UNGRANTED = {"sts:GetCallerIdentity", "iam:PassRole"}
 

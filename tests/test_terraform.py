@@ -638,11 +638,14 @@ def test_host_policy_names_its_resources(module: Config) -> None:
         assert services == kinds, f"{statement.get('sid')}: actions of {services} on {kinds}"
 
 
-def test_hosts_may_send_only_to_the_dlq(module: Config) -> None:
+def test_hosts_may_send_only_to_the_dlq_and_forward_routed_jobs_to_the_queue(
+    module: Config,
+) -> None:
     senders = [s for s in host_statements(module) if "sqs:SendMessage" in s["actions"]]
-    assert senders
-    for statement in senders:
-        assert [expr(r) for r in statement["resources"]] == ["aws_sqs_queue.dlq.arn"]
+    assert {s["sid"]: [expr(r) for r in s["resources"]] for s in senders} == {
+        "MoveMalformedMessagesToTheDLQ": ["aws_sqs_queue.dlq.arn"],
+        "ForwardRoutedJobs": ["aws_sqs_queue.jobs.arn"],
+    }
 
 
 def test_every_host_action_says_why(module: Config) -> None:

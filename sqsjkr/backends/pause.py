@@ -1,6 +1,6 @@
 """Fleet-wide pauses of events (or of all of them), kept in the lock table behind a small Protocol.
 
-DynamoPauses keeps every pause in one item, so one GetItem reads them all; MemoryPauses sits beside it.
+DynamoPauses keeps them in the controls item, which one GetItem reads; MemoryPauses sits beside it.
 """
 
 from __future__ import annotations
@@ -12,15 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from botocore.exceptions import ClientError
+from sqsjkr.backends.controls import CONTROLS_ID, CONTROLS_TYPE, ControlItem, decode_attributes
 
-from sqsjkr.backends.aws import conditional_write, error_code
-from sqsjkr.errors import ResourceMissingError, StoreError
-
-#: The key of the one item that holds every pause. A lock_id or event_id of the same name
-#: cannot collide with it: their items have other Types.
-PAUSES_ID = "sqsjkr:pauses"
-PAUSE_TYPE = "pause"
+#: The key of the one item that holds every pause (and every route).
+PAUSES_ID = CONTROLS_ID
+PAUSE_TYPE = CONTROLS_TYPE
 #: The item has an attribute per scope: this prefix and the event_id, or ALL_SCOPE.
 ATTRIBUTE_PREFIX = "Pause:"
 ALL_SCOPE = "*"
@@ -110,108 +106,47 @@ class MemoryPauses:
 
 
 class DynamoPauses:
-    """One item, {Id: "sqsjkr:pauses", Type: "pause"}, with an attribute "Pause:<scope>" per
-    pause, each the Pause as JSON (docs/semantics.md, "Pauses").
+    """An attribute "Pause:<scope>" per pause, each the Pause as JSON, in the fleet's controls
+    item (backends/controls.py; docs/semantics.md, "Pauses"), which routes share.
 
-    One item is what keeps a daemon's reads of the pause state to one GetItem per refresh. It
-    has no Expired: a pause until resumed must not be removed by the TTL. The Go daemon reads
-    only "lock" and "throttle" items and never sees it.
+    One item is what keeps a daemon's reads of the pause state to one GetItem per refresh.
     """
 
     def __init__(self, client: Any, table: str, *, clock: Callable[[], float] = time.time) -> None:
-        self._client = client
-        self._table = table
+        self._item = ControlItem(client, table)
         self._clock = clock
 
     def pauses(self) -> list[Pause]:
-        try:
-            response = self._client.get_item(TableName=self._table, Key=_KEY, ConsistentRead=True)
-        except ClientError as exc:
-            raise self._missing(exc) from exc
-        now = self._clock()
-        found = _decode(response.get("Item") or {})
-        return sorted((p for p in found if p.in_effect(now)), key=_order)
+        return in_effect(decode_pauses(self._item.read_attributes()), self._clock())
 
     def pause(self, pause: Pause) -> None:
-        try:
-            self._client.update_item(
-                TableName=self._table,
-                Key=_KEY,
-                UpdateExpression="SET #scope = :pause",
-                ExpressionAttributeNames={"#scope": ATTRIBUTE_PREFIX + pause.scope},
-                ExpressionAttributeValues={":pause": {"S": json.dumps(pause.as_dict())}},
-            )
-        except ClientError as exc:
-            raise self._missing(exc) from exc
+        self._item.put_attribute(ATTRIBUTE_PREFIX + pause.scope, json.dumps(pause.as_dict()))
 
     def resume(self, event_ids: Sequence[str] | None) -> list[Pause]:
         if event_ids is None:
-            # Every attribute goes, whatever its name: deleting the item lifts them all at once.
-            try:
-                response = self._client.delete_item(
-                    TableName=self._table, Key=_KEY, ReturnValues="ALL_OLD"
-                )
-            except ClientError as exc:
-                raise self._missing(exc) from exc
-            old = dict(response.get("Attributes") or {})
+            # Every pause attribute goes, whatever follows its prefix; the routes stay.
+            old = self._item.remove_prefixed_attributes(ATTRIBUTE_PREFIX)
         else:
-            old = self._remove(sorted(set(event_ids)))
-        now = self._clock()
-        # A damaged attribute is gone now too; only the pauses it can still tell of are told.
-        lifted = _decode(old, strict=False)
-        return sorted((p for p in lifted if p.in_effect(now)), key=_order)
-
-    def _remove(self, event_ids: list[str]) -> dict[str, Any]:
-        if not event_ids:
-            return {}
-        names = {f"#p{i}": ATTRIBUTE_PREFIX + event_id for i, event_id in enumerate(event_ids)}
-        # The condition keeps an UpdateItem from creating the item when nothing is paused.
-        _, old = conditional_write(
-            self._client.update_item,
-            self._table,
-            Key=_KEY,
-            UpdateExpression="REMOVE " + ", ".join(names),
-            ConditionExpression="attribute_exists(Id)",
-            ExpressionAttributeNames=names,
-            ReturnValues="UPDATED_OLD",
-        )
-        return old if any(key in old for key in names.values()) else {}
-
-    def _missing(self, exc: ClientError) -> Exception:
-        if error_code(exc) == "ResourceNotFoundException":
-            return ResourceMissingError(
-                f"DynamoDB table {self._table!r} not found (check [lock] table or --lock-table, "
-                "and the region)"
+            old = self._item.remove_attributes(
+                [ATTRIBUTE_PREFIX + e for e in sorted(set(event_ids))]
             )
-        return exc
+        # A damaged attribute is gone now too; only the pauses it can still tell of are told.
+        return in_effect(decode_pauses(old, strict=False), self._clock())
 
 
-_KEY = {"Id": {"S": PAUSES_ID}, "Type": {"S": PAUSE_TYPE}}
+def in_effect(pauses: Sequence[Pause], now: float) -> list[Pause]:
+    """The pauses in effect at now, all first, then by event."""
+    return sorted((p for p in pauses if p.in_effect(now)), key=_order)
 
 
-def _decode(item: dict[str, Any], *, strict: bool = True) -> list[Pause]:
-    """The pauses of the item's "Pause:" attributes, each scoped by its attribute's name.
+def decode_pauses(item: dict[str, Any], *, strict: bool = True) -> list[Pause]:
+    """The pauses of the item's "Pause:" attributes, each scoped by its attribute's name."""
 
-    When strict, a damaged one is named, never skipped: skipping it would run jobs that someone
-    paused.
-    """
-    found = []
-    for name, value in item.items():
-        if not name.startswith(ATTRIBUTE_PREFIX):
-            continue
-        scope = name[len(ATTRIBUTE_PREFIX) :]
-        try:
-            data = json.loads(value["S"])
-            data["event_id"] = None if scope == ALL_SCOPE else scope
-            found.append(Pause.from_dict(data))
-        except (KeyError, TypeError, ValueError) as exc:
-            if not strict:
-                continue
-            raise StoreError(
-                f"the pause item {PAUSES_ID!r} has a damaged attribute {name!r} ({exc!r}): "
-                f"`sqsjkr resume` of its event (or --all) removes it"
-            ) from exc
-    return found
+    def build(scope: str, data: dict[str, Any]) -> Pause:
+        return Pause.from_dict({**data, "event_id": None if scope == ALL_SCOPE else scope})
+
+    remedy = "`sqsjkr resume` of its event (or --all) removes it"
+    return decode_attributes(item, ATTRIBUTE_PREFIX, build, strict=strict, remedy=remedy)
 
 
 def _order(pause: Pause) -> tuple[bool, str]:

@@ -12,7 +12,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import error_code
-from sqsjkr.backends.scheduler import EventSchedule, job_message, text_field
+from sqsjkr.backends.scheduler import EventSchedule, job_message, target_group_id, text_field
 
 
 def list_rules(client: Any, queue_arns: Iterable[str]) -> list[EventSchedule]:
@@ -65,4 +65,6 @@ def _schedule(rule: dict[str, Any], target: dict[str, Any]) -> EventSchedule:
         event_id=text_field(message.get("event_id")),
         command=text_field(message.get("command")),
         target_arn=target.get("Arn"),
+        message=target.get("Input"),
+        group_id=target_group_id(target),
     )

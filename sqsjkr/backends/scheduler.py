@@ -11,7 +11,7 @@ import json
 import re
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -64,6 +64,9 @@ class EventSchedule:
     start: datetime | None = None  # StartDate: it fires from then on
     end: datetime | None = None  # EndDate: and not after
     created: datetime | None = None  # a rate() counts from StartDate, else from creation
+    #: The target's Input as it is, which `sqsjkr trigger` sends: never shown (envs).
+    message: str | None = field(default=None, repr=False)
+    group_id: str | None = None  # the target's FIFO MessageGroupId, if it has one
 
 
 def queue_target(sqs: Any, queue_url: str) -> QueueTarget:
@@ -173,6 +176,8 @@ def _event_schedule(schedule: dict[str, Any]) -> EventSchedule:
         start=schedule.get("StartDate"),
         end=schedule.get("EndDate"),
         created=schedule.get("CreationDate"),
+        message=target.get("Input"),
+        group_id=target_group_id(target),
     )
 
 
@@ -183,6 +188,11 @@ def job_message(text: str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return message if isinstance(message, dict) else {}
+
+
+def target_group_id(target: dict[str, Any]) -> str | None:
+    """The FIFO MessageGroupId of a schedule's or rule's target, if it sets one."""
+    return text_field((target.get("SqsParameters") or {}).get("MessageGroupId"))
 
 
 def text_field(value: object) -> str | None:

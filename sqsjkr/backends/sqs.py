@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -27,6 +28,11 @@ REJECT_REASON_ATTRIBUTE = "sqsjkr_error"
 #: The id and receive count the message had on the source queue, to match it with the log.
 ORIGINAL_ID_ATTRIBUTE = "sqsjkr_message_id"
 RECEIVE_COUNT_ATTRIBUTE = "sqsjkr_receive_count"
+#: Who sent a message with `sqsjkr trigger` (user@host), and why: the run record notes both.
+TRIGGERED_BY_ATTRIBUTE = "sqsjkr_triggered_by"
+TRIGGER_REASON_ATTRIBUTE = "sqsjkr_reason"
+#: The longest trigger note a run record keeps of each: any sender can set these attributes.
+_MAX_TRIGGER_NOTE = 1000
 #: How much of an invalid body is logged when there is no dead-letter queue to keep it.
 _LOGGED_BODY_BYTES = 4096
 #: What SQS requires a FIFO queue's name to end in.
@@ -72,6 +78,36 @@ def fifo_send_parameters(group_id: str | None, deduplication_id: str) -> dict[st
     return {
         "MessageGroupId": group_id or FALLBACK_GROUP_ID,
         "MessageDeduplicationId": deduplication_id,
+    }
+
+
+def trigger_attributes(by: str, reason: str) -> dict[str, dict[str, str]]:
+    """The message attributes of a message sent by `sqsjkr trigger` (SQS refuses an empty one)."""
+    attributes = {TRIGGERED_BY_ATTRIBUTE: {"DataType": "String", "StringValue": by}}
+    if reason:
+        attributes[TRIGGER_REASON_ATTRIBUTE] = {"DataType": "String", "StringValue": reason}
+    return attributes
+
+
+def trigger_note(attributes: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(who triggered, why) from a received message's attributes; (None, None) for a message a
+    schedule sent."""
+
+    def text(name: str) -> str | None:
+        value = attributes.get(name)
+        found = value.get("StringValue") if isinstance(value, Mapping) else None
+        return found[:_MAX_TRIGGER_NOTE] if isinstance(found, str) else None
+
+    by = text(TRIGGERED_BY_ATTRIBUTE)
+    return (by, text(TRIGGER_REASON_ATTRIBUTE) or "") if by is not None else (None, None)
+
+
+def sendable_attributes(attributes: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Received message attributes as SendMessage takes them: each one's type and value only
+    (a receive may add the empty lists SQS reserves for later)."""
+    return {
+        name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
+        for name, value in attributes.items()
     }
 
 
@@ -288,6 +324,39 @@ class SqsSource:
                 failure.get("Code"),
                 failure.get("Message", ""),
             )
+
+
+class QueueForwarder:
+    """Sends received messages on to other queues of the account, named as routes name them: the
+    same body and message attributes; on a FIFO queue, the same group (the event's, for a message
+    from a standard queue) and the source message's id as the deduplication id, so that a forward
+    retried after a lost answer is kept once."""
+
+    def __init__(self, client: Any, account_id: str) -> None:
+        self._client = client
+        self._account_id = account_id
+        self._mutex = threading.Lock()
+        self._urls: dict[str, str] = {}  # GetQueueUrl once per queue, when first routed to
+
+    def forward(self, message: Message, queue: str, event_id: str) -> str:
+        """Send message to the queue named queue; the id of the message sent."""
+        url = self._url(queue)
+        request: dict[str, Any] = {"QueueUrl": url, "MessageBody": message.body}
+        if message.attributes:
+            request["MessageAttributes"] = sendable_attributes(message.attributes)
+        if is_fifo(url):
+            group = message.group_id or group_id_of(event_id)
+            request.update(fifo_send_parameters(group, message.message_id))
+        return str(self._client.send_message(**request)["MessageId"])
+
+    def _url(self, queue: str) -> str:
+        with self._mutex:
+            known = self._urls.get(queue)
+        if known is None:
+            known = resolve_queue_url(self._client, queue, self._account_id)
+            with self._mutex:
+                self._urls[queue] = known
+        return known
 
 
 def _to_message(raw: dict[str, Any]) -> Message:

@@ -37,6 +37,8 @@ SUBCOMMANDS = {
     "schedules": "sqsjkr.commands.schedules:schedules",
     "audit": "sqsjkr.commands.audit:audit",
     "kill": "sqsjkr.commands.kill:kill",
+    "route": "sqsjkr.commands.route:route",
+    "trigger": "sqsjkr.commands.trigger:trigger",
 }
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.

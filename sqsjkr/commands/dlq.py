@@ -26,6 +26,7 @@ from sqsjkr.backends.sqs import (
     is_fifo,
     queue_settings,
     resolve_queue_url,
+    sendable_attributes,
 )
 from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.history import aligned, local_time
@@ -313,11 +314,9 @@ def malformed(letter: DeadLetter) -> str | None:
 
 def send_back(queues: Queues, letter: DeadLetter) -> str:
     """Send a copy to the job queue, without the attributes the daemon added; its new id."""
-    attributes = {
-        name: {k: v for k, v in value.items() if k in ("DataType", "StringValue", "BinaryValue")}
-        for name, value in letter.attributes.items()
-        if not name.startswith(OUR_ATTRIBUTE_PREFIX)
-    }
+    attributes = sendable_attributes(
+        {k: v for k, v in letter.attributes.items() if not k.startswith(OUR_ATTRIBUTE_PREFIX)}
+    )
     request: dict[str, Any] = {"QueueUrl": queues.url, "MessageBody": letter.body}
     if attributes:
         request["MessageAttributes"] = attributes

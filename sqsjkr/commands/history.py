@@ -154,6 +154,8 @@ HISTORY_HEADER = [
 
 def history_row(record: RunRecord) -> list[str]:
     outcome = record.outcome.value + ("" if record.final else " (not final)")
+    if record.triggered_by is not None:
+        outcome += " (triggered)"
     return [
         local_time(record.ended_at),
         outcome,
@@ -198,11 +200,19 @@ def history_lines(records: list[RunRecord], *, output: bool, events: bool = Fals
     shown = lines[:1]
     for line, record in zip(lines[1:], records, strict=True):
         shown.append(line)
+        if record.triggered_by is not None:
+            shown.append(f"    {escape(triggered_text(record))}")
         if record.error:
             shown.append(f"    error: {escape(record.error)}")
         tail = record.output.splitlines() or ["(no output kept)"]
         shown += [f"    {escape(text)}" for text in tail]
     return shown
+
+
+def triggered_text(record: RunRecord) -> str:
+    """Who triggered the run (`sqsjkr trigger`) and why, on one line."""
+    reason = f": {record.trigger_reason}" if record.trigger_reason else ""
+    return f"triggered by {record.triggered_by}{reason}"
 
 
 def record_json(record: RunRecord, *, output: bool) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from sqsjkr.commands.audit import command_auditor, os_user
 from sqsjkr.commands.history import format_duration, format_span, local_time, store_options
 from sqsjkr.commands.locks import table_of
 from sqsjkr.commands.options import UsageFailure, load, reason_option
-from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, quote
 from sqsjkr.observability.logs import escape
@@ -158,6 +158,11 @@ def pause(
         audit("pause", event_id or "all events", reason=reason, detail=until_text)
         store.pause(made)
         click.echo(f"paused {pause_text(made, now)}")
+    honour_note(config)
+
+
+def honour_note(config: Config) -> None:
+    """Say on stderr when the fleet's daemons see a pause or a route of this config's."""
     refresh = format_duration(config.kicker.pause_refresh.seconds)
     click.echo(
         f"sqsjkr: daemons honour it within {refresh} ([kicker] pause_refresh) of their next "

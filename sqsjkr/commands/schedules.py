@@ -14,7 +14,9 @@ from typing import Any
 
 import click
 
-from sqsjkr.backends.pause import DynamoPauses, Pause, paused
+from sqsjkr.backends.fleet import DynamoControls
+from sqsjkr.backends.pause import Pause, paused
+from sqsjkr.backends.routes import Route, routed
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.commands.history import Store, aligned, local_time, record_json, store_of, store_options
 from sqsjkr.commands.next_runs import Timing, fire_text, read_schedules, timing
@@ -36,6 +38,7 @@ class EventState:
     summary: EventSummary | None
     running: Sequence[Running]
     held: Pause | None  # the pause that holds the event
+    route: Route | None = None  # the queue its jobs are routed to, if they are
 
 
 def command_line(command: str | None) -> str:
@@ -52,7 +55,7 @@ def event_states(
 ) -> dict[str, EventState]:
     """The history's word on each scheduled event, by event_id."""
     with store.reading():
-        pauses = DynamoPauses(store.client, store.table).pauses()
+        controls = DynamoControls(store.client, store.table).controls()
         summaries: Mapping[str, EventSummary] = (
             {}
             if store.config.history.backend == "none"
@@ -62,7 +65,12 @@ def event_states(
         for event_id in {s.event_id for s in schedules if s.event_id is not None}:
             summary = summaries.get(event_id)
             running = running_now(store, summary, now) if summary else []
-            states[event_id] = EventState(summary, running, paused(pauses, event_id, now))
+            states[event_id] = EventState(
+                summary,
+                running,
+                paused(controls.pauses, event_id, now),
+                routed(controls.routes, event_id),
+            )
     return states
 
 
@@ -94,6 +102,7 @@ def state_cells(state: EventState | None) -> list[str]:
     cells += [
         f"running on {run.start.host}{' (stale)' if run.stale else ''}" for run in state.running
     ]
+    cells += [] if state.route is None else [f"ROUTED to queue {state.route.queue}"]
     return cells + (["PAUSED"] if state.held is not None else [])
 
 
@@ -117,6 +126,7 @@ def schedule_json(
         shown["last_run"] = None if last is None else record_json(last, output=False)
         shown["running"] = [{**asdict(run.start), "stale": run.stale} for run in state.running]
         shown["paused"] = None if state.held is None else state.held.as_dict()
+        shown["route"] = None if state.route is None else state.route.as_dict()
     return shown
 
 

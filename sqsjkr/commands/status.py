@@ -20,8 +20,10 @@ from typing import Any
 import click
 
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
+from sqsjkr.backends.fleet import DynamoControls
 from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import DynamoPauses, Pause, paused
+from sqsjkr.backends.routes import Route, routed
 from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.daemons import live
 from sqsjkr.commands.failures import aws_failure
@@ -33,11 +35,13 @@ from sqsjkr.commands.history import (
     open_store,
     record_json,
     store_options,
+    triggered_text,
 )
 from sqsjkr.commands.locks import waiting_text
 from sqsjkr.commands.next_runs import fire_text, next_runs, read_schedules
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.pause import pause_text
+from sqsjkr.commands.route import route_text
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
 from sqsjkr.errors import DurationError, SqsjkrError, quote
@@ -281,6 +285,7 @@ def status_row(
     row = [
         summary.event_id,
         f"{last.outcome.value} {local_time(last.ended_at)} on {last.host}"
+        + ("" if last.triggered_by is None else f" ({triggered_text(last)})")
         if last
         else "no run ended yet",
         "never succeeded" if success is None else f"last success {format_span(now - success)} ago",
@@ -337,31 +342,52 @@ def next_run_cell(event_id: str, next_run: Mapping[str, datetime] | None) -> str
 
 def show_status(store: Store, *, as_json: bool, now: float) -> None:
     with store.reading():
-        pauses = DynamoPauses(store.client, store.table).pauses()
+        controls = DynamoControls(store.client, store.table).controls()
+        pauses, routes = controls.pauses, controls.routes
         summaries = store.history.summaries()
         running = [running_now(store, summary, now) for summary in summaries]
     soonest = known_next_runs(store, now)
     if as_json:
         rows = [
-            {**status_json(s, r, now), "next_run": next_run_json(s.event_id, soonest)}
+            {
+                **status_json(s, r, now),
+                "next_run": next_run_json(s.event_id, soonest),
+                "routed_to": route_queue(routed(routes, s.event_id)),
+            }
             for s, r in zip(summaries, running, strict=True)
         ]
-        shown = {"pauses": [p.as_dict() for p in pauses], "events": rows}
+        shown = {
+            "pauses": [p.as_dict() for p in pauses],
+            "routes": [r.as_dict() for r in routes],
+            "events": rows,
+        }
         click.echo(json.dumps(shown, indent=2))
         return
     for held in pauses:
         click.echo(f"PAUSED {pause_text(held, now)}")
+    for moved in routes:
+        click.echo(f"ROUTED {route_text(moved)}")
     if not summaries:
         click.echo(f"no runs recorded in table {store.table!r}", err=True)
         return
     rows_text = [
         status_row(s, r, now, next_run_cell(s.event_id, soonest))
+        + routed_mark(routed(routes, s.event_id))
         + paused_mark(paused(pauses, s.event_id, now))
         + one_off_mark(s)
         for s, r in zip(summaries, running, strict=True)
     ]
     for line in aligned(rows_text):
         click.echo(line)
+
+
+def route_queue(route: Route | None) -> str | None:
+    return None if route is None else route.queue
+
+
+def routed_mark(route: Route | None) -> list[str]:
+    """The cell of an event routed to another queue (`sqsjkr route`)."""
+    return [] if route is None else [f"routed to queue {route.queue}"]
 
 
 def paused_mark(pause: Pause | None) -> list[str]:
@@ -440,7 +466,8 @@ def unknown(message: str) -> Level:
     "--json",
     "as_json",
     is_flag=True,
-    help='Print a JSON object: "pauses", the pauses in effect, and "events", an object per event.',
+    help='Print a JSON object: "pauses", the pauses in effect, "routes", and "events", an object '
+    "per event.",
 )
 @click.option(
     "--check",
@@ -497,8 +524,9 @@ def status(
 
     Read-only but for --forget, which deletes the summary of an event that is no more.
 
-    The pauses in effect come first, a line each; a paused event's line ends in PAUSED, and a
-    job sent without an event_id ends in "one-off".
+    The pauses in effect and the routes come first, a line each; a routed event's line says to
+    which queue, a paused event's line ends in PAUSED, and a job sent without an event_id ends
+    in "one-off".
     """
     if not check and (max_failures is not None or max_ages or include_one_off):
         raise UsageFailure(

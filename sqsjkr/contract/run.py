@@ -156,6 +156,10 @@ class RunRecord:
     #: Bytes the command printed in all, both streams (None: no command ran, or an older
     #: daemon's record): how `history --follow` knows which part of output it has not shown.
     output_bytes: int | None = None
+    #: Set when `sqsjkr trigger` sent the message: who (user@host) and why (--reason). Records
+    #: written before these fields existed load with None.
+    triggered_by: str | None = None
+    trigger_reason: str | None = None
 
     @property
     def duration(self) -> float:

@@ -1,4 +1,4 @@
-"""One queue's intake: its source, its workers, its pending deletes and the pauses it holds back.
+"""One queue's intake: its source, workers and pending deletes, the pauses and the routes it honours.
 
 The Kicker (loop.py) owns one per queue and shares the heartbeat, the stores and the drain among them.
 """
@@ -17,6 +17,7 @@ from sqsjkr.backends.sqs import MAX_BATCH, Message, MessageSource
 from sqsjkr.daemon.fifo import GroupOrder
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.pausing import Pausing
+from sqsjkr.daemon.routing import Routing
 from sqsjkr.daemon.worker import Worker
 
 log = logging.getLogger("sqsjkr.daemon")
@@ -101,11 +102,13 @@ class Intake:
         settings: IntakeSettings,
         worker: Worker,
         pausing: Pausing | None,
+        routing: Routing | None = None,
     ) -> None:
         self.source = source
         self.settings = settings
         self.worker = worker
         self.pausing = pausing
+        self.routing = routing
         self.deletes = PendingDeletes(source, settings.delete_window)
         #: A FIFO queue's messages of one group run one at a time, in order.
         self.order: GroupOrder[InFlight] = GroupOrder()

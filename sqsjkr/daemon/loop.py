@@ -15,19 +15,21 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from sqsjkr.backends.dedupe import DedupeStore
+from sqsjkr.backends.fleet import ControlStore
 from sqsjkr.backends.groups import Groups
 from sqsjkr.backends.history import History
 from sqsjkr.backends.lease import lease_timing
 from sqsjkr.backends.locks import Locker
-from sqsjkr.backends.pause import PauseStore
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.http_call import LOOPBACK
 from sqsjkr.contract.job import Job
+from sqsjkr.daemon.controls import ControlsCopy
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
 from sqsjkr.daemon.holds import LocksWanted
 from sqsjkr.daemon.intake import Intake, IntakeSettings
 from sqsjkr.daemon.pausing import Pausing
 from sqsjkr.daemon.receiving import Daemon, HoldOff, Receiver
+from sqsjkr.daemon.routing import Forwarder, Routing
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, run_trigger
 from sqsjkr.daemon.runs import GIVE_BACK, LEAVE, Ending, RunListener, Settle
 from sqsjkr.daemon.worker import Worker, WorkerSettings
@@ -55,7 +57,7 @@ class KickerSettings:
     lease: float = 60.0
     job_timeout: float | None = None
     shutdown_timeout: float | None = None  # None: wait for running jobs without limit
-    #: How old the copy of the fleet's pauses may get before it is read again.
+    #: How old the copy of the fleet's pauses and routes may get before it is read again.
     pause_refresh: float = 60.0
     #: URL prefixes HTTP jobs may call ([http] allow); a message naming another is malformed.
     http_allow: tuple[str, ...] = LOOPBACK
@@ -83,12 +85,14 @@ class Kicker:
         history: History | None = None,
         listener: RunListener | None = None,
         health: Health | None = None,
-        pauses: PauseStore | None = None,
+        controls: ControlStore | None = None,
+        forwarder: Forwarder | None = None,
         groups: Groups | None = None,
     ) -> None:
         """queues: one MessageSource (with settings.queue), or each queue with its own settings;
         history keeps the runs' records (none by default); listener hears of them as they start
-        and end (the reporters)."""
+        and end (the reporters); controls holds the fleet's pauses and routes, and forwarder
+        sends routed messages on (no routing without it)."""
         if not isinstance(queues, Sequence):
             queues = [(queues, settings.queue)]
         self._notifier = notifier or NullNotifier()
@@ -115,17 +119,16 @@ class Kicker:
             groups=groups,
             locks_wanted=LocksWanted(),
         )
-        self._intakes = {
-            queue.name: Intake(
-                source,
-                queue,
-                worker(settings=self._worker_settings(queue)),
-                None
-                if pauses is None
-                else Pausing(pauses, source, clock=clock, refresh=settings.pause_refresh),
-            )
-            for source, queue in queues
-        }
+        self._intakes = {}
+        for source, queue in queues:
+            intake = Intake(source, queue, worker(settings=self._worker_settings(queue)), None)
+            if controls is not None:
+                # One copy for both: routes cost no read more than the pauses do.
+                copy = ControlsCopy(controls, clock=clock, refresh=settings.pause_refresh)
+                intake.pausing = Pausing(copy, source, clock=clock)
+                if forwarder is not None:
+                    intake.routing = Routing(copy, queue.name, forwarder)
+            self._intakes[queue.name] = intake
         self._heartbeat = Heartbeat(
             self._in_flight,
             hide=self._hide,

@@ -1,5 +1,5 @@
-"""Fleet-wide pauses as the daemon sees them: a copy of the pause store read at most once a
-refresh interval, and only when it matters; the messages of paused events, held back hidden.
+"""Fleet-wide pauses as the daemon sees them, in the copy of the controls (daemon/controls.py) read at
+most once a refresh interval and only when it matters; the messages of paused events, held back hidden.
 
 Nothing here runs on a timer: the receive loop asks when messages arrive and once per turn.
 """
@@ -12,17 +12,14 @@ import time
 from collections.abc import Callable, Sequence
 
 from sqsjkr.backends.aws import AWS_ERRORS, describe
-from sqsjkr.backends.pause import Pause, PauseStore, paused
+from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
+from sqsjkr.daemon.controls import ControlsCopy
 from sqsjkr.errors import quote
 from sqsjkr.observability.logs import moment
 
 log = logging.getLogger("sqsjkr.pause")
-
-#: The pause state is read again once the copy is this old (and only when it is needed): every
-#: daemon sees a pause, or its end, within a minute.
-REFRESH_SECONDS = 60.0
 
 
 class Pausing:
@@ -35,18 +32,14 @@ class Pausing:
 
     def __init__(
         self,
-        store: PauseStore,
+        controls: ControlsCopy,
         source: MessageSource,
         *,
         clock: Callable[[], float] = time.time,
-        refresh: float = REFRESH_SECONDS,
     ) -> None:
-        self._store = store
+        self._controls = controls
         self._source = source
         self._clock = clock
-        self._refresh = refresh
-        self._pauses: list[Pause] = []
-        self._read_at: float | None = None
         self._lock = threading.Lock()
         #: message id -> (a message hidden while its event is paused, that event)
         self._held: dict[str, tuple[Message, str]] = {}
@@ -93,15 +86,13 @@ class Pausing:
 
     def _pause_of_all(self) -> Pause | None:
         now = self._clock()
-        if not any(p.event_id is None and p.in_effect(now) for p in self._pauses):
+        if not any(p.event_id is None and p.in_effect(now) for p in self._controls.last().pauses):
             return None
         return next((p for p in self._current() if p.event_id is None and p.in_effect(now)), None)
 
     def next_read_in(self) -> float:
         """Seconds until the copy is old enough to be read again."""
-        if self._read_at is None:
-            return 0.0
-        return max(0.0, self._read_at + self._refresh - self._clock())
+        return self._controls.next_read_in()
 
     def review(self) -> None:
         """While messages are held back, read the pauses again when the copy is old, and show at
@@ -128,19 +119,7 @@ class Pausing:
 
     def _current(self) -> list[Pause]:
         """The pauses, read again if the copy is older than the refresh interval."""
-        now = self._clock()
-        if self._read_at is None or now - self._read_at >= self._refresh:
-            try:
-                self._pauses = self._store.pauses()
-            except AWS_ERRORS as exc:
-                # Kept as they were: a store that cannot be read neither pauses nor resumes.
-                log.error(
-                    "could not read the pauses (%s); trying again in %gs",
-                    describe(exc),
-                    self._refresh,
-                )
-            self._read_at = now
-        return self._pauses
+        return self._controls.current().pauses
 
     def _hide(self, messages: Sequence[Message], seconds: int) -> bool:
         try:

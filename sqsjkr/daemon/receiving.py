@@ -161,15 +161,32 @@ class Receiver:
                 intake.reject(message, str(exc))
                 continue
             accepted.append(InFlight(message, job, queue=intake.name))
-        if intake.pausing is not None and accepted:
-            held = intake.pausing.hold_back([(e.message, e.job.event_id) for e in accepted])
-            # A FIFO group's later messages must not run before its held one.
-            accepted, behind = behind_held(accepted, held)
-            intake.set_visibility([e.message for e in behind], 0)
+        if accepted:
+            accepted = self._steer(accepted)
         if intake.settings.delete_on_receive:
             # At once: a crash between here and a later batch would run these jobs again.
             intake.deletes.add([entry.message for entry in accepted])
             intake.deletes.flush(force=True)
+        return accepted
+
+    def _steer(self, accepted: list[InFlight]) -> list[InFlight]:
+        """Forward the messages of events routed to another queue, hold back those of paused
+        events; the rest, which may run here."""
+        intake = self._intake
+        received = [(e.message, e.job.event_id) for e in accepted]
+        taken: set[str] = set()
+        if intake.routing is not None:
+            rerouted = intake.routing.reroute(received)
+            taken = rerouted.taken
+            if rerouted.forwarded:
+                # Sent on already: deleted now, so that a crash does not send them twice.
+                intake.deletes.add(rerouted.forwarded)
+                intake.deletes.flush(force=True)
+        if intake.pausing is not None:
+            taken |= intake.pausing.hold_back([r for r in received if r[0].message_id not in taken])
+        # A FIFO group's later messages must not run before its held or forwarded one.
+        accepted, behind = behind_held(accepted, taken)
+        intake.set_visibility([e.message for e in behind], 0)
         return accepted
 
 

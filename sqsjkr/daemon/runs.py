@@ -12,7 +12,7 @@ from typing import Protocol
 
 from sqsjkr import __version__
 from sqsjkr.backends.dedupe import Retry
-from sqsjkr.backends.sqs import Message
+from sqsjkr.backends.sqs import Message, trigger_note
 from sqsjkr.contract.job import Job
 from sqsjkr.contract.run import KillMark, RunContext, RunOutcome, RunRecord, RunStart
 from sqsjkr.daemon.runner import RunResult
@@ -166,6 +166,7 @@ class RunProgress:
         started = self.started_at
         if result is not None and result.start_error is not None:
             started = None  # the command never ran
+        triggered_by, trigger_reason = trigger_note(self.message.attributes)
         return RunRecord(
             event_id=self.job.event_id,
             message_id=self.job.message_id,
@@ -191,4 +192,6 @@ class RunProgress:
             stderr=output.stderr if output else "",
             pid=result.pid if result is not None else None,
             output_bytes=output.merged_bytes if output else None,
+            triggered_by=triggered_by,
+            trigger_reason=trigger_reason,
         )

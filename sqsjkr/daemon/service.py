@@ -24,14 +24,15 @@ from sqsjkr.backends.aws import (
     make_session,
 )
 from sqsjkr.backends.dedupe import DedupeStore, DynamoDedupe, NoopDedupe
+from sqsjkr.backends.fleet import ControlStore, DynamoControls
 from sqsjkr.backends.groups import DynamoGroups, Groups, NoGroups
 from sqsjkr.backends.history import DynamoHistory, History, NoHistory, running_update
 from sqsjkr.backends.lease import MIN_SAFE_LEASE_SECONDS, lease_timing
 from sqsjkr.backends.live import DynamoLive
 from sqsjkr.backends.locks import DynamoLocker, Locker, NoopLocker
 from sqsjkr.backends.members import DynamoRoster, Member, NoRoster, Roster
-from sqsjkr.backends.pause import DynamoPauses, PauseStore
 from sqsjkr.backends.sqs import (
+    QueueForwarder,
     QueueSettings,
     SqsSource,
     dead_letter_queue_url,
@@ -114,7 +115,8 @@ def serve(
             history=connected.history,
             listener=Listeners(reporter, metrics),
             health=health,
-            pauses=connected.pauses,
+            controls=connected.controls,
+            forwarder=connected.forwarder,
             groups=connected.groups,
             runner=runners,
             stats=stats,
@@ -238,7 +240,8 @@ class Connected:
     dedupe: DedupeStore
     locker: Locker
     history: History
-    pauses: PauseStore | None  # fleet-wide pauses, kept in the lock table
+    controls: ControlStore | None  # fleet-wide pauses and routes, kept in the lock table
+    forwarder: QueueForwarder  # sends routed messages on to their route's queue
     groups: Groups  # concurrency groups' slots, kept like locks
     roster: Roster  # this daemon's item, which `sqsjkr daemons` lists
     live: DynamoLive | None = None  # running jobs' output tails, for `history --follow`
@@ -334,10 +337,12 @@ def _connect(
             if config.history.backend == "dynamodb"
             else NoHistory()
         )
-    # Pauses are kept in the table: with no table in use, nothing can pause this daemon.
-    pauses = DynamoPauses(dynamodb, table) if uses_table else None
+    # Pauses and routes are kept in the table: with no table in use, nothing can pause or route
+    # this daemon's jobs.
+    controls = DynamoControls(dynamodb, table) if uses_table else None
     roster: Roster = DynamoRoster(dynamodb, table) if uses_table else NoRoster()
-    return Connected(sources, dedupe, locker, history, pauses, groups, roster, live)
+    forwarder = QueueForwarder(sqs, config.account.id)
+    return Connected(sources, dedupe, locker, history, controls, forwarder, groups, roster, live)
 
 
 def _sources(

@@ -1,0 +1,112 @@
+"""The one item of the lock table that holds the fleet's controls: an attribute per pause and per
+route, so that a daemon reads all of them with one GetItem per refresh.
+
+pause.py and routes.py give the attributes their meaning; this module only reads and writes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from botocore.exceptions import ClientError
+
+from sqsjkr.backends.aws import conditional_write, error_code
+from sqsjkr.errors import ResourceMissingError, StoreError
+
+T = TypeVar("T")
+
+#: The key of the item. Its name predates routes: the pauses were its only attributes. A
+#: lock_id or event_id of the same name cannot collide with it: their items have other Types.
+CONTROLS_ID = "sqsjkr:pauses"
+CONTROLS_TYPE = "pause"
+KEY = {"Id": {"S": CONTROLS_ID}, "Type": {"S": CONTROLS_TYPE}}
+
+
+class ControlItem:
+    """The item in one table. It has no Expired: a pause or a route until lifted must not be
+    removed by the TTL. The Go daemon reads only "lock" and "throttle" items and never sees it."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self._client = client
+        self._table = table
+
+    def read_attributes(self) -> dict[str, Any]:
+        """Every attribute of the item (none when there is no item), read consistently."""
+        try:
+            response = self._client.get_item(TableName=self._table, Key=KEY, ConsistentRead=True)
+        except ClientError as exc:
+            raise self.missing(exc) from exc
+        return dict(response.get("Item") or {})
+
+    def put_attribute(self, name: str, text: str) -> None:
+        """Set one attribute to a string, creating the item if need be."""
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=KEY,
+                UpdateExpression="SET #name = :value",
+                ExpressionAttributeNames={"#name": name},
+                ExpressionAttributeValues={":value": {"S": text}},
+            )
+        except ClientError as exc:
+            raise self.missing(exc) from exc
+
+    def remove_attributes(self, names: Sequence[str]) -> dict[str, Any]:
+        """Remove these attributes; those of them that were there, with their old values."""
+        if not names:
+            return {}
+        placeholders = {f"#a{i}": name for i, name in enumerate(names)}
+        # The condition keeps an UpdateItem from creating the item when it has nothing to remove.
+        _, old = conditional_write(
+            self._client.update_item,
+            self._table,
+            Key=KEY,
+            UpdateExpression="REMOVE " + ", ".join(placeholders),
+            ConditionExpression="attribute_exists(Id)",
+            ExpressionAttributeNames=placeholders,
+            ReturnValues="UPDATED_OLD",
+        )
+        return {name: value for name, value in old.items() if name in names}
+
+    def remove_prefixed_attributes(self, prefix: str) -> dict[str, Any]:
+        """Remove every attribute whose name starts with prefix (damaged ones too), as read now;
+        the ones removed, with their old values. One written between the read and the removal
+        stays."""
+        names = sorted(name for name in self.read_attributes() if name.startswith(prefix))
+        return self.remove_attributes(names)
+
+    def missing(self, exc: ClientError) -> Exception:
+        if error_code(exc) == "ResourceNotFoundException":
+            return ResourceMissingError(
+                f"DynamoDB table {self._table!r} not found (check [lock] table or --lock-table, "
+                "and the region)"
+            )
+        return exc
+
+
+def decode_attributes(
+    item: dict[str, Any],
+    prefix: str,
+    build: Callable[[str, dict[str, Any]], T],
+    *,
+    strict: bool,
+    remedy: str,
+) -> list[T]:
+    """Each attribute of the item named prefix + KEY, its JSON built into a value by
+    build(KEY, data). When strict, a damaged one is named with its remedy, never skipped:
+    skipping a pause or a route would run jobs where someone said they must not run."""
+    found = []
+    for name, value in item.items():
+        if not name.startswith(prefix):
+            continue
+        try:
+            found.append(build(name[len(prefix) :], json.loads(value["S"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            if not strict:
+                continue
+            raise StoreError(
+                f"the item {CONTROLS_ID!r} has a damaged attribute {name!r} ({exc!r}): {remedy}"
+            ) from exc
+    return found

@@ -1,0 +1,254 @@
+"""`sqsjkr trigger` against moto over HTTP: the schedule's exact message sent now (FIFO group kept),
+found by its event_id under either engine, --wait following a real daemon's run to its record, which
+says who triggered it and why, and an event with no schedule named with where it was looked for.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sqsjkr.commands.audit import os_user
+from sqsjkr.contract.run import RunRecord
+
+from .conftest import Aws, Daemon, Start, run_daemon
+from .faults import FaultProxy
+from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixture
+from .test_local import paste, pasteable_commands
+from .test_schedules import events, queue_arn, scheduler, sqsjkr, write_conf
+from .test_schedules import group as group  # noqa: F401 - the fixture
+
+ROLE_ARN = "arn:aws:iam::123456789012:role/sqsjkr-scheduler"
+#: A schedule's input as terraform or a person wrote it: spacing and order of its own, and envs.
+BODY = '{"event_id": "nightly",   "envs": {"TOKEN": "s3cret"}, "command": "echo ran >> out"}'
+
+
+def schedule(group: str, name: str, target_arn: str, body: str, **sqs: str) -> None:
+    """A schedule named otherwise than its event, sending body as it is."""
+    target: dict[str, Any] = {"Arn": target_arn, "RoleArn": ROLE_ARN, "Input": body}
+    if sqs:
+        target["SqsParameters"] = sqs
+    scheduler().create_schedule(
+        Name=name,
+        GroupName=group,
+        ScheduleExpression="cron(0 3 * * ? *)",
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target=target,
+    )
+
+
+def received(aws: Aws, url: str) -> list[dict[str, Any]]:
+    """Every message on the queue, each received once and deleted."""
+    found = []
+    while True:
+        messages = aws.sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        ).get("Messages", [])
+        if not messages:
+            return found
+        for message in messages:
+            aws.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        found += messages
+
+
+def test_trigger_waits_for_the_run_whose_record_says_who_and_why(
+    start_daemon: Start,
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    schedule(group, "sqsjkr-db-backup", queue_arn(aws), BODY)
+    conf = write_conf(tmp_path, aws, group=group)
+    daemon, _ = run_daemon(start_daemon, tmp_path, aws)
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--reason", "rerun after the fix", "--wait", "-c", conf
+    )
+    assert code == 0, err
+    message_id, header, row, triggered, *output = out.splitlines()
+    assert header.split()[:2] == ["ENDED", "OUTCOME"]
+    assert " succeeded (triggered) " in row and message_id in row
+    assert triggered == f"    triggered by {os_user()}: rerun after the fix"
+    assert (tmp_path / "out").read_text() == "ran\n"
+    assert f"sent to queue {aws.queue_name}: schedule sqsjkr-db-backup's target" in err
+
+    code, out, _ = sqsjkr(capsys, "history", "nightly", "--json", "-c", conf)
+    [record] = json.loads(out)
+    assert (record["message_id"], record["outcome"]) == (message_id, "succeeded")
+    assert (record["triggered_by"], record["trigger_reason"]) == (os_user(), "rerun after the fix")
+    code, out, _ = sqsjkr(capsys, "status", "-c", conf)
+    assert f" (triggered by {os_user()}: rerun after the fix) " in out
+    code, out, _ = sqsjkr(capsys, "audit", "--json", "-c", conf)
+    [item] = json.loads(out)
+    assert (item["action"], item["target"], item["reason"]) == (
+        "trigger",
+        "nightly",
+        "rerun after the fix",
+    )
+    assert item["detail"] == f"schedule sqsjkr-db-backup to queue {aws.queue_name}"
+    assert "s3cret" not in out
+    assert daemon.stop() == 0
+
+
+def test_trigger_wait_exits_1_when_the_run_fails(
+    start_daemon: Start,
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    schedule(group, "sqsjkr-x", queue_arn(aws), '{"event_id": "broken", "command": "exit 3"}')
+    conf = write_conf(tmp_path, aws, group=group)
+    daemon, _ = run_daemon(start_daemon, tmp_path, aws)
+    code, out, err = sqsjkr(capsys, "trigger", "broken", "--wait", "-c", conf)
+    assert code == 1, err
+    _, _, row, triggered, *_ = out.splitlines()
+    assert " errored (triggered) " in row and triggered == f"    triggered by {os_user()}"
+    assert daemon.stop() == 0
+
+
+def test_trigger_sends_the_input_byte_for_byte_in_the_schedules_fifo_group(
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    name = f"{aws.queue_name}.fifo"
+    attributes = {"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+    url = aws.sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    arn = f"arn:aws:sqs:us-east-1:123456789012:{name}"
+    schedule(group, "sqsjkr-db-backup", arn, BODY, MessageGroupId="backups")
+    # The schedule fired a moment ago: content-based deduplication would drop an equal body.
+    aws.sqs.send_message(QueueUrl=url, MessageBody=BODY, MessageGroupId="backups")
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "-c", write_conf(tmp_path, aws, group=group)
+    )
+    assert code == 0, err
+    message_id = out.strip()
+    by_id = {m["MessageId"]: m for m in received(aws, url)}
+    assert len(by_id) == 2, "the trigger was not taken for a repeat of the schedule's message"
+    sent = by_id[message_id]
+    assert sent["Body"] == BODY
+    assert sent["Attributes"]["MessageGroupId"] == "backups"
+    assert sent["MessageAttributes"]["sqsjkr_triggered_by"]["StringValue"] == os_user()
+    assert "sqsjkr_reason" not in sent["MessageAttributes"]  # no --reason given
+    assert "s3cret" not in out + err
+
+
+def test_trigger_finds_the_event_among_the_rules_on_the_queue(
+    tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rule = f"sqsjkr-{uuid.uuid4().hex[:8]}"
+    events().put_rule(Name=rule, ScheduleExpression="rate(1 day)", State="ENABLED")
+    events().put_targets(Rule=rule, Targets=[{"Id": "j", "Arn": queue_arn(aws), "Input": BODY}])
+    conf = write_conf(tmp_path, aws, engine="rules")
+    code, out, err = sqsjkr(capsys, "trigger", "nightly", "--reason", "now", "-c", conf)
+    assert code == 0, err
+    [sent] = received(aws, aws.queue_url)
+    assert (sent["MessageId"], sent["Body"]) == (out.strip(), BODY)
+    assert sent["MessageAttributes"]["sqsjkr_reason"]["StringValue"] == "now"
+
+
+def test_trigger_of_an_event_with_no_schedule_says_where_it_looked(
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    schedule(group, "sqsjkr-db-backup", queue_arn(aws), BODY)
+    conf = write_conf(tmp_path, aws, group=group)
+    code, out, err = sqsjkr(capsys, "trigger", "nightyl", "-c", conf)
+    assert (code, out) == (1, "")
+    assert err == (
+        f'sqsjkr: error: no schedule sends event "nightyl": looked in EventBridge Scheduler '
+        f'group "{group}" in region us-east-1 (events with schedules there include "nightly")\n'
+    )
+    conf = write_conf(tmp_path, aws, engine="rules")
+    code, out, err = sqsjkr(capsys, "trigger", "nightly", "-c", conf)
+    assert (code, out) == (1, "")
+    assert err == (
+        'sqsjkr: error: no schedule sends event "nightly": looked in the EventBridge rules that '
+        f'target queue "{aws.queue_name}" in region us-east-1\n'
+    )
+    assert aws.queue_counts() == (0, 0)
+    code, out, _ = sqsjkr(capsys, "audit", "--json", "-c", conf)
+    assert json.loads(out) == [], "nothing done, nothing audited"
+
+
+def test_an_event_with_schedules_that_differ_needs_the_one_to_send(
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    schedule(group, "sqsjkr-nightly-a", queue_arn(aws), BODY)
+    other = BODY.replace("echo ran", "echo other")
+    schedule(group, "sqsjkr-nightly-b", queue_arn(aws), other)
+    conf = write_conf(tmp_path, aws, group=group)
+    code, out, err = sqsjkr(capsys, "trigger", "nightly", "-c", conf)
+    assert (code, out) == (2, "")
+    assert '("sqsjkr-nightly-a", "sqsjkr-nightly-b"): name one with --schedule NAME' in err
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--schedule", "sqsjkr-nightly-b", "-c", conf
+    )
+    assert code == 0, err
+    [sent] = received(aws, aws.queue_url)
+    assert sent["Body"] == other
+
+
+def test_a_record_written_before_triggers_loads_as_not_triggered() -> None:
+    old = {
+        "event_id": "e",
+        "message_id": "m",
+        "host": "h",
+        "owner": "o",
+        "command": "c",
+        "sent_at": 1.0,
+        "claimed_at": 2.0,
+        "ended_at": 3.0,
+        "outcome": "succeeded",
+        "version": "0.9",
+    }
+    record = RunRecord.from_dict(old)
+    assert (record.triggered_by, record.trigger_reason) == (None, None)
+
+
+def test_trigger_runs_a_sample_schedule_of_local_mode(
+    start_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    daemon = start_daemon("local", "--stats-port", "0", wait_ready=False)
+    daemon.wait_for_log("receiving with")
+    [send] = pasteable_commands(daemon.log)
+    command = send.replace(" send -c ", " trigger -c ").replace(
+        " --command 'echo hello'", " demo-hello --reason 'try it' --wait"
+    )
+    ran = paste(command, tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert " succeeded (triggered) " in ran.stdout
+    assert ": try it" in ran.stdout
+    assert daemon.stop(signal.SIGINT) == 0
+
+
+def test_a_trigger_whose_audit_item_cannot_be_written_sends_nothing(
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    failing_audit: FaultProxy,  # noqa: F811
+) -> None:
+    schedule(group, "sqsjkr-db-backup", queue_arn(aws), BODY)
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "-c", write_conf(tmp_path, aws, group=group)
+    )
+    assert (code, out) == (1, "")
+    assert err.startswith('sqsjkr: error: trigger "nightly" not done: its audit item could not')
+    assert aws.queue_counts() == (0, 0)
