@@ -171,6 +171,9 @@ def test_never_more_than_max_concurrent_jobs(start_daemon: Start, tmp_path: Path
     wait_until(lambda: v2(port)["workers"] == {"busy": 2, "idle": 0}, what="both workers busy")
     # Two in flight until their jobs finish, three left on the queue.
     wait_until(lambda: aws.queue_counts() == (3, 2), what="three jobs left on the queue")
+    # A busy worker may not have started its shell yet: release only once both jobs run.
+    running = tmp_path / "running"
+    wait_until(lambda: len(list(running.iterdir())) == 2, what="both jobs running")
     (tmp_path / "release").touch()
     wait_until(counted(port, succeeded=5), timeout=30, what="all jobs")
     counts = [int(n) for n in (tmp_path / "counts").read_text().split()]
