@@ -36,6 +36,7 @@ SUBCOMMANDS = {
     "daemons": "sqsjkr.commands.daemons:daemons",
     "schedules": "sqsjkr.commands.schedules:schedules",
     "audit": "sqsjkr.commands.audit:audit",
+    "web": "sqsjkr.web.command:web",
 }
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.

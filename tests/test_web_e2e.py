@@ -1,0 +1,169 @@
+"""The dashboard end to end in headless Chromium (Debian's, driven by Playwright): `sqsjkr local --demo`
+runs a real daemon on moto with the demo's jobs and serves the dashboard; the browser goes from
+the overview to an event to a run, pauses and resumes, and watches a page refresh itself.
+
+SQSJKR_SCREENSHOTS=DIR saves the overview, an event and a run as PNG files there (docs/ for
+the README's pictures).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Daemon, sqsjkr_argv
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = os.environ.get("SQSJKR_SCREENSHOTS")
+
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI"):
+        raise RuntimeError(f"{CHROMIUM} is missing in CI: .ci/run installs Debian's chromium")
+    pytest.skip(
+        f"no browser: {CHROMIUM} is not installed (apt-get install chromium)",
+        allow_module_level=True,
+    )
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+class Demo:
+    """`sqsjkr local --demo` once its demo has run: its dashboard, endpoint and config."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        log = daemon.log
+        dashboard = re.search(r"^Dashboard: (http://127\.0\.0\.1:\d+/)$", log, re.M)
+        endpoint = re.search(r"AWS endpoint (http://127\.0\.0\.1:\d+) \(moto\)", log)
+        conf = re.search(r" -c (\S+/config\.toml)", log)
+        assert dashboard and endpoint and conf, log
+        self.url = dashboard[1]
+        self.endpoint = endpoint[1]
+        self.conf = conf[1]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+        }
+        command = sqsjkr_argv(args[0], "-c", self.conf, *args[1:])
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    workdir = tmp_path_factory.mktemp("web-demo")
+    daemon = Daemon(["local", "--demo", "--stats-port", "0", "--web-port", "0"], {}, workdir)
+    try:
+        daemon.wait_for_log("The daemon keeps running", timeout=90)
+        yield Demo(daemon)
+    finally:
+        daemon.kill()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    opened = context.new_page()
+    violations: list[str] = []
+    opened.on(
+        "console",
+        lambda message: (
+            violations.append(message.text)
+            if "Content Security Policy" in message.text or message.type == "error"
+            else None
+        ),
+    )
+    yield opened
+    context.close()
+    # htmx, uPlot and app.js run under the page's CSP: nothing of theirs is refused.
+    assert violations == []
+
+
+def shot(page: Any, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=True)
+
+
+def test_overview_to_event_to_run(demo: Demo, page: Any) -> None:
+    expect = sync_api.expect
+    page.goto(demo.url)
+    expect(page.locator("h1")).to_have_text("What is wrong now")
+    expect(page.locator(".count.state-failing b")).not_to_have_text("0")
+    attention = page.locator("table.attention")
+    expect(attention).to_contain_text("demo-fail")
+    shot(page, "dashboard-overview.png")
+
+    attention.get_by_role("link", name="demo-fail").click()
+    expect(page.locator("h1")).to_contain_text("demo-fail")
+    expect(page.locator("#chart .uplot")).to_be_visible()  # drawn by app.js under the CSP
+    expect(page.locator("table.runs tbody tr").first).to_contain_text("errored")
+    shot(page, "dashboard-event.png")
+
+    page.locator("table.runs tbody tr").first.get_by_role("link").click()
+    expect(page.locator("h1")).to_contain_text("Run of")
+    expect(page.locator("pre.output")).not_to_be_empty()
+    expect(page.get_by_role("link", name="Download as text")).to_be_visible()
+    shot(page, "dashboard-run.png")
+
+
+def test_pause_and_resume_an_event_with_a_confirm_step(demo: Demo, page: Any) -> None:
+    expect = sync_api.expect
+    page.goto(demo.url + "event?id=demo-hello")
+    form = page.locator("form.action")
+    form.get_by_label("Reason").fill("e2e check")
+    form.get_by_label("Until").fill("1h")
+    form.get_by_role("button", name="Pause this event").click()
+    expect(page.locator("h1")).to_have_text("Confirm: pause")
+    page.get_by_role("button", name="Yes, pause").click()
+    expect(page.locator(".flash")).to_contain_text('paused event "demo-hello"')
+    expect(page.locator(".facts")).to_contain_text("e2e check")
+    assert "demo-hello" in demo.cli("status").stdout.split("PAUSED", 1)[1]
+
+    page.get_by_role("button", name="Resume this event").click()
+    page.get_by_role("button", name="Yes, resume").click()
+    expect(page.locator(".flash")).to_contain_text('resumed event "demo-hello"')
+    audit = demo.cli("audit").stdout
+    assert re.search(r"pause\s+demo-hello\s+web:\S+@", audit), audit
+    assert re.search(r"resume\s+demo-hello\s+web:\S+@", audit), audit
+
+
+def test_a_page_refreshes_itself_without_a_reload(demo: Demo, page: Any) -> None:
+    expect = sync_api.expect
+    page.goto(demo.url)
+    page.evaluate("window.notReloaded = true")
+    expect(page.locator(".count.state-paused b")).to_have_text("0")
+    paused = demo.cli("pause", "--all", "--until", "10m", "--reason", "refresh check")
+    assert paused.returncode == 0, paused.stderr
+    try:
+        # htmx reads the live part again every few seconds: the count changes in place.
+        expect(page.locator(".count.state-paused b")).not_to_have_text("0", timeout=20_000)
+        assert page.evaluate("window.notReloaded") is True
+    finally:
+        demo.cli("resume", "--all")
