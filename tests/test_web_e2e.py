@@ -8,6 +8,7 @@ the README's pictures).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, sqsjkr_argv
+from tests.conftest import Daemon, sqsjkr_argv, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -73,9 +74,28 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     daemon = Daemon(["local", "--demo", "--stats-port", "0", "--web-port", "0"], {}, workdir)
     try:
         daemon.wait_for_log("The daemon keeps running", timeout=90)
-        yield Demo(daemon)
+        running = Demo(daemon)
+        more_runs(running)
+        yield running
     finally:
         daemon.kill()
+
+
+def more_runs(demo: Demo) -> None:
+    """A few more runs of demo-fail, of several lengths, most of them successes: its strip and
+    chart have something to show. The last one fails, so that it still needs someone."""
+    for step, (sleep, code) in enumerate([(0.2, 0), (0.5, 0), (0.3, 1), (0.8, 0), (0.4, 0)]):
+        command = f"sleep {sleep}; echo 'step {step}'; exit {code}"
+        sent = demo.cli("send", "--event-id", "demo-fail", "--command", command)
+        assert sent.returncode == 0, sent.stderr
+    wait_until(lambda: runs_of(demo, "demo-fail") == 6, timeout=30, what="5 more runs")
+    demo.cli("send", "--event-id", "demo-fail", "--command", "echo 'about to fail' >&2; exit 3")
+    wait_until(lambda: runs_of(demo, "demo-fail") == 7, timeout=30, what="a last failure")
+
+
+def runs_of(demo: Demo, event_id: str) -> int:
+    shown = demo.cli("history", event_id, "--json", "--limit", "20")
+    return len(json.loads(shown.stdout)) if shown.returncode == 0 else 0
 
 
 @pytest.fixture(scope="module")

@@ -238,36 +238,20 @@ class Fleet:
 
     def dead_letter_counts(self) -> list[DeadLetters]:
         """How many messages each dead-letter queue holds: a GetQueueAttributes each."""
-        return self.cache.get("dlq counts", self._read_counts)
-
-    def _read_counts(self) -> list[DeadLetters]:
-        counts = []
-        for queues in self.queues():
-            if isinstance(queues, str):
-                counts.append(DeadLetters(queues.split(":", 1)[0], None, problem=queues))
-                continue
-            attributes = queues.sqs.get_queue_attributes(
-                QueueUrl=queues.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
-            )["Attributes"]
-            count = int(attributes.get("ApproximateNumberOfMessages", 0))
-            counts.append(DeadLetters(queues.name, queues.dlq_name, count=count))
-        return counts
+        return self.cache.get("dlq counts", functools.partial(self._each_dlq, _count))
 
     def dead_letters(self) -> list[DeadLetters]:
         """Every dead letter of every queue, read as `sqsjkr dlq list` reads them (and left)."""
-        return self.cache.get("dlq letters", self._read_letters)
+        return self.cache.get("dlq letters", functools.partial(self._each_dlq, _letters))
 
-    def _read_letters(self) -> list[DeadLetters]:
-        shown = []
-        for queues in self.queues():
-            if isinstance(queues, str):
-                shown.append(DeadLetters(queues.split(":", 1)[0], None, problem=queues))
-                continue
-            with Peek(queues.sqs, queues.dlq_url) as peek:
-                letters = [letter for page in peek.pages() for letter in page]
-            letters.sort(key=lambda letter: letter.sent_at)
-            shown.append(DeadLetters(queues.name, queues.dlq_name, tuple(letters), len(letters)))
-        return shown
+    def _each_dlq(self, read: Callable[[Queues], DeadLetters]) -> list[DeadLetters]:
+        """read of each queue's dead-letter queue; a queue without one says why."""
+        return [
+            DeadLetters(queues.split(":", 1)[0], None, problem=queues)
+            if isinstance(queues, str)
+            else read(queues)
+            for queues in self.queues()
+        ]
 
     def _read(self, read: Callable[[], Any]) -> Callable[[], Any]:
         """read under the table's own error: a missing table is named."""
@@ -277,6 +261,21 @@ class Fleet:
                 return read()
 
         return reading
+
+
+def _count(queues: Queues) -> DeadLetters:
+    attributes = queues.sqs.get_queue_attributes(
+        QueueUrl=queues.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    count = int(attributes.get("ApproximateNumberOfMessages", 0))
+    return DeadLetters(queues.name, queues.dlq_name, count=count)
+
+
+def _letters(queues: Queues) -> DeadLetters:
+    with Peek(queues.sqs, queues.dlq_url) as peek:
+        letters = [letter for page in peek.pages() for letter in page]
+    letters.sort(key=lambda letter: letter.sent_at)
+    return DeadLetters(queues.name, queues.dlq_name, tuple(letters), len(letters))
 
 
 def failure_text(exc: Exception) -> str:

@@ -57,6 +57,9 @@ class Dashboard:
         self._thread.start()
 
     def close(self) -> None:
+        # The requests in hand end first: a task ending after close() would find its
+        # server's trigger gone.
+        self.server.task_dispatcher.shutdown()
         self.server.close()
         if self._thread is not None:
             self._thread.join(5)

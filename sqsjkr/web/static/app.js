@@ -13,18 +13,21 @@
       box.textContent = "No runs to chart.";
       return;
     }
+    // One run alone would stretch the time axis over years: ten minutes around a few runs
+    // close together, and a margin around many.
+    var lo = data.t[0], hi = data.t[data.t.length - 1];
+    var margin = Math.max((hi - lo) * 0.05, (600 - (hi - lo)) / 2);
+    lo -= margin;
+    hi += margin;
     var options = {
       width: Math.max(320, box.clientWidth || 800),
       height: 220,
+      scales: { x: { time: true, auto: false, range: [lo, hi] } },
       series: [
         {},
         { label: "duration (s)", stroke: "#2a6fdb", width: 1.5, points: { show: true } },
         { label: "queue delay (s)", stroke: "#d9822b", width: 1.5, points: { show: true } }
       ],
-      // One run alone would stretch the time axis over years: an hour around it instead.
-      scales: {
-        x: { range: function (u, min, max) { return min === max ? [min - 1800, max + 1800] : [min, max]; } }
-      },
       axes: [{}, { label: "seconds" }]
     };
     new window.uPlot(options, [data.t, data.duration, data.delay], box);
