@@ -69,3 +69,13 @@ output "sender_policy_arn" {
   description = "ARN of the IAM policy `sqsjkr send` needs (now, --at, --list-scheduled, --cancel); attach it to whoever runs jobs by hand."
   value       = aws_iam_policy.sender.arn
 }
+
+output "viewer_policy_arn" {
+  description = "ARN of the read-only IAM policy for watching the fleet (status, history, daemons, schedules, locks, audit, dlq list, the web dashboard without actions)."
+  value       = aws_iam_policy.viewer.arn
+}
+
+output "operator_policy_arn" {
+  description = "ARN of the IAM policy for steering the fleet: the viewer's and the sender's rights, and pause, resume, unlock and the dead letters' commands, each audited."
+  value       = aws_iam_policy.operator.arn
+}

@@ -88,10 +88,12 @@ def test_every_state_change_writes_who_what_why_and_when_first(site: Aws, cli: R
         cli("dlq", "redrive", "--", letter, "--reason", "fixed"),
         cli("dlq", "delete", "--", other, "--reason", "junk"),
         cli("dlq", "purge", "--", "--yes", "--reason", "clean"),
+        cli("status", "--", "--forget", "gone", "--reason", "retired"),
     ]
-    assert [code for code, _, _ in done] == [0, 0, 1, 0, 0, 0, 0]  # no such lock: nothing removed
+    # No such lock, no such event: nothing removed, and the asking is in the trail all the same.
+    assert [code for code, _, _ in done] == [0, 0, 1, 0, 0, 0, 0, 1]
     items = audit_items(cli)
-    assert [(i["action"], i["target"], i["reason"]) for i in items] == [
+    assert [(i["action"], i["target"], i["reason"]) for i in items[1:]] == [
         ("dlq purge", f"{site.queue_name}-dlq", "clean"),
         ("dlq delete", other, "junk"),
         ("dlq redrive", letter, "fixed"),
@@ -100,6 +102,12 @@ def test_every_state_change_writes_who_what_why_and_when_first(site: Aws, cli: R
         ("resume", "nightly", "db moved"),
         ("pause", "nightly", "db move"),
     ]
+    assert (items[0]["action"], items[0]["target"], items[0]["reason"]) == (
+        "forget",
+        "gone",
+        "retired",
+    )
+    items = items[1:]
     for item in items:
         user, _, host = item["user"].partition("@")
         assert user and host

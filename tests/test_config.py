@@ -113,7 +113,7 @@ def test_all_defaults() -> None:
     config = parse(MINIMAL)
     assert config == Config(
         account=AccountConfig(id="012345678901", region="us-east-1", profile=None),
-        sqs=SqsConfig(queue_name="q", wait_time_seconds=10, visibility_timeout=None),
+        sqs=SqsConfig(queue_name="q", wait_time_seconds=20, visibility_timeout=None),
         kicker=KickerConfig(
             max_concurrent_num=20,
             life_time_trigger=None,

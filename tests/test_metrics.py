@@ -166,7 +166,23 @@ def test_a_stopping_daemon_is_not_ready(start_daemon: Start, tmp_path: Path, aws
     assert daemon.stop() == 0
 
 
-def test_the_sample_alert_rules_use_metrics_the_daemon_exports(
+def grafana_queries() -> dict[str, str]:
+    """Each query of docs/grafana-dashboard.json (its panels' and its variables'), by where it is."""
+    board = json.loads((Path(__file__).parent.parent / "docs/grafana-dashboard.json").read_text())
+    queries = {
+        f"panel {panel['title']!r} {target['refId']}": target["expr"]
+        for panel in board["panels"]
+        for target in panel["targets"]
+    }
+    for variable in board["templating"]["list"]:
+        queries[f"variable {variable['name']!r}"] = variable["query"]["query"]
+    # Importable: the data source is an input that Grafana's import asks for.
+    assert [i["name"] for i in board["__inputs"]] == ["DS_PROMETHEUS"]
+    assert {p["datasource"]["uid"] for p in board["panels"]} == {"${DS_PROMETHEUS}"}
+    return queries
+
+
+def test_the_sample_alert_rules_and_the_grafana_dashboard_use_metrics_the_daemon_exports(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
     import re
@@ -185,8 +201,15 @@ def test_the_sample_alert_rules_use_metrics_the_daemon_exports(
     wait_until(counted(port, succeeded=1), what="a job")
     families = text_string_to_metric_families(get(port, "/metrics")[2])
     # A family's samples may be none yet (no AWS error so far): go by the families.
-    exported = {f"{f.name}{s}" for f in families for s in ("", "_total", "_count", "_bucket")}
-    for name, expr in alerts.items():
+    suffixes = ("", "_total", "_count", "_bucket", "_info")
+    exported = {f"{f.name}{s}" for f in families for s in suffixes}
+    queries = grafana_queries()
+    # What the issue asks the dashboard to show.
+    for wanted in ("sqsjkr_jobs_total", "sqsjkr_job_duration_seconds_bucket",
+                   "sqsjkr_job_queue_delay_seconds_bucket", "sqsjkr_lock_wait_seconds_bucket",
+                   "sqsjkr_workers", "sqsjkr_aws_errors_total", "sqsjkr_leases_lost_total"):  # fmt: skip
+        assert any(wanted in query for query in queries.values()), wanted
+    for name, expr in {**alerts, **queries}.items():
         for metric in re.findall(r"sqsjkr_\w+", expr):
             assert metric in exported, f"{name} uses {metric}, which /metrics does not have"
     outcomes = {

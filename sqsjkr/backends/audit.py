@@ -11,8 +11,7 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from sqsjkr.backends.index import items_of_type
-from sqsjkr.errors import StoreError, quote
+from sqsjkr.backends.index import items_of_type, json_value
 
 AUDIT_TYPE = "audit"
 #: An audit item stays 400 days, then DynamoDB's TTL removes it.
@@ -103,10 +102,4 @@ class DynamoAudit:
 
 
 def _entry(item: dict[str, Any]) -> AuditEntry:
-    try:
-        return AuditEntry.from_dict(json.loads(item["Audit"]["S"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StoreError(
-            f"the audit item {quote(item.get('Id', {}).get('S', '?'))} (Type {AUDIT_TYPE!r}) "
-            f"is damaged ({exc!r}); delete it"
-        ) from exc
+    return json_value(item, "Audit", AuditEntry.from_dict, "the audit item")

@@ -5,8 +5,13 @@ The index is KEYS_ONLY by default, so the items themselves are read by key, in b
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from sqsjkr.errors import StoreError, quote
+
+T = TypeVar("T")
 
 #: The index the Go daemon's table has (hash Type, range Expired). Only items with an Expired
 #: are in it.
@@ -54,3 +59,18 @@ def _keys_of_type(
         if "LastEvaluatedKey" not in response:
             return
         request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def json_value(
+    item: dict[str, Any], attribute: str, read: Callable[[dict[str, Any]], T], what: str
+) -> T:
+    """read() of the JSON object in an item's attribute; a damaged item is named (what: "the
+    daemon item"), so that an operator can delete it."""
+    try:
+        return read(json.loads(item[attribute]["S"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreError(
+            f"{what} {quote(item.get('Id', {}).get('S', '?'))} (Type "
+            f"{item.get('Type', {}).get('S', '?')!r}) is damaged ({exc!r}); it expires on its "
+            "own, or delete it"
+        ) from exc

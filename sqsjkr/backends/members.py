@@ -11,8 +11,7 @@ import threading
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
-from sqsjkr.backends.index import items_of_type
-from sqsjkr.errors import StoreError, quote
+from sqsjkr.backends.index import items_of_type, json_value
 
 #: The Type of a daemon's item; its Id is the daemon's owner id (host:pid:random).
 MEMBER_TYPE = "daemon"
@@ -148,11 +147,4 @@ class DynamoRoster:
 
 
 def _member(item: dict[str, Any]) -> Member:
-    """The Member an item holds; a damaged item is named, so that it can be deleted."""
-    try:
-        return Member.from_dict(json.loads(item["Daemon"]["S"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StoreError(
-            f"the daemon item {quote(item.get('Id', {}).get('S', '?'))} (Type {MEMBER_TYPE!r}) "
-            f"is damaged ({exc!r}); it expires on its own, or delete it"
-        ) from exc
+    return json_value(item, "Daemon", Member.from_dict, "the daemon item")

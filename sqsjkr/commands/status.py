@@ -22,6 +22,7 @@ import click
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import DynamoPauses, Pause, paused
+from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.daemons import live
 from sqsjkr.commands.failures import aws_failure
 from sqsjkr.commands.history import (
@@ -375,11 +376,13 @@ def one_off_mark(summary: EventSummary) -> list[str]:
     return ["one-off (no event_id)"] if summary.one_off else []
 
 
-def forget(store: Store, event_ids: Sequence[str]) -> int:
+def forget(store: Store, event_ids: Sequence[str], reason: str = "") -> int:
     """--forget: delete each event's summary; 1 if one of them had none."""
     failed = 0
+    audit = command_auditor(store.config)
     with store.reading():
         for event_id in event_ids:
+            audit("forget", event_id, reason=reason)
             old = store.history.forget(event_id)
             if old is None:
                 click.echo(f"sqsjkr: no event {quote(event_id)} in table {store.table!r}", err=True)
@@ -475,6 +478,7 @@ def unknown(message: str) -> Level:
     help="Delete the event's summary, so that it leaves status and --check until it runs again "
     "(its run records expire as before); repeat.",
 )
+@click.option("--reason", default="", help="With --forget: why, for the audit trail.")
 def status(
     conf: str,
     lock_table: str | None,
@@ -487,6 +491,7 @@ def status(
     include_one_off: bool,
     min_daemons: int | None,
     forgotten: tuple[str, ...],
+    reason: str,
 ) -> int:
     """Show each event's last run, last success, failures in a row and runs in progress.
 
@@ -501,13 +506,15 @@ def status(
         )
     if not check and min_daemons is not None:
         raise UsageFailure("--min-daemons only applies with --check")
+    if reason and not forgotten:
+        raise UsageFailure("--reason only applies with --forget")
     if forgotten and (check or as_json):
         raise UsageFailure("--forget changes the history: give it without --check and --json")
     if check and as_json:
         raise UsageFailure("--check prints one line; give --check or --json, not both")
     policy = CheckPolicy(max_failures or 1, parse_max_ages(max_ages), include_one_off, min_daemons)
     if forgotten:
-        return forget(open_store(conf, lock_table, profile, region), forgotten)
+        return forget(open_store(conf, lock_table, profile, region), forgotten, reason)
     if check:
         # A check that cannot judge is UNKNOWN (3), never CRITICAL (2): a bad config, history
         # off and AWS errors alike. Only the options themselves are usage errors.

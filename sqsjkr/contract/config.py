@@ -54,7 +54,7 @@ class SqsConfig:
     """[sqs]: the queue jobs are received from."""
 
     queue_name: str
-    wait_time_seconds: int = 10
+    wait_time_seconds: int = 20
     #: None: derived from [lock] lease (see lease.lease_timing), or 30 s with delete_message = "on_receive".
     visibility_timeout: int | None = None
 
@@ -66,7 +66,7 @@ class QueueConfig:
 
     name: str
     max_concurrent_num: int = 20
-    wait_time_seconds: int = 10
+    wait_time_seconds: int = 20
     #: None: derived from [lock] lease, as for [sqs] visibility_timeout.
     visibility_timeout: int | None = None
     delete_message: str = "on_finish"

@@ -48,7 +48,7 @@ class IntakeSettings:
     #: The queue's RedrivePolicy maxReceiveCount: past it, SQS dead-letters instead of delivering.
     max_receive_count: int | None = None
     #: The long poll each receive asks for ([sqs] wait_time_seconds).
-    wait_time_seconds: int = 10
+    wait_time_seconds: int = 20
 
     def idle_pause(self, took: float) -> float:
         """How long to wait after an empty receive that took `took` seconds: the rest of its long
