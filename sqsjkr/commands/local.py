@@ -251,6 +251,21 @@ def banner(site: LocalSite, stats_address: str, dashboard: str = "") -> str:
     )
 
 
+def import_dashboard() -> threading.Thread:
+    """Import the dashboard (Flask and the rest, a second or so) while moto starts, so that the
+    banner is not late for it."""
+
+    def load() -> None:
+        from sqsjkr.web.command import web_available
+
+        if web_available():
+            import sqsjkr.web.server  # noqa: F401
+
+    thread = threading.Thread(target=load, name="sqsjkr-web-import", daemon=True)
+    thread.start()
+    return thread
+
+
 def start_dashboard(conf: Path, port: int) -> tuple[str, Callable[[], None]]:
     """The web dashboard of local mode's fleet, on 127.0.0.1:port with its actions (this host's
     own user only): its URL, or why it is not served, and how to close it."""
@@ -283,6 +298,7 @@ def run_local(
     The banner (and the demo) wait for the stats server to listen, so a taken stats port fails
     before anything is printed or sent.
     """
+    importing = None if web_port is None else import_dashboard()
     with local_endpoint(port) as endpoint, tempfile.TemporaryDirectory(prefix="sqsjkr-") as tmp:
         use_endpoint(endpoint)
         session = make_session(region=LOCAL_REGION)
@@ -310,6 +326,8 @@ def run_local(
         def listening(stats_address: str) -> None:
             shown = ""
             if web_port is not None:
+                if importing is not None:
+                    importing.join()
                 shown, close = start_dashboard(conf, web_port)
                 closing.append(close)
             click.echo(banner(site, stats_address, shown))

@@ -37,6 +37,7 @@ class Dashboard:
     server: Any
     guard: Guard
     _thread: threading.Thread | None = field(default=None)
+    _closing: bool = False
 
     @property
     def url(self) -> str:
@@ -49,7 +50,12 @@ class Dashboard:
 
     def run(self) -> None:
         """Serve in this thread until close()."""
-        self.server.run()
+        try:
+            self.server.run()
+        except OSError:
+            # close() from another thread takes the sockets from under the loop's select().
+            if not self._closing:
+                raise
 
     def start(self) -> None:
         """Serve on a thread of its own."""
@@ -57,6 +63,7 @@ class Dashboard:
         self._thread.start()
 
     def close(self) -> None:
+        self._closing = True
         # The requests in hand end first: a task ending after close() would find its
         # server's trigger gone.
         self.server.task_dispatcher.shutdown()
@@ -65,8 +72,9 @@ class Dashboard:
             self._thread.join(5)
 
 
-def dashboard(config: Config, options: WebOptions) -> Dashboard:
-    """The dashboard of config's fleet, listening (port 0: any free port) but not serving yet."""
+def dashboard(config: Config, options: WebOptions, fleet: Fleet | None = None) -> Dashboard:
+    """The dashboard of config's fleet (read through fleet when given), listening (port 0: any
+    free port) but not serving yet."""
     import waitress
 
     users = None if options.basic_auth_file is None else load_users(options.basic_auth_file)
@@ -78,7 +86,7 @@ def dashboard(config: Config, options: WebOptions) -> Dashboard:
         options.auth_header,
         users,
     )
-    app = create_app(Fleet(config), guard, enable_actions=options.enable_actions)
+    app = create_app(fleet or Fleet(config), guard, enable_actions=options.enable_actions)
     server = waitress.create_server(
         app, host=options.host, port=options.port, threads=THREADS, ident="sqsjkr"
     )
