@@ -68,9 +68,9 @@ class Demo:
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
-    workdir = tmp_path_factory.mktemp("web-demo")
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[Demo]:
+    workdir = tmp_path
     daemon = Daemon(["local", "--demo", "--stats-port", "0", "--web-port", "0"], {}, workdir)
     try:
         daemon.wait_for_log("The daemon keeps running", timeout=90)
@@ -98,7 +98,7 @@ def runs_of(demo: Demo, event_id: str) -> int:
     return len(json.loads(shown.stdout)) if shown.returncode == 0 else 0
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def browser() -> Iterator[Any]:
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -131,7 +131,15 @@ def shot(page: Any, name: str) -> None:
         page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=True)
 
 
-def test_overview_to_event_to_run(demo: Demo, page: Any) -> None:
+@pytest.mark.timeout(300)  # the demo's run, a few more runs, and the browser's steps
+def test_the_dashboard_in_a_browser(demo: Demo, page: Any) -> None:
+    """One test, so that xdist runs the demo and the browser once, on one worker."""
+    overview_to_event_to_run(demo, page)
+    pause_and_resume_an_event_with_a_confirm_step(demo, page)
+    a_page_refreshes_itself_without_a_reload(demo, page)
+
+
+def overview_to_event_to_run(demo: Demo, page: Any) -> None:
     expect = sync_api.expect
     page.goto(demo.url)
     expect(page.locator("h1")).to_have_text("What is wrong now")
@@ -153,7 +161,7 @@ def test_overview_to_event_to_run(demo: Demo, page: Any) -> None:
     shot(page, "dashboard-run.png")
 
 
-def test_pause_and_resume_an_event_with_a_confirm_step(demo: Demo, page: Any) -> None:
+def pause_and_resume_an_event_with_a_confirm_step(demo: Demo, page: Any) -> None:
     expect = sync_api.expect
     page.goto(demo.url + "event?id=demo-hello")
     form = page.locator("form.action")
@@ -174,7 +182,7 @@ def test_pause_and_resume_an_event_with_a_confirm_step(demo: Demo, page: Any) ->
     assert re.search(r"resume\s+demo-hello\s+web:\S+@", audit), audit
 
 
-def test_a_page_refreshes_itself_without_a_reload(demo: Demo, page: Any) -> None:
+def a_page_refreshes_itself_without_a_reload(demo: Demo, page: Any) -> None:
     expect = sync_api.expect
     page.goto(demo.url)
     page.evaluate("window.notReloaded = true")
