@@ -68,6 +68,10 @@ class UnlockRefused(SqsjkrError):
     """An unlock of a lock or slot whose lease lives, not forced: nothing was removed."""
 
 
+class ActionError(SqsjkrError):
+    """A dashboard action's form is wrong (a field missing or malformed): nothing was done."""
+
+
 class CrontabError(SqsjkrError):
     """A crontab line cannot be converted exactly; the message names the line number and the line."""
 

@@ -160,6 +160,8 @@ def test_event_runs_are_paged_newest_first(read_only: Dashboard, fleet: WebFleet
 def test_unknown_run_and_event_are_404(read_only: Dashboard) -> None:
     assert get(read_only, "/run", params={"event": "x", "key": "run#1#m"}).status_code == 404
     assert get(read_only, "/event", params={"id": "never-ran"}).status_code == 404
+    assert get(read_only, "/event", params={"id": ""}).status_code == 404
+    assert get(read_only, "/event", params={"id": "hourly", "before": "<x>"}).status_code == 404
 
 
 def test_dead_letters_show_reasons_and_mask_secrets_and_environments(

@@ -19,7 +19,7 @@ from sqsjkr.commands.audit import Actor, Auditor, aws_identity
 from sqsjkr.commands.dlq import queues_of, redrive_letters
 from sqsjkr.commands.locks import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.commands.pause import parse_until, pause_events, pause_text, resume_events, scope_text
-from sqsjkr.errors import NotHeld, SqsjkrError, UnlockRefused, quote
+from sqsjkr.errors import ActionError, NotHeld, UnlockRefused, quote
 from sqsjkr.web.fleet import Fleet, failure_text
 
 
@@ -29,10 +29,6 @@ class Outcome:
 
     lines: list[str] = field(default_factory=list)
     ok: bool = True
-
-
-class ActionError(SqsjkrError):
-    """An action's form is wrong (a field missing or malformed): nothing was done."""
 
 
 Form = Mapping[str, str]

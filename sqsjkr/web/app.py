@@ -13,6 +13,7 @@ from flask import Flask, Response, abort, flash, g, redirect, render_template, r
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from werkzeug.exceptions import HTTPException
 
+from sqsjkr.backends.history import RUN_TYPE_PREFIX
 from sqsjkr.commands.audit import entry_json
 from sqsjkr.commands.daemons import ordered, queues_text
 from sqsjkr.commands.dlq import malformed
@@ -49,6 +50,7 @@ def create_app(fleet: Fleet, guard: Guard, *, enable_actions: bool = False) -> F
     app.extensions["sqsjkr"] = (fleet, guard, Actions(fleet), enable_actions)
     _guarded(app, guard)
     _pages(app, fleet)
+    _fleet_pages(app, fleet)
     _actions(app, enable_actions)
     return app
 
@@ -84,7 +86,7 @@ def _guarded(app: Flask, guard: Guard) -> None:
         return render_template("error.html", message=f"refused: {exc.description}"), 400
 
 
-def _pages(app: Flask, fleet: Fleet) -> None:  # noqa: C901 - one small function per page
+def _pages(app: Flask, fleet: Fleet) -> None:
     @app.get("/")
     def overview() -> str:
         return render_template("overview.html", view=views.overview(fleet), now=fleet.clock())
@@ -101,6 +103,8 @@ def _pages(app: Flask, fleet: Fleet) -> None:  # noqa: C901 - one small function
     def event() -> str:
         event_id = request.args.get("id", "")
         before = request.args.get("before") or None
+        if not event_id or (before is not None and not before.startswith(RUN_TYPE_PREFIX)):
+            abort(404, "no such event or page of runs")
         runs = fleet.event_runs(event_id, views.RUNS_PER_PAGE, before)
         summary = fleet.summary(event_id)
         if summary is None and not runs:
@@ -139,6 +143,8 @@ def _pages(app: Flask, fleet: Fleet) -> None:  # noqa: C901 - one small function
             headers={"Content-Disposition": f"attachment; filename*=UTF-8''{_ascii(name)}"},
         )
 
+
+def _fleet_pages(app: Flask, fleet: Fleet) -> None:
     @app.get("/running")
     def running() -> str:
         return render_template("running.html", running=fleet.running(), now=fleet.clock())
