@@ -477,3 +477,15 @@ def test_overview_reads_summaries_through_the_index_and_never_scans(
     calls.clear()
     overview(reads)  # within the cache's few seconds: no call at all
     assert calls == []
+
+
+def test_the_command_list_and_the_daemon_do_not_import_the_web_extra() -> None:
+    code = (
+        "import sys\n"
+        "from sqsjkr.commands.cli import cli\n"
+        "for name in cli.list_commands(None):\n"
+        "    cli.get_command(None, name)\n"
+        "print(sorted(m for m in ('flask', 'waitress', 'bcrypt', 'flask_wtf') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr
