@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint clean screenshots
 
 $(BIN)/sqsjkr: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ test: $(BIN)/sqsjkr
 	$(BIN)/ruff format --check sqsjkr tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest -n 4
+
+# The README's pictures of the dashboard, from the demo's data, by its end-to-end tests in
+# Debian's chromium (apt-get install chromium).
+screenshots: $(BIN)/sqsjkr
+	SQSJKR_SCREENSHOTS=docs $(BIN)/pytest -q tests/test_web_e2e.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache

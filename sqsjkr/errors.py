@@ -60,6 +60,18 @@ class LocalModeError(SqsjkrError):
     """Local mode cannot start: moto is not installed, or its port is taken."""
 
 
+class NotHeld(SqsjkrError):
+    """An unlock named a lock or group slot that no one holds: nothing was removed."""
+
+
+class UnlockRefused(SqsjkrError):
+    """An unlock of a lock or slot whose lease lives, not forced: nothing was removed."""
+
+
+class ActionError(SqsjkrError):
+    """A dashboard action's form is wrong (a field missing or malformed): nothing was done."""
+
+
 class CrontabError(SqsjkrError):
     """A crontab line cannot be converted exactly; the message names the line number and the line."""
 

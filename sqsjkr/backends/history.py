@@ -311,8 +311,11 @@ class DynamoHistory:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def runs(self, event_id: str, limit: int, *, failed: bool = False) -> list[RunRecord]:
-        """The event's last runs, newest first; failed: only those that did not succeed."""
+    def runs(
+        self, event_id: str, limit: int, *, failed: bool = False, before: str | None = None
+    ) -> list[RunRecord]:
+        """The event's last runs, newest first; failed: only those that did not succeed;
+        before: only those older than the run of that run_type (a page after it)."""
         request: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "Id = :id AND begins_with(#type, :prefix)",
@@ -323,6 +326,11 @@ class DynamoHistory:
             },
             "ScanIndexForward": False,
         }
+        if before is not None:
+            # Run types sort as their end times: the page starts past the one it names.
+            request["KeyConditionExpression"] = "Id = :id AND #type BETWEEN :prefix AND :before"
+            request["ExpressionAttributeValues"][":before"] = {"S": before}
+            request["ExclusiveStartKey"] = _key(event_id, before)
         if failed:
             request["FilterExpression"] = "Outcome <> :succeeded"
             request["ExpressionAttributeValues"][":succeeded"] = {"S": RunOutcome.SUCCEEDED.value}
@@ -345,6 +353,13 @@ class DynamoHistory:
         )
         item = response.get("Item")
         return _summary(item) if item else None
+
+    def record_of(self, event_id: str, type_: str) -> RunRecord | None:
+        """The run of event_id whose item's Type (its run_type) is type_, or None."""
+        if not type_.startswith(RUN_TYPE_PREFIX):
+            return None
+        item = self._client.get_item(TableName=self._table, Key=_key(event_id, type_)).get("Item")
+        return None if item is None else RunRecord.from_dict(json.loads(item["Record"]["S"]))
 
     def summaries(self) -> list[EventSummary]:
         items = items_of_type(self._client, self._table, SUMMARY_TYPE)

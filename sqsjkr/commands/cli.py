@@ -39,6 +39,7 @@ SUBCOMMANDS = {
     "kill": "sqsjkr.commands.kill:kill",
     "route": "sqsjkr.commands.route:route",
     "trigger": "sqsjkr.commands.trigger:trigger",
+    "web": "sqsjkr.web.command:web",
 }
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.

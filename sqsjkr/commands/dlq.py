@@ -6,8 +6,9 @@ Reading a queue takes its messages for a while: every one read is made visible a
 from __future__ import annotations
 
 import base64
+import functools
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -28,7 +29,7 @@ from sqsjkr.backends.sqs import (
     resolve_queue_url,
     sendable_attributes,
 )
-from sqsjkr.commands.audit import command_auditor
+from sqsjkr.commands.audit import Auditor, command_auditor
 from sqsjkr.commands.history import aligned, local_time
 from sqsjkr.commands.options import (
     UsageFailure,
@@ -74,7 +75,11 @@ class Queues:
 
 
 def open_queues(conf: str, profile: str | None, region: str | None, queue: str | None) -> Queues:
-    config = load(conf, Overrides(profile=profile, region=region))
+    return queues_of(load(conf, Overrides(profile=profile, region=region)), queue)
+
+
+def queues_of(config: Config, queue: str | None) -> Queues:
+    """The queue (default: [sqs] queue_name) and its dead-letter queue, of a loaded config."""
     session = make_session(region=config.account.region, profile=config.account.profile)
     sqs = make_client(session, "sqs")
     name = queue or config.sqs.queue_name
@@ -340,15 +345,18 @@ class Redrive:
     moved: int = 0
     errors: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    #: Where a line of what it did goes, and a warning: the terminal's stdout and stderr, or
+    #: the dashboard's answer.
+    say: Callable[[str], None] = click.echo
+    warn: Callable[[str], None] = functools.partial(click.echo, err=True)
 
     def move(self, letter: DeadLetter) -> None:
         label = letter_label(letter)
         reason = malformed(letter)
         if reason is not None and not self.force:
-            click.echo(
+            self.warn(
                 f"sqsjkr: warning: {label} not moved: its body would be dead-lettered again "
-                f"({escape(reason)}); pass --force to send it anyway",
-                err=True,
+                f"({escape(reason)}); pass --force to send it anyway"
             )
             self.skipped.append(letter.message_id)
             return
@@ -368,7 +376,7 @@ class Redrive:
             )
             return
         self.moved += 1
-        click.echo(f"moved {label} to queue {self.queues.name} as {new_id}")
+        self.say(f"moved {label} to queue {self.queues.name} as {new_id}")
 
 
 def find_named(peek: Peek, wanted: Sequence[str]) -> tuple[list[DeadLetter], list[str]]:
@@ -494,21 +502,9 @@ def redrive(
             abort=True,
             err=True,
         )
-    target = "every dead letter" if all_ else " ".join(message_ids)
-    command_auditor(queues.config)(
-        "dlq redrive", target, reason=reason, detail=f"{queues.dlq_name} to {queues.name}"
+    run = redrive_letters(
+        queues, command_auditor(queues.config), None if all_ else message_ids, force, reason
     )
-    with Peek(queues.sqs, queues.dlq_url) as peek:
-        run = Redrive(queues, peek, force)
-        missing: list[str] = []
-        if all_:
-            for page in peek.pages():
-                for letter in page:
-                    run.move(letter)
-        else:
-            missing = redrive_named(run, message_ids)
-    for message_id in missing:
-        run.errors.append(f"no message {quote(message_id)} in dead-letter queue {queues.dlq_name}")
     for error in run.errors:
         click.echo(f"sqsjkr: error: {error}", err=True)
     click.echo(
@@ -517,6 +513,33 @@ def redrive(
     )
     named_left = bool(run.skipped) and not all_
     return 1 if run.errors or named_left else 0
+
+
+def redrive_letters(
+    queues: Queues,
+    audit: Auditor,
+    message_ids: Sequence[str] | None,
+    force: bool,
+    reason: str,
+    **report: Callable[[str], None],
+) -> Redrive:
+    """Move the named messages (None: every one) back to the job queue, audited first: what
+    `dlq redrive` and the dashboard both do. A named message not found is one of its errors;
+    report may name say and warn (Redrive's)."""
+    target = "every dead letter" if message_ids is None else " ".join(message_ids)
+    audit("dlq redrive", target, reason=reason, detail=f"{queues.dlq_name} to {queues.name}")
+    with Peek(queues.sqs, queues.dlq_url) as peek:
+        run = Redrive(queues, peek, force, **report)  # type: ignore[arg-type]
+        missing: list[str] = []
+        if message_ids is None:
+            for page in peek.pages():
+                for letter in page:
+                    run.move(letter)
+        else:
+            missing = redrive_named(run, message_ids)
+    for message_id in missing:
+        run.errors.append(f"no message {quote(message_id)} in dead-letter queue {queues.dlq_name}")
+    return run
 
 
 def letter_label(letter: DeadLetter) -> str:

@@ -11,7 +11,7 @@ import os
 import socket
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -237,17 +237,50 @@ reporters = ["{DEMO_REPORTER}"]
     return path
 
 
-def banner(site: LocalSite, stats_address: str) -> str:
+def banner(site: LocalSite, stats_address: str, dashboard: str = "") -> str:
     """What local mode prints once it listens: where everything is, and how to send a job."""
     return (
         f"sqsjkr local: AWS endpoint {site.endpoint} (moto), queue {LOCAL_QUEUE} "
         f"(dead letters: {LOCAL_QUEUE}-dlq), table {LOCAL_TABLE}, "
         f"schedule group {LOCAL_SCHEDULE_GROUP}\n"
         f"Stats: curl -s http://{stats_address}/stats/metrics/v2\n"
-        "Send a job from another shell:\n"
+        + (f"Dashboard: {dashboard}\n" if dashboard else "")
+        + "Send a job from another shell:\n"
         f"{site.pasteable('send', '--command', 'echo hello')}\n"
         "Stop: Ctrl-C"
     )
+
+
+def import_dashboard() -> threading.Thread:
+    """Import the dashboard (Flask and the rest, a second or so) while moto starts, so that the
+    banner is not late for it."""
+
+    def load() -> None:
+        from sqsjkr.web.command import web_available
+
+        if web_available():
+            import sqsjkr.web.server  # noqa: F401
+
+    thread = threading.Thread(target=load, name="sqsjkr-web-import", daemon=True)
+    thread.start()
+    return thread
+
+
+def start_dashboard(conf: Path, port: int) -> tuple[str, Callable[[], None]]:
+    """The web dashboard of local mode's fleet, on 127.0.0.1:port with its actions (this host's
+    own user only): its URL, or why it is not served, and how to close it."""
+    from sqsjkr.web.command import INSTALL_HINT, web_available
+
+    if not web_available():
+        return f"not served ({INSTALL_HINT})", lambda: None
+    from sqsjkr.web.server import WebOptions, dashboard
+
+    try:
+        served = dashboard(load_config(conf), WebOptions(port=port, enable_actions=True))
+    except OSError as exc:
+        return f"not served ({exc.strerror}: pass another --web-port, or 0)", lambda: None
+    served.start()
+    return served.url, served.close
 
 
 def run_local(
@@ -258,12 +291,14 @@ def run_local(
     port: int,
     stats_port: int,
     workers: int,
+    web_port: int | None = None,
 ) -> None:
     """Start the endpoint, create the queue and table, serve until stop.
 
     The banner (and the demo) wait for the stats server to listen, so a taken stats port fails
     before anything is printed or sent.
     """
+    importing = None if web_port is None else import_dashboard()
     with local_endpoint(port) as endpoint, tempfile.TemporaryDirectory(prefix="sqsjkr-") as tmp:
         use_endpoint(endpoint)
         session = make_session(region=LOCAL_REGION)
@@ -286,9 +321,16 @@ def run_local(
                     watch.start(stats[0])
 
         stats: list[str] = []
+        closing: list[Callable[[], None]] = []
 
         def listening(stats_address: str) -> None:
-            click.echo(banner(site, stats_address))
+            shown = ""
+            if web_port is not None:
+                if importing is not None:
+                    importing.join()
+                shown, close = start_dashboard(conf, web_port)
+                closing.append(close)
+            click.echo(banner(site, stats_address, shown))
             stats.append(stats_address)
 
         try:
@@ -301,3 +343,5 @@ def run_local(
             ) from exc
         finally:
             watch.close()
+            for close in closing:
+                close()

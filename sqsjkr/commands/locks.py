@@ -24,7 +24,7 @@ from sqsjkr.backends.aws import (
 from sqsjkr.backends.groups import SLOT_TYPE_PREFIX, parse_slot, slot_key
 from sqsjkr.backends.history import SUMMARY_TYPE, running_notes
 from sqsjkr.backends.locks import LOCK_TYPE
-from sqsjkr.commands.audit import command_auditor
+from sqsjkr.commands.audit import Auditor, command_auditor
 from sqsjkr.commands.history import (
     aligned,
     format_span,
@@ -35,7 +35,7 @@ from sqsjkr.commands.history import (
 from sqsjkr.commands.options import load, reason_option
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.run import RunStart
-from sqsjkr.errors import quote
+from sqsjkr.errors import NotHeld, UnlockRefused, quote
 from sqsjkr.observability.logs import escape
 
 #: What a forced unlock of a live lease means, for --help and the command's own warning.
@@ -364,6 +364,33 @@ def remove_lock(
     )
 
 
+def unlock_held(
+    table: Table,
+    audit: Auditor,
+    lock_id: str,
+    slot: int | None,
+    force: bool,
+    reason: str,
+    now: float,
+) -> HeldLock:
+    """Remove lock_id (or slot of group lock_id) as `unlock` and the dashboard do, audited
+    first; the lock removed. NotHeld when none is held, UnlockRefused for a live lease
+    without force."""
+    target = f"lock {lock_id}" if slot is None else f"slot {slot} of group {lock_id}"
+    audit("unlock", target, reason=reason, detail="--force" if force else "")
+    removed, item = remove_lock(table, lock_id, force=force, now=now, slot=slot)
+    what = f"lock {quote(lock_id)}" if slot is None else f"slot {slot} of group {quote(lock_id)}"
+    if not removed and "EventId" not in item:
+        raise NotHeld(f"no {what} is held in table {table.name!r}: nothing removed")
+    lock = HeldLock.from_item(item) if slot is None else HeldSlot.from_item(item)
+    if not removed:
+        raise UnlockRefused(
+            f"{what} is held by {escape(lock.owner or '-')} with "
+            f"{lock.lease_text(now)} of its lease left: not removed"
+        )
+    return lock
+
+
 @click.command()
 @store_options
 @click.argument("lock_id")
@@ -395,24 +422,15 @@ def unlock(
     without --force: make sure its Go daemon is not still running that job.
     """
     config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
-    table = table_of(config)
-    target = f"lock {lock_id}" if slot is None else f"slot {slot} of group {lock_id}"
-    command_auditor(config)("unlock", target, reason=reason, detail="--force" if force else "")
     now = time.time()
-    removed, item = remove_lock(table, lock_id, force=force, now=now, slot=slot)
-    what = f"lock {quote(lock_id)}" if slot is None else f"slot {slot} of group {quote(lock_id)}"
-    if not removed:
-        if "EventId" not in item:
-            raise click.ClickException(
-                f"no {what} is held in table {table.name!r}: nothing removed"
-            )
-        kept = HeldLock.from_item(item) if slot is None else HeldSlot.from_item(item)
-        raise click.ClickException(
-            f"{what} is held by {escape(kept.owner or '-')} with "
-            f"{kept.lease_text(now)} of its lease left: not removed (--force removes it; "
-            f"beware: {FORCE_WARNING})"
+    try:
+        lock = unlock_held(
+            table_of(config), command_auditor(config), lock_id, slot, force, reason, now
         )
-    lock = HeldLock.from_item(item) if slot is None else HeldSlot.from_item(item)
+    except UnlockRefused as exc:
+        raise click.ClickException(f"{exc} (--force removes it; beware: {FORCE_WARNING})") from exc
+    except NotHeld as exc:
+        raise click.ClickException(str(exc)) from exc
     click.echo(removed_text(lock, now))
     if lock.state(now) == "live":
         click.echo(f"sqsjkr: warning: {FORCE_WARNING}", err=True)

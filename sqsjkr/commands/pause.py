@@ -8,13 +8,13 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 import click
 
-from sqsjkr.backends.pause import ALL_SCOPE, DynamoPauses, Pause
-from sqsjkr.commands.audit import command_auditor, os_user
+from sqsjkr.backends.pause import ALL_SCOPE, DynamoPauses, Pause, PauseStore
+from sqsjkr.commands.audit import Auditor, command_auditor, os_user
 from sqsjkr.commands.history import format_duration, format_span, local_time, store_options
 from sqsjkr.commands.locks import table_of
 from sqsjkr.commands.options import UsageFailure, load, reason_option
@@ -116,6 +116,33 @@ def scopes(event_ids: Sequence[str], all_events: bool) -> list[str] | None:
     return sorted(set(event_ids))
 
 
+def pause_events(
+    store: PauseStore,
+    audit: Auditor,
+    by: str,
+    events: Sequence[str] | None,
+    now: float,
+    ends: float | None,
+    reason: str,
+) -> Iterator[Pause]:
+    """Pause events (None: all), each audited first: what `pause` and the dashboard both do.
+    Yields each pause once made; AuditRefused before the first one not audited."""
+    for event_id in [None] if events is None else events:
+        made = Pause(event_id, now, ends, reason, by)
+        until_text = "until resumed" if ends is None else f"until {local_time(ends)}"
+        audit("pause", event_id or "all events", reason=reason, detail=until_text)
+        store.pause(made)
+        yield made
+
+
+def resume_events(
+    store: PauseStore, audit: Auditor, events: Sequence[str] | None, reason: str
+) -> list[Pause]:
+    """Lift the pauses of events (None: every pause), audited first; the pauses lifted."""
+    audit("resume", "every pause" if events is None else ", ".join(events), reason=reason)
+    return store.resume(events)
+
+
 @click.command()
 @store_options
 @click.argument("event_ids", nargs=-1, metavar="[EVENT_ID]...")
@@ -150,13 +177,7 @@ def pause(
     config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
     table = table_of(config)
     store = DynamoPauses(table.client, table.name)
-    audit = command_auditor(config)
-    by = os_user()
-    for event_id in [None] if events is None else events:
-        made = Pause(event_id, now, ends, reason, by)
-        until_text = "until resumed" if ends is None else f"until {local_time(ends)}"
-        audit("pause", event_id or "all events", reason=reason, detail=until_text)
-        store.pause(made)
+    for made in pause_events(store, command_auditor(config), os_user(), events, now, ends, reason):
         click.echo(f"paused {pause_text(made, now)}")
     honour_note(config)
 
@@ -195,10 +216,8 @@ def resume(
     config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
     table = table_of(config)
     store = DynamoPauses(table.client, table.name)
-    target = "every pause" if events is None else ", ".join(events)
-    command_auditor(config)("resume", target, reason=reason)
+    lifted = resume_events(store, command_auditor(config), events, reason)
     now = time.time()
-    lifted = store.resume(events)
     for lifted_pause in lifted:
         click.echo(f"resumed {scope_text(lifted_pause)}, paused {details_text(lifted_pause, now)}")
     if events is None:

@@ -109,11 +109,24 @@ def run(
     show_default=True,
     help="Stats HTTP port (0: any free port).",
 )
+@click.option(
+    "--web-port",
+    type=click.IntRange(0, 65535),
+    default=8070,
+    show_default=True,
+    help="Port of the web dashboard on 127.0.0.1, with the web extra (0: any free port).",
+)
 @click.option("--workers", type=click.IntRange(1, 1000), default=4, show_default=True)
 @log_level_option
 @log_all_option
 def local(
-    demo: bool, port: int, stats_port: int, workers: int, log_level: str, log_all: bool
+    demo: bool,
+    port: int,
+    stats_port: int,
+    web_port: int,
+    workers: int,
+    log_level: str,
+    log_all: bool,
 ) -> None:
     """Run the daemon on an embedded local AWS endpoint (moto), with its queue and table."""
     # Here, not at the top: `sqsjkr run` must not pay for importing local mode.
@@ -123,7 +136,15 @@ def local(
     stop, force = StopEvent(), threading.Event()
     restore = install_stop_signals(stop, force)
     try:
-        run_local(stop, force, demo=demo, port=port, stats_port=stats_port, workers=workers)
+        run_local(
+            stop,
+            force,
+            demo=demo,
+            port=port,
+            stats_port=stats_port,
+            workers=workers,
+            web_port=web_port,
+        )
     finally:
         restore()
         stop.close()

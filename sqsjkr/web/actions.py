@@ -1,0 +1,171 @@
+"""The dashboard's actions: each one a call into the function its CLI command calls, audited with the
+dashboard's user as the actor ("web:<user>@<host>"), and what it did as lines for the page.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import click
+
+from sqsjkr.backends.audit import DynamoAudit
+from sqsjkr.backends.pause import DynamoPauses
+from sqsjkr.commands.audit import Actor, Auditor, aws_identity
+from sqsjkr.commands.dlq import queues_of, redrive_letters
+from sqsjkr.commands.locks import FORCE_WARNING, removed_text, unlock_held
+from sqsjkr.commands.pause import parse_until, pause_events, pause_text, resume_events, scope_text
+from sqsjkr.errors import ActionError, NotHeld, UnlockRefused, quote
+from sqsjkr.web.fleet import Fleet, failure_text
+
+
+@dataclass
+class Outcome:
+    """What an action did, line by line; ok False when it did not do what was asked."""
+
+    lines: list[str] = field(default_factory=list)
+    ok: bool = True
+
+
+Form = Mapping[str, str]
+
+
+class Actions:
+    """Runs the actions of one dashboard; the fleet's cache is dropped after each one."""
+
+    def __init__(self, fleet: Fleet, host: str | None = None) -> None:
+        self.fleet = fleet
+        self.host = host or socket.gethostname()
+        self._identity: str | None = None
+        self._mutex = threading.Lock()
+
+    def auditor(self, user: str | None) -> Auditor:
+        """The Auditor of user (None: the OS user who runs a loopback dashboard)."""
+        with self._mutex:
+            if self._identity is None:
+                self._identity = aws_identity(self.fleet.store.session)
+        trail = DynamoAudit(self.fleet.store.client, self.fleet.store.table)
+        return Auditor(trail, Actor(self.actor_name(user), self._identity))
+
+    def actor_name(self, user: str | None) -> str:
+        return f"web:{user or _os_login()}@{self.host}"
+
+    def run(self, name: str, user: str | None, form: Form) -> Outcome:
+        """Run action name with form's fields; its failures as an Outcome that is not ok."""
+        action = ACTIONS.get(name)
+        if action is None:
+            raise ActionError(f"no action {quote(name)}")
+        try:
+            return action(self, user, form)
+        except (click.UsageError, click.ClickException) as exc:
+            return Outcome([exc.format_message()], ok=False)
+        except Exception as exc:
+            return Outcome([failure_text(exc)], ok=False)
+        finally:
+            self.fleet.cache.forget()
+
+    # -- the actions ----------------------------------------------------------------------------
+
+    def pause(self, user: str | None, form: Form) -> Outcome:
+        events = _scope(form)
+        now = time.time()
+        until = form.get("until", "").strip()
+        ends = parse_until(until, now) if until else None
+        store = DynamoPauses(self.fleet.store.client, self.fleet.store.table)
+        by = self.actor_name(user)
+        made = pause_events(store, self.auditor(user), by, events, now, ends, _reason(form))
+        return Outcome([f"paused {pause_text(p, now)}" for p in made])
+
+    def resume(self, user: str | None, form: Form) -> Outcome:
+        events = _scope(form)
+        store = DynamoPauses(self.fleet.store.client, self.fleet.store.table)
+        lifted = resume_events(store, self.auditor(user), events, _reason(form))
+        if not lifted:
+            return Outcome(["nothing was paused"], ok=False)
+        return Outcome([f"resumed {scope_text(p)}" for p in lifted])
+
+    def unlock(self, user: str | None, form: Form) -> Outcome:
+        lock_id = _required(form, "lock_id")
+        slot_text = form.get("slot", "").strip()
+        if slot_text and not slot_text.isdigit():
+            raise ActionError(f"slot {quote(slot_text)} is not a slot number")
+        slot = int(slot_text) if slot_text else None
+        # A live lease is removed only when its lock_id was typed in full.
+        force = form.get("typed_lock_id", "") == lock_id
+        now = time.time()
+        try:
+            lock = unlock_held(
+                self.fleet.table, self.auditor(user), lock_id, slot, force, _reason(form), now
+            )
+        except UnlockRefused as exc:
+            return Outcome([f"{exc}: type its lock_id to remove a live lease"], ok=False)
+        except NotHeld as exc:
+            return Outcome([str(exc)], ok=False)
+        lines = [removed_text(lock, now)]
+        if lock.state(now) == "live":
+            lines.append(f"warning: {FORCE_WARNING}")
+        return Outcome(lines)
+
+    def redrive(self, user: str | None, form: Form) -> Outcome:
+        queues = queues_of(self.fleet.config, form.get("queue") or None)
+        ids = form.get("message_ids", "").split()
+        lines: list[str] = []
+        run = redrive_letters(
+            queues,
+            self.auditor(user),
+            ids or None,
+            form.get("force") == "yes",
+            _reason(form),
+            say=lines.append,
+            warn=lines.append,
+        )
+        lines += [f"error: {error}" for error in run.errors]
+        lines.append(f"{run.moved} moved, {len(run.skipped)} left as malformed")
+        return Outcome(lines, ok=not run.errors)
+
+    def not_yet(self, user: str | None, form: Form) -> Outcome:
+        return Outcome(
+            ["this action comes with fleet control (issue 18): not in this build"], False
+        )
+
+
+#: Every action by its name in /actions/NAME. Run now, kill and route call into fleet control's
+#: functions (sqsjkr trigger, kill, route) once they are merged: each is one line here.
+ACTIONS: dict[str, Callable[[Actions, str | None, Form], Outcome]] = {
+    "pause": Actions.pause,
+    "resume": Actions.resume,
+    "unlock": Actions.unlock,
+    "redrive": Actions.redrive,
+    "trigger": Actions.not_yet,
+    "kill": Actions.not_yet,
+    "route": Actions.not_yet,
+}
+
+
+def _scope(form: Form) -> list[str] | None:
+    """The events an action names: event_id, or None for all (scope=all)."""
+    if form.get("scope") == "all":
+        return None
+    return [_required(form, "event_id")]
+
+
+def _required(form: Form, name: str) -> str:
+    value = form.get(name, "")
+    if not value:
+        raise ActionError(f"the form has no {name}")
+    return value
+
+
+def _reason(form: Form) -> str:
+    return form.get("reason", "").strip()[:500]
+
+
+def _os_login() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "anonymous"

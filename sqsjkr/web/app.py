@@ -1,0 +1,221 @@
+"""The dashboard's Flask application: its pages (server-rendered, every filter in the query string),
+the guard before each request, its headers after, and the POST-only actions behind a CSRF token.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from flask import Flask, Response, abort, flash, g, redirect, render_template, request, url_for
+from flask_wtf.csrf import CSRFError, CSRFProtect
+from werkzeug.exceptions import HTTPException
+
+from sqsjkr.backends.history import RUN_TYPE_PREFIX
+from sqsjkr.commands.audit import entry_json
+from sqsjkr.commands.daemons import ordered, queues_text
+from sqsjkr.commands.dlq import malformed
+from sqsjkr.commands.failures import aws_failure
+from sqsjkr.commands.history import format_span, record_json
+from sqsjkr.contract.duration import parse_duration
+from sqsjkr.errors import DurationError, SqsjkrError
+from sqsjkr.web import views
+from sqsjkr.web.actions import ACTIONS, Actions
+from sqsjkr.web.fleet import Fleet
+from sqsjkr.web.guard import HEADERS, Guard, Refused
+from sqsjkr.web.shown import FILTERS, message_text, plain_output
+
+#: How often an open page reads its live part again, in seconds.
+REFRESH_SECONDS = 5
+
+
+def create_app(fleet: Fleet, guard: Guard, *, enable_actions: bool = False) -> Flask:
+    """The dashboard of fleet, behind guard; actions only when enable_actions."""
+    app = Flask(__name__)
+    app.config.update(
+        SECRET_KEY=secrets.token_bytes(32),  # CSRF tokens: a restart asks for a new form
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+        WTF_CSRF_SSL_STRICT=False,  # the Host check guards the origin; a proxy may end TLS
+        SEND_FILE_MAX_AGE_DEFAULT=3600,
+    )
+    app.jinja_env.filters.update(FILTERS)
+    app.jinja_env.globals.update(
+        refresh=REFRESH_SECONDS, actions_on=enable_actions, run_key=views.run_key
+    )
+    if enable_actions:
+        CSRFProtect(app)
+    app.extensions["sqsjkr"] = (fleet, guard, Actions(fleet), enable_actions)
+    _guarded(app, guard)
+    _pages(app, fleet)
+    _fleet_pages(app, fleet)
+    _actions(app, enable_actions)
+    return app
+
+
+def _guarded(app: Flask, guard: Guard) -> None:
+    @app.before_request
+    def check() -> Any:
+        try:
+            guard.check_host(request.headers.get("Host"))
+            g.user = guard.user(request.remote_addr, request.headers.get)
+        except Refused as exc:
+            return Response(exc.reason + "\n", exc.status, exc.headers, mimetype="text/plain")
+        return None
+
+    @app.after_request
+    def headers(response: Response) -> Response:
+        response.headers.update(HEADERS)
+        if request.endpoint != "static":
+            response.headers["Cache-Control"] = "no-store"
+        return response
+
+    @app.errorhandler(Exception)
+    def failed(exc: Exception) -> Any:
+        if isinstance(exc, HTTPException):
+            return exc  # Flask's own: 404s, 403s
+        why = str(exc) if isinstance(exc, SqsjkrError) else aws_failure(exc)
+        if why is None:
+            raise exc
+        return render_template("error.html", message=why), 502
+
+    @app.errorhandler(CSRFError)
+    def csrf_refused(exc: CSRFError) -> Any:
+        return render_template("error.html", message=f"refused: {exc.description}"), 400
+
+
+def _pages(app: Flask, fleet: Fleet) -> None:
+    @app.get("/")
+    def overview() -> str:
+        return render_template("overview.html", view=views.overview(fleet), now=fleet.clock())
+
+    @app.get("/events")
+    def events() -> str:
+        wanted = views.EventFilter.of(request.args)
+        page = views.events_page(fleet, wanted)
+        return render_template(
+            "events.html", page=page, wanted=wanted, states=views.STATES, now=fleet.clock()
+        )
+
+    @app.get("/event")
+    def event() -> str:
+        event_id = request.args.get("id", "")
+        before = request.args.get("before") or None
+        if not event_id or (before is not None and not before.startswith(RUN_TYPE_PREFIX)):
+            abort(404, "no such event or page of runs")
+        runs = fleet.event_runs(event_id, views.RUNS_PER_PAGE, before)
+        summary = fleet.summary(event_id)
+        if summary is None and not runs:
+            abort(404, f"no event {event_id!r} in the history")
+        rows = views.event_rows(fleet, [summary], views.Budget()) if summary else []
+        lock_id = next((r.lock_id for r in runs if r.lock_id), None)
+        return render_template(
+            "event.html",
+            event_id=event_id,
+            row=rows[0] if rows else None,
+            runs=runs,
+            before=before,
+            more=views.run_key(runs[-1]) if len(runs) == views.RUNS_PER_PAGE else None,
+            chart=views.chart_data(runs),
+            schedules=fleet.schedules(),
+            lock_id=lock_id,
+            lock=fleet.lock(lock_id) if lock_id else None,
+            now=fleet.clock(),
+        )
+
+    @app.get("/run")
+    def run() -> str:
+        record = _run_or_404(fleet)
+        data = record_json(record, output=False)
+        return render_template(
+            "run.html", record=record, fields=data, output=plain_output(record.output)
+        )
+
+    @app.get("/run.txt")
+    def run_text() -> Response:
+        record = _run_or_404(fleet)
+        name = f"{record.event_id}-{record.message_id}.txt".replace('"', "")
+        return Response(
+            plain_output(record.output),
+            mimetype="text/plain",
+            headers={"Content-Disposition": f"attachment; filename*=UTF-8''{_ascii(name)}"},
+        )
+
+
+def _fleet_pages(app: Flask, fleet: Fleet) -> None:
+    @app.get("/running")
+    def running() -> str:
+        return render_template("running.html", running=fleet.running(), now=fleet.clock())
+
+    @app.get("/daemons")
+    def daemons() -> str:
+        now = fleet.clock()
+        members = ordered(fleet.members(), now)
+        return render_template("daemons.html", members=members, now=now, queues_text=queues_text)
+
+    @app.get("/locks")
+    def locks() -> str:
+        return render_template("locks.html", holdings=fleet.holdings(), now=fleet.clock())
+
+    @app.get("/dead-letters")
+    def dead_letters() -> str:
+        return render_template(
+            "dead_letters.html",
+            queues=fleet.dead_letters(),
+            message_text=message_text,
+            malformed=malformed,
+        )
+
+    @app.get("/audit")
+    def audit() -> str:
+        since = request.args.get("since", "7d")
+        try:
+            back = parse_duration(since, days=True).seconds
+        except DurationError as exc:
+            abort(400, f"since: {exc}")
+        entries = fleet.audit(time.time() - back)
+        return render_template(
+            "audit.html", entries=[entry_json(e) for e in entries], since=since, span=format_span
+        )
+
+
+def _run_or_404(fleet: Fleet) -> Any:
+    event_id, key = request.args.get("event", ""), request.args.get("key", "")
+    record = fleet.run(event_id, key) if event_id and key else None
+    if record is None:
+        abort(404, "no such run (its record may have expired)")
+    return record
+
+
+def _actions(app: Flask, enabled: bool) -> None:
+    @app.post("/actions/<name>")
+    def act(name: str) -> Any:
+        fleet, guard, actions, _ = app.extensions["sqsjkr"]
+        if not enabled:
+            abort(403, "actions are off: start the dashboard with --enable-actions")
+        if name not in ACTIONS:
+            abort(404, f"no action {name!r}")
+        if g.user is None and not guard.loopback:
+            abort(403, "actions need a signed-in user (--auth-header or --basic-auth-file)")
+        form = {k: v for k, v in request.form.items() if k != "csrf_token"}
+        back = _local_path(form.pop("next", "")) or url_for("overview")
+        if form.pop("confirmed", "") != "yes":
+            return render_template("confirm.html", name=name, form=form, back=back)
+        outcome = actions.run(name, g.user, form)
+        for line in outcome.lines:
+            flash(line, "ok" if outcome.ok else "error")
+        return redirect(back, 303)
+
+
+def _local_path(target: str) -> str | None:
+    """target when it is a path of this dashboard (no scheme, no host): never an open redirect."""
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
+        return None
+    return target
+
+
+def _ascii(text: str) -> str:
+    return quote(text, safe="")

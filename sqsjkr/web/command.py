@@ -1,0 +1,135 @@
+"""`sqsjkr web`: the dashboard of a config's fleet, on 127.0.0.1:8070 unless told otherwise.
+
+This module imports without the web extra, so that the command can say how to install it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import click
+
+from sqsjkr.commands.history import store_options
+from sqsjkr.commands.options import UsageFailure, load
+from sqsjkr.contract.config import Overrides
+from sqsjkr.errors import quote
+
+INSTALL_HINT = "the dashboard needs the web extra: pip install 'sqsjkr[web]'"
+
+
+def web_available() -> bool:
+    """Whether the web extra is installed (Flask, waitress, bcrypt, Flask-WTF)."""
+    try:
+        import bcrypt  # noqa: F401
+        import flask  # noqa: F401
+        import flask_wtf  # noqa: F401
+        import waitress  # noqa: F401
+        import yaml  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """--listen HOST:PORT ([::1]:8070 for IPv6; PORT 0 for any free port)."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise UsageFailure(f"--listen {quote(text)}: expected HOST:PORT (127.0.0.1:8070)")
+    return host, int(port)
+
+
+def check_proxies(proxies: tuple[str, ...], auth_header: str | None) -> None:
+    for proxy in proxies:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError as exc:
+            raise UsageFailure(f"--trusted-proxy {quote(proxy)}: {exc}") from exc
+    if bool(proxies) != bool(auth_header):
+        raise UsageFailure(
+            "--auth-header and --trusted-proxy go together: the header names the user only "
+            "when it comes from a trusted proxy"
+        )
+
+
+@click.command()
+@store_options
+@click.option(
+    "--listen",
+    default="127.0.0.1:8070",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where to serve (port 0: any free port). Other hosts than this one reach a "
+    "non-loopback address only: then give --allowed-host and a way to sign in.",
+)
+@click.option(
+    "--enable-actions",
+    is_flag=True,
+    help="Offer pause, resume, unlock and redrive (POST, with a CSRF token and a confirm "
+    "step, audited). They need a signed-in user unless the listener is loopback.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="HOST",
+    help="A Host header to serve besides the listen address (a proxy's public name); repeat.",
+)
+@click.option(
+    "--trusted-proxy",
+    "trusted_proxies",
+    multiple=True,
+    metavar="IP",
+    help="An address (or CIDR) of a reverse proxy whose --auth-header names the user; repeat.",
+)
+@click.option(
+    "--auth-header",
+    metavar="NAME",
+    help="The header a trusted proxy names the user in (X-Forwarded-User, X-Auth-Request-User).",
+)
+@click.option(
+    "--basic-auth-file",
+    metavar="PATH",
+    help="Users and bcrypt hashes, as Prometheus' web config file: basic_auth_users: {USER: HASH}.",
+)
+def web(
+    conf: str,
+    lock_table: str | None,
+    profile: str | None,
+    region: str | None,
+    listen: str,
+    enable_actions: bool,
+    allowed_hosts: tuple[str, ...],
+    trusted_proxies: tuple[str, ...],
+    auth_header: str | None,
+    basic_auth_file: str | None,
+) -> None:
+    """Serve the web dashboard of the config's fleet: what is wrong now, every event's runs,
+    daemons, locks, dead letters and the audit trail (read-only unless --enable-actions)."""
+    host, port = parse_listen(listen)
+    check_proxies(trusted_proxies, auth_header)
+    if not web_available():
+        raise click.ClickException(INSTALL_HINT)
+    from sqsjkr.web.server import WebOptions, dashboard
+
+    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    options = WebOptions(
+        host,
+        port,
+        enable_actions,
+        allowed_hosts,
+        trusted_proxies,
+        auth_header,
+        basic_auth_file,
+    )
+    served = dashboard(config, options)
+    mode = "actions on" if enable_actions else "read-only"
+    if enable_actions and not served.guard.loopback and not (auth_header or basic_auth_file):
+        mode = "actions refused: no sign-in on a non-loopback listener"
+    click.echo(f"sqsjkr web: {served.url} ({mode}); stop: Ctrl-C", err=True)
+    try:
+        served.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        served.close()

@@ -1,0 +1,491 @@
+"""The dashboard over HTTP: real waitress servers on free ports against a seeded fleet on moto.
+
+Escaping of hostile ids and output, masked secrets, headers, the Host check, CSRF, read-only
+refusals, each kind of sign-in, and the actions' effects and audit entries.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import bcrypt
+import pytest
+import requests
+
+from sqsjkr.backends.audit import DynamoAudit
+from sqsjkr.web.server import Dashboard
+from tests.conftest import wait_until
+from tests.web_fleet import (
+    HOSTILE_ID,
+    WebFleet,
+    dead_letter,
+    make_fleet,
+    module_env,
+    seed,
+)
+
+
+@pytest.fixture(scope="module")
+def fleet(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebFleet]:
+    with module_env(moto_endpoint):
+        made = make_fleet(tmp_path_factory.mktemp("web"))
+        yield made
+
+
+@pytest.fixture(scope="module")
+def seeded(fleet: WebFleet) -> dict[str, str]:
+    return seed(fleet, time.time())
+
+
+@pytest.fixture(scope="module")
+def read_only(fleet: WebFleet, seeded: dict[str, str]) -> Iterator[Dashboard]:
+    served = fleet.serve()
+    yield served
+    served.close()
+
+
+@pytest.fixture(scope="module")
+def with_actions(fleet: WebFleet, seeded: dict[str, str]) -> Iterator[Dashboard]:
+    served = fleet.serve(enable_actions=True)
+    yield served
+    served.close()
+
+
+def get(served: Dashboard, path: str, **kwargs: Any) -> requests.Response:
+    return requests.get(served.url.rstrip("/") + path, timeout=30, **kwargs)
+
+
+def form_token(page: str) -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert match, page
+    return match[1]
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path", ["/", "/events", "/running", "/daemons", "/locks", "/dead-letters", "/audit"]
+)
+def test_each_page_is_served_with_its_security_headers(read_only: Dashboard, path: str) -> None:
+    response = get(read_only, path)
+    assert response.status_code == 200, response.text
+    csp = response.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert "frame-ancestors 'none'" in csp
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert response.headers["Cache-Control"] == "no-store"
+    assert "<script>" not in re.sub(
+        r'<script src="/static/[^"]+" defer></script>', "", response.text
+    )
+
+
+def test_hostile_event_id_and_output_are_escaped(
+    read_only: Dashboard, seeded: dict[str, str]
+) -> None:
+    pages = [
+        get(read_only, "/").text,
+        get(read_only, "/events").text,
+        get(read_only, "/event", params={"id": HOSTILE_ID}).text,
+        get(read_only, "/run", params={"event": HOSTILE_ID, "key": seeded["hostile_key"]}).text,
+    ]
+    for page in pages:
+        assert HOSTILE_ID not in page
+        assert "alert(" not in page or "&lt;script&gt;alert(" in page
+        assert "<script>alert" not in page
+    run_page = pages[3]
+    assert "red text" in run_page and "cleared" in run_page
+    assert "\x1b" not in run_page
+    assert "&lt;/pre&gt;&lt;script&gt;alert(&#39;output&#39;)&lt;/script&gt;" in run_page
+
+
+def test_run_downloads_as_text_without_colour_codes(
+    read_only: Dashboard, seeded: dict[str, str]
+) -> None:
+    response = get(
+        read_only, "/run.txt", params={"event": HOSTILE_ID, "key": seeded["hostile_key"]}
+    )
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/plain")
+    assert response.headers["Content-Disposition"].startswith("attachment;")
+    assert response.text.startswith("red text\n</pre><script>")
+    assert "\x1b" not in response.text
+    assert response.headers["Cache-Control"] == "no-store"
+
+
+def test_overview_counts_failing_and_stale_and_lists_them_worst_first(read_only: Dashboard) -> None:
+    page = get(read_only, "/").text
+    assert re.search(r"<b>1</b> failing", page)
+    assert re.search(r"<b>1</b> stale", page)
+    attention = page.split("Events that need someone")[1]
+    assert "&lt;script&gt;alert(&#34;id&#34;)" in attention  # the failing one
+    assert "stale run on host-b" in attention
+    assert "hourly" not in attention
+
+
+def test_events_filter_by_state_and_text_from_the_query_string(read_only: Dashboard) -> None:
+    failing = get(read_only, "/events", params={"state": "failing"}).text
+    assert "hourly" not in failing and "&lt;script&gt;" in failing
+    found = get(read_only, "/events", params={"q": "hour"}).text
+    assert ">hourly</a>" in found and "&lt;script&gt;" not in found
+    # The strip links each cell to its run's permalink.
+    assert found.count('class="cell succeeded"') == 6
+
+
+def test_event_runs_are_paged_newest_first(read_only: Dashboard, fleet: WebFleet) -> None:
+    from sqsjkr.contract.run import RunOutcome
+    from tests.web_fleet import record
+
+    now = time.time()
+    history = fleet.history()
+    for minute in range(30):
+        history.finished(record("paged", now - 3600 + minute * 60, RunOutcome.SUCCEEDED))
+    first = get(read_only, "/event", params={"id": "paged"}).text
+    runs = first.split('<table class="runs">')[1].split("</table>")[0]
+    assert runs.count('href="/run?event=paged') == 25
+    older = re.search(r'href="(/event\?id=paged&amp;before=[^"]+)">older runs', first)
+    assert older, first
+    second = get(read_only, older[1].replace("&amp;", "&")).text
+    runs = second.split('<table class="runs">')[1].split("</table>")[0]
+    assert runs.count('href="/run?event=paged') == 5
+    assert 'data-chart="{&#34;delay&#34;: [' in first
+
+
+def test_unknown_run_and_event_are_404(read_only: Dashboard) -> None:
+    assert get(read_only, "/run", params={"event": "x", "key": "run#1#m"}).status_code == 404
+    assert get(read_only, "/event", params={"id": "never-ran"}).status_code == 404
+    assert get(read_only, "/event", params={"id": ""}).status_code == 404
+    assert get(read_only, "/event", params={"id": "hourly", "before": "<x>"}).status_code == 404
+
+
+def test_dead_letters_show_reasons_and_mask_secrets_and_environments(
+    read_only: Dashboard, fleet: WebFleet
+) -> None:
+    body = {
+        "event_id": "leaky",
+        "command": "deploy",
+        "envs": {"AWS_SECRET_ACCESS_KEY": "env-secret-value"},
+        "http": {"headers": {"Authorization": "Bearer header-secret", "Accept": "json"}},
+        "db_password": "password-secret",
+        "apiToken": "token-secret",
+    }
+    dead_letter(fleet, body)
+
+    # Another test's view may have left the page in the cache for a few seconds.
+    def shown() -> str | None:
+        text = get(read_only, "/dead-letters").text
+        return text if "leaky" in text else None
+
+    page = wait_until(shown, what="the dead letter on its page")
+    for secret in ("env-secret-value", "header-secret", "password-secret", "token-secret"):
+        assert secret not in page
+    assert "(1 variable, not shown)" in page
+    assert "&#34;Accept&#34;: &#34;json&#34;" in page or '"Accept": "json"' in page
+    assert "moved by SQS after maxReceiveCount receives" in page
+
+
+# -- refusals -----------------------------------------------------------------------------------
+
+
+def test_a_host_header_not_its_own_is_refused(fleet: WebFleet, read_only: Dashboard) -> None:
+    port = read_only.guard.port
+    refused = get(read_only, "/", headers={"Host": f"rebound.example:{port}"})
+    assert refused.status_code == 421
+    assert "rebound.example" in refused.text and "--allowed-host" in refused.text
+    assert get(read_only, "/", headers={"Host": f"localhost:{port}"}).status_code == 200
+    allowed = fleet.serve(allowed_hosts=("dash.example",))
+    try:
+        assert get(allowed, "/", headers={"Host": "dash.example"}).status_code == 200
+        assert get(allowed, "/", headers={"Host": "other.example"}).status_code == 421
+    finally:
+        allowed.close()
+
+
+def test_read_only_dashboard_refuses_actions_and_changes_nothing(
+    read_only: Dashboard, fleet: WebFleet
+) -> None:
+    before = fleet.pauses_item()
+    for name in ("pause", "resume", "unlock", "redrive"):
+        response = requests.post(
+            read_only.url + f"actions/{name}",
+            data={"scope": "all", "confirmed": "yes", "lock_id": "l"},
+            timeout=30,
+        )
+        assert response.status_code == 403, name
+        assert "--enable-actions" in response.text
+    assert fleet.pauses_item() == before
+    assert '<form class="action"' not in get(read_only, "/").text
+    assert requests.get(read_only.url + "actions/pause", timeout=30).status_code == 405
+
+
+def test_an_action_without_its_csrf_token_is_refused(
+    with_actions: Dashboard, fleet: WebFleet
+) -> None:
+    before = fleet.pauses_item()
+    response = requests.post(
+        with_actions.url + "actions/pause",
+        data={"scope": "all", "confirmed": "yes"},
+        timeout=30,
+    )
+    assert response.status_code == 400
+    assert "CSRF" in response.text
+    # A token of another session (no cookie) is refused too.
+    token = form_token(get(with_actions, "/").text)
+    response = requests.post(
+        with_actions.url + "actions/pause",
+        data={"scope": "all", "confirmed": "yes", "csrf_token": token},
+        timeout=30,
+    )
+    assert response.status_code == 400
+    assert fleet.pauses_item() == before
+
+
+def test_pause_and_resume_confirm_first_then_act_audited_as_the_web_user(
+    with_actions: Dashboard, fleet: WebFleet
+) -> None:
+    session = requests.Session()
+    token = form_token(session.get(with_actions.url + "event?id=hourly", timeout=30).text)
+    form = {
+        "csrf_token": token,
+        "event_id": "hourly",
+        "reason": "<b>maintenance</b>",
+        "until": "2h",
+    }
+    form["next"] = "/event?id=hourly"
+    confirm = session.post(with_actions.url + "actions/pause", data=form, timeout=30)
+    assert confirm.status_code == 200 and "Confirm: pause" in confirm.text
+    assert "&lt;b&gt;maintenance&lt;/b&gt;" in confirm.text
+    assert fleet.pauses_item() is None or "Pause:hourly" not in fleet.pauses_item()  # type: ignore[operator]
+    form["csrf_token"] = form_token(confirm.text)
+    done = session.post(
+        with_actions.url + "actions/pause", data={**form, "confirmed": "yes"}, timeout=30
+    )
+    assert done.url.endswith("/event?id=hourly")
+    assert "paused event &#34;hourly&#34;" in done.text
+    assert "Pause:hourly" in (fleet.pauses_item() or {})
+    entries = DynamoAudit(fleet.dynamodb, fleet.table).entries(time.time() - 60)
+    pause = next(e for e in entries if e.action == "pause" and e.target == "hourly")
+    assert pause.user.startswith("web:") and pause.reason == "<b>maintenance</b>"
+    assert pause.identity.startswith("arn:aws:")
+    token = form_token(done.text)
+    resumed = session.post(
+        with_actions.url + "actions/resume",
+        data={"csrf_token": token, "event_id": "hourly", "confirmed": "yes", "next": "/"},
+        timeout=30,
+    )
+    assert "resumed event &#34;hourly&#34;" in resumed.text
+    assert "Pause:hourly" not in (fleet.pauses_item() or {})
+
+
+def test_an_open_redirect_through_next_is_refused(with_actions: Dashboard) -> None:
+    session = requests.Session()
+    token = form_token(session.get(with_actions.url, timeout=30).text)
+    done = session.post(
+        with_actions.url + "actions/resume",
+        data={
+            "csrf_token": token,
+            "event_id": "none",
+            "confirmed": "yes",
+            "next": "//evil.example/",
+        },
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert done.status_code == 303 and done.headers["Location"] == "/"
+
+
+def test_a_live_lock_is_unlocked_only_after_typing_its_lock_id(
+    with_actions: Dashboard, fleet: WebFleet
+) -> None:
+    item = {
+        "Id": {"S": "nightly-lock"},
+        "Type": {"S": "lock"},
+        "EventId": {"S": "nightly"},
+        "Owner": {"S": "host-c:3:z"},
+        "LeaseUntil": {"N": str(time.time() + 3600)},
+    }
+    fleet.dynamodb.put_item(TableName=fleet.table, Item=item)
+    session = requests.Session()
+    page = session.get(with_actions.url + "locks", timeout=30).text
+    assert "Live lease: type its lock_id" in page
+    data = {"csrf_token": form_token(page), "lock_id": "nightly-lock", "confirmed": "yes"}
+    refused = session.post(with_actions.url + "actions/unlock", data=data, timeout=30)
+    assert "type its lock_id to remove a live lease" in refused.text
+    key = {"Id": {"S": "nightly-lock"}, "Type": {"S": "lock"}}
+    assert "Item" in fleet.dynamodb.get_item(TableName=fleet.table, Key=key)
+    data["typed_lock_id"] = "nightly-lock"
+    data["csrf_token"] = form_token(refused.text)
+    done = session.post(with_actions.url + "actions/unlock", data=data, timeout=30)
+    assert "removed lock &#34;nightly-lock&#34;" in done.text
+    assert "Item" not in fleet.dynamodb.get_item(TableName=fleet.table, Key=key)
+
+
+def test_redrive_moves_a_dead_letter_back(with_actions: Dashboard, fleet: WebFleet) -> None:
+    message_id = dead_letter(fleet, {"event_id": "back", "command": "true"})
+    session = requests.Session()
+    page = session.get(with_actions.url + "dead-letters", timeout=30).text
+    data = {
+        "csrf_token": form_token(page),
+        "queue": fleet.queue_name,
+        "message_ids": message_id,
+        "confirmed": "yes",
+    }
+    done = session.post(with_actions.url + "actions/redrive", data=data, timeout=30)
+    assert f"moved {message_id}" in done.text
+    received = fleet.sqs.receive_message(QueueUrl=fleet.queue_url, WaitTimeSeconds=1)
+    assert any('"back"' in m["Body"] for m in received.get("Messages", []))
+
+
+def test_trigger_kill_and_route_say_they_come_with_fleet_control(with_actions: Dashboard) -> None:
+    session = requests.Session()
+    token = form_token(session.get(with_actions.url, timeout=30).text)
+    done = session.post(
+        with_actions.url + "actions/kill",
+        data={"csrf_token": token, "confirmed": "yes", "event_id": "x"},
+        timeout=30,
+    )
+    assert "comes with fleet control" in done.text
+
+
+# -- signing in ---------------------------------------------------------------------------------
+
+
+def test_basic_auth_against_a_prometheus_web_config_file(fleet: WebFleet, tmp_path: Path) -> None:
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    users = tmp_path / "web.yml"
+    users.write_text(f"basic_auth_users:\n  alice: {hashed}\n")
+    served = fleet.serve(basic_auth_file=str(users))
+    try:
+        anonymous = get(served, "/")
+        assert anonymous.status_code == 401
+        assert anonymous.headers["WWW-Authenticate"].startswith("Basic")
+        assert get(served, "/", auth=("alice", "wrong")).status_code == 401
+        assert get(served, "/", auth=("mallory", "s3cret")).status_code == 401
+        signed_in = get(served, "/", auth=("alice", "s3cret"))
+        assert signed_in.status_code == 200 and "alice" in signed_in.text
+        garbled = get(served, "/", headers={"Authorization": "Basic !!"})
+        assert garbled.status_code == 401
+    finally:
+        served.close()
+
+
+def test_a_bad_basic_auth_file_is_named(fleet: WebFleet, tmp_path: Path) -> None:
+    from sqsjkr.errors import ConfigError
+    from sqsjkr.web.guard import load_users
+
+    bad = tmp_path / "bad.yml"
+    bad.write_text("basic_auth_users:\n  bob: plaintext\n")
+    with pytest.raises(ConfigError, match=r"user \"bob\" has no bcrypt hash"):
+        load_users(str(bad))
+    bad.write_text("tls_server_config: {}\nbasic_auth_users: {}\n")
+    with pytest.raises(ConfigError, match="tls_server_config"):
+        load_users(str(bad))
+
+
+def test_identity_header_is_trusted_from_the_trusted_proxy_only(fleet: WebFleet) -> None:
+    trusting = fleet.serve(trusted_proxies=("127.0.0.1",), auth_header="X-Forwarded-User")
+    distrusting = fleet.serve(trusted_proxies=("10.9.9.9",), auth_header="X-Forwarded-User")
+    try:
+        signed_in = get(trusting, "/", headers={"X-Forwarded-User": "carol@example.com"})
+        assert signed_in.status_code == 200 and "carol@example.com" in signed_in.text
+        assert get(trusting, "/").status_code == 401
+        forged = get(distrusting, "/", headers={"X-Forwarded-User": "carol@example.com"})
+        assert forged.status_code == 403 and "--trusted-proxy" in forged.text
+    finally:
+        trusting.close()
+        distrusting.close()
+
+
+def test_actions_need_a_user_when_the_listener_is_not_loopback(fleet: WebFleet) -> None:
+    served = fleet.serve(host="0.0.0.0", enable_actions=True, allowed_hosts=("127.0.0.1",))
+    try:
+        session = requests.Session()
+        token = form_token(session.get(served.url, timeout=30).text)
+        refused = session.post(
+            served.url + "actions/pause",
+            data={"csrf_token": token, "scope": "all", "confirmed": "yes"},
+            timeout=30,
+        )
+        assert refused.status_code == 403 and "signed-in user" in refused.text
+        assert "Pause:*" not in (fleet.pauses_item() or {})
+    finally:
+        served.close()
+
+
+# -- the command --------------------------------------------------------------------------------
+
+
+def test_web_command_names_the_extra_when_flask_is_missing(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['flask'] = None\n"
+        "from sqsjkr.commands.cli import main\n"
+        "main(['web', '--conf', 'none.toml'])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "pip install 'sqsjkr[web]'" in result.stderr
+
+
+def test_web_command_serves_and_prints_its_url(fleet: WebFleet, seeded: dict[str, str]) -> None:
+    from tests.conftest import sqsjkr_argv
+
+    proc = subprocess.Popen(
+        sqsjkr_argv("web", "--conf", str(fleet.conf), "--listen", "127.0.0.1:0"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        match = re.search(r"sqsjkr web: (http://127\.0\.0\.1:\d+/) \(read-only\)", line)
+        assert match, line
+        assert "hourly" in requests.get(match[1] + "events", timeout=30).text
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_web_command_refuses_a_header_without_a_trusted_proxy() -> None:
+    from sqsjkr.commands.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["web", "--auth-header", "X-User"])
+    assert exit_.value.code == 2
+
+
+def test_overview_reads_summaries_through_the_index_and_never_scans(
+    fleet: WebFleet, seeded: dict[str, str]
+) -> None:
+    from sqsjkr.commands.options import load
+    from sqsjkr.web.fleet import Fleet
+    from sqsjkr.web.views import overview
+
+    reads = Fleet(load(str(fleet.conf)))
+    calls: list[str] = []
+    reads.store.client.meta.events.register(
+        "before-call.dynamodb", lambda model, **_: calls.append(model.name)
+    )
+    overview(reads)
+    assert "Scan" not in calls
+    assert calls.count("Query") <= 1 + 50  # the index, then runs within the view's budget
+    calls.clear()
+    overview(reads)  # within the cache's few seconds: no call at all
+    assert calls == []
+
+
+def test_the_command_list_and_the_daemon_do_not_import_the_web_extra() -> None:
+    code = (
+        "import sys\n"
+        "from sqsjkr.commands.cli import cli\n"
+        "for name in cli.list_commands(None):\n"
+        "    cli.get_command(None, name)\n"
+        "print(sorted(m for m in ('flask', 'waitress', 'bcrypt', 'flask_wtf') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr

@@ -1,0 +1,197 @@
+"""The dashboard end to end in headless Chromium (Debian's, driven by Playwright): `sqsjkr local --demo`
+runs a real daemon on moto with the demo's jobs and serves the dashboard; the browser goes from
+the overview to an event to a run, pauses and resumes, and watches a page refresh itself.
+
+SQSJKR_SCREENSHOTS=DIR saves the overview, an event and a run as PNG files there (docs/ for
+the README's pictures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Daemon, sqsjkr_argv, wait_until
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = os.environ.get("SQSJKR_SCREENSHOTS")
+
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI"):
+        raise RuntimeError(f"{CHROMIUM} is missing in CI: .ci/run installs Debian's chromium")
+    pytest.skip(
+        f"no browser: {CHROMIUM} is not installed (apt-get install chromium)",
+        allow_module_level=True,
+    )
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+
+class Demo:
+    """`sqsjkr local --demo` once its demo has run: its dashboard, endpoint and config."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        log = daemon.log
+        dashboard = re.search(r"^Dashboard: (http://127\.0\.0\.1:\d+/)$", log, re.M)
+        endpoint = re.search(r"AWS endpoint (http://127\.0\.0\.1:\d+) \(moto\)", log)
+        conf = re.search(r" -c (\S+/config\.toml)", log)
+        assert dashboard and endpoint and conf, log
+        self.url = dashboard[1]
+        self.endpoint = endpoint[1]
+        self.conf = conf[1]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+        }
+        command = sqsjkr_argv(args[0], "-c", self.conf, *args[1:])
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[Demo]:
+    workdir = tmp_path
+    daemon = Daemon(["local", "--demo", "--stats-port", "0", "--web-port", "0"], {}, workdir)
+    try:
+        daemon.wait_for_log("The daemon keeps running", timeout=90)
+        running = Demo(daemon)
+        more_runs(running)
+        yield running
+    finally:
+        daemon.kill()
+
+
+def more_runs(demo: Demo) -> None:
+    """A few more runs of demo-fail, of several lengths, most of them successes: its strip and
+    chart have something to show. The last one fails, so that it still needs someone."""
+    for step, (sleep, code) in enumerate([(0.2, 0), (0.5, 0), (0.3, 1), (0.8, 0), (0.4, 0)]):
+        command = f"sleep {sleep}; echo 'step {step}'; exit {code}"
+        sent = demo.cli("send", "--event-id", "demo-fail", "--command", command)
+        assert sent.returncode == 0, sent.stderr
+    wait_until(lambda: runs_of(demo, "demo-fail") == 6, timeout=30, what="5 more runs")
+    demo.cli("send", "--event-id", "demo-fail", "--command", "echo 'about to fail' >&2; exit 3")
+    wait_until(lambda: runs_of(demo, "demo-fail") == 7, timeout=30, what="a last failure")
+
+
+def runs_of(demo: Demo, event_id: str) -> int:
+    shown = demo.cli("history", event_id, "--json", "--limit", "20")
+    return len(json.loads(shown.stdout)) if shown.returncode == 0 else 0
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    opened = context.new_page()
+    violations: list[str] = []
+    opened.on(
+        "console",
+        lambda message: (
+            violations.append(message.text)
+            if "Content Security Policy" in message.text or message.type == "error"
+            else None
+        ),
+    )
+    yield opened
+    context.close()
+    # htmx, uPlot and app.js run under the page's CSP: nothing of theirs is refused.
+    assert violations == []
+
+
+def shot(page: Any, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=True)
+
+
+@pytest.mark.timeout(300)  # the demo's run, a few more runs, and the browser's steps
+def test_the_dashboard_in_a_browser(demo: Demo, page: Any) -> None:
+    """One test, so that xdist runs the demo and the browser once, on one worker."""
+    overview_to_event_to_run(demo, page)
+    pause_and_resume_an_event_with_a_confirm_step(demo, page)
+    a_page_refreshes_itself_without_a_reload(demo, page)
+
+
+def overview_to_event_to_run(demo: Demo, page: Any) -> None:
+    expect = sync_api.expect
+    page.goto(demo.url)
+    expect(page.locator("h1")).to_have_text("What is wrong now")
+    expect(page.locator(".count.state-failing b")).not_to_have_text("0")
+    attention = page.locator("table.attention")
+    expect(attention).to_contain_text("demo-fail")
+    shot(page, "dashboard-overview.png")
+
+    attention.get_by_role("link", name="demo-fail").click()
+    expect(page.locator("h1")).to_contain_text("demo-fail")
+    expect(page.locator("#chart .uplot")).to_be_visible()  # drawn by app.js under the CSP
+    expect(page.locator("table.runs tbody tr").first).to_contain_text("errored")
+    shot(page, "dashboard-event.png")
+
+    page.locator("table.runs tbody tr").first.get_by_role("link").click()
+    expect(page.locator("h1")).to_contain_text("Run of")
+    expect(page.locator("pre.output")).not_to_be_empty()
+    expect(page.get_by_role("link", name="Download as text")).to_be_visible()
+    shot(page, "dashboard-run.png")
+
+
+def pause_and_resume_an_event_with_a_confirm_step(demo: Demo, page: Any) -> None:
+    expect = sync_api.expect
+    page.goto(demo.url + "event?id=demo-hello")
+    form = page.locator("form.action")
+    form.get_by_label("Reason").fill("e2e check")
+    form.get_by_label("Until").fill("1h")
+    form.get_by_role("button", name="Pause this event").click()
+    expect(page.locator("h1")).to_have_text("Confirm: pause")
+    page.get_by_role("button", name="Yes, pause").click()
+    expect(page.locator(".flash")).to_contain_text('paused event "demo-hello"')
+    expect(page.locator(".facts")).to_contain_text("e2e check")
+    assert "demo-hello" in demo.cli("status").stdout.split("PAUSED", 1)[1]
+
+    page.get_by_role("button", name="Resume this event").click()
+    page.get_by_role("button", name="Yes, resume").click()
+    expect(page.locator(".flash")).to_contain_text('resumed event "demo-hello"')
+    audit = demo.cli("audit").stdout
+    assert re.search(r"pause\s+demo-hello\s+web:\S+@", audit), audit
+    assert re.search(r"resume\s+demo-hello\s+web:\S+@", audit), audit
+
+
+def a_page_refreshes_itself_without_a_reload(demo: Demo, page: Any) -> None:
+    expect = sync_api.expect
+    page.goto(demo.url)
+    page.evaluate("window.notReloaded = true")
+    expect(page.locator(".count.state-paused b")).to_have_text("0")
+    paused = demo.cli("pause", "--all", "--until", "10m", "--reason", "refresh check")
+    assert paused.returncode == 0, paused.stderr
+    try:
+        # htmx reads the live part again every few seconds: the count changes in place.
+        expect(page.locator(".count.state-paused b")).not_to_have_text("0", timeout=20_000)
+        assert page.evaluate("window.notReloaded") is True
+    finally:
+        demo.cli("resume", "--all")
