@@ -6,6 +6,7 @@ The daemon that holds the claim acts on it at its next heartbeat (docs/semantics
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,7 @@ from sqsjkr.backends.dedupe import claim_key
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.kills import KillAnswer, KillResult, request_kill
 from sqsjkr.backends.lease import lease_timing
-from sqsjkr.commands.audit import command_auditor, os_user
+from sqsjkr.commands.audit import Auditor, command_auditor, os_user
 from sqsjkr.commands.history import (
     Store,
     format_duration,
@@ -128,20 +129,8 @@ def kill(
     Exit 1, changing nothing, when nothing of TARGET is in progress.
     """
     store = open_store(conf, lock_table, profile, region)
-    if store.config.dedupe.backend != "dynamodb":
-        raise UsageFailure(
-            f'kill needs the runs\' claims in the table ([dedupe] backend = "dynamodb"); {conf} '
-            f"has {store.config.dedupe.backend!r}"
-        )
-    with store.reading():
-        live = live_runs(store, target)
-        ids = ", ".join(run.message_id for run in live)
-        command_auditor(store.config)("kill", target, reason=reason, detail=f"message {ids}")
-        mark = KillMark(os_user(), reason, time.time())
-        results = [
-            (run, request_kill(store.client, store.table, claim_key(run.message_id), mark))
-            for run in live
-        ]
+    need_claims(store, conf)
+    results = kill_runs(store, command_auditor(store.config), os_user(), target, reason, _warn)
     beat, _ = lease_timing(store.config.lock.lease.seconds)
     for run, result in results:
         if result.answer is KillAnswer.ENDED:
@@ -159,16 +148,50 @@ def kill(
     return 0 if all(killed) else 1
 
 
-def live_runs(store: Store, target: str) -> list[Target]:
-    """The runs of target whose claims are in progress now (those that have ended are said on
-    stderr); a ClickException, before anything is written, when there are none."""
+def need_claims(store: Store, conf: str) -> None:
+    """Refused unless the runs' claims are in the table, where a kill marks them."""
+    if store.config.dedupe.backend != "dynamodb":
+        raise UsageFailure(
+            f'kill needs the runs\' claims in the table ([dedupe] backend = "dynamodb"); {conf} '
+            f"has {store.config.dedupe.backend!r}"
+        )
+
+
+def kill_runs(
+    store: Store,
+    audit: Auditor,
+    by: str,
+    target: str,
+    reason: str,
+    say: Callable[[str], None],
+) -> list[tuple[Target, KillResult]]:
+    """Mark the claim of each run of target in progress, audited first: what `kill` and the
+    dashboard both do. say hears the runs of target that have ended."""
+    with store.reading():
+        live = live_runs(store, target, say)
+        ids = ", ".join(run.message_id for run in live)
+        audit("kill", target, reason=reason, detail=f"message {ids}")
+        mark = KillMark(by, reason, time.time())
+        return [
+            (run, request_kill(store.client, store.table, claim_key(run.message_id), mark))
+            for run in live
+        ]
+
+
+def _warn(line: str) -> None:
+    click.echo(f"sqsjkr: {line}", err=True)
+
+
+def live_runs(store: Store, target: str, say: Callable[[str], None]) -> list[Target]:
+    """The runs of target whose claims are in progress now (say hears those that have ended);
+    a ClickException, before anything is written, when there are none."""
     runs = find_runs(store.history, target)
     live = [run for run in runs if _in_progress(store.client.get_item(**_claim(store, run)))]
     if not live and len(runs) == 1:
         raise click.ClickException(f"{_ended_line(runs[0])}: nothing changed")
     for run in runs:
         if run not in live:
-            click.echo(f"sqsjkr: {_ended_line(run)}", err=True)
+            say(_ended_line(run))
     if not live:
         raise click.ClickException(f"no run of {quote(target)} is in progress: nothing changed")
     return live

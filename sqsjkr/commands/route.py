@@ -12,7 +12,7 @@ import click
 from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.backends.routes import DynamoRoutes, Route, routed
 from sqsjkr.backends.sqs import resolve_queue_url
-from sqsjkr.commands.audit import command_auditor, os_user
+from sqsjkr.commands.audit import Auditor, command_auditor, os_user
 from sqsjkr.commands.history import aligned, local_time, store_options
 from sqsjkr.commands.locks import Table, table_of
 from sqsjkr.commands.options import UsageFailure, load, reason_option
@@ -98,15 +98,23 @@ def route(
     if event_id is None:
         list_routes(store, table, as_json)
         return 0
+    audit = command_auditor(config)
     if clear:
-        return clear_route(config, store, table, event_id, reason)
+        click.echo(clear_route(store, table, audit, event_id, reason))
+        return 0
     assert queue_name is not None
-    return set_route(
-        config, store, table, Route(event_id, queue_name, time.time(), reason, os_user())
-    )
+    made = Route(event_id, queue_name, time.time(), reason, os_user())
+    for line in set_route(config, store, table, audit, made):
+        click.echo(line)
+    honour_note(config)
+    return 0
 
 
-def set_route(config: Config, store: DynamoRoutes, table: Table, made: Route) -> int:
+def set_route(
+    config: Config, store: DynamoRoutes, table: Table, audit: Auditor, made: Route
+) -> list[str]:
+    """Route made.event_id to made.queue, audited first: what `route` and the dashboard both
+    do. What was done, as lines; a ClickException when it was routed there already."""
     with table.reading():
         before = routed(store.routes(), made.event_id)
     if before is not None and before.queue == made.queue:
@@ -115,28 +123,26 @@ def set_route(config: Config, store: DynamoRoutes, table: Table, made: Route) ->
             f"({route_text(before)})"
         )
     check_queue(config, made.queue)
-    command_auditor(config)(
-        "route", made.event_id, reason=made.reason, detail=f"to queue {made.queue}"
-    )
+    audit("route", made.event_id, reason=made.reason, detail=f"to queue {made.queue}")
     with table.reading():
         store.route(made)
-    click.echo(f"routed {route_text(made)}")
+    lines = [f"routed {route_text(made)}"]
     if before is not None:
-        click.echo(f"  it replaces the route to queue {escape(before.queue)}")
-    honour_note(config)
-    return 0
+        lines.append(f"  it replaces the route to queue {escape(before.queue)}")
+    return lines
 
 
 def clear_route(
-    config: Config, store: DynamoRoutes, table: Table, event_id: str, reason: str
-) -> int:
+    store: DynamoRoutes, table: Table, audit: Auditor, event_id: str, reason: str
+) -> str:
+    """Remove event_id's route, audited first; what was cleared. A ClickException when it had
+    none."""
     with table.reading():
         before = routed(store.routes(), event_id)
     if before is None:
         raise click.ClickException(f"event {quote(event_id)} has no route: nothing cleared")
-    command_auditor(config)("route", event_id, reason=reason, detail="cleared")
+    audit("route", event_id, reason=reason, detail="cleared")
     with table.reading():
         cleared = store.clear([event_id])
     # Cleared by someone else meanwhile: the route is gone all the same.
-    click.echo(f"cleared the route of {route_text(cleared[0] if cleared else before)}")
-    return 0
+    return f"cleared the route of {route_text(cleared[0] if cleared else before)}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from sqsjkr.backends.sqs import (
     resolve_queue_url,
     trigger_attributes,
 )
-from sqsjkr.commands.audit import command_auditor
+from sqsjkr.commands.audit import Auditor, command_auditor
 from sqsjkr.commands.history import Store, history_lines, store_of, store_options
 from sqsjkr.commands.next_runs import read_schedules
 from sqsjkr.commands.options import UsageFailure, load, reason_option
@@ -110,6 +110,41 @@ def send_now(sqs: Any, schedule: EventSchedule, to: Destination, by: str, reason
     return str(sqs.send_message(**request)["MessageId"])
 
 
+@dataclass(frozen=True)
+class Triggered:
+    """A message sent by a trigger: its id, the schedule whose message it is, and where it went."""
+
+    message_id: str
+    schedule: EventSchedule
+    to: Destination
+
+
+def trigger_event(
+    config: Config,
+    store: Store,
+    audit: Auditor,
+    event_id: str,
+    schedule_name: str | None,
+    reason: str,
+    warn: Callable[[str], None],
+) -> Triggered:
+    """Send event_id's schedule's exact message to its queue (or route), audited first: what
+    `trigger` and the dashboard's "run now" both do. warn hears a disabled schedule."""
+    found = read_schedules(config, store.session)
+    schedule = pick_schedule(found, event_id, schedule_name, where_looked(config, store.session))
+    if schedule.message is None:
+        raise ResourceMissingError(f"schedule {quote(schedule.name)} sends no input to send")
+    with store.reading():
+        to = destination(schedule, DynamoRoutes(store.client, store.table))
+    if not schedule.enabled:
+        warn(f"note: schedule {quote(schedule.name)} is disabled")
+    entry = audit(
+        "trigger", event_id, reason=reason, detail=f"schedule {schedule.name} to queue {to.name}"
+    )
+    message_id = send_now(make_client(store.session, "sqs"), schedule, to, entry.user, reason)
+    return Triggered(message_id, schedule, to)
+
+
 def follow(store: Store, event_id: str, message_id: str) -> RunRecord:
     """Wait for the final record of the message's run and return it; each run before it that
     ends but runs again (a retry, a stopped daemon) is said on stderr."""
@@ -168,18 +203,16 @@ def trigger(
             '--wait follows the run history, which is off ([history] backend = "none")'
         )
     store = store_of(config)
-    found = read_schedules(config, store.session)
-    schedule = pick_schedule(found, event_id, schedule_name, where_looked(config, store.session))
-    if schedule.message is None:
-        raise ResourceMissingError(f"schedule {quote(schedule.name)} sends no input to send")
-    with store.reading():
-        to = destination(schedule, DynamoRoutes(store.client, store.table))
-    if not schedule.enabled:
-        click.echo(f"sqsjkr: note: schedule {quote(schedule.name)} is disabled", err=True)
-    entry = command_auditor(config)(
-        "trigger", event_id, reason=reason, detail=f"schedule {schedule.name} to queue {to.name}"
+    sent = trigger_event(
+        config,
+        store,
+        command_auditor(config),
+        event_id,
+        schedule_name,
+        reason,
+        lambda line: click.echo(f"sqsjkr: {line}", err=True),
     )
-    message_id = send_now(make_client(store.session, "sqs"), schedule, to, entry.user, reason)
+    message_id, to = sent.message_id, sent.to
     click.echo(message_id)
     click.echo(f"sqsjkr: sent to queue {escape(to.name)}: {escape(to.why)}", err=True)
     if not wait:
