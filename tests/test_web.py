@@ -15,18 +15,23 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
+import boto3
 import pytest
 import requests
 
 from sqsjkr.backends.audit import DynamoAudit
+from sqsjkr.backends.dedupe import DynamoDedupe
+from sqsjkr.backends.sqs import TRIGGERED_BY_ATTRIBUTE
+from sqsjkr.contract.run import RunOutcome, RunStart
 from sqsjkr.web.server import Dashboard
-from tests.conftest import wait_until
+from tests.conftest import REGION, wait_until
 from tests.web_fleet import (
     HOSTILE_ID,
     WebFleet,
     dead_letter,
     make_fleet,
     module_env,
+    record,
     seed,
 )
 
@@ -139,9 +144,6 @@ def test_events_filter_by_state_and_text_from_the_query_string(read_only: Dashbo
 
 
 def test_event_runs_are_paged_newest_first(read_only: Dashboard, fleet: WebFleet) -> None:
-    from sqsjkr.contract.run import RunOutcome
-    from tests.web_fleet import record
-
     now = time.time()
     history = fleet.history()
     for minute in range(30):
@@ -342,15 +344,154 @@ def test_redrive_moves_a_dead_letter_back(with_actions: Dashboard, fleet: WebFle
     assert any('"back"' in m["Body"] for m in received.get("Messages", []))
 
 
-def test_trigger_kill_and_route_say_they_come_with_fleet_control(with_actions: Dashboard) -> None:
-    session = requests.Session()
-    token = form_token(session.get(with_actions.url, timeout=30).text)
+def act(
+    served: Dashboard, session: requests.Session, name: str, page: str, data: dict[str, str]
+) -> tuple[requests.Response, requests.Response]:
+    """Post action name from page as its form does: the confirm step, then the action."""
+    form = {"csrf_token": form_token(session.get(served.url + page[1:], timeout=30).text)}
+    form.update(data, next=page)
+    confirm = session.post(served.url + f"actions/{name}", data=form, timeout=30)
+    assert confirm.status_code == 200 and f"Confirm: {name}" in confirm.text, confirm.text
+    form["csrf_token"] = form_token(confirm.text)
     done = session.post(
+        served.url + f"actions/{name}", data={**form, "confirmed": "yes"}, timeout=30
+    )
+    assert done.status_code == 200, done.text
+    return confirm, done
+
+
+def audit_of(fleet: WebFleet, action: str, target: str) -> list[Any]:
+    entries = DynamoAudit(fleet.dynamodb, fleet.table).entries(time.time() - 120)
+    return [e for e in entries if e.action == action and e.target == target]
+
+
+def schedule_of(fleet: WebFleet, event_id: str, body: str) -> None:
+    """An EventBridge Scheduler schedule in the fleet's group that sends body to its queue."""
+    arn = fleet.sqs.get_queue_attributes(QueueUrl=fleet.queue_url, AttributeNames=["QueueArn"])
+    boto3.client("scheduler", region_name=REGION).create_schedule(
+        Name=f"{event_id}-schedule",
+        GroupName=fleet.table,
+        ScheduleExpression="cron(0 3 * * ? *)",
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={
+            "Arn": arn["Attributes"]["QueueArn"],
+            "RoleArn": "arn:aws:iam::123456789012:role/sqsjkr-scheduler",
+            "Input": body,
+        },
+    )
+
+
+def take_message(fleet: WebFleet, message_id: str) -> dict[str, Any]:
+    """The message of that id, received from the fleet's queue and deleted."""
+
+    def received() -> dict[str, Any] | None:
+        messages = fleet.sqs.receive_message(
+            QueueUrl=fleet.queue_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+        ).get("Messages", [])
+        mine = next((m for m in messages if m["MessageId"] == message_id), None)
+        if mine is not None:
+            fleet.sqs.delete_message(QueueUrl=fleet.queue_url, ReceiptHandle=mine["ReceiptHandle"])
+        return mine
+
+    return wait_until(received, what=f"message {message_id} on the queue")  # type: ignore[no-any-return]
+
+
+def test_run_now_confirms_then_sends_the_schedule_s_message_audited_as_the_web_user(
+    with_actions: Dashboard, fleet: WebFleet
+) -> None:
+    body = '{"event_id": "nightly-web",  "command": "echo triggered"}'
+    schedule_of(fleet, "nightly-web", body)
+    fleet.history().finished(record("nightly-web", time.time() - 600, RunOutcome.SUCCEEDED))
+    session = requests.Session()
+    page = "/event?id=nightly-web"
+    assert ">Run now</button>" in session.get(with_actions.url + page[1:], timeout=30).text
+    confirm, done = act(with_actions, session, "trigger", page, {"event_id": "nightly-web"})
+    assert done.url.endswith(page)
+    sent = re.search(r"sent message (\S+) to queue " + re.escape(fleet.queue_name), done.text)
+    assert sent, done.text
+    [entry] = audit_of(fleet, "trigger", "nightly-web")
+    assert entry.user.startswith("web:") and "to queue " + fleet.queue_name in entry.detail
+    message = take_message(fleet, sent[1])
+    assert message["Body"] == body  # the schedule's exact message
+    by = message["MessageAttributes"][TRIGGERED_BY_ATTRIBUTE]["StringValue"]
+    assert by == entry.user
+
+
+def test_kill_confirms_then_marks_the_run_s_claim_audited_as_the_web_user(
+    with_actions: Dashboard, fleet: WebFleet
+) -> None:
+    claim = DynamoDedupe(fleet.dynamodb, fleet.table, retention_seconds=3600, lease_seconds=600)
+    taken = claim.claim("m-web-kill")
+    assert taken.lease is not None
+    now = time.time()
+    start = RunStart("killable", "m-web-kill", "host-k", taken.lease.owner, now, now, "sleep 600")
+    fleet.history().started(start)
+    session = requests.Session()
+    page = "/run?event=killable&message=m-web-kill"
+
+    # Another test's view may have left the summaries in the cache for a few seconds.
+    def shown_in_progress() -> str | None:
+        text = session.get(with_actions.url + page[1:], timeout=30).text
+        return text if "Run in progress of" in text else None
+
+    shown = wait_until(shown_in_progress, what="the run in progress on its page")
+    assert ">Kill</button>" in shown and "host-k" in shown
+    confirm = session.post(
         with_actions.url + "actions/kill",
-        data={"csrf_token": token, "confirmed": "yes", "event_id": "x"},
+        data={"csrf_token": form_token(shown), "target": "m-web-kill", "reason": "", "next": page},
         timeout=30,
     )
-    assert "comes with fleet control" in done.text
+    assert 'name="reason"' in confirm.text  # the confirm step asks why
+    assert "KillAt" not in (fleet.item("m-web-kill", "throttle") or {})
+    done = act(with_actions, session, "kill", page, {"target": "m-web-kill", "reason": "hung"})[1]
+    assert "kill requested: the run of event &#34;killable&#34;" in done.text
+    item = fleet.item("m-web-kill", "throttle") or {}
+    [entry] = audit_of(fleet, "kill", "m-web-kill")
+    assert item["KillBy"]["S"] == entry.user and entry.user.startswith("web:")
+    again = act(with_actions, session, "kill", page, {"target": "m-web-kill"})[1]
+    assert "kill already requested by web:" in again.text and "nothing changed" in again.text
+
+
+def test_route_and_clear_confirm_then_act_audited_and_show_on_the_event_pages(
+    with_actions: Dashboard, fleet: WebFleet
+) -> None:
+    session = requests.Session()
+    page = "/event?id=hourly"
+    assert "none: its jobs run from the queue they are sent to" in get(with_actions, page).text
+    other = fleet.queue_name + "-dlq"
+    data = {"event_id": "hourly", "queue": other, "reason": "heavy <b>"}
+    confirm, done = act(with_actions, session, "route", page, data)
+    assert "routed event &#34;hourly&#34; to queue " + other in done.text
+    [entry] = audit_of(fleet, "route", "hourly")
+    assert entry.user.startswith("web:") and entry.detail == f"to queue {other}"
+    facts = done.text.split('<dd class="route">')[1].split("</dd>")[0]
+    assert f"routed to {other}" in facts and "heavy &lt;b&gt;" in facts
+    events = get(with_actions, "/events", params={"q": "hourly"}).text
+    assert '<span class="routed" title="routed by web:' in events
+    missing = act(with_actions, session, "route", page, {**data, "queue": "no-such-queue"})[1]
+    assert "queue &#34;no-such-queue&#34; does not exist" in missing.text
+    cleared = act(with_actions, session, "route", page, {"event_id": "hourly", "clear": "yes"})[1]
+    assert "cleared the route of event &#34;hourly&#34;" in cleared.text
+    assert "none: its jobs run from the queue they are sent to" in cleared.text
+    assert [e.detail for e in audit_of(fleet, "route", "hourly")].count("cleared") == 1
+
+
+@pytest.mark.parametrize("name", ["trigger", "kill", "route"])
+def test_fleet_control_actions_are_refused_without_csrf_or_without_enable_actions(
+    with_actions: Dashboard, read_only: Dashboard, fleet: WebFleet, name: str
+) -> None:
+    data = {
+        "event_id": "refused",
+        "target": "refused",
+        "queue": fleet.queue_name,
+        "confirmed": "yes",
+    }
+    refused = requests.post(with_actions.url + f"actions/{name}", data=data, timeout=30)
+    assert refused.status_code == 400 and "CSRF" in refused.text
+    off = requests.post(read_only.url + f"actions/{name}", data=data, timeout=30)
+    assert off.status_code == 403 and "--enable-actions" in off.text
+    assert audit_of(fleet, name, "refused") == []
+    assert ">Run now</button>" not in get(read_only, "/event", params={"id": "hourly"}).text
 
 
 # -- signing in ---------------------------------------------------------------------------------

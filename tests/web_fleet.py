@@ -50,6 +50,13 @@ class WebFleet:
         key = {"Id": {"S": "sqsjkr:pauses"}, "Type": {"S": "pause"}}
         return self.dynamodb.get_item(TableName=self.table, Key=key).get("Item")
 
+    def item(self, id_: str, type_: str) -> dict[str, Any] | None:
+        key = {"Id": {"S": id_}, "Type": {"S": type_}}
+        found: dict[str, Any] | None = self.dynamodb.get_item(
+            TableName=self.table, Key=key, ConsistentRead=True
+        ).get("Item")
+        return found
+
     def serve(self, **options: Any) -> Dashboard:
         options.setdefault("port", 0)
         served = dashboard(load(str(self.conf)), WebOptions(**options))
@@ -74,6 +81,13 @@ stats_port = {stats_port}
 [lock]
 table = "{table}"
 retry_interval = "0.1s"
+lease = "3s"
+
+[history]
+live_output_interval = "1s"
+
+[schedule]
+group = "{table}"
 """
 
 
@@ -99,6 +113,7 @@ def make_fleet(directory: Path) -> WebFleet:
     dlq_url = sqs.get_queue_url(QueueName=f"{name}-dlq")["QueueUrl"]
     table = f"sqsjkr-web-{suffix}"
     create_table(dynamodb, table)
+    boto3.client("scheduler", region_name=REGION).create_schedule_group(Name=table)
     conf = directory / f"{name}.toml"
     conf.write_text(config_text(name, table))
     return WebFleet(sqs, dynamodb, name, url, dlq_url, table, conf)

@@ -14,11 +14,17 @@ from dataclasses import dataclass, field
 import click
 
 from sqsjkr.backends.audit import DynamoAudit
+from sqsjkr.backends.kills import KillAnswer
+from sqsjkr.backends.lease import lease_timing
 from sqsjkr.backends.pause import DynamoPauses
+from sqsjkr.backends.routes import DynamoRoutes, Route
 from sqsjkr.commands.audit import Actor, Auditor, aws_identity
 from sqsjkr.commands.dlq import queues_of, redrive_letters
+from sqsjkr.commands.kill import answer_line, kill_runs, need_claims
 from sqsjkr.commands.locks import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.commands.pause import parse_until, pause_events, pause_text, resume_events, scope_text
+from sqsjkr.commands.route import clear_route, set_route
+from sqsjkr.commands.trigger import trigger_event
 from sqsjkr.errors import ActionError, NotHeld, UnlockRefused, quote
 from sqsjkr.web.fleet import Fleet, failure_text
 
@@ -127,22 +133,49 @@ class Actions:
         lines.append(f"{run.moved} moved, {len(run.skipped)} left as malformed")
         return Outcome(lines, ok=not run.errors)
 
-    def not_yet(self, user: str | None, form: Form) -> Outcome:
-        return Outcome(
-            ["this action comes with fleet control (issue 18): not in this build"], False
-        )
+    def trigger(self, user: str | None, form: Form) -> Outcome:
+        event_id = _required(form, "event_id")
+        lines: list[str] = []
+        store = self.fleet.store
+        name = form.get("schedule", "").strip() or None
+        sent = trigger_event(
+            self.fleet.config, store, self.auditor(user), event_id, name, _reason(form),
+            lines.append,
+        )  # fmt: skip
+        lines.insert(0, f"sent message {sent.message_id} to queue {sent.to.name}: {sent.to.why}")
+        return Outcome(lines)
+
+    def kill(self, user: str | None, form: Form) -> Outcome:
+        target = _required(form, "target")
+        store = self.fleet.store
+        need_claims(store, "the dashboard's config")
+        lines: list[str] = []
+        by = self.actor_name(user)
+        results = kill_runs(store, self.auditor(user), by, target, _reason(form), lines.append)
+        beat, _ = lease_timing(store.config.lock.lease.seconds)
+        lines += [answer_line(run, result, beat) for run, result in results]
+        return Outcome(lines, ok=any(r.answer is not KillAnswer.ENDED for _, r in results))
+
+    def route(self, user: str | None, form: Form) -> Outcome:
+        event_id = _required(form, "event_id")
+        table = self.fleet.table
+        store = DynamoRoutes(table.client, table.name)
+        if form.get("clear") == "yes":
+            return Outcome([clear_route(store, table, self.auditor(user), event_id, _reason(form))])
+        queue = _required(form, "queue").strip()
+        made = Route(event_id, queue, time.time(), _reason(form), self.actor_name(user))
+        return Outcome(set_route(self.fleet.config, store, table, self.auditor(user), made))
 
 
-#: Every action by its name in /actions/NAME. Run now, kill and route call into fleet control's
-#: functions (sqsjkr trigger, kill, route) once they are merged: each is one line here.
+#: Every action by its name in /actions/NAME.
 ACTIONS: dict[str, Callable[[Actions, str | None, Form], Outcome]] = {
     "pause": Actions.pause,
     "resume": Actions.resume,
     "unlock": Actions.unlock,
     "redrive": Actions.redrive,
-    "trigger": Actions.not_yet,
-    "kill": Actions.not_yet,
-    "route": Actions.not_yet,
+    "trigger": Actions.trigger,
+    "kill": Actions.kill,
+    "route": Actions.route,
 }
 
 

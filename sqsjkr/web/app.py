@@ -126,7 +126,9 @@ def _pages(app: Flask, fleet: Fleet) -> None:
         )
 
     @app.get("/run")
-    def run() -> str:
+    def run() -> Any:
+        if not request.args.get("key") and request.args.get("message"):
+            return _run_in_progress(fleet)
         record = _run_or_404(fleet)
         data = record_json(record, output=False)
         return render_template(
@@ -147,7 +149,11 @@ def _pages(app: Flask, fleet: Fleet) -> None:
 def _fleet_pages(app: Flask, fleet: Fleet) -> None:
     @app.get("/running")
     def running() -> str:
-        return render_template("running.html", running=fleet.running(), now=fleet.clock())
+        shown = fleet.running()
+        lives = {
+            r.start.message_id: fleet.live(r.start.event_id, r.start.message_id) for r in shown
+        }
+        return render_template("running.html", running=shown, lives=lives, now=fleet.clock())
 
     @app.get("/daemons")
     def daemons() -> str:
@@ -187,6 +193,26 @@ def _run_or_404(fleet: Fleet) -> Any:
     if record is None:
         abort(404, "no such run (its record may have expired)")
     return record
+
+
+def _run_in_progress(fleet: Fleet) -> Any:
+    """The page of a run in progress (its live output growing), or its record once it ended."""
+    event_id, message_id = request.args.get("event", ""), request.args.get("message", "")
+    now_running = next(
+        (r for r in fleet.running() if (r.start.event_id, r.start.message_id) == (event_id, message_id)),
+        None,
+    )  # fmt: skip
+    if now_running is None:
+        ended = [
+            r
+            for r in fleet.event_runs(event_id, views.RUNS_PER_PAGE, None)
+            if r.message_id == message_id
+        ]
+        if not ended:
+            abort(404, "no such run in progress (it may not have started yet)")
+        return redirect(url_for("run", event=event_id, key=views.run_key(ended[0])), 303)
+    live = fleet.live(event_id, message_id)
+    return render_template("run_live.html", r=now_running, live=live, now=fleet.clock())
 
 
 def _actions(app: Flask, enabled: bool) -> None:

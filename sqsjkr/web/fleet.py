@@ -14,9 +14,11 @@ from typing import Any
 from sqsjkr.backends.audit import AuditEntry, DynamoAudit
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.backends.index import BATCH_GET_LIMIT
+from sqsjkr.backends.live import DynamoLive, LiveOutput
 from sqsjkr.backends.locks import LOCK_TYPE
 from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import DynamoPauses, Pause
+from sqsjkr.backends.routes import DynamoRoutes, Route
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.commands.daemons import live
 from sqsjkr.commands.dlq import DeadLetter, Peek, Queues, queues_of
@@ -116,6 +118,17 @@ class Fleet:
         """The pauses in effect: one GetItem."""
         pauses = DynamoPauses(self.store.client, self.store.table)
         return self.cache.get("pauses", self._read(pauses.pauses))
+
+    def routes(self) -> list[Route]:
+        """The routes in effect: one GetItem of the controls item."""
+        routes = DynamoRoutes(self.store.client, self.store.table)
+        return self.cache.get("routes", self._read(routes.routes))
+
+    def live(self, event_id: str, message_id: str) -> LiveOutput | None:
+        """The live output of a run in progress, as its daemon last wrote it: one GetItem."""
+        live = DynamoLive(self.store.client, self.store.table)
+        read = functools.partial(live.read, event_id, message_id)
+        return self.cache.get(("live", event_id, message_id), self._read(read))
 
     def members(self) -> list[Member]:
         roster = DynamoRoster(self.store.client, self.store.table)

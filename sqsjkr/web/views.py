@@ -11,6 +11,7 @@ from typing import Any
 
 from sqsjkr.backends.history import run_type
 from sqsjkr.backends.pause import Pause, paused
+from sqsjkr.backends.routes import Route, routed
 from sqsjkr.commands.next_runs import fire_text
 from sqsjkr.commands.status import Finding, Level, age_problem, judge
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord
@@ -35,6 +36,7 @@ class EventRow:
     queue: str | None = None
     next_run: str | None = None
     schedule: str | None = None
+    route: Route | None = None
 
     @property
     def event_id(self) -> str:
@@ -77,6 +79,7 @@ def event_rows(fleet: Fleet, summaries: Sequence[EventSummary], budget: Budget) 
     """Each event judged as `status --check` does, with its pause, runs in progress and runs."""
     now = fleet.clock()
     pauses = fleet.pauses()
+    routes = fleet.routes()
     running: dict[str, list[RunningNow]] = {}
     for run in fleet.running():
         running.setdefault(run.start.event_id, []).append(run)
@@ -95,6 +98,7 @@ def event_rows(fleet: Fleet, summaries: Sequence[EventSummary], budget: Budget) 
                 pause,
                 tuple(running.get(summary.event_id, ())),
                 None if runs is None else tuple(runs),
+                route=routed(routes, summary.event_id),
             )
         )
     return rows
