@@ -6,6 +6,7 @@ refusals, each kind of sign-in, and the actions' effects and audit entries.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -22,9 +23,9 @@ import requests
 from sqsjkr.backends.audit import DynamoAudit
 from sqsjkr.backends.dedupe import DynamoDedupe
 from sqsjkr.backends.sqs import TRIGGERED_BY_ATTRIBUTE
-from sqsjkr.contract.run import RunOutcome, RunStart
+from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.web.server import Dashboard
-from tests.conftest import REGION, wait_until
+from tests.conftest import REGION, Daemon, wait_until
 from tests.web_fleet import (
     HOSTILE_ID,
     WebFleet,
@@ -474,6 +475,54 @@ def test_route_and_clear_confirm_then_act_audited_and_show_on_the_event_pages(
     assert "cleared the route of event &#34;hourly&#34;" in cleared.text
     assert "none: its jobs run from the queue they are sent to" in cleared.text
     assert [e.detail for e in audit_of(fleet, "route", "hourly")].count("cleared") == 1
+
+
+#: A job that prints a numbered, coloured line (with markup) every fifth of a second for a minute.
+PRINTER = (
+    "i=0; while [ $i -lt 300 ]; do i=$((i+1)); "
+    "printf '\\033[32mline %d\\033[0m <b>\\n' \"$i\"; sleep 0.2; done"
+)
+
+
+def live_tail(served: Dashboard) -> str | None:
+    """The live output the running page shows (None: none yet)."""
+    page = get(served, "/running").text
+    found = re.search(r'<pre class="output live">(.*?)</pre>', page, re.S)
+    return found[1] if found and "line " in found[1] else None
+
+
+def test_running_page_shows_a_real_daemon_s_live_output_growing_then_kills_it(
+    with_actions: Dashboard, fleet: WebFleet, tmp_path: Path
+) -> None:
+    daemon = Daemon(["run", "-c", str(fleet.conf)], {}, tmp_path)
+    try:
+        daemon.wait_for_log("receiving with")
+        body = json.dumps({"event_id": "printer", "command": PRINTER})
+        fleet.sqs.send_message(QueueUrl=fleet.queue_url, MessageBody=body)
+        first = wait_until(lambda: live_tail(with_actions), 30, "a live tail")
+        second = wait_until(
+            lambda: (tail := live_tail(with_actions)) != first and tail, 30, "the tail grown"
+        )
+        numbers = [int(n) for n in re.findall(r"line (\d+)", f"{first}\n{second}")]
+        assert max(numbers) > max(int(n) for n in re.findall(r"line (\d+)", first))
+        assert "\x1b" not in second and "[32m" not in second
+        assert "&lt;b&gt;" in second and "<b>" not in second
+        page = get(with_actions, "/running").text
+        row = page.split(">printer</a>")[1].split("</tr>")[0]
+        assert "running" in row and "expired" not in row
+        message_id = re.search(r"event=printer&amp;message=([^\"&]+)", page)
+        assert message_id, page
+        session = requests.Session()
+        act(with_actions, session, "kill", "/running", {"target": message_id[1], "reason": "e"})
+
+        def killed() -> RunRecord | None:
+            runs = fleet.history().runs("printer", 5)
+            return next((r for r in runs if r.outcome is RunOutcome.KILLED), None)
+
+        assert wait_until(killed, 30, "the run killed").error
+        daemon.stop()
+    finally:
+        daemon.kill()  # a failed test's job dies of SIGPIPE at its next line
 
 
 @pytest.mark.parametrize("name", ["trigger", "kill", "route"])
