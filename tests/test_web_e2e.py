@@ -1,6 +1,7 @@
 """The dashboard end to end in headless Chromium (Debian's, driven by Playwright): `sqsjkr local --demo`
 runs a real daemon on moto with the demo's jobs and serves the dashboard; the browser goes from
-the overview to an event to a run, pauses and resumes, and watches a page refresh itself.
+the overview to an event to a run, pauses and resumes, runs an event now, kills a run, and
+watches a page refresh itself.
 
 SQSJKR_SCREENSHOTS=DIR saves the overview, an event and a run as PNG files there (docs/ for
 the README's pictures).
@@ -136,6 +137,7 @@ def test_the_dashboard_in_a_browser(demo: Demo, page: Any) -> None:
     """One test, so that xdist runs the demo and the browser once, on one worker."""
     overview_to_event_to_run(demo, page)
     pause_and_resume_an_event_with_a_confirm_step(demo, page)
+    run_now_and_kill_with_a_confirm_step(demo, page)
     a_page_refreshes_itself_without_a_reload(demo, page)
 
 
@@ -164,7 +166,7 @@ def overview_to_event_to_run(demo: Demo, page: Any) -> None:
 def pause_and_resume_an_event_with_a_confirm_step(demo: Demo, page: Any) -> None:
     expect = sync_api.expect
     page.goto(demo.url + "event?id=demo-hello")
-    form = page.locator("form.action")
+    form = page.locator("form.action", has=page.get_by_role("button", name="Pause this event"))
     form.get_by_label("Reason").fill("e2e check")
     form.get_by_label("Until").fill("1h")
     form.get_by_role("button", name="Pause this event").click()
@@ -180,6 +182,31 @@ def pause_and_resume_an_event_with_a_confirm_step(demo: Demo, page: Any) -> None
     audit = demo.cli("audit").stdout
     assert re.search(r"pause\s+demo-hello\s+web:\S+@", audit), audit
     assert re.search(r"resume\s+demo-hello\s+web:\S+@", audit), audit
+
+
+def run_now_and_kill_with_a_confirm_step(demo: Demo, page: Any) -> None:
+    expect = sync_api.expect
+    page.goto(demo.url + "event?id=demo-hello")
+    form = page.locator("form.action", has=page.get_by_role("button", name="Run now"))
+    form.get_by_label("Reason").fill("e2e run now")
+    form.get_by_role("button", name="Run now").click()
+    expect(page.locator("h1")).to_have_text("Confirm: trigger")
+    page.get_by_role("button", name="Yes, trigger").click()
+    expect(page.locator(".flash")).to_contain_text("sent message")
+
+    sent = demo.cli("send", "--event-id", "demo-e2e-kill", "--command", "sleep 600")
+    assert sent.returncode == 0, sent.stderr
+    page.goto(demo.url + "running")
+    # The page reads its live part again every few seconds: the run appears in place.
+    row = page.locator("table.running tbody tr", has_text="demo-e2e-kill")
+    row.get_by_role("button", name="Kill").click(timeout=30_000)
+    expect(page.locator("h1")).to_have_text("Confirm: kill")
+    page.get_by_label("Reason").fill("e2e kill")
+    page.get_by_role("button", name="Yes, kill").click()
+    expect(page.locator(".flash")).to_contain_text("kill requested")
+    audit = demo.cli("audit").stdout
+    assert re.search(r"trigger\s+demo-hello\s+web:\S+@", audit), audit
+    assert re.search(r"kill\s+\S+\s+web:\S+@", audit), audit
 
 
 def a_page_refreshes_itself_without_a_reload(demo: Demo, page: Any) -> None:
