@@ -664,6 +664,7 @@ def test_overview_reads_summaries_through_the_index_and_never_scans(
     overview(reads)
     assert "Scan" not in calls
     assert calls.count("Query") <= 1 + 50  # the index, then runs within the view's budget
+    assert calls.count("GetItem") == 1  # the controls item: its pauses and its routes
     calls.clear()
     overview(reads)  # within the cache's few seconds: no call at all
     assert calls == []

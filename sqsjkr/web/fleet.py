@@ -12,13 +12,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqsjkr.backends.audit import AuditEntry, DynamoAudit
+from sqsjkr.backends.controls import ControlItem
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.backends.index import BATCH_GET_LIMIT
 from sqsjkr.backends.live import DynamoLive, LiveOutput
 from sqsjkr.backends.locks import LOCK_TYPE
 from sqsjkr.backends.members import DynamoRoster, Member
-from sqsjkr.backends.pause import DynamoPauses, Pause
-from sqsjkr.backends.routes import DynamoRoutes, Route
+from sqsjkr.backends.pause import Pause, decode_pauses, in_effect
+from sqsjkr.backends.routes import Route, decode_routes
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.commands.daemons import live
 from sqsjkr.commands.dlq import DeadLetter, Peek, Queues, queues_of
@@ -115,14 +116,17 @@ class Fleet:
         return next((s for s in self.summaries() if s.event_id == event_id), None)
 
     def pauses(self) -> list[Pause]:
-        """The pauses in effect: one GetItem."""
-        pauses = DynamoPauses(self.store.client, self.store.table)
-        return self.cache.get("pauses", self._read(pauses.pauses))
+        """The pauses in effect, from the controls item."""
+        return in_effect(decode_pauses(self._controls()), self.clock())
 
     def routes(self) -> list[Route]:
-        """The routes in effect: one GetItem of the controls item."""
-        routes = DynamoRoutes(self.store.client, self.store.table)
-        return self.cache.get("routes", self._read(routes.routes))
+        """The routes, from the controls item."""
+        return decode_routes(self._controls())
+
+    def _controls(self) -> dict[str, Any]:
+        """The controls item that holds the pauses and the routes: one GetItem serves both."""
+        item = ControlItem(self.store.client, self.store.table)
+        return self.cache.get("controls", self._read(item.read_attributes))
 
     def live(self, event_id: str, message_id: str) -> LiveOutput | None:
         """The live output of a run in progress, as its daemon last wrote it: one GetItem."""
