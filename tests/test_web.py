@@ -437,6 +437,9 @@ def test_kill_confirms_then_marks_the_run_s_claim_audited_as_the_web_user(
 
     shown = wait_until(shown_in_progress, what="the run in progress on its page")
     assert ">Kill</button>" in shown and "host-k" in shown
+    for other in ("/running", "/event?id=killable"):
+        form = get(with_actions, other).text.split('value="m-web-kill"')
+        assert len(form) == 2 and ">Kill</button>" in form[1].split("</form>")[0], other
     confirm = session.post(
         with_actions.url + "actions/kill",
         data={"csrf_token": form_token(shown), "target": "m-web-kill", "reason": "", "next": page},
