@@ -381,3 +381,9 @@ def host_user(
         yield become
     finally:
         set_moto_auth(moto_endpoint, "inf")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first (a stable sort keeps the rest in order): xdist hands tests out in
+    this order, and a minute-long test handed out last would leave the other workers idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -450,6 +450,7 @@ def test_send_warns_when_retries_can_reach_the_dead_letter_queue(
 
 
 @needs_providers
+@pytest.mark.slow
 def test_terraform_module_makes_fifo_queues_whose_schedules_set_the_group(
     tmp_path: Path,
 ) -> None:

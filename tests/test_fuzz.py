@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -647,6 +648,7 @@ def send_batches(aws: Aws, entries: list[dict[str, Any]]) -> list[str]:
     return ids
 
 
+@pytest.mark.slow
 def test_daemon_survives_hundreds_of_invalid_messages(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:

@@ -98,6 +98,7 @@ def enough_descriptors() -> Iterator[None]:
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+@pytest.mark.slow
 def test_held_stats_connections_cannot_starve_jobs_of_descriptors(
     start_daemon: Start, tmp_path: Path, aws: Aws, enough_descriptors: None
 ) -> None:

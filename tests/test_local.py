@@ -52,6 +52,7 @@ def run_local(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(sqsjkr_argv("local", *args), capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     start_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
@@ -187,6 +188,7 @@ def test_local_mode_has_sample_schedules_to_show(
     assert daemon.stop(signal.SIGINT) == 0
 
 
+@pytest.mark.slow
 def test_the_printed_send_command_works_pasted_into_a_fresh_shell(
     start_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:

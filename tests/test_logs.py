@@ -264,6 +264,7 @@ def logger_of(line: str) -> str:
     return line.split(" ")[3].rstrip(":")
 
 
+@pytest.mark.slow
 def test_debug_in_local_mode_is_sqsjkrs_own_unless_all_is_asked_for(start_daemon: Start) -> None:
     lines = local_debug_log(start_daemon)
     assert [line for line in lines if " DEBUG sqsjkr." in line]

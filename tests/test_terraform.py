@@ -1207,6 +1207,7 @@ def example_plan(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -
 
 
 @needs_providers
+@pytest.mark.slow
 def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
     example_plan: ExamplePlan,
 ) -> None:
@@ -1243,6 +1244,7 @@ def by_key(resources: dict[str, dict[str, Any]], address: str) -> dict[str, dict
 
 
 @needs_providers
+@pytest.mark.slow
 def test_terraform_validates_the_module_and_the_example(tmp_path: Path) -> None:
     module = initialised_copy(tmp_path)
     terraform(module, "validate", "-no-color")
@@ -1264,6 +1266,7 @@ def offline_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @needs_providers
+@pytest.mark.slow
 def test_rules_engine_plans_the_old_modules_rules_and_refuses_time_zones(
     offline_module: Path,
 ) -> None:
@@ -1346,6 +1349,7 @@ REFUSED_JOBS = {
 
 
 @needs_providers
+@pytest.mark.slow
 def test_plan_refuses_bad_groups_retries_and_http_calls(offline_module: Path) -> None:
     jobs = "jobs={" + ", ".join(REFUSED_JOBS) + "}"
     refused = terraform(

@@ -222,6 +222,7 @@ def test_a_record_written_before_triggers_loads_as_not_triggered() -> None:
     assert (record.triggered_by, record.trigger_reason) == (None, None)
 
 
+@pytest.mark.slow
 def test_trigger_runs_a_sample_schedule_of_local_mode(
     start_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:

@@ -133,6 +133,7 @@ def shot(page: Any, name: str) -> None:
 
 
 @pytest.mark.timeout(300)  # the demo's run, a few more runs, and the browser's steps
+@pytest.mark.slow
 def test_the_dashboard_in_a_browser(demo: Demo, page: Any) -> None:
     """One test, so that xdist runs the demo and the browser once, on one worker."""
     overview_to_event_to_run(demo, page)
