@@ -494,6 +494,7 @@ def live_tail(served: Dashboard) -> str | None:
     return found[1] if found and "line " in found[1] else None
 
 
+@pytest.mark.slow  # a daemon's start, two of the cache's periods and a heartbeat: about 20 s
 def test_running_page_shows_a_real_daemon_s_live_output_growing_then_kills_it(
     with_actions: Dashboard, fleet: WebFleet, tmp_path: Path
 ) -> None:
