@@ -85,8 +85,8 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     history = daemon.log[daemon.log.index("The runs of demo-fail, with their output:\n") :]
     assert re.search(r"errored +3 ", history) and "    about to fail" in history, history
     # Each closing command is printed as the banner's send is, and works pasted as it is.
-    _, kill_command, status_command, history_command, schedules_command = pasteable_commands(
-        daemon.log
+    _, kill_command, status_command, history_command, schedules_command, daemons_command = (
+        pasteable_commands(daemon.log)
     )
     # The long job is stopped by `sqsjkr kill`, whose output the demo shows.
     assert " kill -c " in kill_command and "--wait" in kill_command
@@ -96,7 +96,10 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     assert re.search(r"^killed by \S+@\S+: the demo shows a kill$", kill, re.M), kill
     assert re.search(r"^demo-kill +killed ", status, re.M), status
     assert " status -c " in status_command and " history -c " in history_command
-    assert " schedules -c " in schedules_command
+    assert " schedules -c " in schedules_command and " daemons -c " in daemons_command
+    # The demo's own daemon, last: running, with its queue and workers.
+    daemons = daemon.log[daemon.log.index("The fleet's daemons:\n") :]
+    assert re.search(r"^\S+ +\d+ +\S+ +running .* sqsjkr-local \(\d+\)", daemons, re.M), daemons
     # The sample schedules give status its next runs; the demo ends with them.
     assert re.search(r"^demo-hello +succeeded .* next run 20\d\d-", status, re.M), status
     assert re.search(r"^demo-timeout +timed_out .* no next run", status, re.M), status

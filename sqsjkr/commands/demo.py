@@ -279,6 +279,7 @@ CLOSING_COMMANDS = (
     ("The status of every event", ("status",)),
     ("The runs of demo-fail, with their output", ("history", "demo-fail", "--output")),
     ("Every event's schedule and its next three runs", ("schedules",)),
+    ("The fleet's daemons", ("daemons",)),
 )
 
 
