@@ -23,7 +23,7 @@ test: $(BIN)/sqsjkr
 	$(BIN)/ruff check sqsjkr tests benchmarks
 	$(BIN)/ruff format --check sqsjkr tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest -n 4
+	$(BIN)/pytest -n 4 --dist loadgroup
 
 # The README's pictures of the dashboard, from the demo's data, by its end-to-end tests in
 # Debian's chromium (apt-get install chromium).

@@ -17,14 +17,6 @@ from sqsjkr.commands.cli import main
 from sqsjkr.daemon.fifo import GroupOrder, behind_held
 
 from .conftest import REGION, Aws, Daemon, Start, config_text, counted, free_port, wait_until
-from .test_terraform import (
-    MODULE_PROVIDER,
-    by_key,
-    initialised_copy,
-    needs_providers,
-    planned,
-    terraform,
-)
 
 
 @dataclass(frozen=True)
@@ -444,40 +436,3 @@ def test_send_warns_when_retries_can_reach_the_dead_letter_queue(
     ) in err
     code, _, err = sqsjkr(capsys, "send", "-c", conf, "--command", "b", "--retries", "1")
     assert (code, err) == (0, "")
-
-
-# -- the terraform module -------------------------------------------------------------------------
-
-
-@needs_providers
-@pytest.mark.slow
-def test_terraform_module_makes_fifo_queues_whose_schedules_set_the_group(
-    tmp_path: Path,
-) -> None:
-    module = initialised_copy(tmp_path)
-    (module / "offline.tf").write_text(MODULE_PROVIDER)
-    jobs = (
-        'jobs={nightly={schedule_expression="cron(0 3 * * ? *)", command="backup", '
-        'event_id="nightly backup"}, hourly={schedule_expression="rate(1 hour)", command="x"}}'
-    )
-    resources = planned(module, "-var", "fifo=true", "-var", jobs)
-    queue, dlq = resources["aws_sqs_queue.jobs"], resources["aws_sqs_queue.dlq"]
-    assert (queue["name"], queue["fifo_queue"]) == ("sqsjkr.fifo", True)
-    assert queue["content_based_deduplication"] is True  # EventBridge Scheduler requires it
-    assert (dlq["name"], dlq["fifo_queue"]) == ("sqsjkr-dlq.fifo", True)
-    schedules = by_key(resources, "aws_scheduler_schedule.job")
-    groups = {
-        key: [params["message_group_id"] for params in s["target"][0]["sqs_parameters"]]
-        for key, s in schedules.items()
-    }
-    assert groups == {"nightly": ["nightly_backup"], "hourly": ["hourly"]}
-    rules = planned(module, "-var", "fifo=true", "-var", "schedule_engine=rules", "-var", jobs)
-    targets = by_key(rules, "aws_cloudwatch_event_target.job")
-    assert targets["nightly"]["sqs_target"] == [{"message_group_id": "nightly_backup"}]
-    refused = terraform(
-        module, "plan", "-input=false", "-lock=false", "-no-color", "-var", "fifo=true",
-        "-var", 'jobs={poll={schedule_expression="rate(1 minute)", command="x"}}', check=False,
-    )  # fmt: skip
-    assert refused.returncode == 1
-    said = " ".join(refused.stderr.replace("\u2502", " ").split())
-    assert "jobs poll are scheduled more often than that" in said

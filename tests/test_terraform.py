@@ -1112,6 +1112,10 @@ def test_terraform_fmt_is_clean() -> None:
 
 # --- terraform itself, offline ---------------------------------------------------------------
 
+#: The tests that run terraform share plans through module fixtures and go to one xdist worker
+#: (--dist loadgroup), so that no plan is made twice; first, for they are the slowest.
+terraform_group = pytest.mark.xdist_group("terraform")
+
 needs_providers = pytest.mark.skipif(
     TERRAFORM is None or not (PLUGIN_DIR / "registry.terraform.io" / "hashicorp" / "aws").is_dir(),
     reason=f"needs terraform on PATH and the hashicorp/aws provider in a filesystem mirror at "
@@ -1207,7 +1211,7 @@ def example_plan(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -
 
 
 @needs_providers
-@pytest.mark.slow
+@terraform_group
 def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
     example_plan: ExamplePlan,
 ) -> None:
@@ -1222,6 +1226,7 @@ def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
 
 
 @needs_providers
+@terraform_group
 def test_terraform_sends_the_messages_this_file_evaluates(
     module: Config, example_plan: ExamplePlan
 ) -> None:
@@ -1243,57 +1248,86 @@ def by_key(resources: dict[str, dict[str, Any]], address: str) -> dict[str, dict
     }
 
 
-@needs_providers
-@pytest.mark.slow
-def test_terraform_validates_the_module_and_the_example(tmp_path: Path) -> None:
-    module = initialised_copy(tmp_path)
-    terraform(module, "validate", "-no-color")
-    example = module / "examples" / "multi-job"
-    terraform(example, "init", "-backend=false", "-input=false", f"-plugin-dir={PLUGIN_DIR}")
-    terraform(example, "validate", "-no-color")
-
-
 #: The module as a root configuration, with a provider that needs no account.
 MODULE_PROVIDER = OFFLINE_PROVIDER.replace('  endpoints {\n    sts = "%s"\n  }\n', "")
 
 
 @pytest.fixture(scope="module")
 def offline_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The module, initialised once per test module as a root configuration that plans offline."""
+    """The module, initialised once per test module as a root configuration that plans offline.
+    A plan also validates the configuration, so no test runs `terraform validate` on its own."""
     module = initialised_copy(tmp_path_factory.mktemp("module"))
     (module / "offline.tf").write_text(MODULE_PROVIDER)
     return module
 
 
+def said(result: subprocess.CompletedProcess[str]) -> str:
+    """Terraform's messages as one line of words: it wraps them in a box."""
+    return " ".join(result.stderr.replace("\u2502", " ").split())
+
+
+#: A job with a name that is not a valid FIFO group id, and one that is.
+FIFO_JOBS = (
+    'jobs={nightly={schedule_expression="cron(0 3 * * ? *)", command="backup", '
+    'event_id="nightly backup"}, hourly={schedule_expression="rate(1 hour)", command="x"}}'
+)
+
+
+@pytest.fixture(scope="module")
+def rules_plan(offline_module: Path) -> dict[str, dict[str, Any]]:
+    """The rules engine on a FIFO queue: one plan (each costs seconds of CPU) serves the rules
+    engine's test and the FIFO group of its targets."""
+    return planned(
+        offline_module, "-var", "fifo=true", "-var", "schedule_engine=rules", "-var", FIFO_JOBS
+    )
+
+
 @needs_providers
-@pytest.mark.slow
-def test_rules_engine_plans_the_old_modules_rules_and_refuses_time_zones(
-    offline_module: Path,
-) -> None:
-    module = offline_module
-    jobs = 'jobs={nightly={schedule_expression="cron(0 3 * * ? *)", command="backup"}}'
-    resources = planned(module, "-var", "schedule_engine=rules", "-var", jobs)
-    assert set(by_key(resources, "aws_cloudwatch_event_rule.job")) == {"nightly"}
-    assert set(by_key(resources, "aws_cloudwatch_event_target.job")) == {"nightly"}
+@terraform_group
+def test_rules_engine_plans_the_old_modules_rules(rules_plan: dict[str, dict[str, Any]]) -> None:
+    resources = rules_plan
+    assert set(by_key(resources, "aws_cloudwatch_event_rule.job")) == {"nightly", "hourly"}
+    assert set(by_key(resources, "aws_cloudwatch_event_target.job")) == {"nightly", "hourly"}
     assert not by_key(resources, "aws_scheduler_schedule.job")
     # The group and the role serve `sqsjkr send --at` with either engine.
     assert {"aws_scheduler_schedule_group.jobs", "aws_iam_role.scheduler"} <= set(resources)
+
+
+@needs_providers
+@terraform_group
+def test_terraform_module_makes_fifo_queues_whose_schedules_and_rules_set_the_group(
+    offline_module: Path, rules_plan: dict[str, dict[str, Any]]
+) -> None:
+    resources = planned(offline_module, "-var", "fifo=true", "-var", FIFO_JOBS)
+    queue, dlq = resources["aws_sqs_queue.jobs"], resources["aws_sqs_queue.dlq"]
+    assert (queue["name"], queue["fifo_queue"]) == ("sqsjkr.fifo", True)
+    assert queue["content_based_deduplication"] is True  # EventBridge Scheduler requires it
+    assert (dlq["name"], dlq["fifo_queue"]) == ("sqsjkr-dlq.fifo", True)
+    schedules = by_key(resources, "aws_scheduler_schedule.job")
+    groups = {
+        key: [params["message_group_id"] for params in s["target"][0]["sqs_parameters"]]
+        for key, s in schedules.items()
+    }
+    assert groups == {"nightly": ["nightly_backup"], "hourly": ["hourly"]}
+    targets = by_key(rules_plan, "aws_cloudwatch_event_target.job")
+    assert targets["nightly"]["sqs_target"] == [{"message_group_id": "nightly_backup"}]
+
+
+@needs_providers
+@terraform_group
+def test_plan_refuses_time_zones_with_rules_and_frequent_jobs_on_a_fifo_queue(
+    offline_module: Path,
+) -> None:
+    """Both are preconditions of resources, so that one plan meets both."""
+    jobs = 'jobs={nightly={schedule_expression="cron(0 3 * * ? *)", command="backup"}, poll={schedule_expression="rate(1 minute)", command="x"}}'
     refused = terraform(
-        module,
-        "plan",
-        "-input=false",
-        "-lock=false",
-        "-no-color",
-        "-var",
-        "schedule_engine=rules",
-        "-var",
-        "schedule_expression_timezone=Asia/Tokyo",
-        "-var",
-        jobs,
-        check=False,
-    )
+        offline_module, "plan", "-input=false", "-lock=false", "-no-color",
+        "-var", "fifo=true", "-var", "schedule_engine=rules",
+        "-var", "schedule_expression_timezone=Asia/Tokyo", "-var", jobs, check=False,
+    )  # fmt: skip
     assert refused.returncode == 1
-    assert "Job nightly has a time zone other than UTC" in refused.stderr
+    assert "Job nightly has a time zone other than UTC" in said(refused)
+    assert "jobs poll are scheduled more often than that" in said(refused)
 
 
 def test_terraform_working_files_are_ignored_by_git() -> None:
@@ -1349,7 +1383,7 @@ REFUSED_JOBS = {
 
 
 @needs_providers
-@pytest.mark.slow
+@terraform_group
 def test_plan_refuses_bad_groups_retries_and_http_calls(offline_module: Path) -> None:
     jobs = "jobs={" + ", ".join(REFUSED_JOBS) + "}"
     refused = terraform(
@@ -1363,7 +1397,5 @@ def test_plan_refuses_bad_groups_retries_and_http_calls(offline_module: Path) ->
         check=False,
     )
     assert refused.returncode == 1
-    # Terraform wraps its messages in a box: read them as one line of words.
-    said = " ".join(refused.stderr.replace("\u2502", " ").split())
     for message in REFUSED_JOBS.values():
-        assert message in said, message
+        assert message in said(refused), message

@@ -78,10 +78,12 @@ def open_queues(conf: str, profile: str | None, region: str | None, queue: str |
     return queues_of(load(conf, Overrides(profile=profile, region=region)), queue)
 
 
-def queues_of(config: Config, queue: str | None) -> Queues:
-    """The queue (default: [sqs] queue_name) and its dead-letter queue, of a loaded config."""
-    session = make_session(region=config.account.region, profile=config.account.profile)
-    sqs = make_client(session, "sqs")
+def queues_of(config: Config, queue: str | None, sqs: Any = None) -> Queues:
+    """The queue (default: [sqs] queue_name) and its dead-letter queue, of a loaded config,
+    through sqs (default: a client of the config's own)."""
+    if sqs is None:
+        session = make_session(region=config.account.region, profile=config.account.profile)
+        sqs = make_client(session, "sqs")
     name = queue or config.sqs.queue_name
     url = resolve_queue_url(sqs, name, config.account.id)
     arn = queue_settings(sqs, url).dead_letter_arn

@@ -117,7 +117,7 @@ class Actions:
         return Outcome(lines)
 
     def redrive(self, user: str | None, form: Form) -> Outcome:
-        queues = queues_of(self.fleet.config, form.get("queue") or None)
+        queues = queues_of(self.fleet.config, form.get("queue") or None, self.fleet.sqs)
         ids = form.get("message_ids", "").split()
         lines: list[str] = []
         run = redrive_letters(

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqsjkr.backends.audit import AuditEntry, DynamoAudit
+from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.controls import ControlItem
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.backends.index import BATCH_GET_LIMIT
@@ -105,6 +106,11 @@ class Fleet:
     @property
     def table(self) -> Table:
         return Table(self.store.client, self.store.table)
+
+    @functools.cached_property
+    def sqs(self) -> Any:
+        """One SQS client for every read and action of the dashboard's queues."""
+        return make_client(self.store.session, "sqs")
 
     # -- the table ------------------------------------------------------------------------------
 
@@ -248,7 +254,7 @@ class Fleet:
         opened: list[Queues | str] = []
         for queue in self.config.all_queues():
             try:
-                opened.append(queues_of(self.config, queue.name))
+                opened.append(queues_of(self.config, queue.name, self.sqs))
             except Exception as exc:
                 opened.append(f"{queue.name}: {failure_text(exc)}")
         return opened
