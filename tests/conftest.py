@@ -384,11 +384,6 @@ def host_user(
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests and the groups that one worker runs in turn first (a stable sort keeps
-    the rest in order): xdist hands tests out in this order, and a minute-long test handed out
-    last would leave the other workers idle."""
-
-    def late(item: pytest.Item) -> bool:
-        return not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group"))
-
-    items.sort(key=late)
+    """The slow tests first (a stable sort keeps the rest in order): xdist hands tests out in
+    this order, and a minute-long test handed out last would leave the other workers idle."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

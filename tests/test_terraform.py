@@ -5,12 +5,14 @@ The example's jobs go through the module's own message expression and then the d
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1112,10 +1114,6 @@ def test_terraform_fmt_is_clean() -> None:
 
 # --- terraform itself, offline ---------------------------------------------------------------
 
-#: The tests that run terraform share plans through module fixtures and go to one xdist worker
-#: (--dist loadgroup), so that no plan is made twice; first, for they are the slowest.
-terraform_group = pytest.mark.xdist_group("terraform")
-
 needs_providers = pytest.mark.skipif(
     TERRAFORM is None or not (PLUGIN_DIR / "registry.terraform.io" / "hashicorp" / "aws").is_dir(),
     reason=f"needs terraform on PATH and the hashicorp/aws provider in a filesystem mirror at "
@@ -1177,6 +1175,28 @@ def planned(directory: Path, *args: str) -> dict[str, dict[str, Any]]:
     }
 
 
+@pytest.fixture(scope="session")
+def once(
+    tmp_path_factory: pytest.TempPathFactory, testrun_uid: str
+) -> Callable[[str, Callable[[], Any]], Any]:
+    """once(key, compute): compute()'s JSON value, computed once in a test run by the first
+    xdist worker that asks; the others wait for it. A plan costs seconds of CPU."""
+    shared = tmp_path_factory.getbasetemp().parent / f"once-{testrun_uid}"
+    shared.mkdir(exist_ok=True)
+
+    def get(key: str, compute: Callable[[], Any]) -> Any:
+        path = shared / f"{key}.json"
+        with open(shared / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.exists():
+                return json.loads(path.read_text())
+            value = compute()
+            path.write_text(json.dumps(value))
+            return value
+
+    return get
+
+
 @dataclass
 class ExamplePlan:
     """The example's plan, with the jobs of a crontab given as a -var-file (crontab2tf's output)."""
@@ -1186,9 +1206,17 @@ class ExamplePlan:
 
 
 @pytest.fixture(scope="module")
-def example_plan(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> ExamplePlan:
-    """Planned once per module: a plan takes half a minute."""
-    tmp_path = tmp_path_factory.mktemp("example-plan")
+def example_plan(
+    tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str, once: Any
+) -> ExamplePlan:
+    schedules, jobs = once(
+        "example-plan", lambda: plan_example(tmp_path_factory.mktemp("example"), moto_endpoint)
+    )
+    return ExamplePlan(schedules, jobs)
+
+
+def plan_example(tmp_path: Path, moto_endpoint: str) -> tuple[Any, Any]:
+    """The example's schedules, planned with crontab2tf's output as a -var-file, and its jobs."""
     example = initialised_copy(tmp_path, "examples/multi-job")
     (example / "offline_override.tf").write_text(OFFLINE_PROVIDER % moto_endpoint)
     crontab = tmp_path / "crontab"
@@ -1204,14 +1232,14 @@ def example_plan(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -
     )
     assert converted.returncode == 0, converted.stderr
     resources = planned(example, f"-var-file={tfvars}")
-    return ExamplePlan(
-        schedules=by_key(resources, "module.sqsjkr.aws_scheduler_schedule.job"),
-        crontab_jobs=literal(load_hcl(tfvars)["jobs"]),
+    return (
+        by_key(resources, "module.sqsjkr.aws_scheduler_schedule.job"),
+        literal(load_hcl(tfvars)["jobs"]),
     )
 
 
 @needs_providers
-@terraform_group
+@pytest.mark.slow
 def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
     example_plan: ExamplePlan,
 ) -> None:
@@ -1226,7 +1254,7 @@ def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
 
 
 @needs_providers
-@terraform_group
+@pytest.mark.slow
 def test_terraform_sends_the_messages_this_file_evaluates(
     module: Config, example_plan: ExamplePlan
 ) -> None:
@@ -1274,16 +1302,15 @@ FIFO_JOBS = (
 
 
 @pytest.fixture(scope="module")
-def rules_plan(offline_module: Path) -> dict[str, dict[str, Any]]:
-    """The rules engine on a FIFO queue: one plan (each costs seconds of CPU) serves the rules
-    engine's test and the FIFO group of its targets."""
-    return planned(
-        offline_module, "-var", "fifo=true", "-var", "schedule_engine=rules", "-var", FIFO_JOBS
-    )
+def rules_plan(offline_module: Path, once: Any) -> dict[str, dict[str, Any]]:
+    """The rules engine on a FIFO queue: one plan serves the rules engine's test and the FIFO
+    group of its targets."""
+    args = ("-var", "fifo=true", "-var", "schedule_engine=rules", "-var", FIFO_JOBS)
+    return dict(once("rules-plan", lambda: planned(offline_module, *args)))
 
 
 @needs_providers
-@terraform_group
+@pytest.mark.slow
 def test_rules_engine_plans_the_old_modules_rules(rules_plan: dict[str, dict[str, Any]]) -> None:
     resources = rules_plan
     assert set(by_key(resources, "aws_cloudwatch_event_rule.job")) == {"nightly", "hourly"}
@@ -1294,7 +1321,7 @@ def test_rules_engine_plans_the_old_modules_rules(rules_plan: dict[str, dict[str
 
 
 @needs_providers
-@terraform_group
+@pytest.mark.slow
 def test_terraform_module_makes_fifo_queues_whose_schedules_and_rules_set_the_group(
     offline_module: Path, rules_plan: dict[str, dict[str, Any]]
 ) -> None:
@@ -1314,7 +1341,7 @@ def test_terraform_module_makes_fifo_queues_whose_schedules_and_rules_set_the_gr
 
 
 @needs_providers
-@terraform_group
+@pytest.mark.slow
 def test_plan_refuses_time_zones_with_rules_and_frequent_jobs_on_a_fifo_queue(
     offline_module: Path,
 ) -> None:
@@ -1383,7 +1410,7 @@ REFUSED_JOBS = {
 
 
 @needs_providers
-@terraform_group
+@pytest.mark.slow
 def test_plan_refuses_bad_groups_retries_and_http_calls(offline_module: Path) -> None:
     jobs = "jobs={" + ", ".join(REFUSED_JOBS) + "}"
     refused = terraform(
