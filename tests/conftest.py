@@ -26,6 +26,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from sqsjkr.commands.cli import main
 from sqsjkr.commands.local import LOCAL_ACCOUNT, create_table, serialize_moto_writes
 
 REGION = "us-east-1"
@@ -51,6 +52,23 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+@dataclass
+class Result:
+    """A command's exit code and output, as subprocess.run gives them."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def sqsjkr(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`sqsjkr ARGS` in this process, by the entry point: (exit code, stdout, stderr)."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    captured = capsys.readouterr()
+    return int(exited.value.code or 0), captured.out, captured.err
 
 
 def free_port() -> int:

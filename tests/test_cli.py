@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,10 +25,12 @@ from sqsjkr.errors import InvalidJobError
 from .conftest import (
     SQSJKR_COMMAND,
     Aws,
+    Result,
     config_text,
     sqsjkr_argv,
     wait_until,
 )
+from .conftest import sqsjkr as sqsjkr_main
 
 
 def sqsjkr(
@@ -132,7 +136,23 @@ def test_help_lists_every_subcommand_with_its_summary() -> None:
     assert "Convert a crontab" in listed
 
 
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+Cli = Callable[..., Result]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """`sqsjkr ARGS` in this process, with stdin (bytes or text) as its standard input: what
+    `send` does with its options needs no process of its own."""
+
+    def run(*args: str, stdin: str | bytes = "") -> Result:
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+        return Result(*sqsjkr_main(capsys, *args))
+
+    return run
+
+
+def one_line_error(result: subprocess.CompletedProcess[str] | Result) -> str:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     return lines[0]
@@ -192,8 +212,8 @@ def receive_bodies(aws: Aws) -> list[dict[str, object]]:
     return [json.loads(m["Body"]) for m in response.get("Messages", [])]
 
 
-def test_send_builds_the_message_from_options(tmp_path: Path, aws: Aws) -> None:
-    result = sqsjkr(
+def test_send_builds_the_message_from_options(tmp_path: Path, aws: Aws, cli: Cli) -> None:
+    result = cli(
         "send", "-c", str(write_conf(tmp_path, aws)),
         "--command", "echo $A", "--env", "A=1", "--env", "B=x=y",
         "--event-id", "ev", "--lock-id", "L", "--life-time", "90", "--timeout", "30m",
@@ -215,8 +235,10 @@ def test_send_builds_the_message_from_options(tmp_path: Path, aws: Aws) -> None:
     }
 
 
-def test_send_builds_concurrency_groups_and_retries_from_options(tmp_path: Path, aws: Aws) -> None:
-    result = sqsjkr(
+def test_send_builds_concurrency_groups_and_retries_from_options(
+    tmp_path: Path, aws: Aws, cli: Cli
+) -> None:
+    result = cli(
         "send", "-c", str(write_conf(tmp_path, aws)), "--command", "reindex",
         "--concurrency-key", "search-db", "--concurrency-limit", "3",
         "--retries", "4", "--retry-delay", "30s",
@@ -235,8 +257,8 @@ def test_send_builds_concurrency_groups_and_retries_from_options(tmp_path: Path,
     assert (job.retries, job.retry_delay) == (4, parse_duration("30s"))
 
 
-def test_send_builds_an_http_job_from_options(tmp_path: Path, aws: Aws) -> None:
-    result = sqsjkr(
+def test_send_builds_an_http_job_from_options(tmp_path: Path, aws: Aws, cli: Cli) -> None:
+    result = cli(
         "send", "-c", str(write_conf(tmp_path, aws)), "--http-url", LOOPBACK,
         "--http-method", "put", "--http-header", "Content-Type=application/json",
         "--http-header", "X-Token=a=b", "--http-body", '{"full": true}',
@@ -275,10 +297,10 @@ def test_every_message_field_has_a_send_option() -> None:
         assert option in options, f"{field}: no option of send sets it"
 
 
-def test_send_takes_a_whole_body_and_a_delay(tmp_path: Path, aws: Aws) -> None:
+def test_send_takes_a_whole_body_and_a_delay(tmp_path: Path, aws: Aws, cli: Cli) -> None:
     body = '{"command": "true", "life_time": "1h30m"}'
     # Long enough that a loaded machine's exit of the send and first receive stay inside it.
-    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", body, "--delay", "5")
+    result = cli("send", "-c", str(write_conf(tmp_path, aws)), "--body", body, "--delay", "5")
     assert result.returncode == 0, result.stderr
     assert receive_bodies(aws) == []  # still delayed
     wait_until(lambda: receive_bodies(aws) == [json.loads(body)], what="delayed message")
@@ -348,38 +370,36 @@ def test_send_takes_a_whole_body_and_a_delay(tmp_path: Path, aws: Aws) -> None:
     ],
 )
 def test_send_refuses_invalid_jobs_and_sends_nothing(
-    tmp_path: Path, aws: Aws, args: list[str], text: str
+    tmp_path: Path, aws: Aws, args: list[str], text: str, cli: Cli
 ) -> None:
-    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), *args)
+    result = cli("send", "-c", str(write_conf(tmp_path, aws)), *args)
     assert result.returncode == 2
     assert text in one_line_error(result)
     assert aws.queue_counts() == (0, 0)
 
 
-def test_send_reads_the_body_from_standard_input(tmp_path: Path, aws: Aws) -> None:
+def test_send_reads_the_body_from_standard_input(tmp_path: Path, aws: Aws, cli: Cli) -> None:
     body = '{"command": "echo from-stdin", "event_id": "piped"}\n'
-    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", "-", stdin=body)
+    result = cli("send", "-c", str(write_conf(tmp_path, aws)), "--body", "-", stdin=body)
     assert result.returncode == 0, result.stderr
     assert receive_bodies(aws) == [json.loads(body)]
 
 
-def test_send_reads_the_body_from_a_file(tmp_path: Path, aws: Aws) -> None:
+def test_send_reads_the_body_from_a_file(tmp_path: Path, aws: Aws, cli: Cli) -> None:
     job = tmp_path / "job.json"
     job.write_text('{"command": "echo from-a-file", "lock_id": "L"}')
-    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", f"@{job}")
+    result = cli("send", "-c", str(write_conf(tmp_path, aws)), "--body", f"@{job}")
     assert result.returncode == 0, result.stderr
     assert receive_bodies(aws) == [json.loads(job.read_text())]
 
 
-def test_send_refuses_a_body_from_stdin_that_is_not_utf8(tmp_path: Path, aws: Aws) -> None:
-    result = subprocess.run(
-        sqsjkr_argv("send", "-c", str(write_conf(tmp_path, aws)), "--body", "-"),
-        input=b'{"command": "echo \xff"}',
-        capture_output=True,
-        timeout=60,
-    )
+def test_send_refuses_a_body_from_stdin_that_is_not_utf8(
+    tmp_path: Path, aws: Aws, cli: Cli
+) -> None:
+    conf = str(write_conf(tmp_path, aws))
+    result = cli("send", "-c", conf, "--body", "-", stdin=b'{"command": "echo \xff"}')
     assert result.returncode == 2
-    assert b"invalid job, nothing sent: body is not valid UTF-8" in result.stderr
+    assert "invalid job, nothing sent: body is not valid UTF-8" in result.stderr
     assert aws.queue_counts() == (0, 0)
 
 
@@ -393,19 +413,19 @@ def test_send_refuses_a_body_from_stdin_that_is_not_utf8(tmp_path: Path, aws: Aw
     ids=["missing", "no-name", "directory"],
 )
 def test_send_refuses_a_body_file_it_cannot_read(
-    tmp_path: Path, aws: Aws, body: str, text: str
+    tmp_path: Path, aws: Aws, body: str, text: str, cli: Cli
 ) -> None:
-    result = sqsjkr(
-        "send", "-c", str(write_conf(tmp_path, aws)), "--body", body.format(tmp=tmp_path)
-    )
+    result = cli("send", "-c", str(write_conf(tmp_path, aws)), "--body", body.format(tmp=tmp_path))
     assert result.returncode == 2
     assert text.format(tmp=tmp_path) in one_line_error(result)
     assert aws.queue_counts() == (0, 0)
 
 
-def test_send_warns_of_unknown_fields_with_the_closest_known_name(tmp_path: Path, aws: Aws) -> None:
+def test_send_warns_of_unknown_fields_with_the_closest_known_name(
+    tmp_path: Path, aws: Aws, cli: Cli
+) -> None:
     body = '{"command": "true", "lock_id": "L", "abort_if_lock": true, "colour": "red"}'
-    result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", body)
+    result = cli("send", "-c", str(write_conf(tmp_path, aws)), "--body", body)
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines() == [
         'sqsjkr: warning: field "abort_if_lock" is not a job field and the daemon ignores it; '
@@ -416,7 +436,7 @@ def test_send_warns_of_unknown_fields_with_the_closest_known_name(tmp_path: Path
     assert receive_bodies(aws) == [json.loads(body)]
 
 
-def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws) -> None:
+def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws, cli: Cli) -> None:
     shell = {
         "command": "true", "env": {"A": "1"}, "envs": {"B": "2"}, "event_id": "e",
         "lock_id": "L", "life_time": "1h", "timeout": 60, "abort_if_locked": True,
@@ -426,7 +446,7 @@ def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws) -> None:
     http = {"http": {"url": "http://127.0.0.1:8080/run"}}
     assert set(shell) | set(http) == MESSAGE_FIELDS
     for body in (shell, http):
-        result = sqsjkr("send", "-c", str(write_conf(tmp_path, aws)), "--body", json.dumps(body))
+        result = cli("send", "-c", str(write_conf(tmp_path, aws)), "--body", json.dumps(body))
         assert result.returncode == 0, result.stderr
         assert result.stderr == ""
 

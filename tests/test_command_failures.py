@@ -5,18 +5,16 @@ code, no traceback, and nothing reported as done.
 from __future__ import annotations
 
 import http.server
-import os
 import socket
 import struct
-import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from .conftest import sqsjkr_argv
+from .conftest import Result, sqsjkr
 
 #: What the endpoint answers, by mode: a body no protocol can read, a page with lines of its own.
 GARBAGE = b"<<garbage\n\x1b[31m{not json"
@@ -116,23 +114,27 @@ def conf(tmp_path: Path) -> Path:
     return path
 
 
-def run_against(endpoint: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-    }
-    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_DYNAMODB"):
-        env.pop(name, None)
-    return subprocess.run(
-        sqsjkr_argv(*args), capture_output=True, text=True, timeout=120, env=env, stdin=None
-    )
+@pytest.fixture
+def run_against(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., Result]:
+    """`sqsjkr ARGS` in this process with boto3 pointed at endpoint: an exception that escapes
+    the entry point's one-line errors fails the test as a traceback would."""
+
+    def run(endpoint: str, *args: str) -> Result:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_DYNAMODB"):
+            monkeypatch.delenv(name, raising=False)
+        return Result(*sqsjkr(capsys, *args))
+
+    return run
 
 
 @pytest.mark.parametrize(("mode", "args"), CASES)
 def test_every_command_fails_in_one_line_against_a_broken_endpoint(
-    mode: str, conf: Path, args: list[str]
+    mode: str, conf: Path, args: list[str], run_against: Callable[..., Result]
 ) -> None:
     with serving(mode) as endpoint:
         result = run_against(endpoint, *args, "-c", str(conf))
@@ -145,7 +147,7 @@ def test_every_command_fails_in_one_line_against_a_broken_endpoint(
 
 
 def test_the_check_plugin_is_unknown_against_a_broken_endpoint(
-    broken_endpoint: str, conf: Path
+    broken_endpoint: str, conf: Path, run_against: Callable[..., Result]
 ) -> None:
     result = run_against(broken_endpoint, "status", "--check", "-c", str(conf))
     assert "Traceback" not in result.stderr
@@ -154,7 +156,9 @@ def test_the_check_plugin_is_unknown_against_a_broken_endpoint(
     assert line.startswith("SQSJKR UNKNOWN - ")
 
 
-def test_the_preflight_check_reports_a_broken_endpoint(broken_endpoint: str, conf: Path) -> None:
+def test_the_preflight_check_reports_a_broken_endpoint(
+    broken_endpoint: str, conf: Path, run_against: Callable[..., Result]
+) -> None:
     result = run_against(broken_endpoint, "check", "-c", str(conf))
     assert "Traceback" not in result.stderr
     assert result.returncode != 0

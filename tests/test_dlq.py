@@ -15,12 +15,20 @@ from typing import Any
 import pytest
 
 from sqsjkr.backends.sqs import SqsSource
-from sqsjkr.commands.cli import main
 from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.job import parse_job
 from sqsjkr.errors import InvalidJobError
 
-from .conftest import Aws, Start, config_text, counted, http_get_json, run_daemon, wait_until
+from .conftest import (
+    Aws,
+    Start,
+    config_text,
+    counted,
+    http_get_json,
+    run_daemon,
+    sqsjkr,
+    wait_until,
+)
 
 JOB = '{"command": "echo hi", "event_id": "nightly"}'
 OURS = {"sqsjkr_error", "sqsjkr_message_id", "sqsjkr_receive_count"}
@@ -42,14 +50,6 @@ def conf(site: Aws, tmp_path: Path) -> Path:
 
 def dlq_url(site: Aws) -> str:
     return str(site.sqs.get_queue_url(QueueName=f"{site.queue_name}-dlq")["QueueUrl"])
-
-
-def sqsjkr(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """`sqsjkr ARGS` in this process, by the entry point: (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as exited:
-        main(list(args))
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
 
 
 def dead_letter(site: Aws, body: str, attributes: dict[str, Any] | None = None) -> str:

@@ -16,7 +16,17 @@ from sqsjkr.backends.sqs import Message
 from sqsjkr.commands.cli import main
 from sqsjkr.daemon.fifo import GroupOrder, behind_held
 
-from .conftest import REGION, Aws, Daemon, Start, config_text, counted, free_port, wait_until
+from .conftest import (
+    REGION,
+    Aws,
+    Daemon,
+    Start,
+    config_text,
+    counted,
+    free_port,
+    sqsjkr,
+    wait_until,
+)
 
 
 @dataclass(frozen=True)
@@ -297,14 +307,6 @@ def test_a_malformed_message_goes_to_the_fifo_dead_letter_queue_in_its_group(
 # -- sqsjkr send ----------------------------------------------------------------------------------
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/sqsjkr-scheduler"
-
-
-def sqsjkr(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """`sqsjkr ARGS` in this process, by the entry point: (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as exited:
-        main(list(args))
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
 
 
 def conf_of(site: Aws, tmp_path: Path, schedule_group: str | None = None) -> str:

@@ -16,7 +16,6 @@ import pytest
 
 from sqsjkr.backends.dedupe import DynamoDedupe
 from sqsjkr.backends.history import DynamoHistory, MemoryHistory
-from sqsjkr.commands.cli import main
 from sqsjkr.commands.history import format_span, local_time
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.status import (
@@ -32,7 +31,7 @@ from sqsjkr.commands.status import (
 )
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 
-from .conftest import Aws, config_text, sqsjkr_argv
+from .conftest import Aws, config_text, sqsjkr, sqsjkr_argv
 
 HOUR = 3600.0
 NOW = 1_750_000_000.0  # the injected "now" of the unit tests
@@ -274,14 +273,6 @@ def write(aws: Aws, *records: RunRecord) -> None:
     history = store(aws)
     for run in records:
         history.finished(run)
-
-
-def sqsjkr(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """`sqsjkr ARGS` in this process, by the entry point: (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as exited:
-        main(list(args))
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
 
 
 def table_items(aws: Aws) -> list[dict[str, Any]]:

@@ -18,12 +18,11 @@ import pytest
 
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.pause import DynamoPauses, Pause
-from sqsjkr.commands.cli import main
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.crontab.fires import Window, next_fires
 from sqsjkr.errors import ScheduleExpressionError
 
-from .conftest import REGION, Aws, config_text
+from .conftest import REGION, Aws, config_text, sqsjkr
 
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -169,13 +168,6 @@ def write_conf(tmp_path: Path, aws: Aws, **schedule: str) -> str:
     lines = "\n".join(f"{key} = {json.dumps(value)}" for key, value in schedule.items())
     path.write_text(config_text(aws, stats="stats_port = 0") + f"\n[schedule]\n{lines}\n")
     return str(path)
-
-
-def sqsjkr(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        main(list(args))
-    captured = capsys.readouterr()
-    return int(exited.value.code or 0), captured.out, captured.err
 
 
 def schedule(
