@@ -6,6 +6,7 @@ Everything talks to moto through boto3's own AWS_ENDPOINT_URL variable, as users
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import logging
 import os
@@ -69,6 +70,25 @@ def sqsjkr(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
         main(list(args))
     captured = capsys.readouterr()
     return int(exited.value.code or 0), captured.out, captured.err
+
+
+Cli = Callable[..., Result]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """cli(ARGS, env=..., stdin=...): `sqsjkr ARGS` in this process as a Result, with these
+    variables set and stdin (bytes or text) as its standard input. A command's work needs no
+    process of its own; the daemon's does, and the installed command's few tests have theirs."""
+
+    def run(*args: str, env: dict[str, str] | None = None, stdin: str | bytes = "") -> Result:
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+        return Result(*sqsjkr(capsys, *args))
+
+    return run
 
 
 def free_port() -> int:

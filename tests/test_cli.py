@@ -5,11 +5,9 @@
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,12 +23,12 @@ from sqsjkr.errors import InvalidJobError
 from .conftest import (
     SQSJKR_COMMAND,
     Aws,
+    Cli,
     Result,
     config_text,
     sqsjkr_argv,
     wait_until,
 )
-from .conftest import sqsjkr as sqsjkr_main
 
 
 def sqsjkr(
@@ -134,22 +132,6 @@ def test_help_lists_every_subcommand_with_its_summary() -> None:
     assert names == sorted(SUBCOMMANDS)
     assert "Run the daemon." in listed
     assert "Convert a crontab" in listed
-
-
-Cli = Callable[..., Result]
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
-    """`sqsjkr ARGS` in this process, with stdin (bytes or text) as its standard input: what
-    `send` does with its options needs no process of its own."""
-
-    def run(*args: str, stdin: str | bytes = "") -> Result:
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
-        return Result(*sqsjkr_main(capsys, *args))
-
-    return run
 
 
 def one_line_error(result: subprocess.CompletedProcess[str] | Result) -> str:

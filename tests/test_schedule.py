@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -27,20 +26,19 @@ from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.when import one_time_at, one_time_in
 from sqsjkr.errors import ConfigError, ResourceMissingError
 
-from .conftest import REGION, Aws, Daemon, config_text, counted, free_port, sqsjkr_argv, wait_until
+from .conftest import (
+    REGION,
+    Aws,
+    Cli,
+    Daemon,
+    config_text,
+    counted,
+    free_port,
+    wait_until,
+)
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/sqsjkr-scheduler"
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
-
-
-def sqsjkr(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        sqsjkr_argv(*args),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.fixture
@@ -77,7 +75,7 @@ def future(hours: int = 2) -> datetime:
 
 
 def test_send_at_creates_a_one_time_schedule_that_deletes_itself(
-    tmp_path: Path, aws: Aws, group: str
+    tmp_path: Path, aws: Aws, group: str, cli: Cli
 ) -> None:
     dlq_url = aws.sqs.create_queue(QueueName=f"{aws.queue_name}-dlq")["QueueUrl"]
     dlq_arn = aws.sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])[
@@ -90,7 +88,7 @@ def test_send_at_creates_a_one_time_schedule_that_deletes_itself(
         },
     )
     at = future()
-    result = sqsjkr(
+    result = cli(
         "send", "-c", conf(tmp_path, aws, group), "--command", "echo later",
         "--event-id", "nightly report", "--lock-id", "L", "--at", at.isoformat(),
     )  # fmt: skip
@@ -114,13 +112,14 @@ def test_send_at_creates_a_one_time_schedule_that_deletes_itself(
     assert aws.queue_counts() == (0, 0)  # nothing is sent now
 
 
-def test_send_at_a_local_time_keeps_it_in_its_zone(tmp_path: Path, aws: Aws, group: str) -> None:
+def test_send_at_a_local_time_keeps_it_in_its_zone(
+    tmp_path: Path, aws: Aws, group: str, cli: Cli
+) -> None:
     year = datetime.now(timezone.utc).year + 1
     args = ["send", "-c", conf(tmp_path, aws, group, timezone="Asia/Tokyo"), "--command", "true"]
-    assert sqsjkr(*args, "--at", f"{year}-07-01 09:30").returncode == 0
+    assert cli(*args, "--at", f"{year}-07-01 09:30").returncode == 0
     assert (
-        sqsjkr(*args, "--at", f"{year}-07-01T09:30:15", "--timezone", "Europe/Berlin").returncode
-        == 0
+        cli(*args, "--at", f"{year}-07-01T09:30:15", "--timezone", "Europe/Berlin").returncode == 0
     )
     got = {
         (s["ScheduleExpression"], s["ScheduleExpressionTimezone"])
@@ -132,9 +131,9 @@ def test_send_at_a_local_time_keeps_it_in_its_zone(tmp_path: Path, aws: Aws, gro
     }
 
 
-def test_send_in_is_from_now_in_utc(tmp_path: Path, aws: Aws, group: str) -> None:
+def test_send_in_is_from_now_in_utc(tmp_path: Path, aws: Aws, group: str, cli: Cli) -> None:
     before = datetime.now(timezone.utc)
-    result = sqsjkr(
+    result = cli(
         "send", "-c", conf(tmp_path, aws, group), "--body", '{"command":"x"}', "--in", "2h"
     )
     after = datetime.now(timezone.utc)
@@ -147,12 +146,12 @@ def test_send_in_is_from_now_in_utc(tmp_path: Path, aws: Aws, group: str) -> Non
     assert json.loads(schedule["Target"]["Input"]) == {"command": "x"}
 
 
-def test_list_scheduled_and_cancel(tmp_path: Path, aws: Aws, group: str) -> None:
+def test_list_scheduled_and_cancel(tmp_path: Path, aws: Aws, group: str, cli: Cli) -> None:
     path = conf(tmp_path, aws, group)
     later, sooner = future(5), future(1)
     names = []
     for when, event in ((later, "late"), (sooner, "soon")):
-        result = sqsjkr(
+        result = cli(
             "send", "-c", path, "--command", f"run-{event}", "--event-id", event,
             "--env", "PASSWORD=hunter2", "--at", when.isoformat(),
         )  # fmt: skip
@@ -163,7 +162,7 @@ def test_list_scheduled_and_cancel(tmp_path: Path, aws: Aws, group: str) -> None
         Name="sqsjkr-nightly", GroupName=group, ScheduleExpression="cron(0 3 * * ? *)",
         FlexibleTimeWindow={"Mode": "OFF"}, Target={"Arn": "arn:aws:sqs:x", "RoleArn": ROLE_ARN},
     )  # fmt: skip
-    listed = sqsjkr("send", "-c", path, "--list-scheduled")
+    listed = cli("send", "-c", path, "--list-scheduled")
     assert listed.returncode == 0, listed.stderr
     assert [line.split() for line in listed.stdout.splitlines()] == [
         ["NAME", "RUNS", "AT", "EVENT", "COMMAND"],
@@ -173,13 +172,13 @@ def test_list_scheduled_and_cancel(tmp_path: Path, aws: Aws, group: str) -> None
     # How to cancel one, with this config: the default config would be another.
     assert listed.stderr == f"sqsjkr: cancel one with: sqsjkr send -c {path} --cancel NAME\n"
     assert "hunter2" not in listed.stdout
-    cancelled = sqsjkr("send", "-c", path, "--cancel", names[0])
+    cancelled = cli("send", "-c", path, "--cancel", names[0])
     assert (cancelled.returncode, cancelled.stdout.strip()) == (0, f"cancelled {names[0]}")
     assert set(schedules(group)) == {names[1], "sqsjkr-nightly"}
-    again = sqsjkr("send", "-c", path, "--cancel", names[0])
+    again = cli("send", "-c", path, "--cancel", names[0])
     assert again.returncode == 1
     assert f"no one-time job {names[0]!r} in schedule group" in again.stderr
-    theirs = sqsjkr("send", "-c", path, "--cancel", "sqsjkr-nightly")
+    theirs = cli("send", "-c", path, "--cancel", "sqsjkr-nightly")
     assert theirs.returncode == 2
     assert "is not a one-time job of sqsjkr send" in theirs.stderr
     assert "sqsjkr-nightly" in schedules(group)
@@ -206,17 +205,19 @@ def test_list_scheduled_and_cancel(tmp_path: Path, aws: Aws, group: str) -> None
     ],
 )
 def test_send_at_refuses_bad_times_and_creates_nothing(
-    tmp_path: Path, aws: Aws, group: str, args: list[str], code: int, message: str
+    tmp_path: Path, aws: Aws, group: str, args: list[str], code: int, message: str, cli: Cli
 ) -> None:
-    result = sqsjkr("send", "-c", conf(tmp_path, aws, group), "--command", "true", *args)
+    result = cli("send", "-c", conf(tmp_path, aws, group), "--command", "true", *args)
     assert result.returncode == code
     assert message in result.stderr
     assert result.stderr.count("\n") == 1
     assert schedules(group) == {}
 
 
-def test_send_at_checks_the_job_and_the_config_first(tmp_path: Path, aws: Aws, group: str) -> None:
-    invalid = sqsjkr(
+def test_send_at_checks_the_job_and_the_config_first(
+    tmp_path: Path, aws: Aws, group: str, cli: Cli
+) -> None:
+    invalid = cli(
         "send", "-c", conf(tmp_path, aws, group), "--body", '{"command": 1}', "--in", "1h"
     )
     assert invalid.returncode == 2
@@ -225,7 +226,7 @@ def test_send_at_checks_the_job_and_the_config_first(tmp_path: Path, aws: Aws, g
     no_role.write_text(
         config_text(aws, stats="stats_port = 8061") + f'\n[schedule]\ngroup = "{group}"\n'
     )
-    refused = sqsjkr("send", "-c", str(no_role), "--command", "true", "--in", "1h")
+    refused = cli("send", "-c", str(no_role), "--command", "true", "--in", "1h")
     assert refused.returncode == 2
     assert "need [schedule] role_arn" in refused.stderr
     assert schedules(group) == {}
@@ -252,7 +253,9 @@ def test_a_missing_schedule_group_is_named() -> None:
             )
 
 
-def test_the_scheduler_endpoint_variable_is_honoured(tmp_path: Path, aws: Aws, group: str) -> None:
+def test_the_scheduler_endpoint_variable_is_honoured(
+    tmp_path: Path, aws: Aws, group: str, cli: Cli
+) -> None:
     moto = os.environ["AWS_ENDPOINT_URL"]
     dead = f"http://127.0.0.1:{free_port()}"
     env = {
@@ -264,21 +267,21 @@ def test_the_scheduler_endpoint_variable_is_honoured(tmp_path: Path, aws: Aws, g
         "AWS_ENDPOINT_URL_DYNAMODB": moto,
         "AWS_MAX_ATTEMPTS": "1",
     }
-    result = sqsjkr(
+    result = cli(
         "send", "-c", conf(tmp_path, aws, group), "--command", "true", "--in", "1h", env=env
     )
     assert result.returncode == 0, result.stderr
     assert len(schedules(group)) == 1
     env["AWS_ENDPOINT_URL_SCHEDULER"] = dead
-    failed = sqsjkr("send", "-c", conf(tmp_path, aws, group), "--list-scheduled", env=env)
+    failed = cli("send", "-c", conf(tmp_path, aws, group), "--list-scheduled", env=env)
     assert failed.returncode == 1
 
 
 def test_a_fired_schedule_runs_its_job_on_a_daemon(
-    tmp_path: Path, aws: Aws, group: str, start_daemon: Callable[..., Daemon]
+    tmp_path: Path, aws: Aws, group: str, start_daemon: Callable[..., Daemon], cli: Cli
 ) -> None:
     marker = tmp_path / "ran"
-    result = sqsjkr(
+    result = cli(
         "send", "-c", conf(tmp_path, aws, group), "--command", f"touch {marker}",
         "--event-id", "one-off", "--in", "10m",
     )  # fmt: skip
