@@ -5,6 +5,7 @@ Everything talks to moto through boto3's own AWS_ENDPOINT_URL variable, as users
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import json
@@ -70,6 +71,17 @@ def sqsjkr(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, st
         main(list(args))
     captured = capsys.readouterr()
     return int(exited.value.code or 0), captured.out, captured.err
+
+
+def run_main(*args: str) -> Result:
+    """`sqsjkr ARGS` in this process, its output captured without pytest's capsys."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exited:
+            return Result(int(exited.code or 0), out.getvalue(), err.getvalue())
+    raise AssertionError(f"sqsjkr {' '.join(args)} returned without an exit code")
 
 
 Cli = Callable[..., Result]

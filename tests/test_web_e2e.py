@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Daemon, sqsjkr_argv, wait_until
+from tests.conftest import Daemon, Result, run_main, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -47,7 +46,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 class Demo:
     """`sqsjkr local --demo` once its demo has run: its dashboard, endpoint and config."""
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
         self.daemon = daemon
         log = daemon.log
         dashboard = re.search(r"^Dashboard: (http://127\.0\.0\.1:\d+/)$", log, re.M)
@@ -57,25 +56,25 @@ class Demo:
         self.url = dashboard[1]
         self.endpoint = endpoint[1]
         self.conf = conf[1]
+        for name, value in (
+            ("AWS_ENDPOINT_URL", self.endpoint),
+            ("AWS_ACCESS_KEY_ID", "local"),
+            ("AWS_SECRET_ACCESS_KEY", "local"),
+        ):
+            monkeypatch.setenv(name, value)
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {
-            **os.environ,
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_ACCESS_KEY_ID": "local",
-            "AWS_SECRET_ACCESS_KEY": "local",
-        }
-        command = sqsjkr_argv(args[0], "-c", self.conf, *args[1:])
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    def cli(self, *args: str) -> Result:
+        """`sqsjkr COMMAND -c CONF ARGS` against the demo's endpoint, in this process."""
+        return run_main(args[0], "-c", self.conf, *args[1:])
 
 
 @pytest.fixture
-def demo(tmp_path: Path) -> Iterator[Demo]:
+def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
     workdir = tmp_path
     daemon = Daemon(["local", "--demo", "--stats-port", "0", "--web-port", "0"], {}, workdir)
     try:
         daemon.wait_for_log("The daemon keeps running", timeout=90)
-        running = Demo(daemon)
+        running = Demo(daemon, monkeypatch)
         more_runs(running)
         yield running
     finally:
