@@ -141,30 +141,33 @@ def pasteable_commands(log: str) -> list[str]:
     return re.findall(r"^  AWS_ENDPOINT_URL=.* \\\n    .*\n", log, re.M)
 
 
-def test_a_job_scheduled_with_send_at_is_kept_by_local_modes_scheduler(
+@pytest.mark.slow
+def test_local_mode_as_a_newcomer_pastes_its_commands(
     start_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
+    """One test, so that one local mode serves its three parts (xdist would start one for each
+    test of a module fixture on every worker)."""
     daemon = start_daemon("local", "--stats-port", "0", wait_ready=False)
     daemon.wait_for_log("receiving with")
     [send] = pasteable_commands(daemon.log)
-    scheduled = paste(send.replace("--command", "--in 1h --event-id later --command"), tmp_path)
-    assert scheduled.returncode == 0, scheduled.stderr
-    assert re.fullmatch(r"at\.later\.\d{8}T\d{6}Z\.[0-9a-f]{8}\n", scheduled.stdout)
-    listed = paste(send.replace("--command 'echo hello'", "--list-scheduled"), tmp_path)
-    assert listed.returncode == 0, listed.stderr
-    header, row = listed.stdout.splitlines()
-    assert header.startswith("NAME "), listed.stdout
-    assert row.startswith(scheduled.stdout.strip() + "  "), listed.stdout
-    assert "later" in listed.stdout and "echo hello" in listed.stdout
+    the_printed_send_command_works_pasted_into_a_fresh_shell(daemon, tmp_path)
+    local_mode_has_sample_schedules_to_show(send, tmp_path)
+    a_job_scheduled_with_send_at_is_kept_by_local_modes_scheduler(send, tmp_path)
     assert daemon.stop(signal.SIGINT) == 0
 
 
-def test_local_mode_has_sample_schedules_to_show(
-    start_daemon: Callable[..., Daemon], tmp_path: Path
+def the_printed_send_command_works_pasted_into_a_fresh_shell(
+    daemon: Daemon, tmp_path: Path
 ) -> None:
-    daemon = start_daemon("local", "--stats-port", "0", wait_ready=False)
-    daemon.wait_for_log("receiving with")
-    [send] = pasteable_commands(daemon.log)
+    hint = re.search(r"^Send a job from another shell:\n((?:  .*\n)+)", daemon.log, re.M)
+    assert hint, daemon.log
+    sent = paste(hint.group(1), tmp_path)
+    assert sent.returncode == 0, sent.stderr
+    assert re.fullmatch(r"[0-9a-f-]{36}\n", sent.stdout), sent.stdout
+    daemon.wait_for_log(f"job {sent.stdout.strip()} | hello")
+
+
+def local_mode_has_sample_schedules_to_show(send: str, tmp_path: Path) -> None:
     command = send.replace(" send -c ", " schedules -c ").replace(" --command 'echo hello'", "")
     listed = paste(command.replace(" schedules -c ", " schedules --json -c "), tmp_path)
     assert listed.returncode == 0, listed.stderr
@@ -188,22 +191,20 @@ def test_local_mode_has_sample_schedules_to_show(
         False,
         [],
     )
-    assert daemon.stop(signal.SIGINT) == 0
 
 
-@pytest.mark.slow
-def test_the_printed_send_command_works_pasted_into_a_fresh_shell(
-    start_daemon: Callable[..., Daemon], tmp_path: Path
+def a_job_scheduled_with_send_at_is_kept_by_local_modes_scheduler(
+    send: str, tmp_path: Path
 ) -> None:
-    daemon = start_daemon("local", "--stats-port", "0", wait_ready=False)
-    daemon.wait_for_log("receiving with")
-    hint = re.search(r"^Send a job from another shell:\n((?:  .*\n)+)", daemon.log, re.M)
-    assert hint, daemon.log
-    sent = paste(hint.group(1), tmp_path)
-    assert sent.returncode == 0, sent.stderr
-    assert re.fullmatch(r"[0-9a-f-]{36}\n", sent.stdout), sent.stdout
-    daemon.wait_for_log(f"job {sent.stdout.strip()} | hello")
-    assert daemon.stop(signal.SIGINT) == 0
+    scheduled = paste(send.replace("--command", "--in 1h --event-id later --command"), tmp_path)
+    assert scheduled.returncode == 0, scheduled.stderr
+    assert re.fullmatch(r"at\.later\.\d{8}T\d{6}Z\.[0-9a-f]{8}\n", scheduled.stdout)
+    listed = paste(send.replace("--command 'echo hello'", "--list-scheduled"), tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.startswith("NAME "), listed.stdout
+    assert row.startswith(scheduled.stdout.strip() + "  "), listed.stdout
+    assert "later" in listed.stdout and "echo hello" in listed.stdout
 
 
 def test_a_taken_stats_port_fails_before_the_banner_and_names_the_option(taken_port: int) -> None:
