@@ -5,7 +5,6 @@ feeds reporters, and `sqsjkr history`/`status` read them back.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from sqsjkr import __version__
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.run import RunOutcome, RunRecord
 
-from .conftest import Aws, Start, config_text, counted, free_port, sqsjkr_argv, wait_until
+from .conftest import Aws, Cli, Start, config_text, counted, free_port, wait_until
 
 GO_LOCK = {"Id": {"S": "held"}, "Type": {"S": "lock"}, "EventId": {"S": "go-daemon"}}
 
@@ -125,7 +124,7 @@ def test_no_output_kept_with_output_tail_zero(
 
 
 def test_the_summary_follows_success_failure_success(
-    start_daemon: Start, tmp_path: Path, aws: Aws
+    start_daemon: Start, tmp_path: Path, aws: Aws, cli: Cli
 ) -> None:
     daemon, port, conf = daemon_with(start_daemon, tmp_path, aws)
     history = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1)
@@ -142,16 +141,14 @@ def test_the_summary_follows_success_failure_success(
             assert summary.last_success_at < summary.last_failure_at
     assert summary.last_success_at == pytest.approx(summary.last_run.ended_at, abs=1e-3)
     assert daemon.stop() == 0
-    status = subprocess.run(
-        sqsjkr_argv("status", "-c", str(conf), "--json"), capture_output=True, text=True
-    )
+    status = cli("status", "-c", str(conf), "--json")
     assert status.returncode == 0, status.stderr
     [event] = json.loads(status.stdout)["events"]
     assert event["event_id"] == "nightly" and event["consecutive_failures"] == 0
 
 
 def test_a_run_in_progress_shows_as_running_now(
-    start_daemon: Start, tmp_path: Path, aws: Aws
+    start_daemon: Start, tmp_path: Path, aws: Aws, cli: Cli
 ) -> None:
     daemon, _, conf = daemon_with(start_daemon, tmp_path, aws)
     message_id = aws.send(
@@ -162,7 +159,7 @@ def test_a_run_in_progress_shows_as_running_now(
     [running] = summary.running
     assert (running.message_id, running.event_id) == (message_id, "ev")
     assert running.owner == f"{running.host}:{daemon.proc.pid}"  # the daemon, from its claim on
-    status = subprocess.run(sqsjkr_argv("status", "-c", str(conf)), capture_output=True, text=True)
+    status = cli("status", "-c", str(conf))
     assert f"running on {running.host} since" in status.stdout
     (tmp_path / "release").touch()
     wait_until(lambda: runs(aws, "ev"), what="the run recorded")
@@ -281,7 +278,9 @@ def test_report_on_failure_reports_only_failures(
     assert [r["event_id"] for r in reports] == ["broken"]
 
 
-def test_a_go_era_table_needs_nothing_new(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:
+def test_a_go_era_table_needs_nothing_new(
+    start_daemon: Start, tmp_path: Path, aws: Aws, cli: Cli
+) -> None:
     """The conftest table is the Go daemon's (Id/Type keys, Expired, TypeExpiredIndex): runs are
     recorded and listed without a new index or attribute definition."""
     described = aws.dynamodb.describe_table(TableName=aws.table)["Table"]
@@ -295,9 +294,7 @@ def test_a_go_era_table_needs_nothing_new(start_daemon: Start, tmp_path: Path, a
     aws.send({"command": "true", "event_id": "go-era"})
     wait_until(counted(port, succeeded=1), what="the job")
     assert daemon.stop() == 0
-    history = subprocess.run(
-        sqsjkr_argv("history", "go-era", "-c", str(conf)), capture_output=True, text=True
-    )
+    history = cli("history", "go-era", "-c", str(conf))
     assert history.returncode == 0 and "succeeded" in history.stdout, history
     after = aws.dynamodb.describe_table(TableName=aws.table)["Table"]
     for part in ("KeySchema", "AttributeDefinitions", "GlobalSecondaryIndexes"):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import socket
 import ssl
-import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,12 +37,13 @@ from sqsjkr.errors import ConfigError, InvalidJobError
 
 from .conftest import (
     Aws,
+    Cli,
     Daemon,
+    Result,
     Start,
     config_text,
     counted,
     free_port,
-    sqsjkr_argv,
     wait_until,
 )
 from .faults import reply
@@ -677,16 +677,17 @@ def test_the_daemon_sends_the_run_headers(
     assert headers["X-Sqsjkr-Scheduled-At"].endswith("Z")
 
 
-def test_send_checks_the_url_against_its_configs_allow_list(tmp_path: Path, aws: Aws) -> None:
+def test_send_checks_the_url_against_its_configs_allow_list(
+    tmp_path: Path, aws: Aws, cli: Cli
+) -> None:
     conf = tmp_path / "config.toml"
     allowed_prefix = "http://127.0.0.1:9/jobs/"
     conf.write_text(
         config_text(aws, stats="stats_port = 0") + f'[http]\nallow = ["{allowed_prefix}"]\n'
     )
 
-    def send(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = sqsjkr_argv("send", "-c", str(conf), *args)
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    def send(*args: str) -> Result:
+        return cli("send", "-c", str(conf), *args)
 
     # Loopback, which the default allows: this config does not.
     refused = send("--http-url", "http://127.0.0.1:9/admin")
@@ -722,12 +723,11 @@ def test_send_checks_the_url_against_its_configs_allow_list(tmp_path: Path, aws:
     ],
 )
 def test_send_refuses_http_options_that_do_not_fit(
-    tmp_path: Path, aws: Aws, args: list[str], problem: str
+    tmp_path: Path, aws: Aws, args: list[str], problem: str, cli: Cli
 ) -> None:
     conf = tmp_path / "config.toml"
     conf.write_text(config_text(aws, stats="stats_port = 0"))
-    argv = sqsjkr_argv("send", "-c", str(conf), *args)
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    result = cli("send", "-c", str(conf), *args)
     assert result.returncode == 2 and problem in result.stderr
     assert aws.queue_counts() == (0, 0)
 
@@ -742,7 +742,7 @@ def told_once(path: Path) -> bool:
 
 
 def test_a_call_is_named_by_its_origin_wherever_it_leaves_the_daemon(
-    start_daemon: Start, tmp_path: Path, aws: Aws, service: Service
+    start_daemon: Start, tmp_path: Path, aws: Aws, service: Service, cli: Cli
 ) -> None:
     """Its path or query may hold a token: not in the log, the run record, the noticers' and
     reporters' JSON, the webhook, nor status and history."""
@@ -770,15 +770,8 @@ def test_a_call_is_named_by_its_origin_wherever_it_leaves_the_daemon(
     [hook] = [seen for seen in service.seen if seen.path == "/hook"]
     assert json.loads(hook.body)["command"] == named
     conf = str(tmp_path / f"config-{port}.toml")
-    shown = [
-        subprocess.run(sqsjkr_argv(*args, "-c", conf), capture_output=True, text=True, timeout=60)
-        for args in (
-            ["status"],
-            ["status", "--json"],
-            ["history", "tok"],
-            ["history", "tok", "--json"],
-        )
-    ]
+    commands = (["status"], ["status", "--json"], ["history", "tok"], ["history", "tok", "--json"])
+    shown = [cli(*args, "-c", conf) for args in commands]
     assert all(result.returncode == 0 for result in shown), [r.stderr for r in shown]
     assert named in shown[3].stdout
     leaked = [
@@ -787,7 +780,10 @@ def test_a_call_is_named_by_its_origin_wherever_it_leaves_the_daemon(
             ("log", daemon.log),
             ("reporters", told),
             ("webhook", hook.body.decode()),
-            *((" ".join(r.args[1:3]), r.stdout + r.stderr) for r in shown),
+            *(
+                (" ".join(args), r.stdout + r.stderr)
+                for args, r in zip(commands, shown, strict=True)
+            ),
         ]
         if "SECRET" in text or "/q" in text
     ]

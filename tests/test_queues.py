@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 import urllib.request
 import uuid
@@ -20,13 +19,13 @@ from sqsjkr.errors import ConfigError
 
 from .conftest import (
     Aws,
+    Cli,
     Daemon,
     Start,
     config_text,
     counted,
     free_port,
     run_daemon,
-    sqsjkr_argv,
     wait_until,
 )
 from .faults import FaultProxy
@@ -195,27 +194,17 @@ def test_a_bad_queue_names_its_table_and_key(text: str, problem: str) -> None:
         parse_config(BASE + text)
 
 
-def test_send_and_dlq_take_a_queue_by_name(tmp_path: Path, aws: Aws) -> None:
+def test_send_and_dlq_take_a_queue_by_name(tmp_path: Path, aws: Aws, cli: Cli) -> None:
     heavy = second_queue(aws)
     conf = tmp_path / "config.toml"
     conf.write_text(
         config_text(aws, stats="stats_port = 0") + f'\n[[queues]]\nname = "{heavy.queue_name}"\n'
     )
-    sent = subprocess.run(
-        sqsjkr_argv("send", "-c", str(conf), "--queue", heavy.queue_name, "--command", "true"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    sent = cli("send", "-c", str(conf), "--queue", heavy.queue_name, "--command", "true")
     assert sent.returncode == 0, sent.stderr
     assert (aws.queue_counts(), heavy.queue_counts()) == ((0, 0), (1, 0))
     # The heavy queue has no RedrivePolicy: dlq names it, not the [sqs] queue.
-    dlq = subprocess.run(
-        sqsjkr_argv("dlq", "list", "-c", str(conf), "--queue", heavy.queue_name),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    dlq = cli("dlq", "list", "-c", str(conf), "--queue", heavy.queue_name)
     assert dlq.returncode != 0 and f"queue {heavy.queue_name!r} has no RedrivePolicy" in dlq.stderr
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,7 +16,7 @@ from sqsjkr.backends.dedupe import ClaimState, DynamoDedupe, Retry
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.run import RunOutcome, RunStart
 
-from .conftest import Aws, Start, counted, invocations, run_daemon, sqsjkr_argv, wait_until
+from .conftest import Aws, Cli, Start, counted, invocations, run_daemon, wait_until
 
 
 def runs(aws: Aws, event_id: str) -> list:  # newest first
@@ -188,7 +187,7 @@ def test_a_claim_notes_its_run_in_the_same_write(aws: Aws, noted: bool) -> None:
 
 
 def test_a_retry_past_max_receive_count_is_named_in_the_log_and_is_a_final_failure(
-    start_daemon: Start, tmp_path: Path, aws: Aws
+    start_daemon: Start, tmp_path: Path, aws: Aws, cli: Cli
 ) -> None:
     """SQS dead-letters a message past its maxReceiveCount: the retry that cannot run says so,
     and the run before it is the job's last: a final failure, counted in the event's summary
@@ -223,7 +222,5 @@ def test_a_retry_past_max_receive_count_is_named_in_the_log_and_is_a_final_failu
     [summary] = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1).summaries()
     assert summary.consecutive_failures == 1
     conf = next(tmp_path.glob("config-*.toml"))
-    check = subprocess.run(
-        sqsjkr_argv("status", "-c", str(conf), "--check"), capture_output=True, text=True
-    )
+    check = cli("status", "-c", str(conf), "--check")
     assert check.returncode == 2, check.stdout + check.stderr
