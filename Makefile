@@ -19,11 +19,13 @@ DEMO_ARGS ?=
 demo: $(BIN)/sqsjkr
 	$(BIN)/sqsjkr local --demo $(DEMO_ARGS)
 
+# pytest sorts the slow tests first (tests/conftest.py); --maxschedchunk 2 deals them out among
+# the workers rather than handing the first worker all of them as its opening chunk.
 test: $(BIN)/sqsjkr
 	$(BIN)/ruff check sqsjkr tests benchmarks
 	$(BIN)/ruff format --check sqsjkr tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest -n 4 --dist loadgroup
+	$(BIN)/pytest -n 4 --maxschedchunk 2
 
 # The README's pictures of the dashboard, from the demo's data, by its end-to-end tests in
 # Debian's chromium (apt-get install chromium).

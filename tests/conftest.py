@@ -45,15 +45,21 @@ def sqsjkr_argv(*args: str) -> list[str]:
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    """Poll predicate until it returns something truthy; fail the test after timeout."""
+    """Poll predicate until it returns something truthy; fail the test after timeout.
+
+    The polls start 20 ms apart and slow to one every quarter second: most conditions hold
+    within a few polls, and a wait of seconds (a lease, a delay) need not ask the daemon or the
+    endpoint, each poll a millisecond or more of CPU, twenty times a second."""
     deadline = time.monotonic() + timeout
+    pause = 0.02
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.25)
 
 
 @dataclass
