@@ -1155,13 +1155,16 @@ def terraform(directory: Path, *args: str, check: bool = True) -> subprocess.Com
     return result
 
 
-def initialised_copy(tmp_path: Path, under: str = "") -> Path:
-    """A copy of the module, initialised offline in its directory `under` (the module: "")."""
+def copy_module(tmp_path: Path) -> Path:
+    """A copy of the module, without the working files of a checkout's own init or apply."""
     copy = tmp_path / "terraform"
     shutil.copytree(TERRAFORM_DIR, copy, ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
-    directory = copy / under
+    return copy
+
+
+def init(directory: Path) -> None:
+    """terraform init in directory, offline: the provider from PLUGIN_DIR, no backend."""
     terraform(directory, "init", "-backend=false", "-input=false", f"-plugin-dir={PLUGIN_DIR}")
-    return directory
 
 
 def planned(directory: Path, *args: str) -> dict[str, dict[str, Any]]:
@@ -1197,28 +1200,62 @@ def once(
     return get
 
 
+#: Jobs of the FIFO modules beside the example's: one name that is not a valid FIFO group id.
+FIFO_JOBS = (
+    '{nightly={schedule_expression="cron(0 3 * * ? *)", command="backup", '
+    'event_id="nightly backup"}, hourly={schedule_expression="rate(1 hour)", command="x"}}'
+)
+
+#: Two more calls of the module beside the example's, so that one plan (seconds of CPU for the
+#: provider's schema, twice with `show`) covers both engines on a FIFO queue as well.
+FIFO_MODULES = f"""\
+module "fifo" {{
+  source = "../.."
+  fifo   = true
+  jobs   = {FIFO_JOBS}
+}}
+
+module "fifo_rules" {{
+  source          = "../.."
+  fifo            = true
+  schedule_engine = "rules"
+  jobs            = {FIFO_JOBS}
+}}
+"""
+
+
 @dataclass
 class ExamplePlan:
-    """The example's plan, with the jobs of a crontab given as a -var-file (crontab2tf's output)."""
+    """The example's plan, with the jobs of a crontab given as a -var-file (crontab2tf's output)
+    and FIFO_MODULES beside it."""
 
-    schedules: dict[str, dict[str, Any]]  # the planned values of each schedule, by job key
+    resources: dict[str, dict[str, Any]]  # the planned values of each resource, by address
     crontab_jobs: dict[str, dict[str, Any]]  # the jobs of the -var-file
+
+    @property
+    def schedules(self) -> dict[str, dict[str, Any]]:
+        """The planned values of the example's schedules, by job key."""
+        return by_key(self.resources, "module.sqsjkr.aws_scheduler_schedule.job")
 
 
 @pytest.fixture(scope="module")
 def example_plan(
     tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str, once: Any
 ) -> ExamplePlan:
-    schedules, jobs = once(
+    resources, jobs = once(
         "example-plan", lambda: plan_example(tmp_path_factory.mktemp("example"), moto_endpoint)
     )
-    return ExamplePlan(schedules, jobs)
+    return ExamplePlan(resources, jobs)
 
 
 def plan_example(tmp_path: Path, moto_endpoint: str) -> tuple[Any, Any]:
-    """The example's schedules, planned with crontab2tf's output as a -var-file, and its jobs."""
-    example = initialised_copy(tmp_path, "examples/multi-job")
+    """The resources of the example and FIFO_MODULES, planned with crontab2tf's output as a
+    -var-file, and the var-file's jobs."""
+    copy = copy_module(tmp_path)
+    example = copy / "examples" / "multi-job"
     (example / "offline_override.tf").write_text(OFFLINE_PROVIDER % moto_endpoint)
+    (example / "fifo_modules.tf").write_text(FIFO_MODULES)
+    init(example)
     crontab = tmp_path / "crontab"
     crontab.write_text(
         "0 2 * * * /usr/local/bin/backup.sh --full\nCRON_TZ=Europe/Berlin\n*/5 * * * * poll\n"
@@ -1231,11 +1268,7 @@ def plan_example(tmp_path: Path, moto_endpoint: str) -> tuple[Any, Any]:
         timeout=60,
     )
     assert converted.returncode == 0, converted.stderr
-    resources = planned(example, f"-var-file={tfvars}")
-    return (
-        by_key(resources, "module.sqsjkr.aws_scheduler_schedule.job"),
-        literal(load_hcl(tfvars)["jobs"]),
-    )
+    return planned(example, f"-var-file={tfvars}"), literal(load_hcl(tfvars)["jobs"])
 
 
 @needs_providers
@@ -1276,43 +1309,14 @@ def by_key(resources: dict[str, dict[str, Any]], address: str) -> dict[str, dict
     }
 
 
-#: The module as a root configuration, with a provider that needs no account.
-MODULE_PROVIDER = OFFLINE_PROVIDER.replace('  endpoints {\n    sts = "%s"\n  }\n', "")
-
-
-@pytest.fixture(scope="module")
-def offline_module(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The module, initialised once per test module as a root configuration that plans offline.
-    A plan also validates the configuration, so no test runs `terraform validate` on its own."""
-    module = initialised_copy(tmp_path_factory.mktemp("module"))
-    (module / "offline.tf").write_text(MODULE_PROVIDER)
-    return module
-
-
-def said(result: subprocess.CompletedProcess[str]) -> str:
-    """Terraform's messages as one line of words: it wraps them in a box."""
-    return " ".join(result.stderr.replace("\u2502", " ").split())
-
-
-#: A job with a name that is not a valid FIFO group id, and one that is.
-FIFO_JOBS = (
-    'jobs={nightly={schedule_expression="cron(0 3 * * ? *)", command="backup", '
-    'event_id="nightly backup"}, hourly={schedule_expression="rate(1 hour)", command="x"}}'
-)
-
-
-@pytest.fixture(scope="module")
-def rules_plan(offline_module: Path, once: Any) -> dict[str, dict[str, Any]]:
-    """The rules engine on a FIFO queue: one plan serves the rules engine's test and the FIFO
-    group of its targets."""
-    args = ("-var", "fifo=true", "-var", "schedule_engine=rules", "-var", FIFO_JOBS)
-    return dict(once("rules-plan", lambda: planned(offline_module, *args)))
-
-
 @needs_providers
 @pytest.mark.slow
-def test_rules_engine_plans_the_old_modules_rules(rules_plan: dict[str, dict[str, Any]]) -> None:
-    resources = rules_plan
+def test_rules_engine_plans_the_old_modules_rules(example_plan: ExamplePlan) -> None:
+    resources = {
+        address.removeprefix("module.fifo_rules."): values
+        for address, values in example_plan.resources.items()
+        if address.startswith("module.fifo_rules.")
+    }
     assert set(by_key(resources, "aws_cloudwatch_event_rule.job")) == {"nightly", "hourly"}
     assert set(by_key(resources, "aws_cloudwatch_event_target.job")) == {"nightly", "hourly"}
     assert not by_key(resources, "aws_scheduler_schedule.job")
@@ -1323,59 +1327,24 @@ def test_rules_engine_plans_the_old_modules_rules(rules_plan: dict[str, dict[str
 @needs_providers
 @pytest.mark.slow
 def test_terraform_module_makes_fifo_queues_whose_schedules_and_rules_set_the_group(
-    offline_module: Path, rules_plan: dict[str, dict[str, Any]]
+    example_plan: ExamplePlan,
 ) -> None:
-    resources = planned(offline_module, "-var", "fifo=true", "-var", FIFO_JOBS)
-    queue, dlq = resources["aws_sqs_queue.jobs"], resources["aws_sqs_queue.dlq"]
+    resources = example_plan.resources
+    queue, dlq = (
+        resources["module.fifo.aws_sqs_queue.jobs"],
+        resources["module.fifo.aws_sqs_queue.dlq"],
+    )
     assert (queue["name"], queue["fifo_queue"]) == ("sqsjkr.fifo", True)
     assert queue["content_based_deduplication"] is True  # EventBridge Scheduler requires it
     assert (dlq["name"], dlq["fifo_queue"]) == ("sqsjkr-dlq.fifo", True)
-    schedules = by_key(resources, "aws_scheduler_schedule.job")
+    schedules = by_key(resources, "module.fifo.aws_scheduler_schedule.job")
     groups = {
         key: [params["message_group_id"] for params in s["target"][0]["sqs_parameters"]]
         for key, s in schedules.items()
     }
     assert groups == {"nightly": ["nightly_backup"], "hourly": ["hourly"]}
-    targets = by_key(rules_plan, "aws_cloudwatch_event_target.job")
+    targets = by_key(resources, "module.fifo_rules.aws_cloudwatch_event_target.job")
     assert targets["nightly"]["sqs_target"] == [{"message_group_id": "nightly_backup"}]
-
-
-@needs_providers
-@pytest.mark.slow
-def test_plan_refuses_time_zones_with_rules_and_frequent_jobs_on_a_fifo_queue(
-    offline_module: Path,
-) -> None:
-    """Both are preconditions of resources, so that one plan meets both."""
-    jobs = 'jobs={nightly={schedule_expression="cron(0 3 * * ? *)", command="backup"}, poll={schedule_expression="rate(1 minute)", command="x"}}'
-    refused = terraform(
-        offline_module, "plan", "-input=false", "-lock=false", "-no-color",
-        "-var", "fifo=true", "-var", "schedule_engine=rules",
-        "-var", "schedule_expression_timezone=Asia/Tokyo", "-var", jobs, check=False,
-    )  # fmt: skip
-    assert refused.returncode == 1
-    assert "Job nightly has a time zone other than UTC" in said(refused)
-    assert "jobs poll are scheduled more often than that" in said(refused)
-
-
-def test_terraform_working_files_are_ignored_by_git() -> None:
-    root = TERRAFORM_DIR.parent
-    if shutil.which("git") is None or not (root / ".git").exists():
-        pytest.skip("not a git checkout")
-    leftovers = [
-        "terraform/.terraform/providers/x",
-        "terraform/examples/multi-job/.terraform/modules/modules.json",
-        "terraform/examples/multi-job/.terraform.lock.hcl",
-        "terraform/examples/multi-job/terraform.tfstate",
-        "terraform/examples/multi-job/terraform.tfstate.backup",
-    ]
-    checked = subprocess.run(
-        ["git", "check-ignore", "--no-index", *leftovers],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert checked.stdout.split() == leftovers
 
 
 #: A job that fails one check of the fields of issue 11 each, and the check's message.
@@ -1408,21 +1377,93 @@ REFUSED_JOBS = {
     "success_status=[99]}}": "http.success_status, when set, must be a non-empty list of status codes",
 }
 
+#: The module's provider in a root configuration that needs no account.
+MODULE_PROVIDER = OFFLINE_PROVIDER.replace('  endpoints {\n    sts = "%s"\n  }\n', "")
+
+#: Module calls that a plan refuses, each for its own reasons: the variables' validations of
+#: REFUSED_JOBS, and preconditions (a time zone with the rules engine, a job every minute on a
+#: FIFO queue). Each is a root of its own: a failed validation ends a plan before preconditions.
+REFUSED_MODULES = {
+    "jobs": f"""\
+module "refused" {{
+  source = "../"
+  jobs   = {{{", ".join(REFUSED_JOBS)}}}
+}}
+""",
+    "engine": """\
+module "refused" {
+  source                       = "../"
+  fifo                         = true
+  schedule_engine              = "rules"
+  schedule_expression_timezone = "Asia/Tokyo"
+  jobs = {
+    nightly = { schedule_expression = "cron(0 3 * * ? *)", command = "backup" }
+    poll    = { schedule_expression = "rate(1 minute)", command = "x" }
+  }
+}
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory: pytest.TempPathFactory, once: Any) -> dict[str, str]:
+    """What a plan of each of REFUSED_MODULES says, as one line of words."""
+
+    def plan() -> dict[str, str]:
+        copy = copy_module(tmp_path_factory.mktemp("refused"))
+        said_by = {}
+        for name, call in REFUSED_MODULES.items():
+            root = copy / f"refused-{name}"
+            root.mkdir()
+            (root / "main.tf").write_text(MODULE_PROVIDER + call)
+            init(root)
+            result = terraform(
+                root, "plan", "-input=false", "-lock=false", "-no-color", check=False
+            )
+            assert result.returncode == 1, result.stdout + result.stderr
+            said_by[name] = said(result)
+        return said_by
+
+    return dict(once("refusals", plan))
+
+
+def said(result: subprocess.CompletedProcess[str]) -> str:
+    """Terraform's messages as one line of words: it wraps them in a box."""
+    return " ".join(result.stderr.replace("\u2502", " ").split())
+
 
 @needs_providers
 @pytest.mark.slow
-def test_plan_refuses_bad_groups_retries_and_http_calls(offline_module: Path) -> None:
-    jobs = "jobs={" + ", ".join(REFUSED_JOBS) + "}"
-    refused = terraform(
-        offline_module,
-        "plan",
-        "-input=false",
-        "-lock=false",
-        "-no-color",
-        "-var",
-        jobs,
-        check=False,
-    )
-    assert refused.returncode == 1
+def test_plan_refuses_time_zones_with_rules_and_frequent_jobs_on_a_fifo_queue(
+    refusals: dict[str, str],
+) -> None:
+    assert "Job nightly has a time zone other than UTC" in refusals["engine"]
+    assert "jobs poll are scheduled more often than that" in refusals["engine"]
+
+
+@needs_providers
+@pytest.mark.slow
+def test_plan_refuses_bad_groups_retries_and_http_calls(refusals: dict[str, str]) -> None:
     for message in REFUSED_JOBS.values():
-        assert message in said(refused), message
+        assert message in refusals["jobs"], message
+
+
+def test_terraform_working_files_are_ignored_by_git() -> None:
+    root = TERRAFORM_DIR.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    leftovers = [
+        "terraform/.terraform/providers/x",
+        "terraform/examples/multi-job/.terraform/modules/modules.json",
+        "terraform/examples/multi-job/.terraform.lock.hcl",
+        "terraform/examples/multi-job/terraform.tfstate",
+        "terraform/examples/multi-job/terraform.tfstate.backup",
+    ]
+    checked = subprocess.run(
+        ["git", "check-ignore", "--no-index", *leftovers],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert checked.stdout.split() == leftovers
