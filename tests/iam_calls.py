@@ -225,3 +225,8 @@ def actions(entry: str) -> set[str]:
         calls.discard("dynamodb:TransactWriteItems")
         calls |= {TRANSACT_PARTS[part] for part in parts & TRANSACT_PARTS.keys()}
     return {AUTHORISED_AS.get(call, call) for call in calls}
+
+
+def daemon_actions() -> set[str]:
+    """The IAM actions of the daemon, `sqsjkr run`: what the module's host policy grants."""
+    return actions("sqsjkr.commands.run:run")

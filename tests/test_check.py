@@ -17,7 +17,7 @@ from sqsjkr.commands.cli import main
 from sqsjkr.commands.local import create_queue
 
 from .conftest import MOTO_EXTRAS, REGION, Aws, config_text, free_port
-from .test_terraform import HOST_ACTIONS
+from .iam_calls import daemon_actions
 
 Lines = list[tuple[str, str, str]]
 
@@ -294,7 +294,7 @@ def test_the_hosts_policy_passes_with_warnings_for_what_it_may_not_read(
     host_user: Callable[[set[str]], None],
 ) -> None:
     conf = write_conf(tmp_path, good)
-    host_user(HOST_ACTIONS | MOTO_EXTRAS)
+    host_user(daemon_actions() | MOTO_EXTRAS)
     code, lines, _ = sqsjkr_check(capsys, conf)
     assert code == 0, lines
     table = f"table {good.table}"
@@ -314,7 +314,7 @@ def test_a_denied_write_fails_naming_its_action(
     host_user: Callable[[set[str]], None],
 ) -> None:
     conf = write_conf(tmp_path, good)
-    host_user((HOST_ACTIONS | MOTO_EXTRAS) - {"dynamodb:UpdateItem", "dynamodb:PutItem"})
+    host_user((daemon_actions() | MOTO_EXTRAS) - {"dynamodb:UpdateItem", "dynamodb:PutItem"})
     code, lines, last = sqsjkr_check(capsys, conf)
     assert code == 1
     table = f"table {good.table}"
