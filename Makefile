@@ -19,13 +19,17 @@ DEMO_ARGS ?=
 demo: $(BIN)/sqsjkr
 	$(BIN)/sqsjkr local --demo $(DEMO_ARGS)
 
-# pytest sorts the slow tests first (tests/conftest.py); --maxschedchunk 2 deals them out among
-# the workers rather than handing the first worker all of them as its opening chunk.
+# The tests start some 150 daemons and commands: compiled once here, the package is not compiled
+# anew by each of them where PYTHONDONTWRITEBYTECODE is set. The tests wait on daemons, leases
+# and subprocesses much of the time, so six workers keep two cores busy; pytest sorts the slow
+# tests first (tests/conftest.py), and --maxschedchunk 2 deals them out among the workers rather
+# than handing the first worker all of them as its opening chunk.
 test: $(BIN)/sqsjkr
 	$(BIN)/ruff check sqsjkr tests benchmarks
 	$(BIN)/ruff format --check sqsjkr tests benchmarks
 	$(BIN)/mypy
-	$(BIN)/pytest -n 4 --maxschedchunk 2
+	$(BIN)/python -m compileall -q sqsjkr
+	$(BIN)/pytest -n 6 --maxschedchunk 2
 
 # The README's pictures of the dashboard, from the demo's data, by its end-to-end tests in
 # Debian's chromium (apt-get install chromium).
