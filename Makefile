@@ -20,15 +20,16 @@ demo: $(BIN)/sqsjkr
 	$(BIN)/sqsjkr local --demo $(DEMO_ARGS)
 
 # The tests start some 150 daemons and commands: compiled once here, the package is not compiled
-# anew by each of them where PYTHONDONTWRITEBYTECODE is set. The tests wait on daemons, leases
-# and subprocesses much of the time, so six workers keep two cores busy; pytest sorts the slow
-# tests first (tests/conftest.py), and --maxschedchunk 2 deals them out among the workers rather
-# than handing the first worker all of them as its opening chunk.
+# anew by each of them where PYTHONDONTWRITEBYTECODE is set. For the same reason each pytest
+# worker would rewrite the tests' asserts anew: one collection, beside mypy, caches them.
+# The tests wait on daemons, leases and subprocesses much of the time, so six workers keep two
+# cores busy; pytest sorts the slow tests first (tests/conftest.py), and --maxschedchunk 2 deals
+# them out among the workers rather than handing the first worker all of them at once.
 test: $(BIN)/sqsjkr
 	$(BIN)/ruff check sqsjkr tests benchmarks
 	$(BIN)/ruff format --check sqsjkr tests benchmarks
-	$(BIN)/mypy
 	$(BIN)/python -m compileall -q sqsjkr
+	$(BIN)/mypy & mypy=$$!; PYTHONDONTWRITEBYTECODE= $(BIN)/pytest --collect-only -q >/dev/null; wait $$mypy
 	$(BIN)/pytest -n 6 --maxschedchunk 2
 
 # The README's pictures of the dashboard, from the demo's data, by its end-to-end tests in
