@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -232,6 +233,7 @@ class Daemon:
         workdir: Path,
         preexec_fn: Callable[[], None] | None = None,
     ) -> None:
+        self.args = args
         self.log_path = workdir / f"daemon-{uuid.uuid4().hex[:6]}.log"
         self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - outlives __init__; closed in stop()/kill()
         self.proc = subprocess.Popen(
@@ -246,6 +248,19 @@ class Daemon:
     @property
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    @property
+    def conf(self) -> str:
+        """The config file it was started with (-c)."""
+        return self.args[self.args.index("-c") + 1]
+
+    @property
+    def stats_port(self) -> int:
+        """The port its stats listen on, from its log. The tests' configs ask for any free port
+        (stats_port = 0): a port found free here could be taken before the daemon binds it."""
+        match = re.search(r"serving stats on 127\.0\.0\.1:(\d+)", self.log)
+        assert match, f"no stats port in the log:\n{self.log}"
+        return int(match.group(1))
 
     def wait_for_log(self, text: str, timeout: float = 15.0) -> None:
         def seen() -> bool:
@@ -334,13 +349,13 @@ def run_daemon(
 ) -> tuple[Daemon, int]:
     """`sqsjkr run` on a config for aws with these [kicker] keys (and [lock] lease); returns
     the daemon, once receiving, and its stats port."""
-    port = free_port()
-    conf = tmp_path / f"config-{port}.toml"
-    text = config_text(aws, stats=f"stats_port = {port}", **kicker)
+    conf = tmp_path / f"config-{uuid.uuid4().hex[:6]}.toml"
+    text = config_text(aws, stats="stats_port = 0", **kicker)
     if lease is not None:
         text = text.replace("[lock]\n", f'[lock]\nlease = "{lease}"\n')
     conf.write_text(text)
-    return start("run", "-c", str(conf), preexec_fn=preexec_fn), port
+    daemon = start("run", "-c", str(conf), preexec_fn=preexec_fn)
+    return daemon, daemon.stats_port
 
 
 def invocations(port: int) -> dict[str, int]:
@@ -367,9 +382,10 @@ class Outage:
     """A moto server on a fixed port; its state lives in this process, so a restart keeps it."""
 
     def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = 0  # any free port at first; the same one when it comes back
         self.server = self._start()
+        self.port = self.server.get_host_and_port()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def _start(self) -> ThreadedMotoServer:
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)

@@ -267,7 +267,6 @@ def test_stats_on_a_unix_socket(start_daemon: Start, tmp_path: Path, aws: Aws) -
 def test_go_style_flags_run_the_daemon_and_override_the_file(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    port = free_port()
     conf = tmp_path / "config.toml"
     # The file names a table that does not exist; -lock-table must win.
     text = config_text(aws, stats="stats_port = 1").replace(aws.table, "no-such-table")
@@ -278,12 +277,13 @@ def test_go_style_flags_run_the_daemon_and_override_the_file(
         "-lock-table",
         aws.table,
         "-stats-port",
-        str(port),
+        "0",
         "-log-level",
         "debug",
     )
+    assert daemon.stats_port != 1  # the flag's, not the file's
     message_id = aws.send({"command": "true", "lock_id": "go"})
-    wait_until(counted(port, succeeded=1), what="job via Go flags")
+    wait_until(counted(daemon.stats_port, succeeded=1), what="job via Go flags")
     assert aws.item(message_id, "throttle") is not None
     assert daemon.stop() == 0
 
@@ -291,11 +291,8 @@ def test_go_style_flags_run_the_daemon_and_override_the_file(
 def test_a_missing_table_fails_the_start_naming_it(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    port = free_port()
     conf = tmp_path / "config.toml"
-    conf.write_text(
-        config_text(aws, stats=f"stats_port = {port}").replace(aws.table, "no-such-table")
-    )
+    conf.write_text(config_text(aws, stats="stats_port = 0").replace(aws.table, "no-such-table"))
     aws.send({"command": "true"})
     daemon = start_daemon("run", "-c", str(conf), wait_ready=False)
     assert daemon.proc.wait(20) == 1
@@ -315,9 +312,7 @@ def test_a_table_without_the_id_and_type_keys_fails_the_start(
     )
     conf = tmp_path / "config.toml"
     conf.write_text(
-        config_text(aws, stats=f"stats_port = {free_port()}").replace(
-            aws.table, f"{aws.table}-wrong"
-        )
+        config_text(aws, stats="stats_port = 0").replace(aws.table, f"{aws.table}-wrong")
     )
     daemon = start_daemon("run", "-c", str(conf), wait_ready=False)
     assert daemon.proc.wait(20) == 1
@@ -327,9 +322,7 @@ def test_a_table_without_the_id_and_type_keys_fails_the_start(
 def test_missing_queue_fails_fast_naming_it(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:
     conf = tmp_path / "config.toml"
     conf.write_text(
-        config_text(aws, stats=f"stats_port = {free_port()}").replace(
-            aws.queue_name, "no-such-queue"
-        )
+        config_text(aws, stats="stats_port = 0").replace(aws.queue_name, "no-such-queue")
     )
     daemon = start_daemon("run", "-c", str(conf), wait_ready=False)
     assert daemon.proc.wait(20) == 1
@@ -339,13 +332,12 @@ def test_missing_queue_fails_fast_naming_it(start_daemon: Start, tmp_path: Path,
 def test_none_backends_write_nothing_to_dynamodb(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    port = free_port()
     conf = tmp_path / "config.toml"
-    text = config_text(aws, stats=f"stats_port = {port}").replace(
+    text = config_text(aws, stats="stats_port = 0").replace(
         "[lock]\n", '[lock]\nbackend = "none"\n'
     )
     conf.write_text(text + '\n[dedupe]\nbackend = "none"\n')
-    start_daemon("run", "-c", str(conf))
+    port = start_daemon("run", "-c", str(conf)).stats_port
     message_id = aws.send(
         {"command": "touch started; while [ ! -f release ]; do sleep 0.05; done", "lock_id": "L"}
     )
@@ -359,9 +351,8 @@ def test_none_backends_write_nothing_to_dynamodb(
 def test_unreachable_endpoint_at_start_is_retried_and_named_then_stops_cleanly(
     tmp_path: Path, aws: Aws
 ) -> None:
-    port = free_port()
     conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats=f"stats_port = {port}"))
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
     closed = f"http://127.0.0.1:{free_port()}"
     # boto3's per-service variable wins over AWS_ENDPOINT_URL.
     daemon = Daemon(["run", "-c", str(conf)], {"AWS_ENDPOINT_URL_SQS": closed}, tmp_path)
@@ -372,7 +363,10 @@ def test_unreachable_endpoint_at_start_is_retried_and_named_then_stops_cleanly(
         daemon.wait_for_log("retrying in")
         assert daemon.proc.poll() is None
         # Monitoring already sees the daemon, idle, while it waits for AWS.
-        assert http_get_json(port, "/stats/metrics") == {"idle_worker": 4, "busy_worker": 0}
+        assert http_get_json(daemon.stats_port, "/stats/metrics") == {
+            "idle_worker": 4,
+            "busy_worker": 0,
+        }
         assert daemon.stop() == 0
     finally:
         daemon.kill()
@@ -384,7 +378,7 @@ def test_command_line_options_override_the_file(
     sock_path = tmp_path / "s.sock"
     conf = tmp_path / "config.toml"
     # Wrong region and a TCP port in the file; --region and --stats-socket must win.
-    text = config_text(aws, stats=f"stats_port = {free_port()}")
+    text = config_text(aws, stats="stats_port = 0")
     conf.write_text(text.replace(f'region = "{REGION}"', 'region = "eu-west-1"'))
     daemon = start_daemon(
         "run", "-c", str(conf), "--region", REGION, "--stats-socket", str(sock_path)
@@ -398,7 +392,7 @@ def test_command_line_options_override_the_file(
 
 def test_unknown_profile_exits_1_naming_it(tmp_path: Path, aws: Aws) -> None:
     conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats=f"stats_port = {free_port()}"))
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
     daemon = Daemon(["run", "-c", str(conf), "--profile", "no-such-profile"], {}, tmp_path)
     try:
         assert daemon.proc.wait(30) == 1
@@ -409,7 +403,7 @@ def test_unknown_profile_exits_1_naming_it(tmp_path: Path, aws: Aws) -> None:
 
 def test_serve_takes_backends_injected_from_python(tmp_path: Path, aws: Aws) -> None:
     conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats=f"stats_port = {free_port()}"))
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
     config = load_config(conf)
     locker, dedupe, history = MemoryLocker(), MemoryDedupe(), MemoryHistory()
     stop = threading.Event()

@@ -23,7 +23,6 @@ from .conftest import (
     Start,
     config_text,
     counted,
-    free_port,
     sqsjkr,
     wait_until,
 )
@@ -170,10 +169,10 @@ def fifo(aws: Aws) -> Fifo:
 def start_fifo_daemon(
     start: Start, tmp_path: Path, fifo: Fifo, **kicker: Any
 ) -> tuple[Daemon, int]:
-    port = free_port()
-    conf = tmp_path / f"config-{port}.toml"
-    conf.write_text(config_text(fifo.site, stats=f"stats_port = {port}", **kicker))
-    return start("run", "-c", str(conf), "--log-level", "debug"), port
+    conf = tmp_path / f"config-{uuid.uuid4().hex[:6]}.toml"
+    conf.write_text(config_text(fifo.site, stats="stats_port = 0", **kicker))
+    daemon = start("run", "-c", str(conf), "--log-level", "debug")
+    return daemon, daemon.stats_port
 
 
 def hold_lock(aws: Aws, lock_id: str) -> None:

@@ -5,6 +5,7 @@ feeds reporters, and `sqsjkr history`/`status` read them back.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from sqsjkr import __version__
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.run import RunOutcome, RunRecord
 
-from .conftest import Aws, Cli, Start, config_text, counted, free_port, wait_until
+from .conftest import Aws, Cli, Start, config_text, counted, wait_until
 
 GO_LOCK = {"Id": {"S": "held"}, "Type": {"S": "lock"}, "EventId": {"S": "go-daemon"}}
 
@@ -23,10 +24,10 @@ def daemon_with(
     start: Start, tmp_path: Path, aws: Aws, extra: str = "", **kicker: Any
 ) -> tuple[Any, int, Path]:
     """The daemon on a config for aws with extra sections appended; (daemon, stats port, conf)."""
-    port = free_port()
-    conf = tmp_path / f"config-{port}.toml"
-    conf.write_text(config_text(aws, stats=f"stats_port = {port}", **kicker) + extra)
-    return start("run", "-c", str(conf)), port, conf
+    conf = tmp_path / f"config-{uuid.uuid4().hex[:6]}.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0", **kicker) + extra)
+    daemon = start("run", "-c", str(conf))
+    return daemon, daemon.stats_port, conf
 
 
 def runs(aws: Aws, event_id: str) -> list[RunRecord]:

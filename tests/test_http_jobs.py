@@ -8,6 +8,7 @@ import json
 import socket
 import ssl
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -545,11 +546,11 @@ def start_with_http(
     start: Start, tmp_path: Path, aws: Aws, extra: str = "", **kicker: Any
 ) -> tuple[Daemon, int]:
     """The daemon on a config for aws plus extra sections, keeping 1000 bytes of output."""
-    port = free_port()
-    conf = tmp_path / f"config-{port}.toml"
-    text = config_text(aws, stats=f"stats_port = {port}", **kicker)
+    conf = tmp_path / f"config-{uuid.uuid4().hex[:6]}.toml"
+    text = config_text(aws, stats="stats_port = 0", **kicker)
     conf.write_text(text + "\n[history]\noutput_tail = 1000\n" + extra)
-    return start("run", "-c", str(conf)), port
+    daemon = start("run", "-c", str(conf))
+    return daemon, daemon.stats_port
 
 
 def runs(aws: Aws, event_id: str) -> list[RunRecord]:
@@ -769,7 +770,7 @@ def test_a_call_is_named_by_its_origin_wherever_it_leaves_the_daemon(
     assert json.loads(reported.read_text())["command"] == named
     [hook] = [seen for seen in service.seen if seen.path == "/hook"]
     assert json.loads(hook.body)["command"] == named
-    conf = str(tmp_path / f"config-{port}.toml")
+    conf = daemon.conf
     commands = (["status"], ["status", "--json"], ["history", "tok"], ["history", "tok", "--json"])
     shown = [cli(*args, "-c", conf) for args in commands]
     assert all(result.returncode == 0 for result in shown), [r.stderr for r in shown]

@@ -25,7 +25,6 @@ from .conftest import (
     Start,
     config_text,
     counted,
-    free_port,
     http_get_text,
     run_daemon,
     sqsjkr_argv,
@@ -58,10 +57,6 @@ def lines_of(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def conf_of(tmp_path: Path, port: int) -> str:
-    return str(tmp_path / f"config-{port}.toml")  # what run_daemon wrote
-
-
 def kill(capsys: pytest.CaptureFixture[str], conf: str, *args: str) -> tuple[int, str, str]:
     return sqsjkr(capsys, "kill", *args, "-c", conf)
 
@@ -69,12 +64,12 @@ def kill(capsys: pytest.CaptureFixture[str], conf: str, *args: str) -> tuple[int
 def test_kill_stops_a_running_job_s_process_group_and_records_it_killed_for_good(
     start_daemon: Start, tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    port = free_port()
     conf = tmp_path / "config.toml"
-    text = config_text(aws, stats=f"stats_port = {port}", kill_grace="1s")
+    text = config_text(aws, stats="stats_port = 0", kill_grace="1s")
     reporting = '\n[report]\nreporters = ["cat >> reports"]\nreport_on = "failure"\n'
     conf.write_text(text.replace("[lock]\n", '[lock]\nlease = "3s"\n') + reporting)
     daemon = start_daemon("run", "-c", str(conf))
+    port = daemon.stats_port
     job = {"command": LONG_JOB, "event_id": "nightly", "retries": 2, "retry_delay": "0s"}
     message_id = aws.send(job)
     wait_until(lambda: (tmp_path / "started").exists(), what="job running")
@@ -124,7 +119,7 @@ def test_kill_of_a_job_waiting_for_its_lock_ends_it_killed_without_running(
 
     wait_until(waiting, what="b waiting for its lock")
 
-    code, out, err = kill(capsys, conf_of(tmp_path, port), waiter, "--wait")
+    code, out, err = kill(capsys, daemon.conf, waiter, "--wait")
 
     assert code == 0, err
     assert ', waiting for its lock "L"' in out
@@ -146,7 +141,7 @@ def test_kill_of_a_finished_run_or_an_idle_event_says_so_and_changes_nothing(
     wait_until(counted(port, succeeded=1), what="the job done")
     wait_until(lambda: records(aws, "done"), what="its record")
     claim = aws.item(message_id, "throttle")
-    conf = conf_of(tmp_path, port)
+    conf = daemon.conf
 
     code, out, err = kill(capsys, conf, message_id)
     assert (code, out) == (1, "")
@@ -180,7 +175,7 @@ def test_a_kill_racing_the_job_s_own_end_leaves_the_job_s_own_record(
     message_id = aws.send({"command": f"touch started; {WAIT_FOR_RELEASE}", "event_id": "race"})
     wait_until(lambda: (tmp_path / "started").exists(), what="job running")
     waiting = subprocess.Popen(
-        sqsjkr_argv("kill", "race", "--wait", "-c", conf_of(tmp_path, port)),
+        sqsjkr_argv("kill", "race", "--wait", "-c", daemon.conf),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -212,7 +207,7 @@ def test_a_kill_whose_daemon_died_is_recorded_by_the_next_receiver_without_runni
     first.kill()
     kill_group(tmp_path / "pids")
 
-    code, out, err = kill(capsys, conf_of(tmp_path, port), "gone", "--reason", "host lost")
+    code, out, err = kill(capsys, first.conf, "gone", "--reason", "host lost")
     assert code == 0, err
     assert out.startswith(f'kill requested: the run of event "gone" (message "{message_id}")')
 

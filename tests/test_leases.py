@@ -29,7 +29,6 @@ from .conftest import (
     Start,
     config_text,
     counted,
-    free_port,
     http_get_text,
     run_daemon,
     wait_until,
@@ -99,14 +98,14 @@ def test_a_holder_frozen_past_its_lease_learns_that_it_lost_its_lock(
     conf = tmp_path / "frozen.toml"
     # Its message stays hidden while it is frozen: only the lock lapses.
     # One worker, busy with A: B's message can only go to the second daemon.
-    frozen_port = free_port()
-    text = config_text(aws, stats=f"stats_port = {frozen_port}", max_concurrent_num=1)
+    text = config_text(aws, stats="stats_port = 0", max_concurrent_num=1)
     conf.write_text(
         text.replace("[lock]\n", '[lock]\nlease = "2s"\n').replace(
             "wait_time_seconds = 1", "wait_time_seconds = 1\nvisibility_timeout = 60"
         )
     )
     frozen = start_daemon("run", "-c", str(conf))
+    frozen_port = frozen.stats_port
     aws.send(
         {"command": "touch a.started; while [ ! -f release ]; do sleep 0.05; done", "lock_id": "L"}
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from .conftest import Aws, Start, config_text, counted, free_port, run_daemon, wait_until
+from .conftest import Aws, Start, config_text, counted, run_daemon, wait_until
 
 #: Go's largest time.Duration, which the parser accepts for every duration field.
 GO_MAX = "2562047h47m16.854775807s"
@@ -50,11 +50,10 @@ def test_every_duration_at_its_largest_keeps_the_daemon_working(
 ) -> None:
     go_lock = {"Id": {"S": "held"}, "Type": {"S": "lock"}, "EventId": {"S": "go-daemon"}}
     aws.dynamodb.put_item(TableName=aws.table, Item=go_lock)  # held for ever
-    port = free_port()
     conf = tmp_path / "config.toml"
     text = config_text(
         aws,
-        stats=f"stats_port = {port}",
+        stats="stats_port = 0",
         job_timeout=GO_MAX,
         kill_grace=GO_MAX,
         shutdown_timeout=GO_MAX,
@@ -63,6 +62,7 @@ def test_every_duration_at_its_largest_keeps_the_daemon_working(
     text = text.replace('retry_interval = "0.1s"', f'retry_interval = "{GO_MAX}"\nlease = "1h"')
     conf.write_text(text)
     daemon = start_daemon("run", "-c", str(conf))
+    port = daemon.stats_port
     for field in ("life_time", "timeout"):
         aws.send({"command": f"echo {field} >> ran", "life_time": GO_MAX, field: GO_MAX})
     wait_until(counted(port, succeeded=2), what="both jobs run")

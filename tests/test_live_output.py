@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -26,18 +27,17 @@ from sqsjkr.daemon.live import LiveTails, LiveWriter
 from sqsjkr.daemon.runner import ShellRunner, StopSwitch
 from sqsjkr.errors import ConfigError
 
-from .conftest import Aws, Start, config_text, counted, free_port, sqsjkr_argv, wait_until
+from .conftest import Aws, Start, config_text, counted, sqsjkr_argv, wait_until
 from .faults import FaultProxy
 
 
-def live_config(tmp_path: Path, aws: Aws, interval: str, **history: Any) -> tuple[Path, int]:
-    """A daemon's config with [history] live_output_interval = interval; and its stats port."""
-    port = free_port()
-    conf = tmp_path / f"live-{port}.toml"
+def live_config(tmp_path: Path, aws: Aws, interval: str, **history: Any) -> Path:
+    """A daemon's config with [history] live_output_interval = interval."""
+    conf = tmp_path / f"live-{uuid.uuid4().hex[:6]}.toml"
     lines = "\n".join(f"{key} = {json.dumps(value)}" for key, value in history.items())
-    text = config_text(aws, stats=f"stats_port = {port}")
+    text = config_text(aws, stats="stats_port = 0")
     conf.write_text(f'{text}\n[history]\nlive_output_interval = "{interval}"\n{lines}\n')
-    return conf, port
+    return conf
 
 
 def live_item(aws: Aws, event_id: str, message_id: str) -> dict[str, Any] | None:
@@ -65,8 +65,8 @@ GATED = (
 def test_the_live_tail_grows_while_the_job_prints_and_goes_with_its_end(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    conf, port = live_config(tmp_path, aws, "1s")
-    daemon = start_daemon("run", "-c", str(conf))
+    daemon = start_daemon("run", "-c", str(live_config(tmp_path, aws, "1s")))
+    port = daemon.stats_port
     message_id = aws.send({"command": GATED, "event_id": "printer", "envs": {"TOKEN": "s3cret"}})
     tails: list[str] = []
 
@@ -97,8 +97,8 @@ def test_a_job_shorter_than_the_interval_costs_no_call_and_a_longer_one_does(
 ) -> None:
     with FaultProxy(moto_endpoint) as proxy:
         aws_env["AWS_ENDPOINT_URL"] = proxy.url
-        conf, port = live_config(tmp_path, aws, "2s")
-        daemon = start_daemon("run", "-c", str(conf))
+        daemon = start_daemon("run", "-c", str(live_config(tmp_path, aws, "2s")))
+        port = daemon.stats_port
         short = aws.send({"command": "echo short", "event_id": "short"})
         wait_until(counted(port, succeeded=1), timeout=30, what="the short job")
         long = aws.send({"command": "for i in 1 2 3 4 5; do echo $i; sleep 1; done",
@@ -173,8 +173,8 @@ def followers() -> Iterator[list[Follower]]:
 def test_follow_prints_the_output_as_it_grows_then_the_record(
     start_daemon: Start, tmp_path: Path, aws: Aws, followers: list[Follower]
 ) -> None:
-    conf, port = live_config(tmp_path, aws, "1s")
-    start_daemon("run", "-c", str(conf))
+    conf = live_config(tmp_path, aws, "1s")
+    port = start_daemon("run", "-c", str(conf)).stats_port
     follower = Follower(conf, "printer")
     followers.append(follower)
     wait_until(lambda: any("waiting for the next one" in e for e in follower.err),
@@ -196,8 +196,8 @@ def test_follow_prints_the_output_as_it_grows_then_the_record(
 def test_follow_of_a_failed_run_by_message_id_exits_1(
     start_daemon: Start, tmp_path: Path, aws: Aws, followers: list[Follower]
 ) -> None:
-    conf, port = live_config(tmp_path, aws, "1s")
-    start_daemon("run", "-c", str(conf))
+    conf = live_config(tmp_path, aws, "1s")
+    port = start_daemon("run", "-c", str(conf)).stats_port
     message_id = aws.send({"command": "echo oops; exit 3", "event_id": "failing"})
     wait_until(counted(port, errored=1), timeout=30, what="the failed run")
     follower = Follower(conf, "failing", "--message-id", message_id)
@@ -210,7 +210,7 @@ def test_follow_of_a_failed_run_by_message_id_exits_1(
 def test_ctrl_c_stops_a_waiting_follower_quietly_with_130(
     start_daemon: Start, tmp_path: Path, aws: Aws, followers: list[Follower]
 ) -> None:
-    conf, _ = live_config(tmp_path, aws, "1s")
+    conf = live_config(tmp_path, aws, "1s")
     follower = Follower(conf, "never")
     followers.append(follower)
     wait_until(lambda: follower.err, what="the follower waiting")
@@ -220,7 +220,7 @@ def test_ctrl_c_stops_a_waiting_follower_quietly_with_130(
 
 
 def test_follow_needs_an_event_id(tmp_path: Path, aws: Aws) -> None:
-    conf, _ = live_config(tmp_path, aws, "1s")
+    conf = live_config(tmp_path, aws, "1s")
     done = subprocess.run(
         sqsjkr_argv("history", "--follow", "-c", str(conf)), capture_output=True, text=True
     )

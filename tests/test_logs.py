@@ -31,7 +31,6 @@ from .conftest import (
     Start,
     config_text,
     counted,
-    free_port,
     run_daemon,
     sqsjkr_argv,
     wait_until,
@@ -113,12 +112,11 @@ def test_every_job_line_names_the_job_and_debug_shows_the_decisions(
 def test_debug_shows_receives_claims_lock_tries_and_deletes(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    port = free_port()
     conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats=f"stats_port = {port}"))
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
     daemon = start_daemon("run", "-c", str(conf), "--log-level", "debug")
     message_id = aws.send({"command": "true", "lock_id": "L"})
-    wait_until(counted(port, succeeded=1), what="the job run")
+    wait_until(counted(daemon.stats_port, succeeded=1), what="the job run")
     wait_until(lambda: aws.queue_counts() == (0, 0), what="its message deleted")
     assert daemon.stop() == 0
     for decision in (
@@ -177,12 +175,11 @@ def test_a_lock_wait_is_logged_once_naming_the_holder(
 def test_json_lines_carry_the_job_fields_as_keys(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
-    port = free_port()
     conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats=f"stats_port = {port}") + '\n[log]\nformat = "json"\n')
+    conf.write_text(config_text(aws, stats="stats_port = 0") + '\n[log]\nformat = "json"\n')
     daemon = start_daemon("run", "-c", str(conf))
     message_id = aws.send({"command": "echo 'out\\nput'", "event_id": "ev\n1", "lock_id": "L"})
-    wait_until(counted(port, succeeded=1), what="the job")
+    wait_until(counted(daemon.stats_port, succeeded=1), what="the job")
     assert daemon.stop() == 0
     records = [json.loads(line) for line in daemon.log.splitlines()]  # every line is JSON
     assert {"time", "level", "logger", "message"} <= set(records[0])
@@ -197,7 +194,7 @@ def test_the_log_format_option_overrides_the_file(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
     conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats=f"stats_port = {free_port()}"))
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
     daemon = start_daemon("run", "-c", str(conf), "--log-format", "json")
     assert daemon.stop() == 0
     assert json.loads(daemon.log.splitlines()[-1])["message"] == "stopped"
@@ -206,9 +203,8 @@ def test_the_log_format_option_overrides_the_file(
 def test_under_journald_text_lines_carry_the_priority_and_no_time(
     start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str]
 ) -> None:
-    port = free_port()
     conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats=f"stats_port = {port}"))
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
     # systemd names the journal's stream by device and inode: here, the daemon's log file.
     log_file = tmp_path / "journal.log"
     log_file.touch()
@@ -223,8 +219,9 @@ def test_under_journald_text_lines_carry_the_priority_and_no_time(
         )
     try:
         wait_until(lambda: "receiving with" in log_file.read_text(), what="receiving")
+        [port] = re.findall(r"serving stats on 127\.0\.0\.1:(\d+)", log_file.read_text())
         aws.send({"command": "exit 3", "event_id": "failing"})
-        wait_until(counted(port, errored=1), what="the job")
+        wait_until(counted(int(port), errored=1), what="the job")
     finally:
         proc.terminate()
         assert proc.wait(20) == 0

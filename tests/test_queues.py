@@ -24,7 +24,6 @@ from .conftest import (
     Start,
     config_text,
     counted,
-    free_port,
     run_daemon,
     wait_until,
 )
@@ -42,15 +41,13 @@ def second_queue(aws: Aws) -> Aws:
 
 def start_two_queues(start: Start, tmp_path: Path, aws: Aws, heavy: Aws) -> tuple[Daemon, int]:
     """A daemon on aws's queue (1 worker) and heavy's (1 worker), and its stats port."""
-    port = free_port()
     conf = tmp_path / "config.toml"
-    text = config_text(
-        aws, stats=f"stats_port = {port}", max_concurrent_num=1, shutdown_timeout="0s"
-    )
+    text = config_text(aws, stats="stats_port = 0", max_concurrent_num=1, shutdown_timeout="0s")
     text += f'\n[[queues]]\nname = "{heavy.queue_name}"\nmax_concurrent_num = 1\n'
     text += "wait_time_seconds = 1\n"
     conf.write_text(text)
-    return start("run", "-c", str(conf)), port
+    daemon = start("run", "-c", str(conf))
+    return daemon, daemon.stats_port
 
 
 def get(port: int, path: str) -> str:
@@ -233,12 +230,11 @@ def test_an_idle_daemon_receives_at_most_once_a_second_even_without_a_long_poll(
     the loop waits out the rest of a second before the next, and a job sent meanwhile still runs."""
     with FaultProxy(moto_endpoint) as proxy:
         aws_env["AWS_ENDPOINT_URL"] = proxy.url
-        port = free_port()
         conf = tmp_path / "config.toml"
-        text = config_text(aws, stats=f"stats_port = {port}")
+        text = config_text(aws, stats="stats_port = 0")
         conf.write_text(text.replace("wait_time_seconds = 1", "wait_time_seconds = 0"))
         daemon = start_daemon("run", "-c", str(conf))
-        daemon.wait_for_log("receiving with")
+        port = daemon.stats_port
 
         def receives() -> int:
             return sum(call.action == "ReceiveMessage" for call in proxy.calls)

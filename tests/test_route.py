@@ -20,7 +20,7 @@ from sqsjkr.commands.audit import os_user
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import StoreError
 
-from .conftest import Aws, Daemon, Start, config_text, free_port, wait_until
+from .conftest import Aws, Daemon, Start, config_text, wait_until
 from .faults import Fault, FaultProxy
 from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixture
 from .test_queues import get, second_queue
@@ -104,12 +104,12 @@ def test_a_forward_to_a_fifo_queue_keeps_body_attributes_and_group(aws: Aws) -> 
 def two_queues(start: Start, tmp_path: Path, aws: Aws, slow: Aws) -> tuple[Daemon, int, str]:
     """A daemon on aws's queue and slow's, reading pauses and routes every second; its stats
     port and its config."""
-    port = free_port()
     conf = tmp_path / "config.toml"
-    text = config_text(aws, stats=f"stats_port = {port}", pause_refresh="1s")
+    text = config_text(aws, stats="stats_port = 0", pause_refresh="1s")
     text += f'\n[[queues]]\nname = "{slow.queue_name}"\nmax_concurrent_num = 1\n'
     conf.write_text(text + "wait_time_seconds = 1\n")
-    return start("run", "-c", str(conf)), port, str(conf)
+    daemon = start("run", "-c", str(conf))
+    return daemon, daemon.stats_port, str(conf)
 
 
 def ran_on(port: int, queue: str) -> int:

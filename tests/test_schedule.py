@@ -292,10 +292,9 @@ def test_a_fired_schedule_runs_its_job_on_a_daemon(
     queue_name = target["Arn"].rsplit(":", 1)[1]
     url = aws.sqs.get_queue_url(QueueName=queue_name)["QueueUrl"]
     aws.sqs.send_message(QueueUrl=url, MessageBody=target["Input"])
-    port = free_port()
-    (tmp_path / "run.toml").write_text(config_text(aws, stats=f"stats_port = {port}"))
-    start_daemon("run", "-c", str(tmp_path / "run.toml"))
-    wait_until(counted(port, succeeded=1), what="the one-off job")
+    (tmp_path / "run.toml").write_text(config_text(aws, stats="stats_port = 0"))
+    daemon = start_daemon("run", "-c", str(tmp_path / "run.toml"))
+    wait_until(counted(daemon.stats_port, succeeded=1), what="the one-off job")
     assert marker.exists()
 
 

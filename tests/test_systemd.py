@@ -23,7 +23,7 @@ import pytest
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.observability.notify import NullNotifier, SystemdNotifier
 
-from .conftest import Aws, Daemon, config_text, free_port
+from .conftest import Aws, Daemon, config_text
 
 WAIT_FOR_RELEASE = "while [ ! -f release ]; do sleep 0.05; done"
 
@@ -357,7 +357,7 @@ def test_the_daemon_notifies_ready_status_watchdog_and_stopping(
         sock.bind(str(sock_path))
         sock.settimeout(15)
         conf = tmp_path / "config.toml"
-        conf.write_text(config_text(aws, stats=f"stats_port = {free_port()}"))
+        conf.write_text(config_text(aws, stats="stats_port = 0"))
         env = {**aws_env, "NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "2000000"}
         daemon = Daemon(["run", "-c", str(conf)], env, tmp_path)
         try:
