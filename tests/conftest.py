@@ -349,13 +349,19 @@ def run_daemon(
 ) -> tuple[Daemon, int]:
     """`sqsjkr run` on a config for aws with these [kicker] keys (and [lock] lease); returns
     the daemon, once receiving, and its stats port."""
-    conf = tmp_path / f"config-{uuid.uuid4().hex[:6]}.toml"
     text = config_text(aws, stats="stats_port = 0", **kicker)
     if lease is not None:
         text = text.replace("[lock]\n", f'[lock]\nlease = "{lease}"\n')
-    conf.write_text(text)
-    daemon = start("run", "-c", str(conf), preexec_fn=preexec_fn)
+    daemon = run_on(start, tmp_path, text, preexec_fn=preexec_fn)
     return daemon, daemon.stats_port
+
+
+def run_on(start: Start, tmp_path: Path, text: str, *args: str, **kwargs: Any) -> Daemon:
+    """`sqsjkr run ARGS` on a config file of this text, named apart from the others a test
+    may start."""
+    conf = tmp_path / f"config-{uuid.uuid4().hex[:6]}.toml"
+    conf.write_text(text)
+    return start("run", "-c", str(conf), *args, **kwargs)
 
 
 def invocations(port: int) -> dict[str, int]:

@@ -23,6 +23,7 @@ from .conftest import (
     Start,
     config_text,
     counted,
+    run_on,
     sqsjkr,
     wait_until,
 )
@@ -169,9 +170,8 @@ def fifo(aws: Aws) -> Fifo:
 def start_fifo_daemon(
     start: Start, tmp_path: Path, fifo: Fifo, **kicker: Any
 ) -> tuple[Daemon, int]:
-    conf = tmp_path / f"config-{uuid.uuid4().hex[:6]}.toml"
-    conf.write_text(config_text(fifo.site, stats="stats_port = 0", **kicker))
-    daemon = start("run", "-c", str(conf), "--log-level", "debug")
+    text = config_text(fifo.site, stats="stats_port = 0", **kicker)
+    daemon = run_on(start, tmp_path, text, "--log-level", "debug")
     return daemon, daemon.stats_port
 
 

@@ -5,7 +5,6 @@ feeds reporters, and `sqsjkr history`/`status` read them back.
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from sqsjkr import __version__
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.run import RunOutcome, RunRecord
 
-from .conftest import Aws, Cli, Start, config_text, counted, wait_until
+from .conftest import Aws, Cli, Start, config_text, counted, run_on, wait_until
 
 GO_LOCK = {"Id": {"S": "held"}, "Type": {"S": "lock"}, "EventId": {"S": "go-daemon"}}
 
@@ -24,10 +23,8 @@ def daemon_with(
     start: Start, tmp_path: Path, aws: Aws, extra: str = "", **kicker: Any
 ) -> tuple[Any, int, Path]:
     """The daemon on a config for aws with extra sections appended; (daemon, stats port, conf)."""
-    conf = tmp_path / f"config-{uuid.uuid4().hex[:6]}.toml"
-    conf.write_text(config_text(aws, stats="stats_port = 0", **kicker) + extra)
-    daemon = start("run", "-c", str(conf))
-    return daemon, daemon.stats_port, conf
+    daemon = run_on(start, tmp_path, config_text(aws, stats="stats_port = 0", **kicker) + extra)
+    return daemon, daemon.stats_port, Path(daemon.conf)
 
 
 def runs(aws: Aws, event_id: str) -> list[RunRecord]:

@@ -8,7 +8,6 @@ import json
 import socket
 import ssl
 import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -45,6 +44,7 @@ from .conftest import (
     config_text,
     counted,
     free_port,
+    run_on,
     wait_until,
 )
 from .faults import reply
@@ -546,10 +546,8 @@ def start_with_http(
     start: Start, tmp_path: Path, aws: Aws, extra: str = "", **kicker: Any
 ) -> tuple[Daemon, int]:
     """The daemon on a config for aws plus extra sections, keeping 1000 bytes of output."""
-    conf = tmp_path / f"config-{uuid.uuid4().hex[:6]}.toml"
     text = config_text(aws, stats="stats_port = 0", **kicker)
-    conf.write_text(text + "\n[history]\noutput_tail = 1000\n" + extra)
-    daemon = start("run", "-c", str(conf))
+    daemon = run_on(start, tmp_path, text + "\n[history]\noutput_tail = 1000\n" + extra)
     return daemon, daemon.stats_port
 
 
