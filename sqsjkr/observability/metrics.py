@@ -1,8 +1,8 @@
 """Prometheus metrics of the daemon, on prometheus-client: a registry of its own per daemon.
 
-Runs feed its histograms as a RunListener does; AWS errors come from the clients' events
-(calls.py); the jobs by outcome, the workers and the receive loop's last turn are read from Stats
-and Health at each scrape.
+Runs feed its histograms, its per-event gauges and the failures (contract.run.FAILURES) as a
+RunListener does; AWS errors come from the clients' events (calls.py); the jobs by outcome, the
+workers and the receive loop's last turn are read from Stats and Health at each scrape.
 """
 
 from __future__ import annotations
@@ -55,27 +55,24 @@ class Metrics:
             buckets=_BUCKETS,
             registry=registry,
         )
-        self._last_success = Gauge(
+        self._last_success = _per_event(
             "sqsjkr_job_last_success_timestamp_seconds",
             "Unix time of the last successful run of each event, on this daemon (jobs sent "
             "without an event_id have none)",
-            ["event_id"],
-            registry=registry,
+            registry,
         )
         # A gauge shows a daily job's duration from its first run and between its runs, where a
         # rate over the histogram above sees nothing: a series that appears at count 1 never
         # rises. With the end's time, a query picks the daemon that ran the event last.
-        self._last_duration = Gauge(
+        self._last_duration = _per_event(
             "sqsjkr_job_last_duration_seconds",
             "How long the last run of each event that started its command ran, on this daemon",
-            ["event_id"],
-            registry=registry,
+            registry,
         )
-        self._last_end = Gauge(
+        self._last_end = _per_event(
             "sqsjkr_job_last_run_timestamp_seconds",
             "Unix time the last run of each event that started its command ended, on this daemon",
-            ["event_id"],
-            registry=registry,
+            registry,
         )
         self._failures = Counter(
             "sqsjkr_job_failures",
@@ -126,6 +123,11 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _per_event(name: str, documentation: str, registry: CollectorRegistry) -> Gauge:
+    """A gauge by event_id (one-off jobs have none: a series per message would grow for ever)."""
+    return Gauge(name, documentation, ["event_id"], registry=registry)
 
 
 class _StateCollector(Collector):
