@@ -98,7 +98,7 @@ def start_prometheus(directory: Path, target: int) -> tuple[subprocess.Popen[byt
                 "--config.file=prometheus.yml",
                 "--storage.tsdb.path=data",
                 "--web.listen-address=127.0.0.1:0",
-            ],  # fmt: skip
+            ],
             cwd=directory,
             stdout=out,
             stderr=subprocess.STDOUT,
