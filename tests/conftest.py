@@ -190,6 +190,11 @@ class Aws:
 
 @pytest.fixture
 def aws(aws_env: dict[str, str]) -> Aws:
+    return new_aws()
+
+
+def new_aws() -> Aws:
+    """A queue and a table of their own, in the AWS environment set (aws_env, or a module's)."""
     suffix = uuid.uuid4().hex[:10]
     sqs = boto3.client("sqs", region_name=REGION)
     dynamodb = boto3.client("dynamodb", region_name=REGION)

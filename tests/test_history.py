@@ -37,7 +37,7 @@ def items_of_type(aws: Aws, prefix: str) -> list[dict[str, Any]]:
 
 
 def test_each_outcome_leaves_a_record_with_its_fields(
-    start_daemon: Start, tmp_path: Path, aws: Aws
+    start_daemon: Start, tmp_path: Path, aws: Aws, cli: Cli
 ) -> None:
     aws.dynamodb.put_item(TableName=aws.table, Item=GO_LOCK)
     sent = {
@@ -82,6 +82,18 @@ def test_each_outcome_leaves_a_record_with_its_fields(
     assert "life_time" in (runs(aws, "late")[0].error or "")
     assert runs(aws, "huge")[0].error == "Argument list too long"
     assert len(runs(aws, "huge")[0].command) < 4200  # the record keeps a cut command
+    # Failures in a row count the failures of contract.run.FAILURES: a life_time cancel is
+    # one, a skip by abort_if_locked is not (and, not a success either, leaves the count be).
+    summaries = {
+        s.event_id: s
+        for s in DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1).summaries()
+    }
+    failing = {event for event, s in summaries.items() if s.consecutive_failures}
+    assert failing == {"bad", "slow", "late", "killed", "huge"}
+    assert summaries["held"].last_failure_at is None and summaries["late"].last_failure_at
+    check = cli("status", "-c", daemon.conf, "--check")
+    assert check.returncode == 2 and "held" not in check.stdout, check.stdout
+    assert all(f"{event}: 1 failure in a row" in check.stdout for event in failing), check.stdout
 
 
 def test_a_run_stopped_by_a_shutdown_is_recorded_as_not_final(

@@ -169,6 +169,19 @@ def test_fewer_failures_in_a_row_than_max_failures_is_a_warning() -> None:
     assert judged(memory(*hourly("ev", 5, NOW, 1, 2, 4)), policy).level is Level.WARNING
 
 
+def test_a_kill_or_a_lock_abort_is_no_failure_and_mends_none() -> None:
+    """contract.run.FAILURES: a life_time cancel counts; a kill someone asked for and a skip by
+    abort_if_locked neither count nor start the count again."""
+    policy = CheckPolicy(max_failures=3, max_ages={"ev": 86400.0})
+    runs = hourly("ev", 5, NOW, 2)
+    runs[1] = replace(runs[1], outcome=RunOutcome.CANCELLED, started_at=None)
+    runs[3] = replace(runs[3], outcome=RunOutcome.KILLED, signal=15)
+    runs[4] = replace(runs[4], outcome=RunOutcome.ABORTED, started_at=None)
+    finding = judged(memory(*runs), policy)
+    assert finding == Finding("ev", Level.WARNING, ("2 failures in a row (critical at 3)",))
+    assert judged(memory(*runs[3:]), policy).level is Level.OK
+
+
 def test_a_failure_that_is_not_final_is_not_counted() -> None:
     stopped = record("ev", NOW + 60, RunOutcome.STOPPED, final=False)
     assert judged(memory(*hourly("ev", 4, NOW), stopped)).level is Level.OK

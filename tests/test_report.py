@@ -275,6 +275,8 @@ def test_summary_line_says_what_happened_in_one_line() -> None:
     assert summary_line(SUCCESS) == (
         ":white_check_mark: nightly-report succeeded on host-a: command exited with code: 0 (2.1s)"
     )
+    killed = replace(RECORD, outcome=RunOutcome.KILLED, exit_code=None, signal=15)
+    assert summary_line(killed).startswith(":heavy_minus_sign: nightly-report was killed on")
     forged = replace(RECORD, event_id="a\nb", exit_code=None, started_at=None, error="why")
     assert summary_line(forged) == (
         ":x: a\\nb failed on host-a: failed to execute the command: errored: why"
@@ -318,7 +320,10 @@ def test_noticers_hear_of_starts_and_reporters_do_not(
 
 @pytest.mark.parametrize(
     ("report_on", "expected"),
-    [("always", ["m-ok", "m-stopped", "m-1"]), ("failure", ["m-1"])],
+    [
+        ("always", ["m-ok", "m-stopped", "m-killed", "m-aborted", "m-retried", "m-late", "m-1"]),
+        ("failure", ["m-late", "m-1"]),
+    ],
 )
 def test_report_on_failure_hears_only_of_final_failures(
     tmp_path: Path, make_reporter: Callable[..., Reporter], report_on: str, expected: list[str]
@@ -330,8 +335,16 @@ def test_report_on_failure_hears_only_of_final_failures(
     )
     # A run stopped by a shutdown runs again: not its final run.
     stopped = replace(RECORD, message_id="m-stopped", outcome=RunOutcome.STOPPED, final=False)
+    # Not failures (contract.run.FAILURES): a kill someone asked for, a skip by abort_if_locked,
+    # and an errored run that will be retried; a life_time cancel is one.
+    others = [
+        replace(RECORD, message_id="m-killed", outcome=RunOutcome.KILLED),
+        replace(RECORD, message_id="m-aborted", outcome=RunOutcome.ABORTED),
+        replace(RECORD, message_id="m-retried", final=False),
+        replace(RECORD, message_id="m-late", outcome=RunOutcome.CANCELLED, started_at=None),
+    ]
 
-    for record in (SUCCESS, stopped, RECORD):
+    for record in (SUCCESS, stopped, *others, RECORD):
         reporter.report(record)
     reporter.close(timeout=10)
 

@@ -147,6 +147,9 @@ def summarise(summary: EventSummary, record: RunRecord) -> EventSummary:
         return summary
     if record.outcome is RunOutcome.SUCCEEDED:
         return replace(summary, last_success_at=record.ended_at, consecutive_failures=0)
+    # A kill, a lock abort: no failure (contract.run.FAILURES), and no success to reset on either.
+    if not record.failure:
+        return summary
     return replace(
         summary,
         last_failure_at=record.ended_at,
@@ -288,7 +291,7 @@ class DynamoHistory:
         if record.final and record.outcome is RunOutcome.SUCCEEDED:
             sets += ["LastSuccessAt = :ended", "ConsecutiveFailures = :zero"]
             values[":ended"], values[":zero"] = lease_time(record.ended_at), {"N": "0"}
-        elif record.final:
+        elif record.failure:
             sets.append("LastFailureAt = :ended")
             values[":ended"] = lease_time(record.ended_at)
             add = " ADD ConsecutiveFailures :one"

@@ -26,8 +26,24 @@ class RunOutcome(enum.Enum):
 
     @property
     def failed(self) -> bool:
-        """Anything but a success, as reporters with report_on = "failure" see it."""
-        return self is not RunOutcome.SUCCEEDED
+        """Whether the outcome is one of FAILURES: a run that needs someone."""
+        return self in FAILURES
+
+
+#: The outcomes that are failures, for every face: a run that did not do its work when it
+#: should have, so that someone must look (docs/semantics.md, "Outcomes"). A success, a kill
+#: someone asked for (audited), an abort_if_locked job that found its lock held (its own rule:
+#: the holder is doing the work) and a shutdown's stop (it runs again) are not. The alert
+#: rules, Grafana, `status --check`, the dashboard, /metrics and report_on = "failure" count
+#: these and only these, through sqsjkr_job_failures_total and the summary's failures in a row.
+FAILURES = frozenset(
+    {
+        RunOutcome.ERRORED,
+        RunOutcome.TIMED_OUT,
+        RunOutcome.FAILED_TO_START,
+        RunOutcome.CANCELLED,  # older than its life_time: it never ran when it should have
+    }
+)
 
 
 def one_off(event_id: str, message_id: str) -> bool:
@@ -160,6 +176,12 @@ class RunRecord:
     #: written before these fields existed load with None.
     triggered_by: str | None = None
     trigger_reason: str | None = None
+
+    @property
+    def failure(self) -> bool:
+        """Whether this run is a failure that needs someone: a final run (not one that will be
+        retried, or run again after a shutdown) whose outcome is one of FAILURES."""
+        return self.final and self.outcome.failed
 
     @property
     def duration(self) -> float:

@@ -1,8 +1,8 @@
 """Prometheus metrics of the daemon, on prometheus-client: a registry of its own per daemon.
 
-Runs feed its histograms as a RunListener does; AWS errors come from the clients' events
-(calls.py); the jobs by outcome, the workers and the receive loop's last turn are read from Stats
-and Health at each scrape.
+Runs feed its histograms, its per-event gauges and the failures (contract.run.FAILURES) as a
+RunListener does; AWS errors come from the clients' events (calls.py); the jobs by outcome, the
+workers and the receive loop's last turn are read from Stats and Health at each scrape.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from sqsjkr import __version__
-from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
+from sqsjkr.contract.run import FAILURES, RunOutcome, RunRecord, RunStart
 from sqsjkr.observability.health import Health
 from sqsjkr.observability.stats import Stats, StatsSnapshot
 
@@ -55,13 +55,35 @@ class Metrics:
             buckets=_BUCKETS,
             registry=registry,
         )
-        self._last_success = Gauge(
+        self._last_success = _per_event(
             "sqsjkr_job_last_success_timestamp_seconds",
             "Unix time of the last successful run of each event, on this daemon (jobs sent "
             "without an event_id have none)",
-            ["event_id"],
+            registry,
+        )
+        # A gauge shows a daily job's duration from its first run and between its runs, where a
+        # rate over the histogram above sees nothing: a series that appears at count 1 never
+        # rises. With the end's time, a query picks the daemon that ran the event last.
+        self._last_duration = _per_event(
+            "sqsjkr_job_last_duration_seconds",
+            "How long the last run of each event that started its command ran, on this daemon",
+            registry,
+        )
+        self._last_end = _per_event(
+            "sqsjkr_job_last_run_timestamp_seconds",
+            "Unix time the last run of each event that started its command ended, on this daemon",
+            registry,
+        )
+        self._failures = Counter(
+            "sqsjkr_job_failures",
+            "Final runs that failed, by outcome: the outcomes that need someone "
+            "(contract.run.FAILURES; not a kill, a lock abort, or a run that will be retried)",
+            ["outcome"],
             registry=registry,
         )
+        # Each from 0, so that increase() sees the first failure too.
+        for outcome in sorted(o.value for o in FAILURES):
+            self._failures.labels(outcome)
         self._aws_errors = Counter(
             "sqsjkr_aws_errors",
             "Failed attempts of AWS calls, by service and error code",
@@ -83,8 +105,13 @@ class Metrics:
             event = ONE_OFF_LABEL if record.one_off else record.event_id
             self._duration.labels(event).observe(record.duration)
             self._queue_delay.observe(max(0.0, record.queue_delay))
+            if not record.one_off:
+                self._last_duration.labels(record.event_id).set(record.duration)
+                self._last_end.labels(record.event_id).set(record.ended_at)
         if record.lock_id:
             self._lock_wait.observe(record.lock_wait)
+        if record.failure:
+            self._failures.labels(record.outcome.value).inc()
         # A one-off job has no next run to succeed: its gauge would only age into an alarm.
         if record.outcome is RunOutcome.SUCCEEDED and not record.one_off:
             self._last_success.labels(record.event_id).set(record.ended_at)
@@ -96,6 +123,11 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _per_event(name: str, documentation: str, registry: CollectorRegistry) -> Gauge:
+    """A gauge by event_id (one-off jobs have none: a series per message would grow for ever)."""
+    return Gauge(name, documentation, ["event_id"], registry=registry)
 
 
 class _StateCollector(Collector):

@@ -102,10 +102,18 @@ def horenso_notice(start: RunStart) -> dict[str, Any]:
 
 def summary_line(record: RunRecord) -> str:
     """The webhook's one-line "text": ":x: nightly failed on host-a: command exited with code: 3 (2.1s)"."""
-    icon = ":x:" if record.outcome.failed else ":white_check_mark:"
+    icon = _icon(record.outcome)
     took = "" if record.started_at is None else f" ({record.duration:.1f}s)"
     verb = _VERBS[record.outcome]
     return escape(f"{icon} {record.event_id} {verb} on {record.host}: {_result(record)}{took}")
+
+
+def _icon(outcome: RunOutcome) -> str:
+    """A success, a failure (contract.run.FAILURES), or neither: a run that someone killed, that
+    its own abort_if_locked skipped, or that a shutdown stopped."""
+    if outcome is RunOutcome.SUCCEEDED:
+        return ":white_check_mark:"
+    return ":x:" if outcome.failed else ":heavy_minus_sign:"
 
 
 def _common(command: str, event_id: str, host: str) -> dict[str, Any]:
@@ -230,7 +238,7 @@ class Reporter:
         if not (self._config.reporters or self._webhook):
             return False
         if self._config.report_on == "failure":
-            return record.outcome.failed and record.final
+            return record.failure
         return True
 
     def _put(self, task: _Task) -> None:
