@@ -64,7 +64,8 @@ def test_status_history_and_the_check_escape_event_ids_and_output(
     code, out, _ = sqsjkr(capsys, "status", "-c", str(conf))
     assert code == 0
     assert_not_forged(out)
-    [line] = out.splitlines()
+    header, line = out.splitlines()
+    assert header.split()[:3] == ["EVENT", "LAST", "RUN"]
     assert line.startswith("ev\\nnightly  succeeded ")
     code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), HOSTILE_ID, "--output")
     assert code == 0

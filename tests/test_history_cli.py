@@ -380,7 +380,20 @@ def test_status_shows_each_event_and_what_runs_now(
         history.started(start)
     code, out, err = sqsjkr(capsys, "status", "-c", str(conf))
     assert (code, err) == (0, "")
-    hourly_line, nightly_line = out.splitlines()
+    header, hourly_line, nightly_line = out.splitlines()
+    # A header row, as history's, over the cells it names.
+    assert header.split() == [
+        "EVENT",
+        "LAST",
+        "RUN",
+        "LAST",
+        "SUCCESS",
+        "FAILURES",
+        "NEXT",
+        "RUN",
+        "NOW",
+    ]
+    assert header.index("LAST SUCCESS") == hourly_line.index("last success")
     since = local_time(now - 60)
     assert hourly_line.split()[0] == "hourly"
     assert f"running on b1 since {since}" in hourly_line
@@ -440,6 +453,7 @@ def test_status_json_has_an_object_per_event(
             }
         ],
         "next_run": None,  # no schedule sends the event
+        "schedule_disabled": False,
         "routed_to": None,  # no route moves it to another queue
     }
 
@@ -651,7 +665,7 @@ def test_forget_drops_an_event_from_status_and_keeps_its_runs(
     assert (code, out, err) == (0, 'forgot event "retired"; its run records expire as before\n', "")
     assert sqsjkr(capsys, "status", "-c", str(conf), "--check") == (0, "SQSJKR OK - 1 event\n", "")
     _, out, _ = sqsjkr(capsys, "status", "-c", str(conf))
-    assert [line.split()[0] for line in out.splitlines()] == ["hourly"]
+    assert [line.split()[0] for line in out.splitlines()] == ["EVENT", "hourly"]
     code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), "retired")
     assert (code, len(out.splitlines())) == (0, 4)  # a header and the three runs
     code, out, err = sqsjkr(

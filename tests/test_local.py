@@ -56,7 +56,9 @@ def run_local(*args: str) -> subprocess.CompletedProcess[str]:
 def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     start_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
-    daemon = start_daemon("local", "--demo", "--stats-port", "0", wait_ready=False)
+    daemon = start_daemon(
+        "local", "--demo", "--stats-port", "0", "--web-port", "0", wait_ready=False
+    )
     daemon.wait_for_log("Stop: Ctrl-C")
     stats = re.search(
         r"^Stats: curl (?:-s )?http://127\.0\.0\.1:(\d+)/stats/metrics/v2$", daemon.log, re.M
@@ -85,15 +87,19 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     history = daemon.log[daemon.log.index("The runs of demo-fail, with their output:\n") :]
     assert re.search(r"errored +3 ", history) and "    about to fail" in history, history
     # Each closing command is printed as the banner's send is, and works pasted as it is.
-    _, kill_command, status_command, history_command, schedules_command, daemons_command = (
-        pasteable_commands(daemon.log)
-    )
-    # The long job is stopped by `sqsjkr kill`, whose output the demo shows.
+    (_, long_job, kill_command, status_command, history_command, schedules_command,
+     daemons_command) = pasteable_commands(daemon.log)  # fmt: skip
+    # The long job is stopped by `sqsjkr kill`, whose output the demo shows, in the order it
+    # came; to try it, a long job of the same event to send first, as the demo killed its own.
+    assert " send -c " in long_job and "--event-id demo-kill" in long_job
     assert " kill -c " in kill_command and "--wait" in kill_command
-    kill = daemon.log[daemon.log.index("Stopping a long job with sqsjkr kill:\n") :]
+    kill = daemon.log[daemon.log.index("Stopping a long job with sqsjkr kill (to try it: ") :]
+    assert kill.index(long_job) < kill.index(kill_command), kill
     assert re.search(r"^kill requested: the run of event \"demo-kill\"", kill, re.M), kill
     assert re.search(r"^demo-kill +.* killed +", kill, re.M), kill
-    assert re.search(r"^killed by \S+@\S+: the demo shows a kill$", kill, re.M), kill
+    killed_by = re.search(r"^killed by \S+@\S+: the demo shows a kill$", kill, re.M)
+    assert killed_by, kill
+    assert kill.index("sqsjkr: waiting for it to end") < killed_by.start(), kill
     assert re.search(r"^demo-kill +killed ", status, re.M), status
     assert " status -c " in status_command and " history -c " in history_command
     assert " schedules -c " in schedules_command and " daemons -c " in daemons_command
@@ -102,7 +108,7 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     assert re.search(r"^\S+ +\d+ +\S+ +running .* sqsjkr-local \(\d+\)", daemons, re.M), daemons
     # The sample schedules give status its next runs; the demo ends with them.
     assert re.search(r"^demo-hello +succeeded .* next run 20\d\d-", status, re.M), status
-    assert re.search(r"^demo-timeout +timed_out .* no next run", status, re.M), status
+    assert re.search(r"^demo-timeout +timed_out .* no next run: schedule DISABLED", status, re.M)
     schedules = daemon.log[daemon.log.index("Every event's schedule and its next three runs:\n") :]
     assert re.search(
         r"^sqsjkr-local-timeout +cron\(0 3 \? \* 2#1 \*\) +America/New_York +DISABLED ",
@@ -129,9 +135,16 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
         f"Stats: curl -s http://127.0.0.1:{port}/stats/metrics/v2\n",
     ):
         assert line in summary, summary
+    # The summary ends with the dashboard, as the banner showed it.
+    dashboard = re.search(r"^Dashboard: http://127\.0\.0\.1:\d+/\n", daemon.log, re.M)
+    assert dashboard and dashboard[0] in summary, summary
     if shutil.which("curl"):
         pasted = paste(summary.split("Stats: ", 1)[1].splitlines()[0], tmp_path)
         assert json.loads(pasted.stdout)["invocations"] == DEMO_COUNTS, pasted
+    # The pair pasted after the demo: the long job sent, then killed (its run, not the demo's).
+    tried = paste(long_job + kill_command, tmp_path)
+    assert tried.returncode == 0, tried
+    assert re.search(r"^killed by \S+@\S+: the demo shows a kill$", tried.stdout, re.M), tried
     assert daemon.stop(signal.SIGINT) == 0
 
 

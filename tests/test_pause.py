@@ -330,7 +330,7 @@ def test_status_shows_the_pauses_and_marks_paused_events(aws: Aws, cli: Run) -> 
     write(aws, *hourly("hourly", 2, now - HOUR), *hourly("nightly", 2, now - HOUR))
     code, out, err = cli("status")
     assert (code, err) == (0, "")
-    assert [line.split()[0] for line in out.splitlines()] == ["hourly", "nightly"]
+    assert [line.split()[0] for line in out.splitlines()] == ["EVENT", "hourly", "nightly"]
     assert "PAUSED" not in out
     assert cli("pause", "nightly", "--reason", "db move")[0] == 0
     assert cli("pause", "weekly", "--until", "1d")[0] == 0
@@ -346,13 +346,14 @@ def test_status_shows_the_pauses_and_marks_paused_events(aws: Aws, cli: Run) -> 
     # A day, less the moments since the pause was made.
     until = re.escape(local_time(weekly_pause.until or 0))  # "+00:00": a regex's "+"
     assert re.search(rf"until {until} \((1d|23h59m) left\)", lines[1])
-    assert lines[2].startswith("hourly ") and "PAUSED" not in lines[2]
-    assert lines[3].startswith("nightly ") and lines[3].endswith(" PAUSED")
+    assert lines[2].startswith("EVENT ")
+    assert lines[3].startswith("hourly ") and "PAUSED" not in lines[3]
+    assert lines[4].startswith("nightly ") and lines[4].endswith(" PAUSED")
     assert cli("pause", "--all")[0] == 0
     _, out, _ = cli("status")
     assert out.splitlines()[0].startswith("PAUSED all events since ")
-    assert out.splitlines()[3].endswith(" PAUSED (all events)")
-    assert out.splitlines()[4].endswith(" PAUSED"), "its own pause, until resumed, holds it"
+    assert out.splitlines()[4].endswith(" PAUSED (all events)")
+    assert out.splitlines()[5].endswith(" PAUSED"), "its own pause, until resumed, holds it"
 
 
 def test_status_json_has_the_pauses_beside_the_events(aws: Aws, cli: Run) -> None:

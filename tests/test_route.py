@@ -252,7 +252,7 @@ def test_schedules_status_and_trigger_follow_a_route(
     assert [m["MessageId"] for m in received(aws, slow.queue_url)] == [out.strip()]
     finished(aws, "nightly", RunOutcome.SUCCEEDED, time.time() - 60)
     code, out, _ = sqsjkr(capsys, "status", "-c", conf)
-    routed_line, event_line = out.splitlines()
+    routed_line, _, event_line = out.splitlines()
     assert routed_line.startswith(f'ROUTED event "nightly" to queue {slow.queue_name} since ')
     assert routed_line.endswith(", by alice@ops1: big")
     assert f"  routed to queue {slow.queue_name}" in event_line

@@ -220,7 +220,8 @@ def test_schedules_lists_the_groups_schedules_with_their_fires_and_events(
     code, out, err = sqsjkr(capsys, "schedules", "-c", path)
     assert (code, err) == (0, "")
     # Columns are aligned with runs of spaces: compare with one space between cells' words.
-    nightly, tick = (" ".join(line.split()) for line in out.splitlines())
+    header, nightly, tick = (" ".join(line.split()) for line in out.splitlines())
+    assert header == "NAME EXPRESSION ZONE STATE NEXT EVENT COMMAND LAST RUN"
     expected = next_fires("cron(30 2 ? * 2#1 *)", "Europe/Berlin", datetime.now(UTC)).times
     assert nightly.split()[:4] == ["sqsjkr-nightly", "cron(30", "2", "?"]
     assert "Europe/Berlin enabled" in nightly
@@ -285,21 +286,33 @@ def test_status_shows_each_events_next_run(
     schedule(
         aws, group, "sqsjkr-hourly-b", "cron(45 * * * ? *)", {"event_id": "hourly", "command": "x"}
     )
+    schedule(
+        aws, group, "sqsjkr-held", "rate(1 hour)", {"event_id": "held", "command": "x"},
+        State="DISABLED",
+    )  # fmt: skip
     finished(aws, "hourly", RunOutcome.SUCCEEDED, now - 60)
+    finished(aws, "held", RunOutcome.SUCCEEDED, now - 60)
     finished(aws, "unscheduled", RunOutcome.SUCCEEDED, now - 60)
     path = write_conf(tmp_path, aws, group=group)
     code, out, err = sqsjkr(capsys, "status", "-c", path)
     assert (code, err) == (0, "")
-    hourly, unscheduled = out.splitlines()
+    header, *lines = out.splitlines()
+    assert header.split()[0] == "EVENT" and "NEXT RUN" in header
+    held, hourly, unscheduled = sorted(lines)
     soonest = min(
         next_fires(e, "UTC", datetime.now(UTC), 1).times[0]
         for e in ("cron(15 * * * ? *)", "cron(45 * * * ? *)")
     )
     assert f"next run {soonest.isoformat()}" in hourly
-    assert "no next run" in unscheduled
+    assert "no next run" in unscheduled and "DISABLED" not in unscheduled
+    # Its only schedule disabled, the event is marked: it runs only when sent by hand.
+    assert "no next run: schedule DISABLED" in held
     code, out, _ = sqsjkr(capsys, "status", "-c", path, "--json")
-    shown = {event["event_id"]: event["next_run"] for event in json.loads(out)["events"]}
-    assert shown == {"hourly": soonest.isoformat(), "unscheduled": None}
+    events = json.loads(out)["events"]
+    shown = {event["event_id"]: event["next_run"] for event in events}
+    assert shown == {"hourly": soonest.isoformat(), "held": None, "unscheduled": None}
+    disabled = {event["event_id"]: event["schedule_disabled"] for event in events}
+    assert disabled == {"hourly": False, "held": True, "unscheduled": False}
 
 
 def test_status_says_when_the_next_runs_cannot_be_read(

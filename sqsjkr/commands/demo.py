@@ -29,8 +29,12 @@ DEMO_QUEUE = "sqsjkr-local"
 DEMO_REPORTER = "cat"
 #: The event of the demo's long job, which the demo stops with `sqsjkr kill` once it runs.
 KILLED_EVENT = "demo-kill"
+#: The demo's long job, which runs until it is killed.
+LONG_COMMAND = 'echo "running until killed"; sleep 600'
 #: The kill, after `sqsjkr COMMAND -c CONF`.
 KILL_COMMAND = ("kill", KILLED_EVENT, "--reason", "the demo shows a kill", "--wait")
+#: What a user pastes before KILL_COMMAND to try it: the demo's own long job has been killed.
+LONG_JOB_SEND = ("send", "--event-id", KILLED_EVENT, "--command", LONG_COMMAND)
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ DEMO_JOBS = [
     ),
     DemoJob(
         "a long job stopped by `sqsjkr kill`",
-        build_body('echo "running until killed"; sleep 600', event_id=KILLED_EVENT),
+        build_body(LONG_COMMAND, event_id=KILLED_EVENT),
         0,
         "failed",
     ),
@@ -171,9 +175,10 @@ class DemoWatch:
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, stats_address: str) -> None:
+    def start(self, stats_address: str, dashboard: str = "") -> None:
+        """dashboard: what the banner said of the dashboard (its URL), which the summary repeats."""
         self._thread = threading.Thread(
-            target=self._watch, args=(stats_address,), name="sqsjkr-demo-watch"
+            target=self._watch, args=(stats_address, dashboard), name="sqsjkr-demo-watch"
         )
         self._thread.start()
 
@@ -182,20 +187,22 @@ class DemoWatch:
         if self._thread is not None:
             self._thread.join()
 
-    def _watch(self, stats_address: str) -> None:
+    def _watch(self, stats_address: str, dashboard: str) -> None:
         url = f"http://{stats_address}/stats/metrics/v2"
         killed = False
         history = store_of(load_config(str(self._site.conf))).history
         while not self._done.wait(_DEMO_POLL_SECONDS):
             if not killed and _running(history, KILLED_EVENT):
-                click.echo(
-                    run_shown(self._site, "Stopping a long job with sqsjkr kill", KILL_COMMAND)
+                what = (
+                    "Stopping a long job with sqsjkr kill (to try it: send a long job, then "
+                    "kill it)"
                 )
+                click.echo(run_shown(self._site, what, KILL_COMMAND, before=LONG_JOB_SEND))
                 killed = True
             counts = _invocations(url)
             if counts is not None and sum(counts[k] for k in _OUTCOMES) >= len(DEMO_JOBS):
                 dead = _peek_dead_letters(self._sqs, self._site.dead_letter_url)
-                click.echo(demo_summary(counts, self._site, stats_address, dead))
+                click.echo(demo_summary(counts, self._site, stats_address, dead, dashboard))
                 click.echo(show_history(self._site))
                 return
 
@@ -243,9 +250,14 @@ def _peek_dead_letters(sqs: Any, url: str) -> list[tuple[str, str]]:
 
 
 def demo_summary(
-    counts: dict[str, int], site: LocalSite, stats_address: str, dead: list[tuple[str, str]]
+    counts: dict[str, int],
+    site: LocalSite,
+    stats_address: str,
+    dead: list[tuple[str, str]],
+    dashboard: str = "",
 ) -> str:
-    """What the demo did: the counters with the demo jobs behind each, and where to look next."""
+    """What the demo did: the counters with the demo jobs behind each, and where to look next
+    (the stats, and the dashboard as the banner showed it)."""
     lines = [f"Demo done: all {len(DEMO_JOBS)} messages have an outcome. Invocations counted:"]
     for outcome in _OUTCOMES:
         whats = [job.what for job in DEMO_JOBS if job.outcome == outcome]
@@ -263,15 +275,28 @@ def demo_summary(
         "each report's JSON (sqsjkr.report).",
         f"Stats: curl -s http://{stats_address}/stats/metrics/v2",
     ]
+    if dashboard:
+        lines.append(f"Dashboard: {dashboard}")
     return "\n".join(lines)
 
 
-def run_shown(site: LocalSite, what: str, command: tuple[str, ...]) -> str:
+def run_shown(
+    site: LocalSite, what: str, command: tuple[str, ...], before: tuple[str, ...] = ()
+) -> str:
     """`sqsjkr COMMAND` run as a user would run it, printed as the banner's `send` is, ready to
-    paste, with its output."""
+    paste (after `sqsjkr BEFORE`, when pasting it needs that first), with its output."""
     name, *args = command
-    done = subprocess.run(site.argv(name, *args), capture_output=True, text=True, timeout=90)
-    return f"{what}:\n{site.pasteable(name, *args)}\n{done.stdout}{done.stderr}".rstrip()
+    # One pipe for both streams: its notes on stderr show where they came, between its lines.
+    done = subprocess.run(
+        site.argv(name, *args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=90,
+    )
+    pasted = [site.pasteable(*before)] if before else []
+    pasted.append(site.pasteable(name, *args))
+    return f"{what}:\n" + "\n".join(pasted) + f"\n{done.stdout}".rstrip()
 
 
 #: The commands the demo ends with: what each shows, and its arguments after `-c CONF`.

@@ -318,9 +318,10 @@ def run_local(
             def ready(self) -> None:
                 if demo:
                     send_demo(sqs, queue_url)
-                    watch.start(stats[0])
+                    watch.start(*listening_at)
 
-        stats: list[str] = []
+        #: The stats address, then what the banner said of the dashboard: the summary repeats both.
+        listening_at: list[str] = []
         closing: list[Callable[[], None]] = []
 
         def listening(stats_address: str) -> None:
@@ -331,7 +332,7 @@ def run_local(
                 shown, close = start_dashboard(conf, web_port)
                 closing.append(close)
             click.echo(banner(site, stats_address, shown))
-            stats.append(stats_address)
+            listening_at.extend((stats_address, shown))
 
         try:
             serve(

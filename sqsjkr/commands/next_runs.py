@@ -64,6 +64,22 @@ def next_runs(schedules: Sequence[EventSchedule], now: datetime) -> dict[str, da
     return soonest
 
 
+@dataclass(frozen=True)
+class Upcoming:
+    """What the schedules say of each event: its next run, and whether they are all disabled."""
+
+    soonest: dict[str, datetime]
+    #: Events that have schedules, every one of them disabled: they run only when sent by hand.
+    disabled: frozenset[str]
+
+
+def upcoming(schedules: Sequence[EventSchedule], now: datetime) -> Upcoming:
+    """next_runs, and the events whose every schedule is disabled."""
+    enabled = {s.event_id for s in schedules if s.enabled}
+    disabled = {s.event_id for s in schedules if not s.enabled and s.event_id not in enabled}
+    return Upcoming(next_runs(schedules, now), frozenset(e for e in disabled if e is not None))
+
+
 def fire_text(fire: datetime) -> str:
     """A fire time in its schedule's zone, to the second (a rate() counts from a creation
     time that has microseconds)."""

@@ -74,6 +74,20 @@ def event_states(
     return states
 
 
+#: The columns of `schedules`; the last holds its event's last run, then its runs in progress and
+#: its marks.
+SCHEDULES_HEADER = [
+    "NAME",
+    "EXPRESSION",
+    "ZONE",
+    "STATE",
+    "NEXT",
+    "EVENT",
+    "COMMAND",
+    "LAST RUN",
+]
+
+
 def schedule_row(schedule: EventSchedule, when: Timing, state: EventState | None) -> list[str]:
     fires = ", ".join(map(fire_text, when.fires.times)) or "-"
     if when.problem:
@@ -161,5 +175,5 @@ def schedules(
         )
         click.echo(f"sqsjkr: {where}", err=True)
         return
-    for line in aligned([schedule_row(*each) for each in shown]):
+    for line in aligned([SCHEDULES_HEADER, *(schedule_row(*each) for each in shown)]):
         click.echo(line)

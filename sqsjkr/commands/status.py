@@ -38,7 +38,7 @@ from sqsjkr.commands.history import (
     triggered_text,
 )
 from sqsjkr.commands.locks import waiting_text
-from sqsjkr.commands.next_runs import fire_text, next_runs, read_schedules
+from sqsjkr.commands.next_runs import Upcoming, fire_text, read_schedules, upcoming
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.pause import pause_text
 from sqsjkr.commands.route import route_text
@@ -272,9 +272,18 @@ def running_now(store: Store, summary: EventSummary, now: float) -> list[Running
 # -- showing ------------------------------------------------------------------------------------
 
 
-def next_run_json(event_id: str, next_run: Mapping[str, datetime] | None) -> str | None:
-    fire = None if next_run is None else next_run.get(event_id)
+def next_run_json(event_id: str, schedules: Upcoming | None) -> str | None:
+    fire = None if schedules is None else schedules.soonest.get(event_id)
     return None if fire is None else fire_text(fire)
+
+
+def disabled_json(event_id: str, schedules: Upcoming | None) -> bool | None:
+    """Whether every schedule of the event is disabled; None when they cannot be read."""
+    return None if schedules is None else event_id in schedules.disabled
+
+
+#: The columns of `status`; the last holds its runs in progress and its marks.
+STATUS_HEADER = ["EVENT", "LAST RUN", "LAST SUCCESS", "FAILURES", "NEXT RUN", "NOW"]
 
 
 def status_row(
@@ -319,7 +328,7 @@ def status_json(summary: EventSummary, running: Sequence[Running], now: float) -
     }
 
 
-def known_next_runs(store: Store, now: float) -> dict[str, datetime] | None:
+def known_next_runs(store: Store, now: float) -> Upcoming | None:
     """Each event's next run by its schedules; None, said on stderr, when they cannot be read."""
     try:
         schedules = read_schedules(store.config, store.session)
@@ -329,14 +338,16 @@ def known_next_runs(store: Store, now: float) -> dict[str, datetime] | None:
             raise
         click.echo(f"sqsjkr: next runs unknown: {why}", err=True)
         return None
-    return next_runs(schedules, datetime.fromtimestamp(now, timezone.utc))
+    return upcoming(schedules, datetime.fromtimestamp(now, timezone.utc))
 
 
-def next_run_cell(event_id: str, next_run: Mapping[str, datetime] | None) -> str:
+def next_run_cell(event_id: str, schedules: Upcoming | None) -> str:
     """The next-run column: the soonest fire time of the event's schedules, in their zone."""
-    if next_run is None:
+    if schedules is None:
         return "next run ?"
-    fire = next_run.get(event_id)
+    if event_id in schedules.disabled:
+        return "no next run: schedule DISABLED"
+    fire = schedules.soonest.get(event_id)
     return "no next run" if fire is None else f"next run {fire_text(fire)}"
 
 
@@ -352,6 +363,7 @@ def show_status(store: Store, *, as_json: bool, now: float) -> None:
             {
                 **status_json(s, r, now),
                 "next_run": next_run_json(s.event_id, soonest),
+                "schedule_disabled": disabled_json(s.event_id, soonest),
                 "routed_to": route_queue(routed(routes, s.event_id)),
             }
             for s, r in zip(summaries, running, strict=True)
@@ -370,7 +382,7 @@ def show_status(store: Store, *, as_json: bool, now: float) -> None:
     if not summaries:
         click.echo(f"no runs recorded in table {store.table!r}", err=True)
         return
-    rows_text = [
+    rows_text = [STATUS_HEADER] + [
         status_row(s, r, now, next_run_cell(s.event_id, soonest))
         + routed_mark(routed(routes, s.event_id))
         + paused_mark(paused(pauses, s.event_id, now))

@@ -59,30 +59,69 @@ class IntakeSettings:
 
 
 class PendingDeletes:
-    """Messages to delete, sent in full DeleteMessageBatch calls or once the oldest has waited."""
+    """Messages to delete, sent in full DeleteMessageBatch calls or once the oldest has waited
+    the window: by the receive loop before it long-polls (flush), and by a thread of their own
+    (send_when_due) that keeps the window whatever that loop waits for."""
 
     def __init__(self, source: MessageSource, window: float) -> None:
         self._source = source
         self._window = window
-        self._mutex = threading.Lock()
+        #: add() and wake() notify it: a first message sets the deadline, a full batch is due.
+        self._changed = threading.Condition()
         self._messages: list[Message] = []
         self._since = 0.0
 
     def add(self, messages: Sequence[Message]) -> None:
-        with self._mutex:
+        with self._changed:
             if messages and not self._messages:
                 self._since = time.monotonic()
             self._messages.extend(messages)
+            self._changed.notify_all()
 
     def flush(self, force: bool = False) -> None:
         """Delete what is pending if a batch is full, the window has passed, or force."""
-        with self._mutex:
-            if not self._messages:
-                return
-            waited = time.monotonic() - self._since
-            if not force and len(self._messages) < MAX_BATCH and waited < self._window:
-                return
-            messages, self._messages = self._messages, []
+        with self._changed:
+            messages = self._take(force)
+        self._delete(messages)
+
+    def send_when_due(self, stop: threading.Event) -> None:
+        """Delete each batch as soon as it is due, until stop is set and wake() called: a
+        message waits at most the window, even while the receive loop sits in a long poll."""
+        while True:
+            with self._changed:
+                # Under the lock: a wake() after stop was set cannot slip in before the wait.
+                if stop.is_set():
+                    return
+                due = self._due_in()
+                if due != 0:
+                    self._changed.wait(due)
+                    continue
+                messages = self._take(force=True)
+            self._delete(messages)
+
+    def wake(self) -> None:
+        """Let send_when_due look at its stop event now."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def _due_in(self) -> float | None:
+        """Seconds until the pending batch is due (0: now); None with nothing pending."""
+        if not self._messages:
+            return None
+        if len(self._messages) >= MAX_BATCH:
+            return 0.0
+        return max(0.0, self._since + self._window - time.monotonic())
+
+    def _take(self, force: bool) -> list[Message]:
+        due = self._due_in()
+        if due is None or (due > 0 and not force):
+            return []
+        messages, self._messages = self._messages, []
+        return messages
+
+    def _delete(self, messages: Sequence[Message]) -> None:
+        if not messages:
+            return
         log.debug(
             "deleting %d message(s): %s", len(messages), " ".join(m.message_id for m in messages)
         )

@@ -1,6 +1,6 @@
 """One queue's receive loop: receive while its workers are free, parse, and hand the jobs over.
 
-The Kicker starts a Receiver per queue on a thread of its own and hands what it accepts to workers.
+The Kicker starts a Receiver per queue, which runs its loop and its deletes on threads of their own.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ HandOver = Callable[[Intake, list[InFlight], threading.Event], bool]
 
 
 class Receiver:
-    """Receives from one queue until stopped; a failure of its own stops the whole daemon."""
+    """Receives from one queue until stopped, and sends its finished jobs' deletes when due until
+    joined (a drain's jobs finish after the stop); a failure of its own stops the whole daemon."""
 
     def __init__(self, intake: Intake, daemon: Daemon, hand_over: HandOver, *, name_queue: bool):
         """name_queue: say which queue in the log (the daemon has several)."""
@@ -52,24 +53,41 @@ class Receiver:
         self._hand_over = hand_over
         self._where = f" from queue {intake.name}" if name_queue else ""
         self._thread: threading.Thread | None = None
+        self._deleter: threading.Thread | None = None
+        #: Ends the deleter; set by join, once the drain has no more deletes to add.
+        self._closing = threading.Event()
         #: What ended the loop other than a stop: a bug, since AWS failures are retried.
         self.error: BaseException | None = None
 
     def start(self, stop: threading.Event) -> None:
-        # A daemon thread: a long poll cannot be interrupted, and exiting must not wait for it
-        # (see join's timeout).
+        # Daemon threads: a long poll (or a delete) cannot be interrupted, and exiting must not
+        # wait for it (see join's timeout).
         name = self._intake.name
+        suffix = f"-{name}" if name else ""
         self._thread = threading.Thread(
             target=self._until_stopped,
             args=(stop,),
-            name=f"sqsjkr-receiver-{name}" if name else "sqsjkr-receiver",
+            name=f"sqsjkr-receiver{suffix}",
+            daemon=True,
+        )
+        # Not the receive loop's: it may be long-polling when a job's message falls due.
+        self._deleter = threading.Thread(
+            target=self._intake.deletes.send_when_due,
+            args=(self._closing,),
+            name=f"sqsjkr-deletes{suffix}",
             daemon=True,
         )
         self._thread.start()
+        self._deleter.start()
 
     def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        """Stop the deleter (the Kicker sends what is left) and wait up to timeout for both."""
+        self._closing.set()
+        self._intake.deletes.wake()
+        deadline = time.monotonic() + timeout
+        for thread in (self._thread, self._deleter):
+            if thread is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def _until_stopped(self, stop: threading.Event) -> None:
         try:

@@ -193,9 +193,10 @@ def intake_settings(config: Config, queue: QueueConfig) -> IntakeSettings:
     visibility = queue.visibility_timeout
     if visibility is None:
         visibility = GO_VISIBILITY_TIMEOUT if on_receive else derived
-    # A finished job's message waits in the delete batch while the next receive may
-    # long-poll. Its visibility was last renewed up to a heartbeat ago (never, in on_receive
-    # mode, where it waits from its receipt), so the window keeps the delete well inside.
+    # A finished job's message waits in the delete batch at most the window: its Receiver's
+    # deleter sends it when due, whatever the receive loop waits for. Its visibility was last
+    # renewed up to a heartbeat ago (never, in on_receive mode, where it waits from its
+    # receipt), so a third of what a beat and a long poll leave keeps the delete well inside.
     left = visibility - (0 if on_receive else interval) - queue.wait_time_seconds
     return IntakeSettings(
         name=queue.name,
