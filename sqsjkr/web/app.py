@@ -229,7 +229,11 @@ def _actions(app: Flask, enabled: bool) -> None:
         form = {k: v for k, v in request.form.items() if k != "csrf_token"}
         back = _local_path(form.pop("next", "")) or url_for("overview")
         if form.pop("confirmed", "") != "yes":
-            return render_template("confirm.html", name=name, form=form, back=back)
+            # A kill names a message: the step shows which run that is before it is stopped.
+            run = views.running_run(fleet, form.get("target", "")) if name == "kill" else None
+            return render_template(
+                "confirm.html", name=name, form=form, back=back, run=run, now=fleet.clock()
+            )
         outcome = actions.run(name, g.user, form)
         for line in outcome.lines:
             flash(line, "ok" if outcome.ok else "error")

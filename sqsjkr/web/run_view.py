@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from sqsjkr.commands.history import format_duration
 from sqsjkr.contract.run import RunRecord
+from sqsjkr.web.shown import plain_output
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,8 @@ def first_line(text: str | None) -> str:
 def error_line(record: RunRecord) -> str:
     """What went wrong in a line: why it did not run, else the last line its command printed."""
     if record.error:
-        return first_line(record.error)
-    printed = [line.strip() for line in record.output.splitlines() if line.strip()]
+        return first_line(plain_output(record.error))
+    printed = [line.strip() for line in plain_output(record.output).splitlines() if line.strip()]
     return printed[-1] if printed else ""
 
 

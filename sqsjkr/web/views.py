@@ -64,11 +64,13 @@ class EventRow:
 
     @property
     def last_bad(self) -> RunRecord | None:
-        """Its last final run that failed: the summary's last run, else the newest of its runs."""
+        """Its last final run that failed, from its runs (the summary's copy of its last run
+        keeps no output); the summary's when its runs were not read yet."""
+        bad = next((r for r in self.runs or () if r.final and r.outcome.failed), None)
         last = self.summary.last_run
-        if last is not None and last.final and last.outcome.failed:
+        if bad is None and last is not None and last.final and last.outcome.failed:
             return last
-        return next((r for r in self.runs or () if r.final and r.outcome.failed), None)
+        return bad
 
     @property
     def strip(self) -> list[RunRecord]:
@@ -286,6 +288,11 @@ def _message_lock(message: str | None) -> str | None:
         return None
     lock_id = data.get("lock_id") if isinstance(data, dict) else None
     return lock_id if isinstance(lock_id, str) and lock_id else None
+
+
+def running_run(fleet: Fleet, message_id: str) -> RunningNow | None:
+    """The run in progress of message_id, for the kill's confirm step (None: none now)."""
+    return next((r for r in fleet.running() if r.start.message_id == message_id), None)
 
 
 def run_key(record: RunRecord) -> str:
