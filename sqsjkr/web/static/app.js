@@ -39,7 +39,7 @@
       height: 220,
       scales: { x: { time: true, auto: false, range: [lo, hi] } },
       series: [
-        {},
+        { label: "ended", value: function (u, t) { return t == null ? "--" : clock(data, 86400)(t); } },
         { label: "duration (s)", stroke: "#2a6fdb", width: 1.5, points: { show: true } },
         { label: "queue delay (s)", stroke: "#d9822b", width: 1.5, points: { show: true } }
       ],
