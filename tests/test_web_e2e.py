@@ -1,7 +1,8 @@
 """The dashboard end to end in headless Chromium (Debian's, driven by Playwright): `sqsjkr local --demo`
 runs a real daemon on moto with the demo's jobs and serves the dashboard; the browser goes from
-the overview to an event to a run, pauses and resumes, runs an event now, kills a run, and
-watches a page refresh itself.
+the overview to an event to a run, pauses and resumes, runs an event now, watches a run's live
+output stay at its newest line, kills it, watches a page refresh itself, and measures every
+page at 1400 and 800 px and the overview at 375 px.
 
 SQSJKR_SCREENSHOTS=DIR saves the overview, an event and a run as PNG files there (docs/ for
 the README's pictures).
