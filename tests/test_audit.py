@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,15 @@ def test_a_trail_lists_entries_since_a_time_newest_first(trail: AuditTrail) -> N
         trail.write(made)
     assert trail.entries(0) == [new, middle, old]
     assert trail.entries(2000.0) == [new, middle]
+
+
+def test_an_entry_is_amended_in_place_once_its_action_is_done(trail: AuditTrail) -> None:
+    first, other = entry(1000.0, "send"), entry(2000.0, "pause")
+    trail.write(first)
+    trail.write(other)
+    sent = replace(first, detail="echo hi to queue q, message m-1")
+    trail.amend(first, sent)
+    assert trail.entries(0) == [other, sent]
 
 
 def test_a_dynamodb_entry_expires_400_days_after_it_was_written(aws: Aws) -> None:
@@ -113,8 +123,20 @@ def test_every_state_change_writes_who_what_why_and_when_first(site: Aws, cli: R
         assert user and host
         assert item["identity"].startswith("arn:aws:")  # what STS said of the caller
         assert item["at"][:4].isdigit() and item["at"][-6] in "+-"  # ISO 8601 with an offset
-    assert items[3]["detail"] == f"echo hi to queue {site.queue_name}"
+    sent = done[3][1].strip()  # the message id send printed
+    assert items[3]["detail"] == f"echo hi to queue {site.queue_name}, message {sent}"
     assert items[6]["detail"] == "until resumed"
+
+
+def test_a_send_without_an_event_id_is_audited_as_one_off_and_names_its_message(
+    site: Aws,
+    cli: Run,  # noqa: F811
+) -> None:
+    code, out, err = cli("send", "--", "--command", "echo once", "--reason", "just once")
+    assert code == 0, err
+    [item] = audit_items(cli)
+    assert (item["action"], item["target"], item["reason"]) == ("send", "(one-off)", "just once")
+    assert item["detail"] == f"echo once to queue {site.queue_name}, message {out.strip()}"
 
 
 def test_audit_lists_a_table_and_honours_since(site: Aws, cli: Run) -> None:  # noqa: F811

@@ -22,8 +22,13 @@ import requests
 
 from sqsjkr.backends.audit import DynamoAudit
 from sqsjkr.backends.dedupe import DynamoDedupe
+from sqsjkr.backends.locks import LOCK_TYPE
 from sqsjkr.backends.sqs import TRIGGERED_BY_ATTRIBUTE
+from sqsjkr.commands.options import load
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
+from sqsjkr.web import views
+from sqsjkr.web.cache import Cache
+from sqsjkr.web.fleet import Fleet
 from sqsjkr.web.server import Dashboard
 from tests.conftest import REGION, Daemon, wait_until
 from tests.web_fleet import (
@@ -46,6 +51,9 @@ def fleet(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @pytest.fixture(scope="module")
 def seeded(fleet: WebFleet) -> dict[str, str]:
+    # A disabled schedule of an event that ran, before any dashboard reads the schedules.
+    schedule_of(fleet, "weekly-off", '{"event_id": "weekly-off", "command": "true"}', False)
+    fleet.history().finished(record("weekly-off", time.time() - 7200, RunOutcome.SUCCEEDED))
     return seed(fleet, time.time())
 
 
@@ -141,7 +149,7 @@ def test_events_filter_by_state_and_text_from_the_query_string(read_only: Dashbo
     found = get(read_only, "/events", params={"q": "hour"}).text
     assert ">hourly</a>" in found and "&lt;script&gt;" not in found
     # The strip links each cell to its run's permalink.
-    assert found.count('class="cell succeeded"') == 6
+    assert found.count('<a class="cell succeeded"') == 6
 
 
 def test_event_runs_are_paged_newest_first(read_only: Dashboard, fleet: WebFleet) -> None:
@@ -158,6 +166,100 @@ def test_event_runs_are_paged_newest_first(read_only: Dashboard, fleet: WebFleet
     runs = second.split('<table class="runs">')[1].split("</table>")[0]
     assert runs.count('href="/run?event=paged') == 5
     assert 'data-chart="{&#34;delay&#34;: [' in first
+
+
+def test_overview_says_what_failed_where_with_a_link_and_strips_have_a_legend(
+    read_only: Dashboard, seeded: dict[str, str]
+) -> None:
+    page = get(read_only, "/").text
+    why = page.split('<td class="why">')[1].split("</td>")[0]
+    assert "1 failure in a row" in why
+    assert 'href="/run?event=' in why and seeded["hostile_key"].replace("#", "%23") in why
+    assert '<span class="outcome errored">errored</span>' in why and "on host-a" in why
+    assert "exit code 1" in why and "<code>bellcleared</code>" in why  # its last line, plain
+    assert re.search(r"<time datetime=[^>]+>\d{4}-\d\d-\d\dT[\d:]+[+-]\d\d:\d\d</time>", why)
+    for path in ("/", "/events", "/event?id=hourly"):
+        assert 'class="legend' in get(read_only, path).text, path
+
+
+def test_run_page_headline_then_output_then_fields_grouped_in_words(
+    read_only: Dashboard, seeded: dict[str, str]
+) -> None:
+    page = get(read_only, "/run", params={"event": HOSTILE_ID, "key": seeded["hostile_key"]}).text
+    headline = page.split('<p class="headline">')[1].split("</p>")[0]
+    for part in ("errored", "exit code 1", "10.0s", "on host-a", "<time", "not triggered"):
+        assert part in headline, part
+    assert page.index('<pre class="output">') < page.index("<h2>Timing</h2>")
+    assert page.index("<h2>Timing</h2>") < page.index("<h2>Placement</h2>")
+    assert page.index("<h2>Placement</h2>") < page.index("<h2>The job</h2>")
+    assert "<th>final (settles its message)</th><td>yes</td>" in page
+    assert "True" not in page and "None" not in page
+    assert not re.search(r"\b1\d{9}(\.\d+)?\b", page)  # no unix times
+
+
+def test_a_disabled_schedule_is_marked_on_the_events_list_and_its_event(
+    read_only: Dashboard,
+) -> None:
+    events = get(read_only, "/events", params={"q": "weekly-off"}).text
+    row = events.split(">weekly-off</a>")[1].split("</tr>")[0]
+    assert '<span class="disabled">disabled</span>' in row and "never: disabled" in row
+    hourly = get(read_only, "/events", params={"q": "hourly"}).text
+    assert "disabled" not in hourly.split(">hourly</a>")[1].split("</tr>")[0]
+    event = get(read_only, "/event", params={"id": "weekly-off"}).text
+    schedule = event.split("<h2>Schedule</h2>")[1].split("</table>")[0]
+    assert '<span class="disabled">disabled</span>' in schedule and "never: disabled" in schedule
+
+
+def test_an_event_that_has_not_ended_a_run_shows_the_lock_its_run_holds(
+    read_only: Dashboard, fleet: WebFleet
+) -> None:
+    claim = DynamoDedupe(fleet.dynamodb, fleet.table, retention_seconds=3600, lease_seconds=600)
+    taken = claim.claim("m-web-locked")
+    assert taken.lease is not None
+    now = time.time()
+    start = RunStart(
+        "locked-web", "m-web-locked", "host-l", taken.lease.owner, now, now, "sleep 1", "lk-web"
+    )
+    fleet.history().started(start)
+    fleet.dynamodb.put_item(
+        TableName=fleet.table,
+        Item={
+            "Id": {"S": "lk-web"},
+            "Type": {"S": LOCK_TYPE},
+            "EventId": {"S": "locked-web"},
+            "Owner": {"S": taken.lease.owner},
+            "LeaseUntil": {"N": str(now + 600)},
+        },
+    )
+
+    def lock_line() -> str | None:
+        page = get(read_only, "/event", params={"id": "locked-web"})
+        return page.text.split("<dt>Lock</dt>")[1] if page.status_code == 200 else None
+
+    shown = wait_until(lock_line, what="the event's page")
+    assert shown.startswith(f"<dd><code>lk-web</code>: held by {taken.lease.owner}")
+
+
+def test_an_event_page_is_one_read_header_strip_table_and_chart_agree(
+    fleet: WebFleet, seeded: dict[str, str]
+) -> None:
+    """The overview reads the summaries at 0 s and the event page at 3 s; a run ends; at 5.5 s
+    the summaries are read again while a page read at 3 s would still be fresh."""
+    ticks = [0.0]
+    shown = Fleet(load(str(fleet.conf)), Cache(clock=lambda: ticks[0]))
+    history = fleet.history()
+    history.finished(record("one-read", time.time() - 60, RunOutcome.ERRORED))
+    shown.summaries()
+    ticks[0] = 3.0
+    before = views.event_page(shown, "one-read", None)
+    assert before is not None and len(before.runs) == 1
+    history.finished(record("one-read", time.time() - 1, RunOutcome.ERRORED))
+    ticks[0] = 5.5
+    page = views.event_page(shown, "one-read", None)
+    assert page is not None and page.row is not None
+    assert page.row.summary.consecutive_failures == 2
+    assert len(page.row.strip) == len(page.runs) == 2
+    assert len(views.chart_data(page.runs, time.time())["t"]) == 2
 
 
 def test_unknown_run_and_event_are_404(read_only: Dashboard) -> None:
@@ -366,12 +468,13 @@ def audit_of(fleet: WebFleet, action: str, target: str) -> list[Any]:
     return [e for e in entries if e.action == action and e.target == target]
 
 
-def schedule_of(fleet: WebFleet, event_id: str, body: str) -> None:
+def schedule_of(fleet: WebFleet, event_id: str, body: str, enabled: bool = True) -> None:
     """An EventBridge Scheduler schedule in the fleet's group that sends body to its queue."""
     arn = fleet.sqs.get_queue_attributes(QueueUrl=fleet.queue_url, AttributeNames=["QueueArn"])
     boto3.client("scheduler", region_name=REGION).create_schedule(
         Name=f"{event_id}-schedule",
         GroupName=fleet.table,
+        State="ENABLED" if enabled else "DISABLED",
         ScheduleExpression="cron(0 3 * * ? *)",
         FlexibleTimeWindow={"Mode": "OFF"},
         Target={
@@ -446,11 +549,16 @@ def test_kill_confirms_then_marks_the_run_s_claim_audited_as_the_web_user(
         timeout=30,
     )
     assert 'name="reason"' in confirm.text  # the confirm step asks why
+    # and shows which run it stops: its event, host, start and command.
+    run = confirm.text.split('<dl class="run-to-kill">')[1].split("</dl>")[0]
+    for part in ("<code>killable</code>", "host-k", "<time", "<code>sleep 600</code>"):
+        assert part in run, part
     assert "KillAt" not in (fleet.item("m-web-kill", "throttle") or {})
     done = act(with_actions, session, "kill", page, {"target": "m-web-kill", "reason": "hung"})[1]
     assert "kill requested: the run of event &#34;killable&#34;" in done.text
     item = fleet.item("m-web-kill", "throttle") or {}
-    [entry] = audit_of(fleet, "kill", "m-web-kill")
+    [entry] = audit_of(fleet, "kill", "killable")  # by its event, as the CLI's kill
+    assert entry.detail == "message m-web-kill"
     assert item["KillBy"]["S"] == entry.user and entry.user.startswith("web:")
     again = act(with_actions, session, "kill", page, {"target": "m-web-kill"})[1]
     assert "kill already requested by web:" in again.text and "nothing changed" in again.text
@@ -490,7 +598,7 @@ PRINTER = (
 def live_tail(served: Dashboard) -> str | None:
     """The live output the running page shows (None: none yet)."""
     page = get(served, "/running").text
-    found = re.search(r'<pre class="output live">(.*?)</pre>', page, re.S)
+    found = re.search(r'<pre class="output live"[^>]*>(.*?)</pre>', page, re.S)
     return found[1] if found and "line " in found[1] else None
 
 

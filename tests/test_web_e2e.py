@@ -1,7 +1,8 @@
 """The dashboard end to end in headless Chromium (Debian's, driven by Playwright): `sqsjkr local --demo`
 runs a real daemon on moto with the demo's jobs and serves the dashboard; the browser goes from
-the overview to an event to a run, pauses and resumes, runs an event now, kills a run, and
-watches a page refresh itself.
+the overview to an event to a run, pauses and resumes, runs an event now, watches a run's live
+output stay at its newest line, kills it, watches a page refresh itself, and measures every
+page at 1400 and 800 px and the overview at 375 px.
 
 SQSJKR_SCREENSHOTS=DIR saves the overview, an event and a run as PNG files there (docs/ for
 the README's pictures).
@@ -139,6 +140,7 @@ def test_the_dashboard_in_a_browser(demo: Demo, page: Any) -> None:
     pause_and_resume_an_event_with_a_confirm_step(demo, page)
     run_now_and_kill_with_a_confirm_step(demo, page)
     a_page_refreshes_itself_without_a_reload(demo, page)
+    every_page_fits_its_screen(demo, page)
 
 
 def overview_to_event_to_run(demo: Demo, page: Any) -> None:
@@ -194,8 +196,9 @@ def run_now_and_kill_with_a_confirm_step(demo: Demo, page: Any) -> None:
     page.get_by_role("button", name="Yes, trigger").click()
     expect(page.locator(".flash")).to_contain_text("sent message")
 
-    sent = demo.cli("send", "--event-id", "demo-e2e-kill", "--command", "sleep 600")
+    sent = demo.cli("send", "--event-id", "demo-e2e-kill", "--command", PRINTER)
     assert sent.returncode == 0, sent.stderr
+    live_output_stays_at_its_newest_line(demo, page, sent.stdout.strip())
     page.goto(demo.url + "running")
     # The page reads its live part again every few seconds: the run appears in place.
     row = page.locator("table.running tbody tr", has_text="demo-e2e-kill")
@@ -207,6 +210,38 @@ def run_now_and_kill_with_a_confirm_step(demo: Demo, page: Any) -> None:
     audit = demo.cli("audit").stdout
     assert re.search(r"trigger\s+demo-hello\s+web:\S+@", audit), audit
     assert re.search(r"kill\s+\S+\s+web:\S+@", audit), audit
+
+
+#: More lines at once than the live output box shows, then a line a second.
+PRINTER = "seq -f 'line %g' 1 120; i=120; while true; do i=$((i+1)); echo line $i; sleep 1; done"
+
+AT_END = "box => box.scrollHeight > box.clientHeight + 50 && " + (
+    "box.scrollHeight - box.scrollTop - box.clientHeight < 8"
+)
+
+
+def next_refresh(page: Any) -> None:
+    """Wait until htmx has replaced the page's live part (and the boxes in it)."""
+    page.evaluate("window.oldLive = document.querySelector('#live')")
+    page.wait_for_function("() => !window.oldLive.isConnected", timeout=20_000)
+
+
+def live_output_stays_at_its_newest_line(demo: Demo, page: Any, message_id: str) -> None:
+    """On "Running now" and on the run's own page, each refresh leaves the live output box at
+    its newest line, unless its reader scrolled up."""
+    page.goto(demo.url + "running")
+    box = page.locator(f'pre[data-tail="{message_id}"]')
+    box.wait_for(timeout=30_000)  # its daemon writes the live output every 10 s
+    next_refresh(page)
+    assert box.evaluate(AT_END), box.evaluate("b => [b.scrollTop, b.scrollHeight]")
+    box.evaluate("b => { b.scrollTop = 0; }")
+    next_refresh(page)
+    assert box.evaluate("b => b.scrollTop") < 8  # the reader's place is kept
+    page.goto(demo.url + f"run?event=demo-e2e-kill&message={message_id}")
+    expect = sync_api.expect
+    expect(page.locator("h1")).to_contain_text("Run in progress of")
+    next_refresh(page)
+    assert box.evaluate(AT_END)
 
 
 def a_page_refreshes_itself_without_a_reload(demo: Demo, page: Any) -> None:
@@ -222,3 +257,33 @@ def a_page_refreshes_itself_without_a_reload(demo: Demo, page: Any) -> None:
         assert page.evaluate("window.notReloaded") is True
     finally:
         demo.cli("resume", "--all")
+
+
+#: Each page at each width; the overview on a phone too.
+PAGES = ["", "events", "running", "daemons", "locks", "dead-letters", "audit", "event?id=demo-fail"]
+#: Where a page is wider than its screen, where a time wraps, and where the header stops short.
+LAYOUT = """() => ({
+  overflow: document.documentElement.scrollWidth - window.innerWidth,
+  wrapped: Array.from(document.querySelectorAll("time"))
+    .filter(t => t.getClientRects().length > 1).map(t => t.textContent),
+  header: document.documentElement.scrollWidth - document.querySelector("header").offsetWidth,
+  loose: Array.from(document.querySelectorAll("main table:not(.u-legend)"))
+    .filter(t => !t.closest(".scroll")).length,
+})"""
+
+
+def every_page_fits_its_screen(demo: Demo, page: Any) -> None:
+    """No page is wider than 1400 or 800 px (the overview than a 375 px phone): wide tables
+    scroll inside their box; no time breaks over two lines; the header spans the page."""
+    run = page.locator("table.runs tbody tr a")
+    for width, paths in ((1400, PAGES), (800, PAGES), (375, [""])):
+        page.set_viewport_size({"width": width, "height": 900})
+        for path in paths + (["run"] if width == 800 else []):
+            if path == "run":
+                page.goto(demo.url + "event?id=demo-fail")
+                run.first.click()
+                sync_api.expect(page.locator("h1")).to_contain_text("Run of")
+            else:
+                page.goto(demo.url + path)
+            found = page.evaluate(LAYOUT)
+            assert found == {"overflow": 0, "wrapped": [], "header": 0, "loose": 0}, (width, path)

@@ -24,7 +24,9 @@ class AuditEntry:
 
     at: float
     action: str  # "pause", "resume", "route", "unlock", "kill", "trigger", "dlq redrive", "send"
-    target: str  # what it acted on: an event_id, a lock_id, "all events", a queue
+    #: What it acted on: an event_id ("(one-off)" for a job sent without one), a lock_id,
+    #: "all events", a queue; the messages it acted on are named in detail.
+    target: str
     reason: str
     user: str  # the OS user@host of the command, or the dashboard's user
     identity: str  # the caller's AWS identity (an ARN), as STS names it
@@ -55,6 +57,10 @@ class AuditTrail(Protocol):
     def entries(self, since: float) -> list[AuditEntry]:
         """Every entry kept from since on, newest first."""
 
+    def amend(self, entry: AuditEntry, amended: AuditEntry) -> None:
+        """Keep amended in place of entry, which this trail wrote: what was done once it is
+        known (the message id of a send). Raise if it was not kept."""
+
 
 class MemoryAudit:
     """Entries within one process: for tests and for embedding sqsjkr in Python."""
@@ -72,6 +78,10 @@ class MemoryAudit:
             kept = [e for e in self._entries if e.at >= since]
         return sorted(kept, key=lambda e: e.at, reverse=True)
 
+    def amend(self, entry: AuditEntry, amended: AuditEntry) -> None:
+        with self._mutex:
+            self._entries[self._entries.index(entry)] = amended
+
 
 class DynamoAudit:
     """{Id: "audit:<time>:<random>", Type: "audit"} items in the lock table, each with the entry
@@ -81,18 +91,27 @@ class DynamoAudit:
     def __init__(self, client: Any, table: str) -> None:
         self._client = client
         self._table = table
+        self._ids: dict[AuditEntry, str] = {}  # the item Id of each entry written here
 
     def write(self, entry: AuditEntry) -> None:
+        id_ = f"audit:{entry.at:.6f}:{secrets.token_hex(4)}"
+        # A fresh random Id: the write can only fail, never overwrite another entry.
+        self._put(id_, entry, "attribute_not_exists(Id)")
+        self._ids[entry] = id_
+
+    def amend(self, entry: AuditEntry, amended: AuditEntry) -> None:
+        id_ = self._ids.pop(entry)
+        self._put(id_, amended, "attribute_exists(Id)")
+        self._ids[amended] = id_
+
+    def _put(self, id_: str, entry: AuditEntry, condition: str) -> None:
         item = {
-            "Id": {"S": f"audit:{entry.at:.6f}:{secrets.token_hex(4)}"},
+            "Id": {"S": id_},
             "Type": {"S": AUDIT_TYPE},
             "Expired": {"N": str(int(entry.at + AUDIT_KEEP_SECONDS))},
             "Audit": {"S": json.dumps(entry.as_dict())},
         }
-        # A fresh random Id: the write can only fail, never overwrite another entry.
-        self._client.put_item(
-            TableName=self._table, Item=item, ConditionExpression="attribute_not_exists(Id)"
-        )
+        self._client.put_item(TableName=self._table, Item=item, ConditionExpression=condition)
 
     def entries(self, since: float) -> list[AuditEntry]:
         expired_from = int(since + AUDIT_KEEP_SECONDS)

@@ -13,7 +13,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import click
 
@@ -25,6 +25,10 @@ from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import AuditRefused, DurationError, quote
 from sqsjkr.observability.logs import escape
+
+#: The target of a send of a job without an event_id: its message, named in the detail once
+#: it is sent, is its event.
+ONE_OFF = "(one-off)"
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,15 @@ class Auditor:
         self, action: str, target: str, *, reason: str = "", detail: str = ""
     ) -> AuditEntry:
         return audited(self.trail, self.actor, action, target, reason=reason, detail=detail)
+
+    def amend(self, entry: AuditEntry, detail: str) -> str | None:
+        """Give entry, written before the action, what the action did (detail); why the trail
+        could not keep it, or None. The action is done by then: the caller only warns."""
+        try:
+            self.trail.amend(entry, replace(entry, detail=detail))
+        except Exception as exc:
+            return f"the audit item of {entry.action} {quote(entry.target)} does not say {escape(detail)} ({escape(describe(exc))})"
+        return None
 
 
 def command_auditor(config: Config) -> Auditor:

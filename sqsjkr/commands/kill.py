@@ -170,7 +170,9 @@ def kill_runs(
     with store.reading():
         live = live_runs(store, target, say)
         ids = ", ".join(run.message_id for run in live)
-        audit("kill", target, reason=reason, detail=f"message {ids}")
+        # Named by event and message whether target was an event_id or a message id.
+        events = ", ".join(dict.fromkeys(run.start.event_id for run in live if run.start))
+        audit("kill", events or target, reason=reason, detail=f"message {ids}")
         mark = KillMark(by, reason, time.time())
         return [
             (run, request_kill(store.client, store.table, claim_key(run.message_id), mark))

@@ -25,7 +25,7 @@ from sqsjkr.backends.sqs import (
     resolve_queue_url,
     send_settings,
 )
-from sqsjkr.commands.audit import command_auditor
+from sqsjkr.commands.audit import ONE_OFF, command_auditor
 from sqsjkr.commands.options import (
     UsageFailure,
     conf_option,
@@ -39,6 +39,7 @@ from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_j
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.http_call import METHODS
 from sqsjkr.contract.job import MESSAGE_FIELDS, build_body, parse_job
+from sqsjkr.contract.run import one_off
 from sqsjkr.errors import InvalidJobError, quote
 from sqsjkr.observability.logs import shorten_command
 
@@ -436,7 +437,9 @@ def send(
     detail = f"{shorten_command(parsed.what)} to queue {queue_name}" + (
         "" if when is None else f" at {when}"
     )
-    audit("send", parsed.event_id or "(one-off)", reason=reason, detail=detail)
+    # A job sent without an event_id is its message's own event: named once it is sent.
+    target = ONE_OFF if one_off(parsed.event_id, parsed.message_id) else parsed.event_id
+    entry = audit("send", target, reason=reason, detail=detail)
     if when is not None:
         group = None if fifo is None else fifo["MessageGroupId"]
         schedule_job(config, session, sqs, queue_url, body, when, conf=conf, group_id=group)
@@ -448,6 +451,9 @@ def send(
         request.update(fifo)
     response = sqs.send_message(**request)
     click.echo(response["MessageId"])
+    problem = audit.amend(entry, f"{detail}, message {response['MessageId']}")
+    if problem is not None:
+        click.echo(f"sqsjkr: warning: {problem}", err=True)
 
 
 @dataclass(frozen=True)

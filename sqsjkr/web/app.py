@@ -18,10 +18,10 @@ from sqsjkr.commands.audit import entry_json
 from sqsjkr.commands.daemons import ordered, queues_text
 from sqsjkr.commands.dlq import malformed
 from sqsjkr.commands.failures import aws_failure
-from sqsjkr.commands.history import format_span, record_json
+from sqsjkr.commands.history import format_span
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, SqsjkrError
-from sqsjkr.web import views
+from sqsjkr.web import run_view, views
 from sqsjkr.web.actions import ACTIONS, Actions
 from sqsjkr.web.fleet import Fleet
 from sqsjkr.web.guard import HEADERS, Guard, Refused
@@ -43,7 +43,11 @@ def create_app(fleet: Fleet, guard: Guard, *, enable_actions: bool = False) -> F
     )
     app.jinja_env.filters.update(FILTERS)
     app.jinja_env.globals.update(
-        refresh=REFRESH_SECONDS, actions_on=enable_actions, run_key=views.run_key
+        refresh=REFRESH_SECONDS,
+        actions_on=enable_actions,
+        run_key=views.run_key,
+        exit_text=run_view.exit_text,
+        error_line=run_view.error_line,
     )
     if enable_actions:
         CSRFProtect(app)
@@ -105,23 +109,18 @@ def _pages(app: Flask, fleet: Fleet) -> None:
         before = request.args.get("before") or None
         if not event_id or (before is not None and not before.startswith(RUN_TYPE_PREFIX)):
             abort(404, "no such event or page of runs")
-        runs = fleet.event_runs(event_id, views.RUNS_PER_PAGE, before)
-        summary = fleet.summary(event_id)
-        if summary is None and not runs:
+        shown = views.event_page(fleet, event_id, before)
+        if shown is None:
             abort(404, f"no event {event_id!r} in the history")
-        rows = views.event_rows(fleet, [summary], views.Budget()) if summary else []
-        lock_id = next((r.lock_id for r in runs if r.lock_id), None)
         return render_template(
             "event.html",
+            page=shown,
             event_id=event_id,
-            row=rows[0] if rows else None,
-            runs=runs,
+            row=shown.row,
+            runs=shown.runs,
             before=before,
-            more=views.run_key(runs[-1]) if len(runs) == views.RUNS_PER_PAGE else None,
-            chart=views.chart_data(runs),
-            schedules=fleet.schedules(),
-            lock_id=lock_id,
-            lock=fleet.lock(lock_id) if lock_id else None,
+            chart=views.chart_data(shown.runs, fleet.clock()),
+            schedules=shown.schedules,
             now=fleet.clock(),
         )
 
@@ -130,9 +129,11 @@ def _pages(app: Flask, fleet: Fleet) -> None:
         if not request.args.get("key") and request.args.get("message"):
             return _run_in_progress(fleet)
         record = _run_or_404(fleet)
-        data = record_json(record, output=False)
         return render_template(
-            "run.html", record=record, fields=data, output=plain_output(record.output)
+            "run.html",
+            record=record,
+            groups=run_view.field_groups(record),
+            output=plain_output(record.output),
         )
 
     @app.get("/run.txt")
@@ -228,7 +229,11 @@ def _actions(app: Flask, enabled: bool) -> None:
         form = {k: v for k, v in request.form.items() if k != "csrf_token"}
         back = _local_path(form.pop("next", "")) or url_for("overview")
         if form.pop("confirmed", "") != "yes":
-            return render_template("confirm.html", name=name, form=form, back=back)
+            # A kill names a message: the step shows which run that is before it is stopped.
+            run = views.running_run(fleet, form.get("target", "")) if name == "kill" else None
+            return render_template(
+                "confirm.html", name=name, form=form, back=back, run=run, now=fleet.clock()
+            )
         outcome = actions.run(name, g.user, form)
         for line in outcome.lines:
             flash(line, "ok" if outcome.ok else "error")

@@ -182,7 +182,14 @@ class Fleet:
                 budget.skipped += 1
                 return None
             budget.left -= 1
-        read = functools.partial(self.store.history.runs, summary.event_id, STRIP_RUNS)
+        history, ended = self.store.history, last.ended_at
+
+        def read() -> list[RunRecord]:
+            # As of the summary: a run that ended since it was read waits for the next one, so
+            # that the failures in a row and the strip agree.
+            runs = history.runs(summary.event_id, STRIP_RUNS)
+            return [r for r in runs if r.ended_at <= ended]
+
         return self.cache.get(key, self._read(read), RUNS_FRESH)
 
     def event_runs(self, event_id: str, limit: int, before: str | None) -> list[RunRecord]:

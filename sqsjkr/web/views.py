@@ -5,14 +5,17 @@ someone (judged as `status --check` judges), the events table and its filters, a
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqsjkr.backends.history import run_type
 from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
-from sqsjkr.commands.next_runs import fire_text
+from sqsjkr.backends.scheduler import EventSchedule
+from sqsjkr.commands.locks import HeldLock
 from sqsjkr.commands.status import Finding, Level, age_problem, judge
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord
 from sqsjkr.web.fleet import Budget, Fleet, RunningNow, Schedules
@@ -34,8 +37,10 @@ class EventRow:
     running: tuple[RunningNow, ...]
     runs: tuple[RunRecord, ...] | None  # its last runs, newest first; None: not read yet
     queue: str | None = None
-    next_run: str | None = None
+    next_run: float | None = None  # unix seconds
     schedule: str | None = None
+    #: Whether any of its schedules fires (False: every one is disabled; None: it has none).
+    schedule_enabled: bool | None = None
     route: Route | None = None
 
     @property
@@ -56,6 +61,16 @@ class EventRow:
         if self.pause is not None:
             states.add("paused")
         return states or {"ok"}
+
+    @property
+    def last_bad(self) -> RunRecord | None:
+        """Its last final run that failed, from its runs (the summary's copy of its last run
+        keeps no output); the summary's when its runs were not read yet."""
+        bad = next((r for r in self.runs or () if r.final and r.outcome.failed), None)
+        last = self.summary.last_run
+        if bad is None and last is not None and last.final and last.outcome.failed:
+            return last
+        return bad
 
     @property
     def strip(self) -> list[RunRecord]:
@@ -195,13 +210,89 @@ def _scheduled(row: EventRow, schedules: Schedules) -> EventRow:
     """row with its schedule, next run and queue, from the scheduler's schedules."""
     own = schedules.of(row.event_id)
     fire = schedules.next_run.get(row.event_id)
-    first = own[0] if own else None
+    # An enabled schedule is the one shown, when there is one: it is the one that fires.
+    first = next((s for s in own if s.enabled), own[0] if own else None)
     return replace(
         row,
         queue=(first.target_arn or "").rsplit(":", 1)[-1] or None if first else None,
-        next_run=None if fire is None else fire_text(fire),
+        next_run=None if fire is None else fire.timestamp(),
         schedule=None if first is None else f"{first.expression} ({first.timezone})",
+        schedule_enabled=None if first is None else first.enabled,
     )
+
+
+@dataclass
+class EventPage:
+    """An event's page: its row (None: no summary), a page of its runs, its lock and who holds
+    it, and its schedules."""
+
+    event_id: str
+    row: EventRow | None
+    runs: list[RunRecord]
+    more: str | None  # the key the next page of runs starts before
+    lock_id: str | None
+    lock: HeldLock | None
+    schedules: Schedules
+
+
+def event_page(fleet: Fleet, event_id: str, before: str | None) -> EventPage | None:
+    """The event's page; None when the history knows nothing of it. Its first page's runs are
+    the very read its strip and verdict are made of, so that header, strip, table and chart
+    agree on every refresh."""
+    summary = fleet.summary(event_id)
+    budget = Budget()
+    rows = event_rows(fleet, [summary], budget) if summary is not None else []
+    row = rows[0] if rows else None
+    if before is None and row is not None and row.runs is not None:
+        runs = list(row.runs[:RUNS_PER_PAGE])
+        full = len(row.runs) > RUNS_PER_PAGE
+    else:
+        runs = fleet.event_runs(event_id, RUNS_PER_PAGE, before)
+        full = len(runs) == RUNS_PER_PAGE
+    if row is None and not runs:
+        return None
+    lock_id = _lock_of(row, runs, fleet.schedules().of(event_id))
+    return EventPage(
+        event_id,
+        row,
+        runs,
+        run_key(runs[-1]) if full else None,
+        lock_id,
+        fleet.lock(lock_id) if lock_id else None,
+        fleet.schedules(),
+    )
+
+
+def _lock_of(
+    row: EventRow | None, runs: Sequence[RunRecord], schedules: Sequence[EventSchedule]
+) -> str | None:
+    """The event's lock_id: its runs in progress name it first (an event that has not ended a
+    run yet may hold it now), then its last runs, then its schedules' messages."""
+    for start in row.running if row else ():
+        if start.start.lock_id:
+            return start.start.lock_id
+    for record in runs:
+        if record.lock_id:
+            return record.lock_id
+    for schedule in schedules:
+        lock_id = _message_lock(schedule.message)
+        if lock_id:
+            return lock_id
+    return None
+
+
+def _message_lock(message: str | None) -> str | None:
+    try:
+        data = json.loads(message or "")
+    except ValueError:
+        return None
+    lock_id = data.get("lock_id") if isinstance(data, dict) else None
+    return lock_id if isinstance(lock_id, str) and lock_id else None
+
+
+def running_run(fleet: Fleet, message_id: str) -> RunningNow | None:
+    """The run in progress of message_id, for the kill's confirm step (None: none now)."""
+    return next((r for r in fleet.running() if r.start.message_id == message_id), None)
 
 
 def run_key(record: RunRecord) -> str:
@@ -209,10 +300,14 @@ def run_key(record: RunRecord) -> str:
     return run_type(record)
 
 
-def chart_data(runs: Sequence[RunRecord]) -> dict[str, list[Any]]:
-    """An event's durations and queue delays over time, oldest first, for its chart."""
+def chart_data(runs: Sequence[RunRecord], now: float) -> dict[str, Any]:
+    """An event's durations and queue delays over time, oldest first, for its chart; with the
+    dashboard's UTC offset, so that its axis writes times as every other place on the page."""
     ordered = sorted(runs, key=lambda r: r.ended_at)
+    offset = datetime.fromtimestamp(ordered[-1].ended_at if ordered else now).astimezone()
     return {
+        "offset": int((offset.utcoffset() or timedelta()).total_seconds()),
+        "zone": offset.strftime("%z")[:3] + ":" + offset.strftime("%z")[3:],
         "t": [round(r.ended_at, 3) for r in ordered],
         "duration": [round(r.duration, 3) for r in ordered],
         "delay": [round(r.queue_delay, 3) for r in ordered],
