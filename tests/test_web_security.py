@@ -24,6 +24,7 @@ from sqsjkr.backends.audit import AuditEntry, DynamoAudit
 from sqsjkr.backends.history import run_type
 from sqsjkr.contract.masking import MASK, secret_key, shown_body
 from sqsjkr.contract.run import RunOutcome
+from sqsjkr.errors import quote
 from sqsjkr.web.app import _local_path
 from sqsjkr.web.guard import PASSWORD_CHECKS, Guard, Refused
 from sqsjkr.web.server import Dashboard
@@ -44,6 +45,7 @@ SECRETS = (
     "passphrase-secret",
     "bearer-secret",
     "dsn-secret",
+    "attribute-secret",
 )
 LEAKY_HTTP_JOB = {
     "event_id": "leaky-http",
@@ -132,7 +134,13 @@ NOT_JSON_BODY = "not-json <script>alert(1)</script> \u202e!"
 def letters(with_actions: Dashboard, fleet: WebFleet) -> tuple[str, str]:
     """The hostile dead letters, sent once; the dead letters page once it shows them all, and
     the DLQ id of the HTTP job."""
-    leaky = dead_letter(fleet, LEAKY_HTTP_JOB)
+    leaky = fleet.sqs.send_message(
+        QueueUrl=fleet.dlq_url,
+        MessageBody=json.dumps(LEAKY_HTTP_JOB),
+        MessageAttributes={
+            "Authorization": {"DataType": "String", "StringValue": "attribute-secret"}
+        },
+    )["MessageId"]
     for body in (DEEP_BODY, NOT_JSON_BODY):
         fleet.sqs.send_message(QueueUrl=fleet.dlq_url, MessageBody=body)
     dead_letter(fleet, {"event_id": "last-letter", "command": "true"})
@@ -412,6 +420,19 @@ def test_bidi_overrides_and_controls_in_ids_are_shown_escaped(
     for name in ("events", "event", "run", "audit"):
         assert "bidi-\\x202egnp.exe" in pages[name], name
     assert "ctl-\\x1b[2J\\x07id" in pages["control"] and "ctl-\\x1b[2J\\x07id" in pages["audit"]
+
+
+def test_an_action_on_a_hostile_id_confirms_and_reports_it_escaped(
+    with_actions: Dashboard,
+) -> None:
+    from tests.test_web import act
+
+    confirm, done = act(with_actions, requests.Session(), "pause", "/", {"event_id": BIDI_ID})
+    assert "<code>bidi-\\x202egnp.exe</code>" in confirm.text
+    assert "paused event &#34;bidi-\\u202egnp.exe&#34;" in done.text  # quoted as JSON quotes
+    for page in (confirm.text, done.text):
+        assert "\u202e" not in re.sub(r'value="[^"]*"', "", page)
+    assert quote(CONTROL_ID + "\x85") == '"ctl-\\u001b[2J\\u0007id\\u0085"'
 
 
 def identity_request(served: Dashboard, *values: Any, fold: bool = False) -> tuple[int, str]:

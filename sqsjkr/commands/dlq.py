@@ -42,7 +42,7 @@ from sqsjkr.commands.options import (
 )
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.job import parse_job
-from sqsjkr.contract.masking import shown_body
+from sqsjkr.contract.masking import MASK, secret_key, shown_body
 from sqsjkr.errors import InvalidJobError, ResourceMissingError, quote
 from sqsjkr.observability.logs import escape
 
@@ -160,7 +160,7 @@ class DeadLetter:
             "error": self.error,
             "body": self.shown_body(None),
             "message_attributes": {
-                name: attribute_json(value) for name, value in self.attributes.items()
+                name: shown_attribute(name, value) for name, value in self.attributes.items()
             },
             "attributes": dict(self.system),
         }
@@ -173,6 +173,14 @@ def attribute_json(value: Mapping[str, Any]) -> dict[str, str]:
         shown["BinaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
     else:
         shown["StringValue"] = str(value.get("StringValue"))
+    return shown
+
+
+def shown_attribute(name: str, value: Mapping[str, Any]) -> dict[str, str]:
+    """A message attribute as it may be shown: its value masked when its name looks secret."""
+    shown = attribute_json(value)
+    if secret_key(name):
+        shown = {k: v if k == "DataType" else MASK for k, v in shown.items()}
     return shown
 
 
@@ -303,7 +311,7 @@ def show_text(letter: DeadLetter) -> list[str]:
         "message attributes:",
     ]
     for name, value in sorted(letter.attributes.items()):
-        shown = attribute_json(value)
+        shown = shown_attribute(name, value)
         text = shown.get("StringValue") or f"{shown['BinaryValue']} (base64)"
         lines.append(f"  {escape(name)} ({escape(shown['DataType'])}): {escape(text)}")
     lines.append("attributes:")
