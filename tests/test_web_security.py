@@ -158,11 +158,20 @@ def letters(with_actions: Dashboard, fleet: WebFleet) -> tuple[str, str]:
 
 
 def test_a_csrf_refusal_says_what_was_refused_and_to_reload(with_actions: Dashboard) -> None:
-    refused = post(with_actions, "/actions/pause", data={"scope": "all", "confirmed": "yes"})
+    form = with_actions.url + "event?id=hourly"
+    refused = post(
+        with_actions,
+        "/actions/pause",
+        data={"scope": "all", "confirmed": "yes"},
+        headers={"Referer": form},
+    )
     assert refused.status_code == 400
     assert "<h1>Action refused</h1>" in refused.text
     assert "CSRF token is missing" in refused.text and "reload it" in refused.text
+    assert '<a href="/event?id=hourly">Back to the form</a>' in refused.text
     assert "could not be read" not in refused.text
+    elsewhere = post(with_actions, "/actions/pause", headers={"Referer": "http://evil.example/"})
+    assert elsewhere.status_code == 400 and "Back to the form" not in elsewhere.text
 
 
 @pytest.mark.parametrize("path", ["/no-such-page", "/event?id=never-ran", "/run?event=x&key=y"])

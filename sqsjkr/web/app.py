@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 import time
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from flask import Flask, Response, abort, flash, g, redirect, render_template, request, url_for
 from flask_wtf.csrf import CSRFError, CSRFProtect
@@ -95,7 +95,18 @@ def _guarded(app: Flask, guard: Guard, csrf: CSRFProtect | None) -> None:
         why = (
             f"{exc.description} The form may be older than the dashboard: reload it and try again."
         )
-        return render_template("error.html", heading="Action refused", message=why), 400
+        page = render_template(
+            "error.html", heading="Action refused", message=why, back=_form_page(guard)
+        )
+        return page, 400
+
+
+def _form_page(guard: Guard) -> str | None:
+    """The page of a refused form, when the browser names it (the Referer of a same-origin POST)."""
+    referrer = urlsplit(request.referrer or "")
+    if referrer.scheme not in ("http", "https") or not guard.owns(referrer.netloc.lower()):
+        return None
+    return _local_path(urlunsplit(("", "", referrer.path, referrer.query, "")))
 
 
 #: The heading of a refusal's page, by status.

@@ -112,7 +112,7 @@ class Guard:
         """Refuse a Host the dashboard was not told is its own: a page that a rebinding DNS name
         loads from this address must not read it."""
         given = (host or "").strip().lower()
-        if not self._own(given):
+        if not self.owns(given):
             bare = _bare(given)
             raise Refused(
                 421 if given else 400,
@@ -126,10 +126,11 @@ class Guard:
         if origin is None:
             return
         parts = urlsplit(origin.strip())
-        if parts.scheme not in ("http", "https") or not self._own(parts.netloc.lower()):
+        if parts.scheme not in ("http", "https") or not self.owns(parts.netloc.lower()):
             raise Refused(403, f"Origin {quote(origin, 200)} is not this dashboard's")
 
-    def _own(self, given: str) -> bool:
+    def owns(self, given: str) -> bool:
+        """Whether given (a Host header's value, or a URL's host[:port]) is one of its names."""
         names = self.own_hosts()
         return given in names or _bare(given) in names
 
