@@ -201,8 +201,7 @@ class Guard:
             raise Refused(429, "too many sign-ins at once: try again", {"Retry-After": "1"})
         try:
             # An unknown name costs a check too, so that the time of a refusal does not say
-            # which names exist.
-            # bcrypt reads 72 bytes at most (htpasswd cuts a longer password there too).
+            # which names exist. bcrypt reads 72 bytes at most (htpasswd cuts there too).
             ok = bcrypt.checkpw(password.encode()[:72], hashed or self._dummy)
         finally:
             self._checks.release()
