@@ -7,6 +7,11 @@ failures stay botocore's own exceptions; sqsjkr.backends.aws.is_transient tells 
 from __future__ import annotations
 
 import json
+import re
+
+# What JSON leaves as it is but a reader must see: C1 controls and DEL, and the bidirectional
+# controls, which make "bidi-\u202egnp.exe" read as "bidi-exe.png".
+_INVISIBLE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 
 
 class SqsjkrError(Exception):
@@ -90,7 +95,7 @@ def quote(text: str, limit: int | None = None) -> str:
     """
     if limit is not None and len(text) > limit:
         return f"{quote(text[:limit])}... ({len(text) - limit} more characters)"
-    quoted = json.dumps(text, ensure_ascii=False)
+    quoted = _INVISIBLE.sub(lambda m: f"\\u{ord(m[0]):04x}", json.dumps(text, ensure_ascii=False))
     return quoted.encode("utf-8", "backslashreplace").decode("utf-8")
 
 

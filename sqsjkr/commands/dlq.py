@@ -42,6 +42,7 @@ from sqsjkr.commands.options import (
 )
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.job import parse_job
+from sqsjkr.contract.masking import MASK, secret_key, shown_body
 from sqsjkr.errors import InvalidJobError, ResourceMissingError, quote
 from sqsjkr.observability.logs import escape
 
@@ -144,6 +145,12 @@ class DeadLetter:
     def matches(self, wanted: str) -> bool:
         return wanted in (self.message_id, self.original_id)
 
+    def shown_body(self, indent: int | None = 2) -> str:
+        """Its body as it may be shown: a JSON body with what may be secret masked (the
+        dashboard's rule), any other as it is (a face escapes it)."""
+        shown = shown_body(self.body, indent)
+        return self.body if shown is None else shown
+
     def as_json(self) -> dict[str, Any]:
         return {
             "message_id": self.message_id,
@@ -151,9 +158,9 @@ class DeadLetter:
             "receive_count": self.receive_count,
             "sent_at": self.sent_at,
             "error": self.error,
-            "body": self.body,
+            "body": self.shown_body(None),
             "message_attributes": {
-                name: attribute_json(value) for name, value in self.attributes.items()
+                name: shown_attribute(name, value) for name, value in self.attributes.items()
             },
             "attributes": dict(self.system),
         }
@@ -166,6 +173,14 @@ def attribute_json(value: Mapping[str, Any]) -> dict[str, str]:
         shown["BinaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
     else:
         shown["StringValue"] = str(value.get("StringValue"))
+    return shown
+
+
+def shown_attribute(name: str, value: Mapping[str, Any]) -> dict[str, str]:
+    """A message attribute as it may be shown: its value masked when its name looks secret."""
+    shown = attribute_json(value)
+    if secret_key(name):
+        shown = {k: v if k == "DataType" else MASK for k, v in shown.items()}
     return shown
 
 
@@ -275,7 +290,7 @@ def list_row(letter: DeadLetter) -> list[str]:
         str(letter.receive_count),
         local_time(letter.sent_at),
         excerpt(letter.error, ERROR_EXCERPT) if letter.error is not None else "-",
-        excerpt(letter.body),
+        excerpt(letter.shown_body(None)),
     ]
 
 
@@ -296,14 +311,14 @@ def show_text(letter: DeadLetter) -> list[str]:
         "message attributes:",
     ]
     for name, value in sorted(letter.attributes.items()):
-        shown = attribute_json(value)
+        shown = shown_attribute(name, value)
         text = shown.get("StringValue") or f"{shown['BinaryValue']} (base64)"
         lines.append(f"  {escape(name)} ({escape(shown['DataType'])}): {escape(text)}")
     lines.append("attributes:")
     lines += [f"  {name}: {escape(value)}" for name, value in sorted(letter.system.items())]
     lines.append("body:")
     # Line by line: a JSON body stays readable, and nothing in it can drive the terminal.
-    lines += [escape(line) for line in letter.body.split("\n")]
+    lines += [escape(line) for line in letter.shown_body().split("\n")]
     return lines
 
 

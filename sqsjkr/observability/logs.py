@@ -32,8 +32,9 @@ LOG_LEVELS = {
 MAX_LOGGED_COMMAND = 200
 
 # C0 and C1 controls, DEL, and Unicode's line and paragraph separators: anything that could end a
-# log line early or forge one (a newline in an event_id), or drive a terminal (ESC).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# log line early or forge one (a newline in an event_id), or drive a terminal (ESC); and the
+# bidirectional controls, which make "bidi-\u202egnp.exe" read as "bidi-exe.png".
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 import time
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from flask import Flask, Response, abort, flash, g, redirect, render_template, request, url_for
 from flask_wtf.csrf import CSRFError, CSRFProtect
@@ -49,24 +49,33 @@ def create_app(fleet: Fleet, guard: Guard, *, enable_actions: bool = False) -> F
         exit_text=run_view.exit_text,
         error_line=run_view.error_line,
     )
+    csrf = None
     if enable_actions:
-        CSRFProtect(app)
+        # Checked by the guard once the Host and the user are: see _guarded.
+        app.config["WTF_CSRF_CHECK_DEFAULT"] = False
+        csrf = CSRFProtect(app)
     app.extensions["sqsjkr"] = (fleet, guard, Actions(fleet), enable_actions)
-    _guarded(app, guard)
+    _guarded(app, guard, csrf)
     _pages(app, fleet)
     _fleet_pages(app, fleet)
     _actions(app, enable_actions)
     return app
 
 
-def _guarded(app: Flask, guard: Guard) -> None:
+def _guarded(app: Flask, guard: Guard, csrf: CSRFProtect | None) -> None:
     @app.before_request
     def check() -> Any:
+        # Host, then sign-in, then the POST's origin and CSRF token: a foreign Host or a
+        # stranger is refused before any form body is read.
         try:
             guard.check_host(request.headers.get("Host"))
             g.user = guard.user(request.remote_addr, request.headers.get)
+            if request.method == "POST":
+                guard.check_origin(request.headers.get("Origin"))
         except Refused as exc:
             return Response(exc.reason + "\n", exc.status, exc.headers, mimetype="text/plain")
+        if csrf is not None and request.method == "POST":
+            csrf.protect()
         return None
 
     @app.after_request
@@ -79,7 +88,7 @@ def _guarded(app: Flask, guard: Guard) -> None:
     @app.errorhandler(Exception)
     def failed(exc: Exception) -> Any:
         if isinstance(exc, HTTPException):
-            return exc  # Flask's own: 404s, 403s
+            return _refused(exc)
         why = str(exc) if isinstance(exc, SqsjkrError) else aws_failure(exc)
         if why is None:
             raise exc
@@ -87,7 +96,33 @@ def _guarded(app: Flask, guard: Guard) -> None:
 
     @app.errorhandler(CSRFError)
     def csrf_refused(exc: CSRFError) -> Any:
-        return render_template("error.html", message=f"refused: {exc.description}"), 400
+        why = (
+            f"{exc.description} The form may be older than the dashboard: reload it and try again."
+        )
+        page = render_template(
+            "error.html", heading="Action refused", message=why, back=_form_page(guard)
+        )
+        return page, 400
+
+
+def _form_page(guard: Guard) -> str | None:
+    """The page of a refused form, when the browser names it (the Referer of a same-origin POST)."""
+    referrer = urlsplit(request.referrer or "")
+    if referrer.scheme not in ("http", "https") or not guard.owns(referrer.netloc.lower()):
+        return None
+    return _local_path(urlunsplit(("", "", referrer.path, referrer.query, "")))
+
+
+#: The heading of a refusal's page, by status.
+REFUSALS = {400: "Bad request", 403: "Refused", 404: "Not found", 405: "Method not allowed"}
+
+
+def _refused(exc: HTTPException) -> Any:
+    """Flask's own refusals (404s, 403s) in the layout, with its navigation."""
+    code = exc.code or 500
+    heading = REFUSALS.get(code, exc.name)
+    kept = {k: v for k, v in exc.get_headers() if k.lower() == "allow"}
+    return render_template("error.html", heading=heading, message=exc.description), code, kept
 
 
 def _pages(app: Flask, fleet: Fleet) -> None:
@@ -224,7 +259,7 @@ def _actions(app: Flask, enabled: bool) -> None:
             abort(403, "actions are off: start the dashboard with --enable-actions")
         if name not in ACTIONS:
             abort(404, f"no action {name!r}")
-        if g.user is None and not guard.loopback:
+        if not guard.may_act(g.user):
             abort(403, "actions need a signed-in user (--auth-header or --basic-auth-file)")
         form = {k: v for k, v in request.form.items() if k != "csrf_token"}
         back = _local_path(form.pop("next", "")) or url_for("overview")
@@ -241,7 +276,11 @@ def _actions(app: Flask, enabled: bool) -> None:
 
 
 def _local_path(target: str) -> str | None:
-    """target when it is a path of this dashboard (no scheme, no host): never an open redirect."""
+    r"""target when it is a path of this dashboard (no scheme, no host): never an open redirect.
+    Browsers read a backslash as a slash and drop tabs and newlines from a URL, so "/\evil.com"
+    and "/\t/evil.com" would lead to evil.com."""
+    if "\\" in target or any(ord(c) < 0x20 or ord(c) == 0x7F for c in target):
+        return None
     parts = urlsplit(target)
     if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
         return None

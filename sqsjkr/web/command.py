@@ -65,8 +65,9 @@ def check_proxies(proxies: tuple[str, ...], auth_header: str | None) -> None:
 @click.option(
     "--enable-actions",
     is_flag=True,
-    help="Offer pause, resume, unlock and redrive (POST, with a CSRF token and a confirm "
-    "step, audited). They need a signed-in user unless the listener is loopback.",
+    help="Offer run now, kill, pause, resume, route, unlock and redrive (POST, with a CSRF "
+    "token and a confirm step, audited). They need a signed-in user unless the listener is "
+    "loopback and no --allowed-host puts a proxy in front.",
 )
 @click.option(
     "--allowed-host",
@@ -123,9 +124,7 @@ def web(
         basic_auth_file,
     )
     served = dashboard(config, options)
-    mode = "actions on" if enable_actions else "read-only"
-    if enable_actions and not served.guard.loopback and not (auth_header or basic_auth_file):
-        mode = "actions refused: no sign-in on a non-loopback listener"
+    mode = served.guard.who_may_act() if enable_actions else "read-only"
     click.echo(f"sqsjkr web: {served.url} ({mode}); stop: Ctrl-C", err=True)
     try:
         served.run()

@@ -91,4 +91,7 @@ def dashboard(config: Config, options: WebOptions, fleet: Fleet | None = None) -
         app, host=options.host, port=options.port, threads=THREADS, ident="sqsjkr"
     )
     guard.port = int(server.effective_port)
+    # Browsers keep cookies by host, not port: each listener's session cookie has a name of its
+    # own, so that a second dashboard on this host does not replace the first one's.
+    app.config["SESSION_COOKIE_NAME"] = f"sqsjkr-{guard.port}"
     return Dashboard(server, guard)

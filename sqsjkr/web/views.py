@@ -158,7 +158,8 @@ class EventFilter:
             state if state in STATES else "",
             args.get("queue", "")[:200],
             args.get("q", "")[:200],
-            max(1, int(page)) if page.isdigit() else 1,
+            # ASCII digits only ("²" is a digit to str.isdigit), and few: int() refuses 5,000.
+            max(1, int(page)) if page.isascii() and page.isdigit() and len(page) <= 9 else 1,
         )
 
     def keeps(self, row: EventRow) -> bool:
