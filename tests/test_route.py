@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from sqsjkr.backends.controls import CONTROLS_ID, CONTROLS_TYPE
+from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import DynamoPauses, Pause
 from sqsjkr.backends.routes import DynamoRoutes, MemoryRoutes, Route, RouteStore
 from sqsjkr.backends.sqs import Message, QueueForwarder
 from sqsjkr.commands.audit import os_user
+from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import StoreError
 
@@ -156,6 +158,12 @@ def test_a_routed_event_runs_only_on_its_new_queue_until_cleared(
     code, out, err = sqsjkr(capsys, "route", "heavy", "--clear", "--reason", "fixed", "-c", conf)
     assert code == 0, err
     assert out.startswith(f'cleared the route of event "heavy" to queue {slow.queue_name} ')
+    assert err == (
+        "sqsjkr: daemons honour it within 1.0s ([kicker] pause_refresh) of their next messages; "
+        "jobs already running go on\nsqsjkr: until then, a daemon that has not read the clear may "
+        "still forward the event's messages to the queue it was routed to: wait that long before "
+        "a `sqsjkr dlq redrive` of them\n"
+    )
     # Honoured within pause_refresh (1s here) of the next message: this one comes after it.
     time.sleep(1.5)
     aws.send({"command": "echo heavy >> ran", "event_id": "heavy"})
@@ -168,6 +176,10 @@ def test_a_routed_event_runs_only_on_its_new_queue_until_cleared(
         ("route", "heavy", "too big", f"to queue {slow.queue_name}"),
     ]
     assert daemon.stop() == 0
+    # A stopped daemon serves nothing.
+    code, out, err = sqsjkr(capsys, "route", "heavy", "--queue", slow.queue_name, "-c", conf)
+    assert (code, out) == (1, "")
+    assert f'no live daemon serves queue "{slow.queue_name}" (no daemon is live;' in err
 
 
 def test_a_message_whose_forward_fails_stays_on_its_queue_unrun(
@@ -205,8 +217,9 @@ def test_route_refuses_a_queue_that_does_not_exist_or_is_the_route_already(
         "(us-east-1): not routed\n"
     )
     assert DynamoRoutes(aws.dynamodb, aws.table).routes() == []
-    assert sqsjkr(capsys, "route", "heavy", "--queue", aws.queue_name, "-c", conf)[0] == 0
-    code, out, err = sqsjkr(capsys, "route", "heavy", "--queue", aws.queue_name, "-c", conf)
+    forced = ("route", "heavy", "--queue", aws.queue_name, "--force", "-c", conf)
+    assert sqsjkr(capsys, *forced)[0] == 0
+    code, out, err = sqsjkr(capsys, *forced)
     assert code == 1 and f'event "heavy" is routed to queue {aws.queue_name} already' in err
     code, out, err = sqsjkr(capsys, "route", "other", "--clear", "-c", conf)
     assert code == 1 and 'event "other" has no route: nothing cleared' in err
@@ -214,6 +227,47 @@ def test_route_refuses_a_queue_that_does_not_exist_or_is_the_route_already(
     assert [i["target"] for i in json.loads(out)] == ["heavy"], "only what was done is audited"
     for wrong in (["heavy"], ["heavy", "--queue", "q", "--clear"], ["--queue", "q"]):
         assert sqsjkr(capsys, "route", *wrong, "-c", conf)[0] == 2
+    assert sqsjkr(capsys, "route", "heavy", "--clear", "--force", "-c", conf)[0] == 2
+
+
+def test_route_refuses_a_dead_letter_queue_or_one_no_live_daemon_serves_unless_forced(
+    tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = f"{aws.queue_name}-r"
+    create_queue(aws.sqs, jobs, dead_letter=True)  # and its dead-letter queue, jobs-...-r-dlq
+    aws.sqs.create_queue(QueueName=f"{aws.queue_name}_deadletter")
+    conf = write_conf(tmp_path, replace(aws, queue_name=jobs))
+    # A daemon's item, as `sqsjkr daemons` lists it: alive, serving the config's queue.
+    now = time.time()
+    member = Member("ops1:1:a", "ops1", 1, "1", ((jobs, 4),), now, "unix:/s", 60.0, now)
+    DynamoRoster(aws.dynamodb, aws.table).write(member)
+    refusals = {
+        f"{jobs}-dlq": f'queue "{jobs}-dlq" is the dead-letter queue of queue "{jobs}": no daemon '
+        "runs what lands there",
+        f"{aws.queue_name}_deadletter": f'queue "{aws.queue_name}_deadletter" is named as a '
+        "dead-letter queue",
+        aws.queue_name: f'no live daemon serves queue "{aws.queue_name}" (live daemons serve '
+        f"{jobs}; `sqsjkr daemons` lists them): its jobs would wait there unrun",
+    }
+    for queue, refusal in refusals.items():
+        code, out, err = sqsjkr(capsys, "route", "heavy", "--queue", queue, "-c", conf)
+        assert (code, out) == (1, ""), queue
+        assert err == f"sqsjkr: error: {refusal}: not routed (--force routes it all the same)\n"
+    assert DynamoRoutes(aws.dynamodb, aws.table).routes() == []
+    code, out, err = sqsjkr(capsys, "audit", "--json", "-c", conf)
+    assert json.loads(out) == [], "nothing done, nothing audited"
+    code, out, err = sqsjkr(
+        capsys, "route", "heavy", "--queue", f"{jobs}-dlq", "--force", "-c", conf
+    )
+    assert code == 0, err
+    assert out.splitlines()[1] == f"  warning: {refusals[f'{jobs}-dlq']}"
+    assert [r.queue for r in DynamoRoutes(aws.dynamodb, aws.table).routes()] == [f"{jobs}-dlq"]
+    code, out, _ = sqsjkr(capsys, "audit", "--json", "-c", conf)
+    assert json.loads(out)[0]["detail"] == f"to queue {jobs}-dlq (forced)"
+    # The queue a live daemon serves is taken without --force.
+    code, out, err = sqsjkr(capsys, "route", "heavy", "--queue", jobs, "-c", conf)
+    assert code == 0, err
+    assert "until then, a daemon that has not read the route runs the event's messages" in err
 
 
 def test_a_route_whose_audit_item_cannot_be_written_is_refused(
@@ -223,7 +277,8 @@ def test_a_route_whose_audit_item_cannot_be_written_is_refused(
     failing_audit: FaultProxy,  # noqa: F811
 ) -> None:
     conf = write_conf(tmp_path, aws)
-    code, out, err = sqsjkr(capsys, "route", "heavy", "--queue", aws.queue_name, "-c", conf)
+    route = ("route", "heavy", "--queue", aws.queue_name, "--force", "-c", conf)
+    code, out, err = sqsjkr(capsys, *route)
     assert (code, out) == (1, "")
     assert err.startswith('sqsjkr: error: route "heavy" not done: its audit item could not')
     assert DynamoRoutes(aws.dynamodb, aws.table).routes() == []
