@@ -13,18 +13,27 @@ from pathlib import Path
 import pytest
 
 from sqsjkr.backends.controls import CONTROLS_ID, CONTROLS_TYPE
+from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import DynamoPauses, Pause
-from sqsjkr.backends.routes import DynamoRoutes, MemoryRoutes, Route, RouteStore
+from sqsjkr.backends.routes import (
+    DynamoRoutes,
+    MemoryRoutes,
+    Route,
+    RouteStore,
+    as_forwarded,
+    job_id,
+)
 from sqsjkr.backends.sqs import Message, QueueForwarder
 from sqsjkr.commands.audit import os_user
 from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import StoreError
 
-from .conftest import Aws, Daemon, Start, config_text, wait_until
+from .conftest import Aws, Daemon, Start, config_text, run_on, wait_until
 from .faults import Fault, FaultProxy
 from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixture
+from .test_crash import lines
 from .test_queues import get, second_queue
 from .test_schedules import finished, queue_arn, sqsjkr, write_conf
 from .test_schedules import group as group  # noqa: F401 - the fixture
@@ -313,3 +322,65 @@ def test_schedules_status_and_trigger_follow_a_route(
     assert f"  routed to queue {slow.queue_name}" in event_line
     code, out, _ = sqsjkr(capsys, "status", "--json", "-c", conf)
     assert json.loads(out)["routes"][0]["queue"] == slow.queue_name
+
+
+def test_a_copy_of_a_copy_keeps_the_id_of_the_first_message() -> None:
+    first = Message("m-1", "r", BODY, 0.0)
+    copy = replace(as_forwarded(first), message_id="m-2")
+    again = replace(as_forwarded(copy), message_id="m-3")
+    assert [job_id(m) for m in (first, copy, again)] == ["m-1", "m-1", "m-1"]
+    assert again.attributes == {
+        "sqsjkr_forwarded_from": {"DataType": "String", "StringValue": "m-1"}
+    }
+    bad = {"sqsjkr_forwarded_from": {"DataType": "String", "StringValue": "two words"}}
+    assert job_id(replace(first, attributes=bad)) == "m-1"
+    # SQS takes ten attributes: a message with ten is forwarded as it is.
+    full = {f"a{i}": {"DataType": "String", "StringValue": "x"} for i in range(10)}
+    assert as_forwarded(replace(first, attributes=full)).attributes == full
+
+
+def test_a_daemon_killed_between_a_forward_and_its_delete_leaves_a_job_that_runs_once(
+    start_daemon: Start,
+    tmp_path: Path,
+    aws: Aws,
+    moto_endpoint: str,
+    aws_env: dict[str, str],
+) -> None:
+    slow = second_queue(aws)
+    DynamoRoutes(aws.dynamodb, aws.table).route(route_of("heavy", slow.queue_name))
+    # Receives only from aws's queue, and its original comes back 2 s after its receive.
+    text = config_text(aws, stats="stats_port = 0", pause_refresh="1s")
+    text = text.replace(
+        "wait_time_seconds = 1\n", "wait_time_seconds = 1\nvisibility_timeout = 2\n"
+    )
+    text = text.replace("[lock]\n", '[lock]\nlease = "1s"\n')
+    with FaultProxy(moto_endpoint) as proxy:
+        # The copy is sent, and the daemon dies before the answer, so before its delete.
+        to_slow = Fault(
+            lambda call: (
+                call.action == "SendMessage"
+                and str(call.json.get("QueueUrl", "")).endswith("/" + slow.queue_name)
+            ),
+            hold=30,
+        )
+        proxy.add(to_slow)
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        first = run_on(start_daemon, tmp_path, text)
+        sent = aws.send({"command": "echo heavy >> ran", "event_id": "heavy"})
+        wait_until(lambda: slow.queue_counts() == (1, 0), what="the copy on the slow queue")
+        first.kill()  # SIGKILL
+        assert aws.queue_counts() == (0, 1), "the original is not deleted"
+        assert "forwarded from queue" not in first.log
+    aws_env["AWS_ENDPOINT_URL"] = moto_endpoint
+    second, port, _ = two_queues(start_daemon, tmp_path, aws, slow)
+    # The copy runs; the original comes back, is forwarded again, and that copy is a duplicate.
+    second.wait_for_log(f'message {sent} of event "heavy" forwarded from queue', timeout=30)
+    second.wait_for_log("duplicate message deleted: its job has run", timeout=30)
+    wait_until(
+        lambda: aws.queue_counts() == (0, 0) and slow.queue_counts() == (0, 0),
+        what="both queues empty",
+    )
+    assert lines(tmp_path / "ran") == ["heavy"]
+    [record] = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=3600).runs("heavy", 10)
+    assert record.message_id == sent, "the job goes by the first message's id"
+    assert second.stop() == 0
