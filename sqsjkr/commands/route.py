@@ -50,10 +50,10 @@ _UNTIL_READ_CLEAR = (
 )
 
 
-def check_queue(config: Config, table: Table, queue: str) -> str | None:
-    """Refused (ResourceMissingError) unless queue exists in the config's account
-    (GetQueueUrl), as the daemons will look it up; why a route to it would strand its jobs (a
-    dead-letter queue, or one that no live daemon serves), or None."""
+def route_refusal(config: Config, table: Table, queue: str) -> str | None:
+    """Why a route to queue would strand its event's jobs (a dead-letter queue, or one that no
+    live daemon serves), or None. ResourceMissingError when queue does not exist in the config's
+    account (GetQueueUrl), as the daemons would not find it either."""
     sqs = make_client(
         make_session(region=config.account.region, profile=config.account.profile), "sqs"
     )
@@ -77,7 +77,7 @@ def check_queue(config: Config, table: Table, queue: str) -> str | None:
     if _DEAD_LETTER_NAME.search(queue.removesuffix(FIFO_SUFFIX)):
         return f"queue {quote(queue)} is named as a dead-letter queue"
     if queue not in served:
-        where = f"live daemons serve {', '.join(served)}" if served else "no daemon is live"
+        where = f"live daemons serve {escape(', '.join(served))}" if served else "no daemon is live"
         return (
             f"no live daemon serves queue {quote(queue)} ({where}; `sqsjkr daemons` lists them): "
             "its jobs would wait there unrun"
@@ -201,7 +201,7 @@ def set_route(
             f"event {quote(made.event_id)} is routed to queue {escape(made.queue)} already "
             f"({route_text(before)})"
         )
-    refusal = check_queue(config, table, made.queue)
+    refusal = route_refusal(config, table, made.queue)
     if refusal is not None and not force:
         raise RouteRefused(f"{refusal}: {_FORCE_HINT}")
     detail = f"to queue {made.queue}" + (" (forced)" if refusal is not None else "")
