@@ -73,6 +73,11 @@ class UnlockRefused(SqsjkrError):
     """An unlock of a lock or slot whose lease lives, not forced: nothing was removed."""
 
 
+class RouteRefused(SqsjkrError):
+    """A route to a queue where its jobs would not run (a dead-letter queue, or one that no live
+    daemon serves), not forced: nothing was routed."""
+
+
 class ActionError(SqsjkrError):
     """A dashboard action's form is wrong (a field missing or malformed): nothing was done."""
 

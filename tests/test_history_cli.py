@@ -677,3 +677,21 @@ def test_forget_drops_an_event_from_status_and_keeps_its_runs(
         "  it had 1 run(s) in progress: each lists it again when it ends\n"
     )
     assert err == f'sqsjkr: no event "x\\ny" in table {aws.table!r}\n'
+
+
+def test_follow_gives_up_after_its_timeout_with_exit_124(
+    aws: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.monotonic()
+    code, out, err = sqsjkr(
+        capsys, "history", "nightly", "--follow", "--timeout", "1s", "-c", str(conf)
+    )
+    assert (code, out) == (124, "")
+    assert time.monotonic() - started < 10
+    assert err.endswith(
+        'sqsjkr: gave up waiting for a run of event "nightly" after 1s (--timeout): the run '
+        "goes on\n"
+    )
+    assert "waiting for the next one to start" in err
+    code, _, err = sqsjkr(capsys, "history", "nightly", "-f", "--timeout", "-1s", "-c", str(conf))
+    assert code == 2 and "--timeout" in err

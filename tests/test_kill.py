@@ -330,3 +330,22 @@ def test_kill_is_refused_when_its_audit_item_cannot_be_written(
     assert code == 1 and out == ""
     assert err.startswith('sqsjkr: error: kill "nightly" not done: its audit item could not')
     assert "KillAt" not in (site.item(message_id, "throttle") or {})
+
+
+def test_kill_wait_gives_up_after_its_timeout_with_exit_124_and_the_kill_asked(
+    site: Aws,
+    cli: Run,  # noqa: F811
+) -> None:
+    # No daemon holds the claim: nothing ends the run, as when its daemon cannot act.
+    message_id = running(site, "nightly")
+    started = time.monotonic()
+    code, out, err = cli("kill", "--wait", "--timeout", "1s", "--", "nightly")
+    assert code == 124, err
+    assert time.monotonic() - started < 10
+    assert out.startswith("kill requested: the run of event")
+    assert err.endswith(
+        "after 1s (--timeout): the kill request stays on the run's claim, for its daemon's next "
+        "heartbeat\n"
+    )
+    assert "KillAt" in (site.item(message_id, "throttle") or {})
+    assert cli("kill", "--wait", "--timeout", "soon", "--", "nightly")[0] == 2

@@ -13,16 +13,27 @@ from pathlib import Path
 import pytest
 
 from sqsjkr.backends.controls import CONTROLS_ID, CONTROLS_TYPE
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import DynamoPauses, Pause
-from sqsjkr.backends.routes import DynamoRoutes, MemoryRoutes, Route, RouteStore
+from sqsjkr.backends.routes import (
+    DynamoRoutes,
+    MemoryRoutes,
+    Route,
+    RouteStore,
+    as_forwarded,
+    job_id,
+)
 from sqsjkr.backends.sqs import Message, QueueForwarder
 from sqsjkr.commands.audit import os_user
+from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import StoreError
 
-from .conftest import Aws, Daemon, Start, config_text, wait_until
+from .conftest import Aws, Daemon, Start, config_text, run_on, wait_until
 from .faults import Fault, FaultProxy
 from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixture
+from .test_crash import lines
 from .test_queues import get, second_queue
 from .test_schedules import finished, queue_arn, sqsjkr, write_conf
 from .test_schedules import group as group  # noqa: F401 - the fixture
@@ -156,6 +167,12 @@ def test_a_routed_event_runs_only_on_its_new_queue_until_cleared(
     code, out, err = sqsjkr(capsys, "route", "heavy", "--clear", "--reason", "fixed", "-c", conf)
     assert code == 0, err
     assert out.startswith(f'cleared the route of event "heavy" to queue {slow.queue_name} ')
+    assert err == (
+        "sqsjkr: daemons honour it within 1.0s ([kicker] pause_refresh) of their next messages; "
+        "jobs already running go on\nsqsjkr: until then, a daemon that has not read the clear may "
+        "still forward the event's messages to the queue it was routed to: wait that long before "
+        "a `sqsjkr dlq redrive` of them\n"
+    )
     # Honoured within pause_refresh (1s here) of the next message: this one comes after it.
     time.sleep(1.5)
     aws.send({"command": "echo heavy >> ran", "event_id": "heavy"})
@@ -168,6 +185,10 @@ def test_a_routed_event_runs_only_on_its_new_queue_until_cleared(
         ("route", "heavy", "too big", f"to queue {slow.queue_name}"),
     ]
     assert daemon.stop() == 0
+    # A stopped daemon serves nothing.
+    code, out, err = sqsjkr(capsys, "route", "heavy", "--queue", slow.queue_name, "-c", conf)
+    assert (code, out) == (1, "")
+    assert f'no live daemon serves queue "{slow.queue_name}" (no daemon is live;' in err
 
 
 def test_a_message_whose_forward_fails_stays_on_its_queue_unrun(
@@ -205,8 +226,9 @@ def test_route_refuses_a_queue_that_does_not_exist_or_is_the_route_already(
         "(us-east-1): not routed\n"
     )
     assert DynamoRoutes(aws.dynamodb, aws.table).routes() == []
-    assert sqsjkr(capsys, "route", "heavy", "--queue", aws.queue_name, "-c", conf)[0] == 0
-    code, out, err = sqsjkr(capsys, "route", "heavy", "--queue", aws.queue_name, "-c", conf)
+    forced = ("route", "heavy", "--queue", aws.queue_name, "--force", "-c", conf)
+    assert sqsjkr(capsys, *forced)[0] == 0
+    code, out, err = sqsjkr(capsys, *forced)
     assert code == 1 and f'event "heavy" is routed to queue {aws.queue_name} already' in err
     code, out, err = sqsjkr(capsys, "route", "other", "--clear", "-c", conf)
     assert code == 1 and 'event "other" has no route: nothing cleared' in err
@@ -214,6 +236,47 @@ def test_route_refuses_a_queue_that_does_not_exist_or_is_the_route_already(
     assert [i["target"] for i in json.loads(out)] == ["heavy"], "only what was done is audited"
     for wrong in (["heavy"], ["heavy", "--queue", "q", "--clear"], ["--queue", "q"]):
         assert sqsjkr(capsys, "route", *wrong, "-c", conf)[0] == 2
+    assert sqsjkr(capsys, "route", "heavy", "--clear", "--force", "-c", conf)[0] == 2
+
+
+def test_route_refuses_a_dead_letter_queue_or_one_no_live_daemon_serves_unless_forced(
+    tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = f"{aws.queue_name}-r"
+    create_queue(aws.sqs, jobs, dead_letter=True)  # and its dead-letter queue, jobs-...-r-dlq
+    aws.sqs.create_queue(QueueName=f"{aws.queue_name}_deadletter")
+    conf = write_conf(tmp_path, replace(aws, queue_name=jobs))
+    # A daemon's item, as `sqsjkr daemons` lists it: alive, serving the config's queue.
+    now = time.time()
+    member = Member("ops1:1:a", "ops1", 1, "1", ((jobs, 4),), now, "unix:/s", 60.0, now)
+    DynamoRoster(aws.dynamodb, aws.table).write(member)
+    refusals = {
+        f"{jobs}-dlq": f'queue "{jobs}-dlq" is the dead-letter queue of queue "{jobs}": no daemon '
+        "runs what lands there",
+        f"{aws.queue_name}_deadletter": f'queue "{aws.queue_name}_deadletter" is named as a '
+        "dead-letter queue",
+        aws.queue_name: f'no live daemon serves queue "{aws.queue_name}" (live daemons serve '
+        f"{jobs}; `sqsjkr daemons` lists them): its jobs would wait there unrun",
+    }
+    for queue, refusal in refusals.items():
+        code, out, err = sqsjkr(capsys, "route", "heavy", "--queue", queue, "-c", conf)
+        assert (code, out) == (1, ""), queue
+        assert err == f"sqsjkr: error: {refusal}: not routed (--force routes it all the same)\n"
+    assert DynamoRoutes(aws.dynamodb, aws.table).routes() == []
+    code, out, err = sqsjkr(capsys, "audit", "--json", "-c", conf)
+    assert json.loads(out) == [], "nothing done, nothing audited"
+    code, out, err = sqsjkr(
+        capsys, "route", "heavy", "--queue", f"{jobs}-dlq", "--force", "-c", conf
+    )
+    assert code == 0, err
+    assert out.splitlines()[1] == f"  warning: {refusals[f'{jobs}-dlq']}"
+    assert [r.queue for r in DynamoRoutes(aws.dynamodb, aws.table).routes()] == [f"{jobs}-dlq"]
+    code, out, _ = sqsjkr(capsys, "audit", "--json", "-c", conf)
+    assert json.loads(out)[0]["detail"] == f"to queue {jobs}-dlq (forced)"
+    # The queue a live daemon serves is taken without --force.
+    code, out, err = sqsjkr(capsys, "route", "heavy", "--queue", jobs, "-c", conf)
+    assert code == 0, err
+    assert "until then, a daemon that has not read the route runs the event's messages" in err
 
 
 def test_a_route_whose_audit_item_cannot_be_written_is_refused(
@@ -223,7 +286,8 @@ def test_a_route_whose_audit_item_cannot_be_written_is_refused(
     failing_audit: FaultProxy,  # noqa: F811
 ) -> None:
     conf = write_conf(tmp_path, aws)
-    code, out, err = sqsjkr(capsys, "route", "heavy", "--queue", aws.queue_name, "-c", conf)
+    route = ("route", "heavy", "--queue", aws.queue_name, "--force", "-c", conf)
+    code, out, err = sqsjkr(capsys, *route)
     assert (code, out) == (1, "")
     assert err.startswith('sqsjkr: error: route "heavy" not done: its audit item could not')
     assert DynamoRoutes(aws.dynamodb, aws.table).routes() == []
@@ -258,3 +322,65 @@ def test_schedules_status_and_trigger_follow_a_route(
     assert f"  routed to queue {slow.queue_name}" in event_line
     code, out, _ = sqsjkr(capsys, "status", "--json", "-c", conf)
     assert json.loads(out)["routes"][0]["queue"] == slow.queue_name
+
+
+def test_a_copy_of_a_copy_keeps_the_id_of_the_first_message() -> None:
+    first = Message("m-1", "r", BODY, 0.0)
+    copy = replace(as_forwarded(first), message_id="m-2")
+    again = replace(as_forwarded(copy), message_id="m-3")
+    assert [job_id(m) for m in (first, copy, again)] == ["m-1", "m-1", "m-1"]
+    assert again.attributes == {
+        "sqsjkr_forwarded_from": {"DataType": "String", "StringValue": "m-1"}
+    }
+    bad = {"sqsjkr_forwarded_from": {"DataType": "String", "StringValue": "two words"}}
+    assert job_id(replace(first, attributes=bad)) == "m-1"
+    # SQS takes ten attributes: a message with ten is forwarded as it is.
+    full = {f"a{i}": {"DataType": "String", "StringValue": "x"} for i in range(10)}
+    assert as_forwarded(replace(first, attributes=full)).attributes == full
+
+
+def test_a_daemon_killed_between_a_forward_and_its_delete_leaves_a_job_that_runs_once(
+    start_daemon: Start,
+    tmp_path: Path,
+    aws: Aws,
+    moto_endpoint: str,
+    aws_env: dict[str, str],
+) -> None:
+    slow = second_queue(aws)
+    DynamoRoutes(aws.dynamodb, aws.table).route(route_of("heavy", slow.queue_name))
+    # Receives only from aws's queue, and its original comes back 2 s after its receive.
+    text = config_text(aws, stats="stats_port = 0", pause_refresh="1s")
+    text = text.replace(
+        "wait_time_seconds = 1\n", "wait_time_seconds = 1\nvisibility_timeout = 2\n"
+    )
+    text = text.replace("[lock]\n", '[lock]\nlease = "1s"\n')
+    with FaultProxy(moto_endpoint) as proxy:
+        # The copy is sent, and the daemon dies before the answer, so before its delete.
+        to_slow = Fault(
+            lambda call: (
+                call.action == "SendMessage"
+                and str(call.json.get("QueueUrl", "")).endswith("/" + slow.queue_name)
+            ),
+            hold=30,
+        )
+        proxy.add(to_slow)
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        first = run_on(start_daemon, tmp_path, text)
+        sent = aws.send({"command": "echo heavy >> ran", "event_id": "heavy"})
+        wait_until(lambda: slow.queue_counts() == (1, 0), what="the copy on the slow queue")
+        first.kill()  # SIGKILL
+        assert aws.queue_counts() == (0, 1), "the original is not deleted"
+        assert "forwarded from queue" not in first.log
+    aws_env["AWS_ENDPOINT_URL"] = moto_endpoint
+    second, port, _ = two_queues(start_daemon, tmp_path, aws, slow)
+    # The copy runs; the original comes back, is forwarded again, and that copy is a duplicate.
+    second.wait_for_log(f'message {sent} of event "heavy" forwarded from queue', timeout=30)
+    second.wait_for_log("duplicate message deleted: its job has run", timeout=30)
+    wait_until(
+        lambda: aws.queue_counts() == (0, 0) and slow.queue_counts() == (0, 0),
+        what="both queues empty",
+    )
+    assert lines(tmp_path / "ran") == ["heavy"]
+    [record] = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=3600).runs("heavy", 10)
+    assert record.message_id == sent, "the job goes by the first message's id"
+    assert second.stop() == 0

@@ -253,3 +253,22 @@ def test_a_trigger_whose_audit_item_cannot_be_written_sends_nothing(
     assert (code, out) == (1, "")
     assert err.startswith('sqsjkr: error: trigger "nightly" not done: its audit item could not')
     assert aws.queue_counts() == (0, 0)
+
+
+def test_trigger_wait_gives_up_after_its_timeout_with_exit_124(
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # No daemon reads the queue: the run never comes.
+    schedule(group, "sqsjkr-db-backup", queue_arn(aws), BODY)
+    conf = write_conf(tmp_path, aws, group=group)
+    code, out, err = sqsjkr(capsys, "trigger", "nightly", "--wait", "--timeout", "1s", "-c", conf)
+    assert code == 124, err
+    message_id = out.strip()
+    assert err.endswith(
+        f"sqsjkr: gave up waiting for the run of message {message_id} after 1s (--timeout): the "
+        'message stays queued or runs; `sqsjkr history "nightly"` shows it\n'
+    )
+    assert aws.queue_counts() == (1, 0)

@@ -572,10 +572,14 @@ def test_route_and_clear_confirm_then_act_audited_and_show_on_the_event_pages(
     assert "none: its jobs run from the queue they are sent to" in get(with_actions, page).text
     other = fleet.queue_name + "-dlq"
     data = {"event_id": "hourly", "queue": other, "reason": "heavy <b>"}
-    confirm, done = act(with_actions, session, "route", page, data)
+    refused = act(with_actions, session, "route", page, data)[1]
+    assert f"queue &#34;{other}&#34; is the dead-letter queue of queue " in refused.text
+    assert audit_of(fleet, "route", "hourly") == []
+    confirm, done = act(with_actions, session, "route", page, {**data, "force": "yes"})
     assert "routed event &#34;hourly&#34; to queue " + other in done.text
+    assert "daemons honour it within 1m ([kicker] pause_refresh)" in done.text
     [entry] = audit_of(fleet, "route", "hourly")
-    assert entry.user.startswith("web:") and entry.detail == f"to queue {other}"
+    assert entry.user.startswith("web:") and entry.detail == f"to queue {other} (forced)"
     facts = done.text.split('<dd class="route">')[1].split("</dd>")[0]
     assert f"routed to {other}" in facts and "heavy &lt;b&gt;" in facts
     events = get(with_actions, "/events", params={"q": "hourly"}).text
@@ -584,6 +588,7 @@ def test_route_and_clear_confirm_then_act_audited_and_show_on_the_event_pages(
     assert "queue &#34;no-such-queue&#34; does not exist" in missing.text
     cleared = act(with_actions, session, "route", page, {"event_id": "hourly", "clear": "yes"})[1]
     assert "cleared the route of event &#34;hourly&#34;" in cleared.text
+    assert "before a `sqsjkr dlq redrive` of them" in cleared.text
     assert "none: its jobs run from the queue they are sent to" in cleared.text
     assert [e.detail for e in audit_of(fleet, "route", "hourly")].count("cleared") == 1
 

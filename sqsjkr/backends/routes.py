@@ -5,15 +5,25 @@ kept in the lock table behind a small Protocol; DynamoRoutes shares the controls
 from __future__ import annotations
 
 import json
+import re
 import threading
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from sqsjkr.backends.controls import ControlItem, decode_attributes
+from sqsjkr.backends.sqs import Message
 
 #: The controls item has an attribute per routed event: this prefix and the event_id.
 ROUTE_PREFIX = "Route:"
+#: The message attribute of a forwarded copy: the id of the message first received, which its
+#: job keeps (its claim, record and kill go by it), so that the copy and an original that
+#: outlived a crash between the forward and its delete cannot both run.
+FORWARDED_FROM_ATTRIBUTE = "sqsjkr_forwarded_from"
+#: SQS takes ten message attributes at most: a message with ten forwards without the id.
+MAX_MESSAGE_ATTRIBUTES = 10
+#: What a message id looks like (SQS's are UUIDs): anything else in the attribute is ignored.
+_MESSAGE_ID = re.compile(r"[!-~]{1,128}")
 
 
 @dataclass(frozen=True)
@@ -108,3 +118,23 @@ def decode_routes(item: dict[str, Any], *, strict: bool = True) -> list[Route]:
     remedy = "`sqsjkr route EVENT_ID --clear` of its event removes it"
     found = decode_attributes(item, ROUTE_PREFIX, build, strict=strict, remedy=remedy)
     return sorted(found, key=lambda route: route.event_id)
+
+
+def job_id(message: Message) -> str:
+    """The id a received message's job goes by: the first message's, for a forwarded copy (its
+    FORWARDED_FROM_ATTRIBUTE), else the message's own."""
+    value = message.attributes.get(FORWARDED_FROM_ATTRIBUTE)
+    found = value.get("StringValue") if isinstance(value, Mapping) else None
+    if isinstance(found, str) and _MESSAGE_ID.fullmatch(found):
+        return found
+    return message.message_id
+
+
+def as_forwarded(message: Message) -> Message:
+    """message as it is forwarded: with FORWARDED_FROM_ATTRIBUTE naming the first message
+    (which a copy of a copy keeps), when SQS has room for one more attribute."""
+    attributes = dict(message.attributes)
+    if FORWARDED_FROM_ATTRIBUTE not in attributes and len(attributes) >= MAX_MESSAGE_ATTRIBUTES:
+        return message
+    attributes[FORWARDED_FROM_ATTRIBUTE] = {"DataType": "String", "StringValue": job_id(message)}
+    return replace(message, attributes=attributes)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import codecs
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,6 +15,7 @@ import click
 from sqsjkr.backends.live import DynamoLive, LiveStore
 from sqsjkr.commands.history import Store, history_lines, local_time, open_store
 from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.waiting import Deadline
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import quote
 from sqsjkr.observability.logs import escape
@@ -81,8 +81,10 @@ def follow_run(
     region: str | None,
     event_id: str | None,
     message_id: str | None,
+    timeout: float | None,
 ) -> int:
-    """history --follow: 0 if the run succeeded, 1 if not, 130 at Ctrl-C."""
+    """history --follow: 0 if the run succeeded, 1 if not, 130 at Ctrl-C, WAIT_TIMEOUT_EXIT
+    once timeout seconds (None: no limit) have passed."""
     if event_id is None:
         raise UsageFailure("--follow needs an EVENT_ID")
     store = open_store(conf, lock_table, profile, region)
@@ -90,7 +92,7 @@ def follow_run(
     poll = min(store.config.history.live_output_interval.seconds, MAX_POLL_SECONDS)
     try:
         with store.reading():
-            return follow(store, live, event_id, message_id, poll=poll)
+            return follow(store, live, event_id, message_id, poll=poll, deadline=Deadline(timeout))
     except KeyboardInterrupt:
         return 130  # Ctrl-C is how a follower stops: no message
 
@@ -102,10 +104,10 @@ def follow(
     message_id: str | None,
     *,
     poll: float,
-    sleep: Callable[[float], None] = time.sleep,
+    deadline: Deadline,
 ) -> int:
     """Follow message_id's run of event_id (None: the run running now, or the next to start)
-    until it ends; 0 if it succeeded, 1 otherwise."""
+    until it ends; 0 if it succeeded, 1 otherwise. WaitTimedOut once the deadline has passed."""
     printer = Printer(_echo)
     told: set[str] = set()
     target = message_id
@@ -136,7 +138,8 @@ def follow(
         if target is not None and target not in running and "following" not in told:
             _tell(told, "target", f"run {quote(target)} of event {quote(event_id)} has not "
                                   "started: waiting for it (Ctrl-C to stop)")  # fmt: skip
-        sleep(poll)
+        what = f"a run of event {quote(event_id)}" if target is None else f"run {quote(target)}"
+        deadline.pause(poll, escape(what), "the run goes on")
 
 
 def _following(start: RunStart, running: int) -> str:

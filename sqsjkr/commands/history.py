@@ -25,6 +25,7 @@ from sqsjkr.commands.options import (
     profile_option,
     region_option,
 )
+from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.errors import ResourceMissingError, quote
@@ -245,6 +246,7 @@ def record_json(record: RunRecord, *, output: bool) -> dict[str, Any]:
     "it succeeded. With nothing running, wait for the next run.",
 )
 @click.option("--message-id", metavar="ID", help="With --follow: follow this run (its message id).")
+@timeout_option("1h", "the run (--follow)")
 def history(
     conf: str,
     lock_table: str | None,
@@ -257,6 +259,7 @@ def history(
     as_json: bool,
     follow: bool,
     message_id: str | None,
+    timeout: str,
 ) -> int:
     """Show the last runs of EVENT_ID, newest first; without EVENT_ID, the last runs of every
     event, each with its event (read-only)."""
@@ -264,7 +267,8 @@ def history(
         # Imported here: follow.py builds on this module, and only --follow needs it.
         from sqsjkr.commands.follow import follow_run
 
-        return follow_run(conf, lock_table, profile, region, event_id, message_id)
+        waits = timeout_of(timeout)
+        return follow_run(conf, lock_table, profile, region, event_id, message_id, waits)
     store = open_store(conf, lock_table, profile, region)
     with store.reading():
         if event_id is None:

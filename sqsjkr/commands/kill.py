@@ -26,6 +26,7 @@ from sqsjkr.commands.history import (
     store_options,
 )
 from sqsjkr.commands.options import UsageFailure, reason_option
+from sqsjkr.commands.waiting import Deadline, timeout_of, timeout_option
 from sqsjkr.contract.run import EventSummary, KillMark, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import quote
 from sqsjkr.observability.logs import escape
@@ -34,6 +35,8 @@ from sqsjkr.observability.logs import escape
 WAIT_POLL_SECONDS = 1.0
 #: How many of the event's last runs --wait reads for the killed one's record.
 WAIT_RUNS = 20
+#: What a --wait that gave up leaves behind.
+STILL = "the kill request stays on the run's claim, for its daemon's next heartbeat"
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ def _ended_line(target: Target) -> str:
     is_flag=True,
     help="Wait until the run has ended, print its record, and exit 0 only if the kill ended it.",
 )
+@timeout_option("10m", "the run's end (--wait)")
 def kill(
     conf: str,
     lock_table: str | None,
@@ -118,6 +122,7 @@ def kill(
     target: str,
     reason: str,
     wait: bool,
+    timeout: str,
 ) -> int:
     """Stop the run of EVENT_ID in progress (every one of them, if several run), or the run of
     MESSAGE_ID, on whichever host runs it.
@@ -128,6 +133,7 @@ def kill(
     never retried. A job still waiting for its lock or group slot ends killed without running.
     Exit 1, changing nothing, when nothing of TARGET is in progress.
     """
+    limit = timeout_of(timeout)
     store = open_store(conf, lock_table, profile, region)
     need_claims(store, conf)
     results = kill_runs(store, command_auditor(store.config), os_user(), target, reason, _warn)
@@ -143,8 +149,9 @@ def kill(
     if not wait:
         return 0
     click.echo("sqsjkr: waiting for it to end (Ctrl-C stops the wait, not the kill)", err=True)
+    deadline = Deadline(limit)
     with store.reading():
-        killed = [wait_for(store, run) for run in asked]
+        killed = [wait_for(store, run, deadline) for run in asked]
     return 0 if all(killed) else 1
 
 
@@ -199,12 +206,14 @@ def live_runs(store: Store, target: str, say: Callable[[str], None]) -> list[Tar
     return live
 
 
-def wait_for(store: Store, run: Target) -> bool:
-    """Wait until run has ended, say how: True if the kill ended it."""
+def wait_for(store: Store, run: Target, deadline: Deadline) -> bool:
+    """Wait until run has ended, say how: True if the kill ended it. WaitTimedOut once the
+    deadline has passed."""
+    what = f"the end of {run.text()}"
     if run.start is None:
         # No note says which event it is: only its claim tells that it has ended.
         while _in_progress(store.client.get_item(**_claim(store, run))):
-            time.sleep(WAIT_POLL_SECONDS)
+            deadline.pause(WAIT_POLL_SECONDS, what, STILL)
         click.echo(
             f"{run.text()} has ended: its record is under its event in `sqsjkr history`",
         )
@@ -213,7 +222,7 @@ def wait_for(store: Store, run: Target) -> bool:
     while record is None:
         record = _record(store.history, run.start)
         if record is None:
-            time.sleep(WAIT_POLL_SECONDS)
+            deadline.pause(WAIT_POLL_SECONDS, what, STILL)
     for line in history_lines([record], output=False, events=True):
         click.echo(line)
     if record.outcome is RunOutcome.KILLED:

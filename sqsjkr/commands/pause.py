@@ -184,11 +184,15 @@ def pause(
 
 def honour_note(config: Config) -> None:
     """Say on stderr when the fleet's daemons see a pause or a route of this config's."""
+    click.echo(f"sqsjkr: {honour_text(config)}", err=True)
+
+
+def honour_text(config: Config) -> str:
+    """When the fleet's daemons see a change of the controls item (a pause, a route)."""
     refresh = format_duration(config.kicker.pause_refresh.seconds)
-    click.echo(
-        f"sqsjkr: daemons honour it within {refresh} ([kicker] pause_refresh) of their next "
-        "messages; jobs already running go on",
-        err=True,
+    return (
+        f"daemons honour it within {refresh} ([kicker] pause_refresh) of their next messages; "
+        "jobs already running go on"
     )
 
 

@@ -5,20 +5,25 @@ the routes; kept in the lock table beside the pauses (docs/semantics.md, "Routin
 from __future__ import annotations
 
 import json
+import re
 import time
+from collections.abc import Iterable
+from typing import Any
 
 import click
 
 from sqsjkr.backends.aws import make_client, make_session
+from sqsjkr.backends.members import DynamoRoster
 from sqsjkr.backends.routes import DynamoRoutes, Route, routed
-from sqsjkr.backends.sqs import resolve_queue_url
+from sqsjkr.backends.sqs import FIFO_SUFFIX, queue_settings, resolve_queue_url
 from sqsjkr.commands.audit import Auditor, command_auditor, os_user
+from sqsjkr.commands.daemons import live
 from sqsjkr.commands.history import aligned, local_time, store_options
 from sqsjkr.commands.locks import Table, table_of
 from sqsjkr.commands.options import UsageFailure, load, reason_option
-from sqsjkr.commands.pause import honour_note
+from sqsjkr.commands.pause import honour_text
 from sqsjkr.contract.config import Config, Overrides
-from sqsjkr.errors import ResourceMissingError, quote
+from sqsjkr.errors import ResourceMissingError, RouteRefused, quote
 from sqsjkr.observability.logs import escape
 
 
@@ -31,17 +36,67 @@ def route_text(route: Route) -> str:
     )
 
 
-def check_queue(config: Config, queue: str) -> None:
-    """Refused unless queue exists in the config's account (GetQueueUrl), as the daemons will
-    look it up."""
-    session = make_session(region=config.account.region, profile=config.account.profile)
+#: A queue named as dead-letter queues usually are: "jobs-dlq", "jobs_deadletter.fifo".
+_DEAD_LETTER_NAME = re.compile(r"(^|[-_.])(dlq|dead[-_]?letters?(-queue)?)$", re.IGNORECASE)
+#: What a refused route's message ends with.
+_FORCE_HINT = "not routed (--force routes it all the same)"
+#: What a daemon does with the event's messages until it has read a route, or its clear.
+_UNTIL_READ = (
+    "until then, a daemon that has not read the route runs the event's messages where they arrive"
+)
+_UNTIL_READ_CLEAR = (
+    "until then, a daemon that has not read the clear may still forward the event's messages to "
+    "the queue it was routed to: wait that long before a `sqsjkr dlq redrive` of them"
+)
+
+
+def route_refusal(config: Config, table: Table, queue: str) -> str | None:
+    """Why a route to queue would strand its event's jobs (a dead-letter queue, or one that no
+    live daemon serves), or None. ResourceMissingError when queue does not exist in the config's
+    account (GetQueueUrl), as the daemons would not find it either."""
+    sqs = make_client(
+        make_session(region=config.account.region, profile=config.account.profile), "sqs"
+    )
     try:
-        resolve_queue_url(make_client(session, "sqs"), queue, config.account.id)
+        resolve_queue_url(sqs, queue, config.account.id)
     except ResourceMissingError as exc:
         raise ResourceMissingError(
             f"queue {quote(queue)} does not exist in account {config.account.id} "
             f"({config.account.region}): not routed"
         ) from exc
+    with table.reading():
+        members = live(DynamoRoster(table.client, table.name).members(), time.time())
+    served = sorted({name for member in members for name, _ in member.queues})
+    fleet = sorted(set(served) | {q.name for q in config.all_queues()})
+    source = _dead_letter_source(sqs, config.account.id, queue, fleet)
+    if source is not None:
+        return (
+            f"queue {quote(queue)} is the dead-letter queue of queue {quote(source)}: no daemon "
+            "runs what lands there"
+        )
+    if _DEAD_LETTER_NAME.search(queue.removesuffix(FIFO_SUFFIX)):
+        return f"queue {quote(queue)} is named as a dead-letter queue"
+    if queue not in served:
+        where = f"live daemons serve {escape(', '.join(served))}" if served else "no daemon is live"
+        return (
+            f"no live daemon serves queue {quote(queue)} ({where}; `sqsjkr daemons` lists them): "
+            "its jobs would wait there unrun"
+        )
+    return None
+
+
+def _dead_letter_source(sqs: Any, account: str, queue: str, fleet: Iterable[str]) -> str | None:
+    """The queue of fleet whose RedrivePolicy names queue as its dead-letter queue, if any."""
+    for name in fleet:
+        if name == queue:
+            continue
+        try:
+            arn = queue_settings(sqs, resolve_queue_url(sqs, name, account)).dead_letter_arn
+        except ResourceMissingError:
+            continue  # a queue of the config that is gone: `sqsjkr check` says so
+        if arn is not None and arn.rsplit(":", 1)[-1] == queue:
+            return name
+    return None
 
 
 def list_routes(store: DynamoRoutes, table: Table, as_json: bool) -> None:
@@ -65,6 +120,11 @@ def list_routes(store: DynamoRoutes, table: Table, as_json: bool) -> None:
     "--queue", "queue_name", metavar="NAME", help="Run EVENT_ID's jobs from this queue (its name)."
 )
 @click.option("--clear", is_flag=True, help="Remove EVENT_ID's route: its jobs run where sent.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Route to NAME even if it is a dead-letter queue or no live daemon serves it.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Without EVENT_ID: list the routes as JSON.")
 @reason_option
 def route(
@@ -75,6 +135,7 @@ def route(
     event_id: str | None,
     queue_name: str | None,
     clear: bool,
+    force: bool,
     as_json: bool,
     reason: str,
 ) -> int:
@@ -82,16 +143,20 @@ def route(
     routes (no EVENT_ID).
 
     A daemon that receives a routed event's message on another queue forwards it to NAME (same
-    body and attributes, FIFO group kept) and runs nothing; daemons honour a route within
-    [kicker] pause_refresh of their next messages. Jobs already running go on.
+    body and attributes, FIFO group kept) and runs nothing; daemons honour a route, and its
+    clear, within [kicker] pause_refresh of their next messages. Jobs already running go on.
+    NAME must be a queue that a live daemon serves (`sqsjkr daemons`), and not a dead-letter
+    queue, unless --force.
     """
     if event_id is None:
-        if queue_name is not None or clear or reason:
-            raise UsageFailure("--queue, --clear and --reason need an EVENT_ID")
+        if queue_name is not None or clear or reason or force:
+            raise UsageFailure("--queue, --clear, --force and --reason need an EVENT_ID")
     elif as_json:
         raise UsageFailure("--json lists the routes: give it without EVENT_ID")
     elif (queue_name is None) == (not clear):
         raise UsageFailure("give --queue NAME or --clear with an EVENT_ID")
+    elif clear and force:
+        raise UsageFailure("--force goes with --queue NAME")
     config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
     table = table_of(config)
     store = DynamoRoutes(table.client, table.name)
@@ -101,20 +166,34 @@ def route(
     audit = command_auditor(config)
     if clear:
         click.echo(clear_route(store, table, audit, event_id, reason))
-        return 0
-    assert queue_name is not None
-    made = Route(event_id, queue_name, time.time(), reason, os_user())
-    for line in set_route(config, store, table, audit, made):
-        click.echo(line)
-    honour_note(config)
+    else:
+        assert queue_name is not None
+        made = Route(event_id, queue_name, time.time(), reason, os_user())
+        for line in set_route(config, store, table, audit, made, force=force):
+            click.echo(line)
+    for line in honour_lines(config, cleared=clear):
+        click.echo(f"sqsjkr: {line}", err=True)
     return 0
 
 
+def honour_lines(config: Config, *, cleared: bool) -> list[str]:
+    """When the fleet's daemons honour a route set (or cleared), and what they do until then:
+    what `route` and the dashboard both say."""
+    return [honour_text(config), _UNTIL_READ_CLEAR if cleared else _UNTIL_READ]
+
+
 def set_route(
-    config: Config, store: DynamoRoutes, table: Table, audit: Auditor, made: Route
+    config: Config,
+    store: DynamoRoutes,
+    table: Table,
+    audit: Auditor,
+    made: Route,
+    *,
+    force: bool = False,
 ) -> list[str]:
     """Route made.event_id to made.queue, audited first: what `route` and the dashboard both
-    do. What was done, as lines; a ClickException when it was routed there already."""
+    do. What was done, as lines; a ClickException when it was routed there already, and
+    RouteRefused, unless force, when its jobs would not run there."""
     with table.reading():
         before = routed(store.routes(), made.event_id)
     if before is not None and before.queue == made.queue:
@@ -122,13 +201,18 @@ def set_route(
             f"event {quote(made.event_id)} is routed to queue {escape(made.queue)} already "
             f"({route_text(before)})"
         )
-    check_queue(config, made.queue)
-    audit("route", made.event_id, reason=made.reason, detail=f"to queue {made.queue}")
+    refusal = route_refusal(config, table, made.queue)
+    if refusal is not None and not force:
+        raise RouteRefused(f"{refusal}: {_FORCE_HINT}")
+    detail = f"to queue {made.queue}" + (" (forced)" if refusal is not None else "")
+    audit("route", made.event_id, reason=made.reason, detail=detail)
     with table.reading():
         store.route(made)
     lines = [f"routed {route_text(made)}"]
     if before is not None:
         lines.append(f"  it replaces the route to queue {escape(before.queue)}")
+    if refusal is not None:
+        lines.append(f"  warning: {refusal}")
     return lines
 
 

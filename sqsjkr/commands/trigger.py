@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import secrets
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from sqsjkr.commands.audit import Auditor, command_auditor
 from sqsjkr.commands.history import Store, history_lines, store_of, store_options
 from sqsjkr.commands.next_runs import read_schedules
 from sqsjkr.commands.options import UsageFailure, load, reason_option
+from sqsjkr.commands.waiting import Deadline, timeout_of, timeout_option
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.errors import ResourceMissingError, quote
@@ -145,9 +145,10 @@ def trigger_event(
     return Triggered(message_id, schedule, to)
 
 
-def follow(store: Store, event_id: str, message_id: str) -> RunRecord:
+def follow(store: Store, event_id: str, message_id: str, deadline: Deadline) -> RunRecord:
     """Wait for the final record of the message's run and return it; each run before it that
-    ends but runs again (a retry, a stopped daemon) is said on stderr."""
+    ends but runs again (a retry, a stopped daemon) is said on stderr. WaitTimedOut once the
+    deadline has passed."""
     told: set[float] = set()
     while True:
         with store.reading():
@@ -164,7 +165,8 @@ def follow(store: Store, event_id: str, message_id: str) -> RunRecord:
                     "and runs again; waiting",
                     err=True,
                 )
-        time.sleep(WAIT_POLL_SECONDS)
+        still = f"the message stays queued or runs; `sqsjkr history {quote(event_id)}` shows it"
+        deadline.pause(WAIT_POLL_SECONDS, f"the run of message {message_id}", escape(still))
 
 
 @click.command()
@@ -179,6 +181,7 @@ def follow(store: Store, event_id: str, message_id: str) -> RunRecord:
 @click.option(
     "--wait", is_flag=True, help="Follow the run to its end; exit 0 only if it succeeded."
 )
+@timeout_option("1h", "the run (--wait)")
 @reason_option
 def trigger(
     conf: str,
@@ -188,6 +191,7 @@ def trigger(
     event_id: str,
     schedule_name: str | None,
     wait: bool,
+    timeout: str,
     reason: str,
 ) -> int:
     """Run EVENT_ID now: send its schedule's exact message (to its queue, in its FIFO group),
@@ -197,6 +201,7 @@ def trigger(
     [schedule] group in EventBridge Scheduler, or with [schedule] engine = "rules" from the rules
     that target the queues. An event routed elsewhere (`sqsjkr route`) is sent to its route.
     """
+    limit = timeout_of(timeout)
     config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
     if wait and config.history.backend == "none":
         raise UsageFailure(
@@ -217,7 +222,7 @@ def trigger(
     click.echo(f"sqsjkr: sent to queue {escape(to.name)}: {escape(to.why)}", err=True)
     if not wait:
         return 0
-    record = follow(store, event_id, message_id)
+    record = follow(store, event_id, message_id, Deadline(limit))
     for line in history_lines([record], output=True):
         click.echo(line)
     return 0 if record.outcome is RunOutcome.SUCCEEDED else 1

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqsjkr.backends.aws import AWS_ERRORS, describe
-from sqsjkr.backends.routes import Route, routed
+from sqsjkr.backends.routes import Route, as_forwarded, routed
 from sqsjkr.backends.sqs import Message
 from sqsjkr.daemon.controls import ControlsCopy
 from sqsjkr.errors import quote
@@ -62,7 +62,7 @@ class Routing:
 
     def _forward(self, message: Message, event_id: str, route: Route) -> bool:
         try:
-            sent = self._forwarder.forward(message, route.queue, event_id)
+            sent = self._forwarder.forward(as_forwarded(message), route.queue, event_id)
         except AWS_ERRORS as exc:
             # Not deleted: it comes back here when its visibility timeout ends, and is forwarded
             # then (or run, if the route is gone by then).

@@ -19,6 +19,7 @@ from sqsjkr.backends.groups import Groups, NoGroups
 from sqsjkr.backends.history import History, NoHistory
 from sqsjkr.backends.kills import KillRequested
 from sqsjkr.backends.locks import Locker
+from sqsjkr.backends.routes import job_id
 from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
 from sqsjkr.contract.run import KillMark, RunOutcome
@@ -118,6 +119,12 @@ class Worker:
         )
 
     def handle(self, entry: InFlight) -> Ending:
+        first = job_id(entry.message)
+        if first != entry.job.message_id:
+            # A routed copy runs as the job of the message first sent: claimed, recorded and
+            # killed by its id, so that the copy and an original that came back after a crash
+            # between the forward and its delete cannot both run.
+            entry.job = replace(entry.job, message_id=first)
         wanted = lock_with_claim(entry.job)
         if wanted is None:
             return self._handle(entry, None)

@@ -23,7 +23,7 @@ from sqsjkr.commands.dlq import queues_of, redrive_letters
 from sqsjkr.commands.kill import answer_line, kill_runs, need_claims
 from sqsjkr.commands.locks import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.commands.pause import parse_until, pause_events, pause_text, resume_events, scope_text
-from sqsjkr.commands.route import clear_route, set_route
+from sqsjkr.commands.route import clear_route, honour_lines, set_route
 from sqsjkr.commands.trigger import trigger_event
 from sqsjkr.errors import ActionError, NotHeld, UnlockRefused, quote
 from sqsjkr.web.fleet import Fleet, failure_text
@@ -160,11 +160,14 @@ class Actions:
         event_id = _required(form, "event_id")
         table = self.fleet.table
         store = DynamoRoutes(table.client, table.name)
+        config, auditor = self.fleet.config, self.auditor(user)
         if form.get("clear") == "yes":
-            return Outcome([clear_route(store, table, self.auditor(user), event_id, _reason(form))])
+            done = [clear_route(store, table, auditor, event_id, _reason(form))]
+            return Outcome(done + honour_lines(config, cleared=True))
         queue = _required(form, "queue").strip()
         made = Route(event_id, queue, time.time(), _reason(form), self.actor_name(user))
-        return Outcome(set_route(self.fleet.config, store, table, self.auditor(user), made))
+        done = set_route(config, store, table, auditor, made, force=form.get("force") == "yes")
+        return Outcome(done + honour_lines(config, cleared=False))
 
 
 #: Every action by its name in /actions/NAME.
