@@ -569,7 +569,10 @@ def test_route_and_clear_confirm_then_act_audited_and_show_on_the_event_pages(
 ) -> None:
     session = requests.Session()
     page = "/event?id=hourly"
-    assert "none: its jobs run from the queue they are sent to" in get(with_actions, page).text
+    event_page = get(with_actions, page).text
+    assert "none: its jobs run from the queue they are sent to" in event_page
+    # The refusal of a queue no live daemon serves can be overridden from the page too.
+    assert '<input type="checkbox" name="force" value="yes">' in event_page
     other = fleet.queue_name + "-dlq"
     data = {"event_id": "hourly", "queue": other, "reason": "heavy <b>"}
     refused = act(with_actions, session, "route", page, data)[1]

@@ -181,6 +181,7 @@ def test_not_found_pages_use_the_layout(with_actions: Dashboard, path: str) -> N
     assert "<h1>Not found</h1>" in missing.text
     assert '<a href="/dead-letters">Dead letters</a>' in missing.text  # the navigation
     assert missing.headers["Content-Security-Policy"]
+    assert "hx-trigger" not in missing.text  # a missing page is not polled again and again
 
 
 # -- 19, 20: dead letters -----------------------------------------------------------------------
