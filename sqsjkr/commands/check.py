@@ -21,7 +21,6 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from sqsjkr.backends.aws import check_table, describe, error_code, make_client, make_session
 from sqsjkr.backends.lease import MIN_SAFE_LEASE_SECONDS
 from sqsjkr.backends.sqs import dead_letter_queue_url, resolve_queue_url
-from sqsjkr.commands.history import format_span
 from sqsjkr.commands.options import (
     UsageFailure,
     conf_option,
@@ -33,6 +32,7 @@ from sqsjkr.commands.options import (
 from sqsjkr.contract.config import Config, Overrides, QueueConfig
 from sqsjkr.daemon.service import intake_settings
 from sqsjkr.errors import ResourceMissingError
+from sqsjkr.fleet.wording import format_span
 
 #: A queue keeps a job while no host can run it (the fleet down, a deploy gone wrong). Under a
 #: day, the jobs of an outage overnight are gone, unrun and unlogged, by the time anyone looks.

@@ -13,9 +13,9 @@ from typing import Any
 import click
 
 from sqsjkr import __version__
-from sqsjkr.commands.failures import aws_failure
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.errors import SqsjkrError
+from sqsjkr.fleet.failures import aws_failure
 
 #: Each subcommand and where it is defined. A subcommand's module is imported only when that
 #: subcommand runs (or --help lists them all): `sqsjkr run` starts without the crontab parser,

@@ -13,17 +13,18 @@ from dataclasses import dataclass, field
 import click
 
 from sqsjkr.backends.live import DynamoLive, LiveStore
-from sqsjkr.commands.history import Store, history_lines, local_time, open_store
 from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.store import open_store
+from sqsjkr.commands.tables import history_lines
 from sqsjkr.commands.waiting import Deadline
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import quote
+from sqsjkr.fleet.history import Store, find_record
+from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
 
 #: The longest wait between two polls; a shorter [history] live_output_interval polls at that.
 MAX_POLL_SECONDS = 2.0
-#: How many of the event's last runs are searched for the run named by --message-id.
-RUNS_SEARCHED = 100
 
 
 def new_part(tail: str, printed: int, seen: int) -> tuple[int, bytes]:
@@ -127,7 +128,8 @@ def follow(
                 printer.show(found.output, found.printed)
         elif not searched or "following" in told or _ended_last(summary, target):
             searched = True
-            record = _record(store, event_id, target)
+            with store.reading():
+                record = find_record(store.history, event_id, target)
             if record is not None:
                 return _finish(printer, record)
             if "following" in told:  # its end and its record are one write: this is a loss
@@ -161,13 +163,6 @@ def _ended_last(summary: EventSummary | None, target: str) -> bool:
     """Whether the summary's last run is target's: its record is among the newest."""
     last = summary.last_run if summary is not None else None
     return last is not None and last.message_id == target
-
-
-def _record(store: Store, event_id: str, message_id: str) -> RunRecord | None:
-    """The newest record of message_id's runs (a retry runs it again), if among the last ones."""
-    with store.reading():
-        records = store.history.runs(event_id, RUNS_SEARCHED)
-    return next((record for record in records if record.message_id == message_id), None)
 
 
 def _finish(printer: Printer, record: RunRecord) -> int:

@@ -9,8 +9,8 @@ import ipaddress
 
 import click
 
-from sqsjkr.commands.history import store_options
 from sqsjkr.commands.options import UsageFailure, load
+from sqsjkr.commands.store import store_options
 from sqsjkr.contract.config import Overrides
 from sqsjkr.errors import quote
 

@@ -22,16 +22,15 @@ from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import Pause, decode_pauses, in_effect
 from sqsjkr.backends.routes import Route, decode_routes
 from sqsjkr.backends.scheduler import EventSchedule
-from sqsjkr.commands.daemons import live
 from sqsjkr.commands.dlq import DeadLetter, Peek, Queues, queues_of
-from sqsjkr.commands.failures import aws_failure
-from sqsjkr.commands.history import Store, store_of
-from sqsjkr.commands.locks import HeldLock, Holdings, Table, held
-from sqsjkr.commands.next_runs import next_runs, read_schedules
-from sqsjkr.commands.status import CheckPolicy, claim_is_live
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
-from sqsjkr.errors import SqsjkrError
+from sqsjkr.fleet.daemons import live
+from sqsjkr.fleet.failures import failure_text
+from sqsjkr.fleet.history import Store, store_of
+from sqsjkr.fleet.locks import HeldLock, Holdings, Table, held
+from sqsjkr.fleet.schedules import next_runs, read_schedules
+from sqsjkr.fleet.status import CheckPolicy, claim_is_live
 from sqsjkr.web.cache import Cache
 
 #: Runs kept per event for its strip of cells and its learned interval (status --check learns
@@ -306,13 +305,3 @@ def _letters(queues: Queues) -> DeadLetters:
         letters = [letter for page in peek.pages() for letter in page]
     letters.sort(key=lambda letter: letter.sent_at)
     return DeadLetters(queues.name, queues.dlq_name, tuple(letters), len(letters))
-
-
-def failure_text(exc: Exception) -> str:
-    """Why a read failed, for a page: an AWS failure or one of sqsjkr's own errors."""
-    if isinstance(exc, SqsjkrError):
-        return str(exc)
-    message = aws_failure(exc)
-    if message is None:
-        raise exc
-    return message

@@ -15,9 +15,9 @@ from sqsjkr.backends.history import run_type
 from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
 from sqsjkr.backends.scheduler import EventSchedule
-from sqsjkr.commands.locks import HeldLock
-from sqsjkr.commands.status import Finding, Level, age_problem, judge
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord
+from sqsjkr.fleet.locks import HeldLock
+from sqsjkr.fleet.status import Finding, Level, age_problem, judge
 from sqsjkr.web.fleet import Budget, Fleet, RunningNow, Schedules
 
 #: The states an event can be filtered by, as the events page's select lists them.
