@@ -168,7 +168,7 @@ def no_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         client.meta.events.register("before-call", seen)
         return client
 
-    monkeypatch.setattr("sqsjkr.commands.history.make_client", watched)
+    monkeypatch.setattr("sqsjkr.fleet.history.make_client", watched)
     return calls
 
 

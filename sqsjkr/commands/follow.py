@@ -17,26 +17,12 @@ from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.store import open_store
 from sqsjkr.commands.tables import history_lines
 from sqsjkr.commands.waiting import Deadline
-from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
+from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import quote
 from sqsjkr.fleet.history import Store, find_record
+from sqsjkr.fleet.live import ended_last, new_part, poll_seconds
 from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
-
-#: The longest wait between two polls; a shorter [history] live_output_interval polls at that.
-MAX_POLL_SECONDS = 2.0
-
-
-def new_part(tail: str, printed: int, seen: int) -> tuple[int, bytes]:
-    """Of a tail that ends at byte printed of a run's output, the bytes past seen; and how many
-    bytes between seen and the tail's start the reader missed (the tail is only a window)."""
-    data = tail.encode()
-    new = printed - seen
-    if new <= 0:
-        return 0, b""
-    if new <= len(data):
-        return 0, data[len(data) - new :]
-    return new - len(data), data
 
 
 @dataclass
@@ -90,7 +76,7 @@ def follow_run(
         raise UsageFailure("--follow needs an EVENT_ID")
     store = open_store(conf, lock_table, profile, region)
     live = DynamoLive(store.client, store.table)
-    poll = min(store.config.history.live_output_interval.seconds, MAX_POLL_SECONDS)
+    poll = poll_seconds(store.config)
     try:
         with store.reading():
             return follow(store, live, event_id, message_id, poll=poll, deadline=Deadline(timeout))
@@ -126,7 +112,7 @@ def follow(
             found = live.read(event_id, target)
             if found is not None:
                 printer.show(found.output, found.printed)
-        elif not searched or "following" in told or _ended_last(summary, target):
+        elif not searched or "following" in told or ended_last(summary, target):
             searched = True
             with store.reading():
                 record = find_record(store.history, event_id, target)
@@ -157,12 +143,6 @@ def _tell(told: set[str], key: str, line: str) -> None:
     if key not in told:
         told.add(key)
         click.echo(escape(line), err=True)
-
-
-def _ended_last(summary: EventSummary | None, target: str) -> bool:
-    """Whether the summary's last run is target's: its record is among the newest."""
-    last = summary.last_run if summary is not None else None
-    return last is not None and last.message_id == target
 
 
 def _finish(printer: Printer, record: RunRecord) -> int:

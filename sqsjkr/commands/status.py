@@ -12,14 +12,11 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from datetime import datetime, timezone
 from typing import Any
 
 import click
 
-from sqsjkr.backends.fleet import DynamoControls
-from sqsjkr.backends.members import DynamoRoster
-from sqsjkr.backends.pause import DynamoPauses, Pause, paused
+from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
 from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.options import UsageFailure
@@ -30,20 +27,11 @@ from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary
 from sqsjkr.errors import DurationError, SqsjkrError, quote
-from sqsjkr.fleet.failures import aws_failure
+from sqsjkr.fleet.failures import aws_failure, failure_text
 from sqsjkr.fleet.history import Store, forget_event, record_json
-from sqsjkr.fleet.schedules import Upcoming, read_schedules, upcoming
-from sqsjkr.fleet.status import (
-    LEARN_FROM_RUNS,
-    CheckPolicy,
-    Finding,
-    Level,
-    Running,
-    daemons_finding,
-    judge_all,
-    judged_events,
-    running_now,
-)
+from sqsjkr.fleet.running import Running
+from sqsjkr.fleet.schedules import Upcoming, read_upcoming
+from sqsjkr.fleet.status import CheckPolicy, Finding, Level, check_fleet, read_status
 from sqsjkr.fleet.wording import (
     failures_text,
     fire_text,
@@ -150,14 +138,11 @@ def status_json(summary: EventSummary, running: Sequence[Running], now: float) -
 def known_next_runs(store: Store, now: float) -> Upcoming | None:
     """Each event's next run by its schedules; None, said on stderr, when they cannot be read."""
     try:
-        schedules = read_schedules(store.config, store.session)
+        return read_upcoming(store.config, store.session, now)
     except Exception as exc:
-        why = aws_failure(exc) or (str(exc) if isinstance(exc, SqsjkrError) else None)
-        if why is None:
-            raise
-        click.echo(f"sqsjkr: next runs unknown: {why}", err=True)
+        # failure_text raises again what is neither an AWS failure nor one of sqsjkr's errors.
+        click.echo(f"sqsjkr: next runs unknown: {failure_text(exc)}", err=True)
         return None
-    return upcoming(schedules, datetime.fromtimestamp(now, timezone.utc))
 
 
 def next_run_cell(event_id: str, schedules: Upcoming | None) -> str:
@@ -171,11 +156,8 @@ def next_run_cell(event_id: str, schedules: Upcoming | None) -> str:
 
 
 def show_status(store: Store, *, as_json: bool, now: float) -> None:
-    with store.reading():
-        controls = DynamoControls(store.client, store.table).controls()
-        pauses, routes = controls.pauses, controls.routes
-        summaries = store.history.summaries()
-        running = [running_now(store, summary, now) for summary in summaries]
+    fleet = read_status(store, now)
+    pauses, routes, summaries, running = fleet.pauses, fleet.routes, fleet.summaries, fleet.running
     soonest = known_next_runs(store, now)
     if as_json:
         rows = [
@@ -257,20 +239,7 @@ def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Le
     """Print the check's one line. Whatever leaves the events unjudged is UNKNOWN: an AWS error,
     a config that does not load or that turns the history off."""
     try:
-        store = open_()
-        with store.reading():
-            summaries = store.history.summaries()
-            events = len(judged_events(summaries, policy))
-            findings = judge_all(
-                summaries,
-                lambda event_id: store.history.runs(event_id, LEARN_FROM_RUNS),
-                policy,
-                now,
-                DynamoPauses(store.client, store.table).pauses(),
-            )
-            if policy.min_daemons is not None:
-                members = DynamoRoster(store.client, store.table).members()
-                findings.append(daemons_finding(members, policy.min_daemons, now))
+        findings, events = check_fleet(open_(), policy, now)
     except UsageFailure as exc:
         return unknown(exc.format_message())
     except Exception as exc:

@@ -207,3 +207,10 @@ def held(table: Table, *, page_size: int | None = None) -> Holdings:
     ]
     waiting.sort(key=lambda run: (run.waiting_for or "", run.waiting_key or "", run.started_at))
     return Holdings(sorted(locks, key=lambda lock: lock.lock_id), groups, waiting)
+
+
+def lock_of(table: Table, lock_id: str) -> HeldLock | None:
+    """Who holds lock_id now: one GetItem (None: free)."""
+    key = {"Id": {"S": lock_id}, "Type": {"S": LOCK_TYPE}}
+    item = table.client.get_item(TableName=table.name, Key=key).get("Item")
+    return HeldLock.from_item(item) if item and "EventId" in item else None

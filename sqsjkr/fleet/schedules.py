@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqsjkr.backends.aws import make_client
@@ -21,7 +21,7 @@ from sqsjkr.contract.run import EventSummary
 from sqsjkr.crontab.fires import Fires, Window, next_fires
 from sqsjkr.errors import ScheduleExpressionError
 from sqsjkr.fleet.history import Store
-from sqsjkr.fleet.status import Running, running_now
+from sqsjkr.fleet.running import Running, running_now
 
 #: How many of its next fire times each schedule shows.
 FIRES_SHOWN = 3
@@ -84,6 +84,11 @@ def upcoming(schedules: Sequence[EventSchedule], now: datetime) -> Upcoming:
     enabled = {s.event_id for s in schedules if s.enabled}
     disabled = {s.event_id for s in schedules if not s.enabled and s.event_id not in enabled}
     return Upcoming(next_runs(schedules, now), frozenset(e for e in disabled if e is not None))
+
+
+def read_upcoming(config: Config, session: Any, now: float) -> Upcoming:
+    """Each event's next run, and the events whose every schedule is disabled, read now."""
+    return upcoming(read_schedules(config, session), datetime.fromtimestamp(now, timezone.utc))
 
 
 @dataclass(frozen=True)

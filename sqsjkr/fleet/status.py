@@ -10,14 +10,15 @@ import itertools
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from sqsjkr.backends.dedupe import THROTTLE_TYPE
-from sqsjkr.backends.members import Member
-from sqsjkr.backends.pause import Pause, paused
-from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
+from sqsjkr.backends.fleet import DynamoControls
+from sqsjkr.backends.members import DynamoRoster, Member
+from sqsjkr.backends.pause import DynamoPauses, Pause, paused
+from sqsjkr.backends.routes import Route
+from sqsjkr.contract.run import EventSummary, RunRecord
 from sqsjkr.fleet.daemons import live
 from sqsjkr.fleet.history import Store
+from sqsjkr.fleet.running import Running, running_now
 from sqsjkr.fleet.wording import failures_text, format_span
 
 #: How many of an event's last runs its usual interval is learned from.
@@ -67,14 +68,6 @@ class CheckPolicy:
     include_one_off: bool = False
     #: --min-daemons: fewer daemons running than this is critical.
     min_daemons: int | None = None
-
-
-@dataclass(frozen=True)
-class Running:
-    """A run the summary shows in progress; stale when the daemon that started it died."""
-
-    start: RunStart
-    stale: bool
 
 
 def learned_interval(runs: Sequence[RunRecord]) -> float | None:
@@ -189,22 +182,39 @@ def daemons_finding(members: Sequence[Member], minimum: int, now: float) -> Find
     return Finding("daemons", Level.CRITICAL, (reason,))
 
 
-def claim_is_live(claim: Mapping[str, Any] | None, now: float) -> bool:
-    """Whether a job's dedupe claim is still leased: a daemon that died stops renewing it, and a
-    finished job's claim has no LeaseUntil."""
-    if not claim or "LeaseUntil" not in claim:
-        return False
-    return float(claim["LeaseUntil"]["N"]) >= now
+@dataclass(frozen=True)
+class FleetStatus:
+    """What `status` shows: the pauses in effect and the routes, every event's summary, and each
+    event's runs in progress (by the summaries' order)."""
+
+    pauses: Sequence[Pause]
+    routes: Sequence[Route]
+    summaries: Sequence[EventSummary]
+    running: Sequence[Sequence[Running]]
 
 
-def running_now(store: Store, summary: EventSummary, now: float) -> list[Running]:
-    """The summary's runs in progress, each checked against its claim."""
-    running = []
-    for start in summary.running:
-        response = store.client.get_item(
-            TableName=store.table,
-            Key={"Id": {"S": start.message_id}, "Type": {"S": THROTTLE_TYPE}},
-            ConsistentRead=True,
+def read_status(store: Store, now: float) -> FleetStatus:
+    """The controls item, every summary and each run in progress checked against its claim."""
+    with store.reading():
+        controls = DynamoControls(store.client, store.table).controls()
+        summaries = store.history.summaries()
+        running = [running_now(store, summary, now) for summary in summaries]
+    return FleetStatus(controls.pauses, controls.routes, summaries, running)
+
+
+def check_fleet(store: Store, policy: CheckPolicy, now: float) -> tuple[list[Finding], int]:
+    """`status --check`'s verdicts (with --min-daemons, the daemons' too), and how many events
+    were judged."""
+    with store.reading():
+        summaries = store.history.summaries()
+        findings = judge_all(
+            summaries,
+            lambda event_id: store.history.runs(event_id, LEARN_FROM_RUNS),
+            policy,
+            now,
+            DynamoPauses(store.client, store.table).pauses(),
         )
-        running.append(Running(start, stale=not claim_is_live(response.get("Item"), now)))
-    return running
+        if policy.min_daemons is not None:
+            members = DynamoRoster(store.client, store.table).members()
+            findings.append(daemons_finding(members, policy.min_daemons, now))
+    return findings, len(judged_events(summaries, policy))

@@ -17,8 +17,9 @@ from sqsjkr.backends.routes import Route, routed
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord
 from sqsjkr.fleet.locks import HeldLock
+from sqsjkr.fleet.running import RunningNow
 from sqsjkr.fleet.status import Finding, Level, age_problem, judge
-from sqsjkr.web.fleet import Budget, Fleet, RunningNow, Schedules
+from sqsjkr.web.fleet import Budget, Fleet, Schedules
 
 #: The states an event can be filtered by, as the events page's select lists them.
 STATES = ("failing", "late", "running", "stale", "paused", "ok")
