@@ -39,7 +39,7 @@ SUBCOMMANDS = {
     "kill": "sqsjkr.commands.kill:kill",
     "route": "sqsjkr.commands.route:route",
     "trigger": "sqsjkr.commands.trigger:trigger",
-    "web": "sqsjkr.web.command:web",
+    "web": "sqsjkr.commands.web:web",
 }
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.
