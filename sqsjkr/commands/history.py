@@ -14,7 +14,7 @@ from sqsjkr.commands.store import open_store, store_options
 from sqsjkr.commands.tables import history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.errors import quote
-from sqsjkr.fleet.history import recent_runs, record_json
+from sqsjkr.fleet.history import last_runs, record_json
 
 
 @click.command()
@@ -59,11 +59,7 @@ def history(
         waits = timeout_of(timeout)
         return follow_run(conf, lock_table, profile, region, event_id, message_id, waits)
     store = open_store(conf, lock_table, profile, region)
-    with store.reading():
-        if event_id is None:
-            records = recent_runs(store.history, limit, failed=failed)
-        else:
-            records = store.history.runs(event_id, limit, failed=failed)
+    records = last_runs(store, event_id, limit, failed=failed)
     what = "failed runs" if failed else "runs"
     if not records and event_id is not None:
         raise click.ClickException(f"no {what} of event {quote(event_id)} in table {store.table!r}")

@@ -76,6 +76,15 @@ def recent_runs(history: DynamoHistory, limit: int, *, failed: bool) -> list[Run
     return found
 
 
+def last_runs(store: Store, event_id: str | None, limit: int, *, failed: bool) -> list[RunRecord]:
+    """The last runs of event_id (None: of every event), newest first; with failed, only those
+    that did not succeed."""
+    with store.reading():
+        if event_id is None:
+            return recent_runs(store.history, limit, failed=failed)
+        return store.history.runs(event_id, limit, failed=failed)
+
+
 def ended_at(record: RunRecord | None) -> float:
     return 0.0 if record is None else record.ended_at
 
