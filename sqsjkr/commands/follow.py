@@ -18,9 +18,9 @@ from sqsjkr.commands.store import open_store
 from sqsjkr.commands.tables import history_lines
 from sqsjkr.commands.waiting import Deadline
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
-from sqsjkr.errors import quote
-from sqsjkr.fleet.history import Store, find_record
-from sqsjkr.fleet.live import ended_last, new_part, poll_seconds
+from sqsjkr.errors import RunRecordLost, quote
+from sqsjkr.fleet.history import Store
+from sqsjkr.fleet.live import Follower, new_part, poll_seconds
 from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
 
@@ -97,33 +97,23 @@ def follow(
     until it ends; 0 if it succeeded, 1 otherwise. WaitTimedOut once the deadline has passed."""
     printer = Printer(_echo)
     told: set[str] = set()
-    target = message_id
-    searched = False
+    follower = Follower(store, live, event_id, message_id)
     while True:
-        summary = store.history.summary(event_id)
-        running = {start.message_id: start for start in (summary.running if summary else ())}
-        if target is None and running:
-            target = max(running.values(), key=lambda start: start.started_at).message_id
+        try:
+            found = follower.poll()
+        except RunRecordLost as exc:
+            raise click.ClickException(str(exc)) from exc
+        if found.record is not None:
+            return _finish(printer, found.record)
+        target = found.target
         if target is None:
             _tell(told, "next", f"no run of event {quote(event_id)} is running: waiting for "
                                 "the next one to start (Ctrl-C to stop)")  # fmt: skip
-        elif target in running:
-            _tell(told, "following", _following(running[target], len(running)))
-            found = live.read(event_id, target)
-            if found is not None:
-                printer.show(found.output, found.printed)
-        elif not searched or "following" in told or ended_last(summary, target):
-            searched = True
-            with store.reading():
-                record = find_record(store.history, event_id, target)
-            if record is not None:
-                return _finish(printer, record)
-            if "following" in told:  # its end and its record are one write: this is a loss
-                raise click.ClickException(
-                    f"run {quote(target)} of event {quote(event_id)} is no longer running, but "
-                    f"its record is not in table {store.table!r} (see its daemon's log)"
-                )
-        if target is not None and target not in running and "following" not in told:
+        elif found.start is not None:
+            _tell(told, "following", _following(found.start, found.others + 1))
+            if found.output is not None:
+                printer.show(found.output.output, found.output.printed)
+        elif not follower.seen_running:
             _tell(told, "target", f"run {quote(target)} of event {quote(event_id)} has not "
                                   "started: waiting for it (Ctrl-C to stop)")  # fmt: skip
         what = f"a run of event {quote(event_id)}" if target is None else f"run {quote(target)}"
