@@ -65,6 +65,10 @@ class LocalModeError(SqsjkrError):
     """Local mode cannot start: moto is not installed, or its port is taken."""
 
 
+class RunRecordLost(SqsjkrError):
+    """A followed run ended (it is no longer running), but its record is not in the history."""
+
+
 class NotHeld(SqsjkrError):
     """An unlock named a lock or group slot that no one holds: nothing was removed."""
 

@@ -17,9 +17,9 @@ import pytest
 from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.sqs import ORIGINAL_ID_ATTRIBUTE, REJECT_REASON_ATTRIBUTE
 from sqsjkr.commands.dlq import ERROR_EXCERPT
-from sqsjkr.commands.history import local_time
 from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.run import RunOutcome, RunRecord
+from sqsjkr.fleet.wording import local_time
 
 from .conftest import Aws, config_text
 from .test_history_cli import record, sqsjkr, write
@@ -168,7 +168,7 @@ def no_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         client.meta.events.register("before-call", seen)
         return client
 
-    monkeypatch.setattr("sqsjkr.commands.history.make_client", watched)
+    monkeypatch.setattr("sqsjkr.fleet.history.make_client", watched)
     return calls
 
 

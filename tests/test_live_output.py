@@ -20,12 +20,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sqsjkr.backends.live import LIVE_TYPE_PREFIX, LiveOutput, MemoryLive
-from sqsjkr.commands.follow import Printer, new_part
+from sqsjkr.commands.follow import Printer
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.job import Job
 from sqsjkr.daemon.live import LiveTails, LiveWriter
 from sqsjkr.daemon.runner import ShellRunner, StopSwitch
 from sqsjkr.errors import ConfigError
+from sqsjkr.fleet.live import new_part
 
 from .conftest import Aws, Start, config_text, counted, sqsjkr_argv, wait_until
 from .faults import FaultProxy

@@ -15,7 +15,7 @@ from sqsjkr.backends.groups import DynamoGroups
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import DynamoLocker
-from sqsjkr.commands.locks import Table, held
+from sqsjkr.fleet.locks import Table, held
 
 from .conftest import Aws, Start, config_text, counted, run_daemon, sqsjkr_argv, wait_until
 from .test_history_cli import sqsjkr

@@ -24,10 +24,10 @@ from sqsjkr.backends.pause import (
     PauseStore,
     paused,
 )
-from sqsjkr.commands.history import local_time
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.pause import parse_until
 from sqsjkr.errors import StoreError
+from sqsjkr.fleet.wording import local_time
 
 from .conftest import Aws, config_text, sqsjkr_argv
 from .test_history_cli import HOUR, hourly, sqsjkr, write

@@ -19,11 +19,14 @@ import click
 
 from sqsjkr.backends.audit import AuditEntry, AuditTrail, DynamoAudit
 from sqsjkr.backends.aws import describe, make_client, make_session
-from sqsjkr.commands.history import aligned, local_time, store_of, store_options
 from sqsjkr.commands.options import UsageFailure, load
+from sqsjkr.commands.store import store_options
+from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import AuditRefused, DurationError, quote
+from sqsjkr.fleet.history import store_of
+from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
 
 #: The target of a send of a job without an event_id: its message, named in the detail once

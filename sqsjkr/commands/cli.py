@@ -13,9 +13,9 @@ from typing import Any
 import click
 
 from sqsjkr import __version__
-from sqsjkr.commands.failures import aws_failure
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.errors import SqsjkrError
+from sqsjkr.fleet.failures import aws_failure
 
 #: Each subcommand and where it is defined. A subcommand's module is imported only when that
 #: subcommand runs (or --help lists them all): `sqsjkr run` starts without the crontab parser,
@@ -39,7 +39,7 @@ SUBCOMMANDS = {
     "kill": "sqsjkr.commands.kill:kill",
     "route": "sqsjkr.commands.route:route",
     "trigger": "sqsjkr.commands.trigger:trigger",
-    "web": "sqsjkr.web.command:web",
+    "web": "sqsjkr.commands.web:web",
 }
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.

@@ -1,7 +1,7 @@
 """`sqsjkr daemons`: every daemon of the fleet, from the item each keeps in the lock table.
 
-Running, stopped (cleanly), or lost (not seen for three of its refresh intervals); status --check's
---min-daemons counts the running ones here too.
+Running, stopped (cleanly), or lost (not seen for three of its refresh intervals): the reading and
+the states are the fleet layer's (sqsjkr/fleet/daemons.py); this module shows them.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from typing import Any
 
 import click
 
-from sqsjkr.backends.aws import make_client, make_session
-from sqsjkr.backends.members import DynamoRoster, Member, State
-from sqsjkr.commands.history import aligned, format_span, local_time, reading_table, store_options
+from sqsjkr.backends.members import Member, State
 from sqsjkr.commands.options import load
+from sqsjkr.commands.store import store_options
+from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.config import Overrides
+from sqsjkr.fleet.daemons import ordered, read_members
+from sqsjkr.fleet.wording import format_span, local_time, queues_text
 
 HEADER = [
     "HOST",
@@ -30,22 +32,6 @@ HEADER = [
     "QUEUES",
     "STATS",
 ]
-#: Running daemons first, then those lost, then those that stopped.
-_ORDER = {State.RUNNING: 0, State.LOST: 1, State.STOPPED: 2}
-
-
-def ordered(members: Sequence[Member], now: float) -> list[Member]:
-    """Running first, then lost, then stopped; by host and start within each."""
-    return sorted(members, key=lambda m: (_ORDER[m.state(now)], m.host, m.started_at))
-
-
-def live(members: Sequence[Member], now: float) -> list[Member]:
-    """The daemons seen running within three of their refresh intervals."""
-    return [m for m in members if m.state(now) is State.RUNNING]
-
-
-def queues_text(member: Member) -> str:
-    return ", ".join(f"{name} ({workers})" for name, workers in member.queues)
 
 
 def daemon_row(member: Member, now: float) -> list[str]:
@@ -88,17 +74,6 @@ def show_daemons(members: Sequence[Member], *, as_json: bool, now: float, table:
         click.echo(line)
 
 
-def read_members(
-    conf: str, lock_table: str | None, profile: str | None, region: str | None
-) -> tuple[list[Member], str]:
-    """Every daemon's item in the config's table, and the table's name."""
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
-    session = make_session(region=config.account.region, profile=config.account.profile)
-    table = config.lock.table
-    with reading_table(table):
-        return DynamoRoster(make_client(session, "dynamodb"), table).members(), table
-
-
 @click.command()
 @store_options
 @click.option(
@@ -113,5 +88,5 @@ def daemons(
     them is "lost" (killed, crashed, or out of reach of the table); one that stopped cleanly is
     "stopped". Items leave the table 7 days after they were last seen. Go daemons write none.
     """
-    members, table = read_members(conf, lock_table, profile, region)
-    show_daemons(members, as_json=as_json, now=time.time(), table=table)
+    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    show_daemons(read_members(config), as_json=as_json, now=time.time(), table=config.lock.table)

@@ -16,10 +16,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from sqsjkr.backends.aws import describe
 from sqsjkr.backends.history import DynamoHistory
-from sqsjkr.commands.history import store_of
 from sqsjkr.commands.local_site import LocalSite
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.job import build_body
+from sqsjkr.fleet.history import store_of
 
 log = logging.getLogger("sqsjkr.local")
 

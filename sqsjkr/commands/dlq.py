@@ -30,7 +30,6 @@ from sqsjkr.backends.sqs import (
     sendable_attributes,
 )
 from sqsjkr.commands.audit import Auditor, command_auditor
-from sqsjkr.commands.history import aligned, local_time
 from sqsjkr.commands.options import (
     UsageFailure,
     conf_option,
@@ -40,10 +39,12 @@ from sqsjkr.commands.options import (
     reason_option,
     region_option,
 )
+from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.masking import MASK, secret_key, shown_body
 from sqsjkr.errors import InvalidJobError, ResourceMissingError, quote
+from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
 
 #: How long a listing hides what it has read: long enough that one listing does not read a

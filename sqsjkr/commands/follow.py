@@ -13,29 +13,16 @@ from dataclasses import dataclass, field
 import click
 
 from sqsjkr.backends.live import DynamoLive, LiveStore
-from sqsjkr.commands.history import Store, history_lines, local_time, open_store
 from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.store import open_store
+from sqsjkr.commands.tables import history_lines
 from sqsjkr.commands.waiting import Deadline
-from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
-from sqsjkr.errors import quote
+from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
+from sqsjkr.errors import RunRecordLost, quote
+from sqsjkr.fleet.history import Store
+from sqsjkr.fleet.live import Follower, new_part, poll_seconds
+from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
-
-#: The longest wait between two polls; a shorter [history] live_output_interval polls at that.
-MAX_POLL_SECONDS = 2.0
-#: How many of the event's last runs are searched for the run named by --message-id.
-RUNS_SEARCHED = 100
-
-
-def new_part(tail: str, printed: int, seen: int) -> tuple[int, bytes]:
-    """Of a tail that ends at byte printed of a run's output, the bytes past seen; and how many
-    bytes between seen and the tail's start the reader missed (the tail is only a window)."""
-    data = tail.encode()
-    new = printed - seen
-    if new <= 0:
-        return 0, b""
-    if new <= len(data):
-        return 0, data[len(data) - new :]
-    return new - len(data), data
 
 
 @dataclass
@@ -89,7 +76,7 @@ def follow_run(
         raise UsageFailure("--follow needs an EVENT_ID")
     store = open_store(conf, lock_table, profile, region)
     live = DynamoLive(store.client, store.table)
-    poll = min(store.config.history.live_output_interval.seconds, MAX_POLL_SECONDS)
+    poll = poll_seconds(store.config)
     try:
         with store.reading():
             return follow(store, live, event_id, message_id, poll=poll, deadline=Deadline(timeout))
@@ -110,32 +97,23 @@ def follow(
     until it ends; 0 if it succeeded, 1 otherwise. WaitTimedOut once the deadline has passed."""
     printer = Printer(_echo)
     told: set[str] = set()
-    target = message_id
-    searched = False
+    follower = Follower(store, live, event_id, message_id)
     while True:
-        summary = store.history.summary(event_id)
-        running = {start.message_id: start for start in (summary.running if summary else ())}
-        if target is None and running:
-            target = max(running.values(), key=lambda start: start.started_at).message_id
+        try:
+            found = follower.poll()
+        except RunRecordLost as exc:
+            raise click.ClickException(str(exc)) from exc
+        if found.record is not None:
+            return _finish(printer, found.record)
+        target = found.target
         if target is None:
             _tell(told, "next", f"no run of event {quote(event_id)} is running: waiting for "
                                 "the next one to start (Ctrl-C to stop)")  # fmt: skip
-        elif target in running:
-            _tell(told, "following", _following(running[target], len(running)))
-            found = live.read(event_id, target)
-            if found is not None:
-                printer.show(found.output, found.printed)
-        elif not searched or "following" in told or _ended_last(summary, target):
-            searched = True
-            record = _record(store, event_id, target)
-            if record is not None:
-                return _finish(printer, record)
-            if "following" in told:  # its end and its record are one write: this is a loss
-                raise click.ClickException(
-                    f"run {quote(target)} of event {quote(event_id)} is no longer running, but "
-                    f"its record is not in table {store.table!r} (see its daemon's log)"
-                )
-        if target is not None and target not in running and "following" not in told:
+        elif found.start is not None:
+            _tell(told, "following", _following(found.start, found.others + 1))
+            if found.output is not None:
+                printer.show(found.output.output, found.output.printed)
+        elif not follower.seen_running:
             _tell(told, "target", f"run {quote(target)} of event {quote(event_id)} has not "
                                   "started: waiting for it (Ctrl-C to stop)")  # fmt: skip
         what = f"a run of event {quote(event_id)}" if target is None else f"run {quote(target)}"
@@ -155,19 +133,6 @@ def _tell(told: set[str], key: str, line: str) -> None:
     if key not in told:
         told.add(key)
         click.echo(escape(line), err=True)
-
-
-def _ended_last(summary: EventSummary | None, target: str) -> bool:
-    """Whether the summary's last run is target's: its record is among the newest."""
-    last = summary.last_run if summary is not None else None
-    return last is not None and last.message_id == target
-
-
-def _record(store: Store, event_id: str, message_id: str) -> RunRecord | None:
-    """The newest record of message_id's runs (a retry runs it again), if among the last ones."""
-    with store.reading():
-        records = store.history.runs(event_id, RUNS_SEARCHED)
-    return next((record for record in records if record.message_id == message_id), None)
 
 
 def _finish(printer: Printer, record: RunRecord) -> int:

@@ -17,18 +17,14 @@ from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.kills import KillAnswer, KillResult, request_kill
 from sqsjkr.backends.lease import lease_timing
 from sqsjkr.commands.audit import Auditor, command_auditor, os_user
-from sqsjkr.commands.history import (
-    Store,
-    format_duration,
-    history_lines,
-    local_time,
-    open_store,
-    store_options,
-)
 from sqsjkr.commands.options import UsageFailure, reason_option
+from sqsjkr.commands.store import open_store, store_options
+from sqsjkr.commands.tables import history_lines
 from sqsjkr.commands.waiting import Deadline, timeout_of, timeout_option
 from sqsjkr.contract.run import EventSummary, KillMark, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import quote
+from sqsjkr.fleet.history import Store
+from sqsjkr.fleet.wording import format_duration, local_time
 from sqsjkr.observability.logs import escape
 
 #: How often --wait reads whether the run has ended.

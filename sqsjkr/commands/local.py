@@ -256,7 +256,7 @@ def import_dashboard() -> threading.Thread:
     banner is not late for it."""
 
     def load() -> None:
-        from sqsjkr.web.command import web_available
+        from sqsjkr.commands.web import web_available
 
         if web_available():
             import sqsjkr.web.server  # noqa: F401
@@ -269,7 +269,7 @@ def import_dashboard() -> threading.Thread:
 def start_dashboard(conf: Path, port: int) -> tuple[str, Callable[[], None]]:
     """The web dashboard of local mode's fleet, on 127.0.0.1:port with its actions (this host's
     own user only): its URL, or why it is not served, and how to close it."""
-    from sqsjkr.web.command import INSTALL_HINT, web_available
+    from sqsjkr.commands.web import INSTALL_HINT, web_available
 
     if not web_available():
         return f"not served ({INSTALL_HINT})", lambda: None

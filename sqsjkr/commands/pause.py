@@ -15,12 +15,13 @@ import click
 
 from sqsjkr.backends.pause import ALL_SCOPE, DynamoPauses, Pause, PauseStore
 from sqsjkr.commands.audit import Auditor, command_auditor, os_user
-from sqsjkr.commands.history import format_duration, format_span, local_time, store_options
-from sqsjkr.commands.locks import table_of
 from sqsjkr.commands.options import UsageFailure, load, reason_option
+from sqsjkr.commands.store import store_options
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, quote
+from sqsjkr.fleet.locks import table_of
+from sqsjkr.fleet.wording import format_duration, format_span, local_time
 from sqsjkr.observability.logs import escape
 
 # A date and a time (seconds optional), "T" or a blank between them, and an optional UTC offset.

@@ -17,13 +17,15 @@ from sqsjkr.backends.members import DynamoRoster
 from sqsjkr.backends.routes import DynamoRoutes, Route, routed
 from sqsjkr.backends.sqs import FIFO_SUFFIX, queue_settings, resolve_queue_url
 from sqsjkr.commands.audit import Auditor, command_auditor, os_user
-from sqsjkr.commands.daemons import live
-from sqsjkr.commands.history import aligned, local_time, store_options
-from sqsjkr.commands.locks import Table, table_of
 from sqsjkr.commands.options import UsageFailure, load, reason_option
 from sqsjkr.commands.pause import honour_text
+from sqsjkr.commands.store import store_options
+from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.errors import ResourceMissingError, RouteRefused, quote
+from sqsjkr.fleet.daemons import live
+from sqsjkr.fleet.locks import Table, table_of
+from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
 
 

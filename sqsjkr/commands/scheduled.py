@@ -22,8 +22,8 @@ from sqsjkr.backends.scheduler import (
     queue_target,
 )
 from sqsjkr.commands.audit import command_auditor
-from sqsjkr.commands.history import aligned
 from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.when import OneTime, one_time_at, one_time_in

@@ -7,38 +7,25 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
 import click
 
-from sqsjkr.backends.fleet import DynamoControls
-from sqsjkr.backends.pause import Pause, paused
-from sqsjkr.backends.routes import Route, routed
 from sqsjkr.backends.scheduler import EventSchedule
-from sqsjkr.commands.history import Store, aligned, local_time, record_json, store_of, store_options
-from sqsjkr.commands.next_runs import Timing, fire_text, read_schedules, timing
 from sqsjkr.commands.options import load
-from sqsjkr.commands.status import Running, running_now
+from sqsjkr.commands.store import store_options
+from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.config import Overrides
-from sqsjkr.contract.run import EventSummary
 from sqsjkr.errors import quote
+from sqsjkr.fleet.history import record_json, store_of
+from sqsjkr.fleet.schedules import EventState, Timing, event_states, read_schedules, timing
+from sqsjkr.fleet.wording import fire_text, local_time
 from sqsjkr.observability.logs import escape, shorten_command
 
 #: Longest command shown: its first line, cut here.
 COMMAND_SHOWN = 80
-
-
-@dataclass(frozen=True)
-class EventState:
-    """What the history says of a schedule's event: its summary, runs in progress, its pause."""
-
-    summary: EventSummary | None
-    running: Sequence[Running]
-    held: Pause | None  # the pause that holds the event
-    route: Route | None = None  # the queue its jobs are routed to, if they are
 
 
 def command_line(command: str | None) -> str:
@@ -48,30 +35,6 @@ def command_line(command: str | None) -> str:
     first, *rest = command.splitlines() or [""]
     shown = escape(shorten_command(first, COMMAND_SHOWN))
     return f"{shown} (+{len(rest)} lines)" if rest else shown
-
-
-def event_states(
-    store: Store, schedules: Sequence[EventSchedule], now: float
-) -> dict[str, EventState]:
-    """The history's word on each scheduled event, by event_id."""
-    with store.reading():
-        controls = DynamoControls(store.client, store.table).controls()
-        summaries: Mapping[str, EventSummary] = (
-            {}
-            if store.config.history.backend == "none"
-            else {s.event_id: s for s in store.history.summaries()}
-        )
-        states = {}
-        for event_id in {s.event_id for s in schedules if s.event_id is not None}:
-            summary = summaries.get(event_id)
-            running = running_now(store, summary, now) if summary else []
-            states[event_id] = EventState(
-                summary,
-                running,
-                paused(controls.pauses, event_id, now),
-                routed(controls.routes, event_id),
-            )
-    return states
 
 
 #: The columns of `schedules`; the last holds its event's last run, then its runs in progress and

@@ -1,220 +1,48 @@
 """`sqsjkr status`: one line per event from the run history, `--check`, a monitoring check plugin,
 and `--forget`, which drops an event from both.
 
-The judging (failures in a row, the usual interval learned from past runs, ages) is plain functions.
+The judging (failures in a row, the usual interval learned from past runs, ages) is the fleet layer's
+(sqsjkr/fleet/status.py); this module reads through it and prints.
 """
 
 from __future__ import annotations
 
-import enum
 import functools
-import itertools
 import json
-import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import click
 
-from sqsjkr.backends.dedupe import THROTTLE_TYPE
-from sqsjkr.backends.fleet import DynamoControls
-from sqsjkr.backends.members import DynamoRoster, Member
-from sqsjkr.backends.pause import DynamoPauses, Pause, paused
+from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
 from sqsjkr.commands.audit import command_auditor
-from sqsjkr.commands.daemons import live
-from sqsjkr.commands.failures import aws_failure
-from sqsjkr.commands.history import (
-    Store,
-    aligned,
-    format_span,
-    local_time,
-    open_store,
-    record_json,
-    store_options,
-    triggered_text,
-)
-from sqsjkr.commands.locks import waiting_text
-from sqsjkr.commands.next_runs import Upcoming, fire_text, read_schedules, upcoming
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.pause import pause_text
 from sqsjkr.commands.route import route_text
+from sqsjkr.commands.store import open_store, store_options
+from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.duration import parse_duration
-from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
+from sqsjkr.contract.run import EventSummary
 from sqsjkr.errors import DurationError, SqsjkrError, quote
+from sqsjkr.fleet.failures import aws_failure, failure_text
+from sqsjkr.fleet.history import Store, forget_event, record_json
+from sqsjkr.fleet.running import Running
+from sqsjkr.fleet.schedules import Upcoming, read_upcoming
+from sqsjkr.fleet.status import CheckPolicy, Finding, Level, check_fleet, read_status
+from sqsjkr.fleet.wording import (
+    failures_text,
+    fire_text,
+    format_span,
+    local_time,
+    triggered_text,
+    waiting_text,
+)
 from sqsjkr.observability.logs import escape
 
-#: How many of an event's last runs its usual interval is learned from.
-LEARN_FROM_RUNS = 20
-#: The fewest intervals (between three runs) a usual interval is learned from.
-MIN_INTERVALS = 2
-#: No success for this many usual intervals is critical: one missed run is not yet.
-MISSED_INTERVALS = 2
-#: Gaps between firings shorter than this are not a schedule's: sends by hand, a burst, a
-#: redrive. They teach no interval (cron fires at most once a minute).
-MIN_INTERVAL_SECONDS = 60.0
-
-
-class Level(enum.IntEnum):
-    """The exit codes and words of Nagios and Mackerel check plugins."""
-
-    OK = 0
-    WARNING = 1
-    CRITICAL = 2
-    UNKNOWN = 3
-
-
-@dataclass(frozen=True)
-class Finding:
-    """What the check says of one event."""
-
-    event_id: str
-    level: Level
-    reasons: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class CheckPolicy:
-    """--max-failures, --max-age and --include-one-off: which events are judged, and when one
-    is critical."""
-
-    max_failures: int = 1
-    max_ages: Mapping[str, float] = field(default_factory=dict)  # seconds, by event_id
-    #: Judge jobs sent without an event_id too: each is an event of one run, with no next run
-    #: to mend a failure, so by default they are left to `status` and the reporters.
-    include_one_off: bool = False
-    #: --min-daemons: fewer daemons running than this is critical.
-    min_daemons: int | None = None
-
-
-@dataclass(frozen=True)
-class Running:
-    """A run the summary shows in progress; stale when the daemon that started it died."""
-
-    start: RunStart
-    stale: bool
-
-
 # -- judging ------------------------------------------------------------------------------------
-
-
-def learned_interval(runs: Sequence[RunRecord]) -> float | None:
-    """The event's usual interval: the median gap between the firings of its final runs.
-
-    A run knows no more of its firing than its message's send time, so runs sent by hand are
-    told apart by their gaps: one under MIN_INTERVAL_SECONDS is left out, and a manual send
-    between two firings moves a median little, where it would halve a mean. None until there
-    are MIN_INTERVALS gaps.
-    """
-    fired = sorted({run.sent_at for run in runs if run.final})
-    gaps = [
-        later - earlier
-        for earlier, later in itertools.pairwise(fired)
-        if later - earlier >= MIN_INTERVAL_SECONDS
-    ]
-    return statistics.median(gaps) if len(gaps) >= MIN_INTERVALS else None
-
-
-def failures_text(count: int) -> str:
-    return f"{count} failure{'' if count == 1 else 's'} in a row"
-
-
-def age_problem(
-    summary: EventSummary,
-    runs: Callable[[], Sequence[RunRecord]],
-    policy: CheckPolicy,
-    now: float,
-) -> str | None:
-    """Why the event has gone too long without a success, or None; runs is read only if needed."""
-    explicit = policy.max_ages.get(summary.event_id)
-    past: Sequence[RunRecord] | None = None
-    if explicit is not None:
-        limit, why = explicit, f"max age {format_span(explicit)}"
-    else:
-        past = runs()
-        interval = learned_interval(past)
-        if interval is None:
-            return None
-        limit, why = MISSED_INTERVALS * interval, f"usual interval {format_span(interval)}"
-    if summary.last_success_at is not None:
-        age = now - summary.last_success_at
-        return f"no success for {format_span(age)} ({why})" if age > limit else None
-    past = runs() if past is None else past
-    if not past:
-        return None
-    age = now - min(run.ended_at for run in past)
-    return f"never succeeded, first run {format_span(age)} ago ({why})" if age > limit else None
-
-
-def judge(
-    summary: EventSummary,
-    runs: Callable[[], Sequence[RunRecord]],
-    policy: CheckPolicy,
-    now: float,
-    paused: bool = False,
-) -> Finding:
-    """One event's verdict: critical for max_failures in a row or too long without a success,
-    a warning for fewer failures in a row. A paused event is not judged by age: it is meant
-    not to run."""
-    failures = summary.consecutive_failures
-    critical = []
-    if failures >= policy.max_failures:
-        critical.append(failures_text(failures))
-    too_old = None if paused else age_problem(summary, runs, policy, now)
-    if too_old:
-        critical.append(too_old)
-    if critical:
-        return Finding(summary.event_id, Level.CRITICAL, tuple(critical))
-    if failures:
-        reason = f"{failures_text(failures)} (critical at {policy.max_failures})"
-        return Finding(summary.event_id, Level.WARNING, (reason,))
-    return Finding(summary.event_id, Level.OK)
-
-
-def judge_all(
-    summaries: Sequence[EventSummary],
-    runs_of: Callable[[str], Sequence[RunRecord]],
-    policy: CheckPolicy,
-    now: float,
-    pauses: Sequence[Pause] = (),
-) -> list[Finding]:
-    """Every event's verdict (one-off jobs' only if the policy asks), and a warning for each
-    --max-age event the history does not know."""
-    known = {s.event_id for s in summaries}
-    summaries = judged_events(summaries, policy)
-    findings = [
-        judge(
-            s,
-            functools.partial(runs_of, s.event_id),
-            policy,
-            now,
-            paused=paused(pauses, s.event_id, now) is not None,
-        )
-        for s in summaries
-    ]
-    findings += [
-        Finding(event_id, Level.WARNING, ("no runs recorded (named by --max-age)",))
-        for event_id in policy.max_ages
-        if event_id not in known
-    ]
-    return findings
-
-
-def judged_events(summaries: Sequence[EventSummary], policy: CheckPolicy) -> list[EventSummary]:
-    """The events the check judges: one-off jobs only with --include-one-off."""
-    return [s for s in summaries if policy.include_one_off or not s.one_off]
-
-
-def daemons_finding(members: Sequence[Member], minimum: int, now: float) -> Finding:
-    """--min-daemons: critical when fewer daemons than minimum are running."""
-    count = len(live(members, now))
-    if count >= minimum:
-        return Finding("daemons", Level.OK)
-    reason = f"{count} running, fewer than --min-daemons {minimum}"
-    return Finding("daemons", Level.CRITICAL, (reason,))
 
 
 def check_line(findings: Sequence[Finding], events: int) -> tuple[Level, str]:
@@ -246,27 +74,6 @@ def parse_max_ages(values: Sequence[str]) -> dict[str, float]:
 
 
 # -- running now --------------------------------------------------------------------------------
-
-
-def claim_is_live(claim: Mapping[str, Any] | None, now: float) -> bool:
-    """Whether a job's dedupe claim is still leased: a daemon that died stops renewing it, and a
-    finished job's claim has no LeaseUntil."""
-    if not claim or "LeaseUntil" not in claim:
-        return False
-    return float(claim["LeaseUntil"]["N"]) >= now
-
-
-def running_now(store: Store, summary: EventSummary, now: float) -> list[Running]:
-    """The summary's runs in progress, each checked against its claim."""
-    running = []
-    for start in summary.running:
-        response = store.client.get_item(
-            TableName=store.table,
-            Key={"Id": {"S": start.message_id}, "Type": {"S": THROTTLE_TYPE}},
-            ConsistentRead=True,
-        )
-        running.append(Running(start, stale=not claim_is_live(response.get("Item"), now)))
-    return running
 
 
 # -- showing ------------------------------------------------------------------------------------
@@ -331,14 +138,11 @@ def status_json(summary: EventSummary, running: Sequence[Running], now: float) -
 def known_next_runs(store: Store, now: float) -> Upcoming | None:
     """Each event's next run by its schedules; None, said on stderr, when they cannot be read."""
     try:
-        schedules = read_schedules(store.config, store.session)
+        return read_upcoming(store.config, store.session, now)
     except Exception as exc:
-        why = aws_failure(exc) or (str(exc) if isinstance(exc, SqsjkrError) else None)
-        if why is None:
-            raise
-        click.echo(f"sqsjkr: next runs unknown: {why}", err=True)
+        # failure_text raises again what is neither an AWS failure nor one of sqsjkr's errors.
+        click.echo(f"sqsjkr: next runs unknown: {failure_text(exc)}", err=True)
         return None
-    return upcoming(schedules, datetime.fromtimestamp(now, timezone.utc))
 
 
 def next_run_cell(event_id: str, schedules: Upcoming | None) -> str:
@@ -352,11 +156,8 @@ def next_run_cell(event_id: str, schedules: Upcoming | None) -> str:
 
 
 def show_status(store: Store, *, as_json: bool, now: float) -> None:
-    with store.reading():
-        controls = DynamoControls(store.client, store.table).controls()
-        pauses, routes = controls.pauses, controls.routes
-        summaries = store.history.summaries()
-        running = [running_now(store, summary, now) for summary in summaries]
+    fleet = read_status(store, now)
+    pauses, routes, summaries, running = fleet.pauses, fleet.routes, fleet.summaries, fleet.running
     soonest = known_next_runs(store, now)
     if as_json:
         rows = [
@@ -420,8 +221,7 @@ def forget(store: Store, event_ids: Sequence[str], reason: str = "") -> int:
     audit = command_auditor(store.config)
     with store.reading():
         for event_id in event_ids:
-            audit("forget", event_id, reason=reason)
-            old = store.history.forget(event_id)
+            old = forget_event(store.history, audit, event_id, reason)
             if old is None:
                 click.echo(f"sqsjkr: no event {quote(event_id)} in table {store.table!r}", err=True)
                 failed = 1
@@ -439,20 +239,7 @@ def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Le
     """Print the check's one line. Whatever leaves the events unjudged is UNKNOWN: an AWS error,
     a config that does not load or that turns the history off."""
     try:
-        store = open_()
-        with store.reading():
-            summaries = store.history.summaries()
-            events = len(judged_events(summaries, policy))
-            findings = judge_all(
-                summaries,
-                lambda event_id: store.history.runs(event_id, LEARN_FROM_RUNS),
-                policy,
-                now,
-                DynamoPauses(store.client, store.table).pauses(),
-            )
-            if policy.min_daemons is not None:
-                members = DynamoRoster(store.client, store.table).members()
-                findings.append(daemons_finding(members, policy.min_daemons, now))
+        findings, events = check_fleet(open_(), policy, now)
     except UsageFailure as exc:
         return unknown(exc.format_message())
     except Exception as exc:

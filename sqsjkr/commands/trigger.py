@@ -23,13 +23,15 @@ from sqsjkr.backends.sqs import (
     trigger_attributes,
 )
 from sqsjkr.commands.audit import Auditor, command_auditor
-from sqsjkr.commands.history import Store, history_lines, store_of, store_options
-from sqsjkr.commands.next_runs import read_schedules
 from sqsjkr.commands.options import UsageFailure, load, reason_option
+from sqsjkr.commands.store import store_options
+from sqsjkr.commands.tables import history_lines
 from sqsjkr.commands.waiting import Deadline, timeout_of, timeout_option
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.errors import ResourceMissingError, quote
+from sqsjkr.fleet.history import Store, store_of
+from sqsjkr.fleet.schedules import read_schedules
 from sqsjkr.observability.logs import escape
 
 #: How often --wait reads the event's last runs (a Query each time).

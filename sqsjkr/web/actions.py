@@ -21,12 +21,13 @@ from sqsjkr.backends.routes import DynamoRoutes, Route
 from sqsjkr.commands.audit import Actor, Auditor, aws_identity
 from sqsjkr.commands.dlq import queues_of, redrive_letters
 from sqsjkr.commands.kill import answer_line, kill_runs, need_claims
-from sqsjkr.commands.locks import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.commands.pause import parse_until, pause_events, pause_text, resume_events, scope_text
 from sqsjkr.commands.route import clear_route, honour_lines, set_route
 from sqsjkr.commands.trigger import trigger_event
 from sqsjkr.errors import ActionError, NotHeld, UnlockRefused, quote
-from sqsjkr.web.fleet import Fleet, failure_text
+from sqsjkr.fleet.failures import failure_text
+from sqsjkr.fleet.unlock import FORCE_WARNING, removed_text, unlock_held
+from sqsjkr.web.fleet import Fleet
 
 
 @dataclass

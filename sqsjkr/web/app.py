@@ -15,12 +15,12 @@ from werkzeug.exceptions import HTTPException
 
 from sqsjkr.backends.history import RUN_TYPE_PREFIX
 from sqsjkr.commands.audit import entry_json
-from sqsjkr.commands.daemons import ordered, queues_text
 from sqsjkr.commands.dlq import malformed
-from sqsjkr.commands.failures import aws_failure
-from sqsjkr.commands.history import format_span
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, SqsjkrError
+from sqsjkr.fleet.daemons import ordered
+from sqsjkr.fleet.failures import aws_failure
+from sqsjkr.fleet.wording import format_span, queues_text
 from sqsjkr.web import run_view, views
 from sqsjkr.web.actions import ACTIONS, Actions
 from sqsjkr.web.fleet import Fleet

@@ -1,4 +1,4 @@
-"""The dashboard's reads of a fleet: through the backends and the commands' own helpers, behind the
+"""The dashboard's reads of a fleet: through the fleet layer (sqsjkr/fleet/) and the backends, behind the
 one short cache, each page view for a bounded number of AWS calls (no Scan but the locks page's).
 """
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -14,24 +14,21 @@ from typing import Any
 from sqsjkr.backends.audit import AuditEntry, DynamoAudit
 from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.controls import ControlItem
-from sqsjkr.backends.dedupe import THROTTLE_TYPE
-from sqsjkr.backends.index import BATCH_GET_LIMIT
 from sqsjkr.backends.live import DynamoLive, LiveOutput
-from sqsjkr.backends.locks import LOCK_TYPE
 from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import Pause, decode_pauses, in_effect
 from sqsjkr.backends.routes import Route, decode_routes
 from sqsjkr.backends.scheduler import EventSchedule
-from sqsjkr.commands.daemons import live
 from sqsjkr.commands.dlq import DeadLetter, Peek, Queues, queues_of
-from sqsjkr.commands.failures import aws_failure
-from sqsjkr.commands.history import Store, store_of
-from sqsjkr.commands.locks import HeldLock, Holdings, Table, held
-from sqsjkr.commands.next_runs import next_runs, read_schedules
-from sqsjkr.commands.status import CheckPolicy, claim_is_live
 from sqsjkr.contract.config import Config
-from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
-from sqsjkr.errors import SqsjkrError
+from sqsjkr.contract.run import EventSummary, RunRecord
+from sqsjkr.fleet.daemons import live
+from sqsjkr.fleet.failures import failure_text
+from sqsjkr.fleet.history import Store, store_of
+from sqsjkr.fleet.locks import HeldLock, Holdings, Table, held, lock_of
+from sqsjkr.fleet.running import RunningNow, read_claims, running_against
+from sqsjkr.fleet.schedules import next_runs, read_schedules
+from sqsjkr.fleet.status import CheckPolicy
 from sqsjkr.web.cache import Cache
 
 #: Runs kept per event for its strip of cells and its learned interval (status --check learns
@@ -46,18 +43,6 @@ SCHEDULES_FRESH = 60.0
 QUEUES_FRESH = 600.0
 #: An event's runs stay cached this long after it last ran: they change only when it runs.
 RUNS_FRESH = 3600.0
-
-
-@dataclass(frozen=True)
-class RunningNow:
-    """A run the summaries show in progress, against its claim: stale when its daemon died."""
-
-    start: RunStart
-    stale: bool
-    lease_until: float | None
-
-    def lease_left(self, now: float) -> float | None:
-        return None if self.lease_until is None else self.lease_until - now
 
 
 @dataclass
@@ -153,12 +138,7 @@ class Fleet:
 
     def lock(self, lock_id: str) -> HeldLock | None:
         """Who holds lock_id now: one GetItem (None: free)."""
-
-        def read() -> HeldLock | None:
-            key = {"Id": {"S": lock_id}, "Type": {"S": LOCK_TYPE}}
-            item = self.store.client.get_item(TableName=self.store.table, Key=key).get("Item")
-            return HeldLock.from_item(item) if item and "EventId" in item else None
-
+        read = functools.partial(lock_of, self.table, lock_id)
         return self.cache.get(("lock", lock_id), self._read(read))
 
     def audit(self, since: float) -> list[AuditEntry]:
@@ -206,39 +186,10 @@ class Fleet:
     def running(self) -> list[RunningNow]:
         """Every run in progress, oldest first, each checked against its claim (batched)."""
         starts = [start for s in self.summaries() for start in s.running]
-        claims = self.cache.get(
-            ("claims", tuple(s.message_id for s in starts)),
-            self._read(functools.partial(self._claims, starts)),
-        )
-        now = self.clock()
-        shown = []
-        for start in sorted(starts, key=lambda s: s.started_at):
-            claim = claims.get(start.message_id)
-            until = claim.get("LeaseUntil", {}).get("N") if claim else None
-            shown.append(
-                RunningNow(
-                    start, not claim_is_live(claim, now), None if until is None else float(until)
-                )
-            )
-        return shown
-
-    def _claims(self, starts: Sequence[RunStart]) -> dict[str, dict[str, Any]]:
-        """The dedupe claims of these runs by message id, read BATCH_GET_LIMIT a call."""
-        keys = list({s.message_id: None for s in starts})
-        found: dict[str, dict[str, Any]] = {}
-        table = self.store.table
-        for i in range(0, len(keys), BATCH_GET_LIMIT):
-            batch = [
-                {"Id": {"S": k}, "Type": {"S": THROTTLE_TYPE}}
-                for k in keys[i : i + BATCH_GET_LIMIT]
-            ]
-            pending: dict[str, Any] = {table: {"Keys": batch, "ConsistentRead": True}}
-            while pending:
-                response = self.store.client.batch_get_item(RequestItems=pending)
-                for item in response["Responses"].get(table, []):
-                    found[item["Id"]["S"]] = item
-                pending = response.get("UnprocessedKeys") or {}
-        return found
+        ids = tuple(s.message_id for s in starts)
+        read = functools.partial(read_claims, self.store.client, self.store.table, ids)
+        claims = self.cache.get(("claims", ids), self._read(read))
+        return running_against(starts, claims, self.clock())
 
     # -- the scheduler and the queues -----------------------------------------------------------
 
@@ -306,13 +257,3 @@ def _letters(queues: Queues) -> DeadLetters:
         letters = [letter for page in peek.pages() for letter in page]
     letters.sort(key=lambda letter: letter.sent_at)
     return DeadLetters(queues.name, queues.dlq_name, tuple(letters), len(letters))
-
-
-def failure_text(exc: Exception) -> str:
-    """Why a read failed, for a page: an AWS failure or one of sqsjkr's own errors."""
-    if isinstance(exc, SqsjkrError):
-        return str(exc)
-    message = aws_failure(exc)
-    if message is None:
-        raise exc
-    return message

@@ -7,8 +7,8 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from sqsjkr.commands.history import format_duration
 from sqsjkr.contract.run import RunRecord
+from sqsjkr.fleet.wording import format_duration
 from sqsjkr.web.shown import plain_output
 
 

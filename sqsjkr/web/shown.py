@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 import time
 
-from sqsjkr.commands.history import ended_how, format_duration, format_span, local_time
 from sqsjkr.contract.masking import shown_body
+from sqsjkr.fleet.wording import ended_how, format_duration, format_span, local_time
 from sqsjkr.observability.logs import escape
 
 # CSI sequences (colours, cursor moves), OSC sequences (titles, hyperlinks), and other escapes.

@@ -15,10 +15,11 @@ from sqsjkr.backends.history import run_type
 from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
 from sqsjkr.backends.scheduler import EventSchedule
-from sqsjkr.commands.locks import HeldLock
-from sqsjkr.commands.status import Finding, Level, age_problem, judge
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord
-from sqsjkr.web.fleet import Budget, Fleet, RunningNow, Schedules
+from sqsjkr.fleet.locks import HeldLock
+from sqsjkr.fleet.running import RunningNow
+from sqsjkr.fleet.status import Finding, Level, age_problem, judge
+from sqsjkr.web.fleet import Budget, Fleet, Schedules
 
 #: The states an event can be filtered by, as the events page's select lists them.
 STATES = ("failing", "late", "running", "stale", "paused", "ok")

@@ -1,4 +1,4 @@
-"""AWS failures as a command reports them: one line, whatever botocore, urllib3 or the endpoint said.
+"""AWS failures as the faces report them: one line, whatever botocore, urllib3 or the endpoint said.
 
 An endpoint may answer anything (a proxy's HTML page, a broken emulator): none of it may reach the operator as a traceback.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+from sqsjkr.errors import SqsjkrError
 from sqsjkr.observability.logs import escape, shorten_command
 
 #: The longest account of a failure a command prints; an endpoint's answer may be a whole page.
@@ -28,3 +29,13 @@ def aws_failure(exc: BaseException) -> str | None:
     if not isinstance(exc, (BotoCoreError, ClientError, ResponseParserError, HTTPError)):
         return None
     return shorten_command(escape(describe(exc)), MAX_FAILURE_TEXT)
+
+
+def failure_text(exc: Exception) -> str:
+    """Why a read failed, for a page: an AWS failure or one of sqsjkr's own errors."""
+    if isinstance(exc, SqsjkrError):
+        return str(exc)
+    message = aws_failure(exc)
+    if message is None:
+        raise exc
+    return message

@@ -1,21 +1,27 @@
-"""The fleet's schedules and when each fires next, for `sqsjkr schedules` and the next-run column of
-`sqsjkr status`: read from EventBridge Scheduler's group or the rules, per [schedule] engine.
+"""The fleet's schedules and when each fires next, read from EventBridge Scheduler's group or the
+rules, per [schedule] engine; and what the history says of each scheduled event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqsjkr.backends.aws import make_client
+from sqsjkr.backends.fleet import DynamoControls
+from sqsjkr.backends.pause import Pause, paused
+from sqsjkr.backends.routes import Route, routed
 from sqsjkr.backends.rules import list_rules
 from sqsjkr.backends.scheduler import EventSchedule, list_schedules, queue_target
 from sqsjkr.backends.sqs import resolve_queue_url
 from sqsjkr.contract.config import Config
+from sqsjkr.contract.run import EventSummary
 from sqsjkr.crontab.fires import Fires, Window, next_fires
 from sqsjkr.errors import ScheduleExpressionError
+from sqsjkr.fleet.history import Store
+from sqsjkr.fleet.running import Running, running_now
 
 #: How many of its next fire times each schedule shows.
 FIRES_SHOWN = 3
@@ -80,7 +86,40 @@ def upcoming(schedules: Sequence[EventSchedule], now: datetime) -> Upcoming:
     return Upcoming(next_runs(schedules, now), frozenset(e for e in disabled if e is not None))
 
 
-def fire_text(fire: datetime) -> str:
-    """A fire time in its schedule's zone, to the second (a rate() counts from a creation
-    time that has microseconds)."""
-    return fire.replace(microsecond=0).isoformat()
+def read_upcoming(config: Config, session: Any, now: float) -> Upcoming:
+    """Each event's next run, and the events whose every schedule is disabled, read now."""
+    return upcoming(read_schedules(config, session), datetime.fromtimestamp(now, timezone.utc))
+
+
+@dataclass(frozen=True)
+class EventState:
+    """What the history says of a schedule's event: its summary, runs in progress, its pause."""
+
+    summary: EventSummary | None
+    running: Sequence[Running]
+    held: Pause | None  # the pause that holds the event
+    route: Route | None = None  # the queue its jobs are routed to, if they are
+
+
+def event_states(
+    store: Store, schedules: Sequence[EventSchedule], now: float
+) -> dict[str, EventState]:
+    """The history's word on each scheduled event, by event_id."""
+    with store.reading():
+        controls = DynamoControls(store.client, store.table).controls()
+        summaries: Mapping[str, EventSummary] = (
+            {}
+            if store.config.history.backend == "none"
+            else {s.event_id: s for s in store.history.summaries()}
+        )
+        states = {}
+        for event_id in {s.event_id for s in schedules if s.event_id is not None}:
+            summary = summaries.get(event_id)
+            running = running_now(store, summary, now) if summary else []
+            states[event_id] = EventState(
+                summary,
+                running,
+                paused(controls.pauses, event_id, now),
+                routed(controls.routes, event_id),
+            )
+    return states

@@ -1,6 +1,7 @@
 """`sqsjkr web`: the dashboard of a config's fleet, on 127.0.0.1:8070 unless told otherwise.
 
-This module imports without the web extra, so that the command can say how to install it.
+This module imports without the web extra, so that the command can say how to install it; the
+dashboard itself (sqsjkr/web/) is imported only to serve it, and imports nothing of the commands.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import ipaddress
 
 import click
 
-from sqsjkr.commands.history import store_options
 from sqsjkr.commands.options import UsageFailure, load
+from sqsjkr.commands.store import store_options
 from sqsjkr.contract.config import Overrides
 from sqsjkr.errors import quote
 

@@ -1,0 +1,33 @@
+"""The fleet's daemons, from the item each keeps in the lock table: running, stopped (cleanly), or lost
+(not seen for three of its refresh intervals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqsjkr.backends.aws import make_client, make_session
+from sqsjkr.backends.members import DynamoRoster, Member, State
+from sqsjkr.contract.config import Config
+from sqsjkr.fleet.history import reading_table
+
+#: Running daemons first, then those lost, then those that stopped.
+_ORDER = {State.RUNNING: 0, State.LOST: 1, State.STOPPED: 2}
+
+
+def ordered(members: Sequence[Member], now: float) -> list[Member]:
+    """Running first, then lost, then stopped; by host and start within each."""
+    return sorted(members, key=lambda m: (_ORDER[m.state(now)], m.host, m.started_at))
+
+
+def live(members: Sequence[Member], now: float) -> list[Member]:
+    """The daemons seen running within three of their refresh intervals."""
+    return [m for m in members if m.state(now) is State.RUNNING]
+
+
+def read_members(config: Config) -> list[Member]:
+    """Every daemon's item in the config's table."""
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    table = config.lock.table
+    with reading_table(table):
+        return DynamoRoster(make_client(session, "dynamodb"), table).members()

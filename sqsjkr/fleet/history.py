@@ -1,0 +1,117 @@
+"""The run history: the store of a config's table, every event's last runs, one run by its message id,
+and forgetting an event (audited).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from sqsjkr.backends.aws import error_code, make_client, make_session
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.contract.config import Config
+from sqsjkr.contract.run import EventSummary, RunRecord
+from sqsjkr.errors import ResourceMissingError
+
+if TYPE_CHECKING:
+    # fleet-actions moves the Auditor into sqsjkr/fleet/audit.py: the lead points this there.
+    from sqsjkr.commands.audit import Auditor
+
+
+@dataclass(frozen=True)
+class Store:
+    """The run history of a config's table, opened for reading, and the client under it."""
+
+    history: DynamoHistory
+    client: Any
+    table: str
+    config: Config
+    session: Any  # for the other services a command reads beside the table
+
+    def reading(self) -> AbstractContextManager[None]:
+        return reading_table(self.table)
+
+
+@contextmanager
+def reading_table(name: str) -> Iterator[None]:
+    """Name the lock table when it is not there (wrong --lock-table, region or account)."""
+    try:
+        yield
+    except ClientError as exc:
+        if error_code(exc) != "ResourceNotFoundException":
+            raise
+        raise ResourceMissingError(
+            f"DynamoDB table {name!r} not found (check [lock] table or --lock-table, "
+            "and the region)"
+        ) from exc
+
+
+def store_of(config: Config) -> Store:
+    """The config's history, whether or not its daemons write it."""
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    client = make_client(session, "dynamodb")
+    history = DynamoHistory(
+        client, config.lock.table, retention_seconds=config.history.retention.seconds
+    )
+    return Store(history, client, config.lock.table, config, session)
+
+
+def recent_runs(history: DynamoHistory, limit: int, *, failed: bool) -> list[RunRecord]:
+    """The last runs of every event, newest first: the events from the index of summaries, newest
+    last run first, each queried for its own last runs until no event left can have a newer one
+    than those found (no scan of the table)."""
+    summaries = [summary for summary in history.summaries() if summary.last_run is not None]
+    summaries.sort(key=lambda summary: ended_at(summary.last_run), reverse=True)
+    found: list[RunRecord] = []
+    for summary in summaries:
+        if len(found) >= limit and ended_at(summary.last_run) < found[-1].ended_at:
+            break  # this event's runs, and those of every event after it, are all older
+        found += history.runs(summary.event_id, limit, failed=failed)
+        found.sort(key=lambda record: record.ended_at, reverse=True)
+        del found[limit:]
+    return found
+
+
+def last_runs(store: Store, event_id: str | None, limit: int, *, failed: bool) -> list[RunRecord]:
+    """The last runs of event_id (None: of every event), newest first; with failed, only those
+    that did not succeed."""
+    with store.reading():
+        if event_id is None:
+            return recent_runs(store.history, limit, failed=failed)
+        return store.history.runs(event_id, limit, failed=failed)
+
+
+def ended_at(record: RunRecord | None) -> float:
+    return 0.0 if record is None else record.ended_at
+
+
+def record_json(record: RunRecord, *, output: bool) -> dict[str, Any]:
+    """A record as `--json` shows it: the store keeps the merged output only, and that on request."""
+    data = record.as_dict()
+    del data["stdout"], data["stderr"]
+    if not output:
+        del data["output"]
+    return data
+
+
+#: How many of the event's last runs are searched for the run named by --message-id.
+RUNS_SEARCHED = 100
+
+
+def find_record(history: DynamoHistory, event_id: str, message_id: str) -> RunRecord | None:
+    """The newest record of message_id's runs (a retry runs it again), if among the last ones."""
+    records = history.runs(event_id, RUNS_SEARCHED)
+    return next((record for record in records if record.message_id == message_id), None)
+
+
+def forget_event(
+    history: DynamoHistory, audit: Auditor, event_id: str, reason: str = ""
+) -> EventSummary | None:
+    """Delete the event's summary, audited first: the summary it had, or None (none to delete).
+    Its run records expire as before."""
+    audit("forget", event_id, reason=reason)
+    return history.forget(event_id)

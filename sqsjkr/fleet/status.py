@@ -1,0 +1,220 @@
+"""The fleet's state as `status` and `status --check` judge it: failures in a row, the usual interval
+learned from past runs, ages, the daemons running, and the runs in progress checked against their claims.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import itertools
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sqsjkr.backends.fleet import DynamoControls
+from sqsjkr.backends.members import DynamoRoster, Member
+from sqsjkr.backends.pause import DynamoPauses, Pause, paused
+from sqsjkr.backends.routes import Route
+from sqsjkr.contract.run import EventSummary, RunRecord
+from sqsjkr.fleet.daemons import live
+from sqsjkr.fleet.history import Store
+from sqsjkr.fleet.running import Running, running_now
+from sqsjkr.fleet.wording import failures_text, format_span
+
+#: How many of an event's last runs its usual interval is learned from.
+LEARN_FROM_RUNS = 20
+
+
+#: The fewest intervals (between three runs) a usual interval is learned from.
+MIN_INTERVALS = 2
+
+
+#: No success for this many usual intervals is critical: one missed run is not yet.
+MISSED_INTERVALS = 2
+
+
+#: Gaps between firings shorter than this are not a schedule's: sends by hand, a burst, a
+#: redrive. They teach no interval (cron fires at most once a minute).
+MIN_INTERVAL_SECONDS = 60.0
+
+
+class Level(enum.IntEnum):
+    """The exit codes and words of Nagios and Mackerel check plugins."""
+
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What the check says of one event."""
+
+    event_id: str
+    level: Level
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CheckPolicy:
+    """--max-failures, --max-age and --include-one-off: which events are judged, and when one
+    is critical."""
+
+    max_failures: int = 1
+    max_ages: Mapping[str, float] = field(default_factory=dict)  # seconds, by event_id
+    #: Judge jobs sent without an event_id too: each is an event of one run, with no next run
+    #: to mend a failure, so by default they are left to `status` and the reporters.
+    include_one_off: bool = False
+    #: --min-daemons: fewer daemons running than this is critical.
+    min_daemons: int | None = None
+
+
+def learned_interval(runs: Sequence[RunRecord]) -> float | None:
+    """The event's usual interval: the median gap between the firings of its final runs.
+
+    A run knows no more of its firing than its message's send time, so runs sent by hand are
+    told apart by their gaps: one under MIN_INTERVAL_SECONDS is left out, and a manual send
+    between two firings moves a median little, where it would halve a mean. None until there
+    are MIN_INTERVALS gaps.
+    """
+    fired = sorted({run.sent_at for run in runs if run.final})
+    gaps = [
+        later - earlier
+        for earlier, later in itertools.pairwise(fired)
+        if later - earlier >= MIN_INTERVAL_SECONDS
+    ]
+    return statistics.median(gaps) if len(gaps) >= MIN_INTERVALS else None
+
+
+def age_problem(
+    summary: EventSummary,
+    runs: Callable[[], Sequence[RunRecord]],
+    policy: CheckPolicy,
+    now: float,
+) -> str | None:
+    """Why the event has gone too long without a success, or None; runs is read only if needed."""
+    explicit = policy.max_ages.get(summary.event_id)
+    past: Sequence[RunRecord] | None = None
+    if explicit is not None:
+        limit, why = explicit, f"max age {format_span(explicit)}"
+    else:
+        past = runs()
+        interval = learned_interval(past)
+        if interval is None:
+            return None
+        limit, why = MISSED_INTERVALS * interval, f"usual interval {format_span(interval)}"
+    if summary.last_success_at is not None:
+        age = now - summary.last_success_at
+        return f"no success for {format_span(age)} ({why})" if age > limit else None
+    past = runs() if past is None else past
+    if not past:
+        return None
+    age = now - min(run.ended_at for run in past)
+    return f"never succeeded, first run {format_span(age)} ago ({why})" if age > limit else None
+
+
+def judge(
+    summary: EventSummary,
+    runs: Callable[[], Sequence[RunRecord]],
+    policy: CheckPolicy,
+    now: float,
+    paused: bool = False,
+) -> Finding:
+    """One event's verdict: critical for max_failures in a row or too long without a success,
+    a warning for fewer failures in a row. A paused event is not judged by age: it is meant
+    not to run."""
+    failures = summary.consecutive_failures
+    critical = []
+    if failures >= policy.max_failures:
+        critical.append(failures_text(failures))
+    too_old = None if paused else age_problem(summary, runs, policy, now)
+    if too_old:
+        critical.append(too_old)
+    if critical:
+        return Finding(summary.event_id, Level.CRITICAL, tuple(critical))
+    if failures:
+        reason = f"{failures_text(failures)} (critical at {policy.max_failures})"
+        return Finding(summary.event_id, Level.WARNING, (reason,))
+    return Finding(summary.event_id, Level.OK)
+
+
+def judge_all(
+    summaries: Sequence[EventSummary],
+    runs_of: Callable[[str], Sequence[RunRecord]],
+    policy: CheckPolicy,
+    now: float,
+    pauses: Sequence[Pause] = (),
+) -> list[Finding]:
+    """Every event's verdict (one-off jobs' only if the policy asks), and a warning for each
+    --max-age event the history does not know."""
+    known = {s.event_id for s in summaries}
+    summaries = judged_events(summaries, policy)
+    findings = [
+        judge(
+            s,
+            functools.partial(runs_of, s.event_id),
+            policy,
+            now,
+            paused=paused(pauses, s.event_id, now) is not None,
+        )
+        for s in summaries
+    ]
+    findings += [
+        Finding(event_id, Level.WARNING, ("no runs recorded (named by --max-age)",))
+        for event_id in policy.max_ages
+        if event_id not in known
+    ]
+    return findings
+
+
+def judged_events(summaries: Sequence[EventSummary], policy: CheckPolicy) -> list[EventSummary]:
+    """The events the check judges: one-off jobs only with --include-one-off."""
+    return [s for s in summaries if policy.include_one_off or not s.one_off]
+
+
+def daemons_finding(members: Sequence[Member], minimum: int, now: float) -> Finding:
+    """--min-daemons: critical when fewer daemons than minimum are running."""
+    count = len(live(members, now))
+    if count >= minimum:
+        return Finding("daemons", Level.OK)
+    reason = f"{count} running, fewer than --min-daemons {minimum}"
+    return Finding("daemons", Level.CRITICAL, (reason,))
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    """What `status` shows: the pauses in effect and the routes, every event's summary, and each
+    event's runs in progress (by the summaries' order)."""
+
+    pauses: Sequence[Pause]
+    routes: Sequence[Route]
+    summaries: Sequence[EventSummary]
+    running: Sequence[Sequence[Running]]
+
+
+def read_status(store: Store, now: float) -> FleetStatus:
+    """The controls item, every summary and each run in progress checked against its claim."""
+    with store.reading():
+        controls = DynamoControls(store.client, store.table).controls()
+        summaries = store.history.summaries()
+        running = [running_now(store, summary, now) for summary in summaries]
+    return FleetStatus(controls.pauses, controls.routes, summaries, running)
+
+
+def check_fleet(store: Store, policy: CheckPolicy, now: float) -> tuple[list[Finding], int]:
+    """`status --check`'s verdicts (with --min-daemons, the daemons' too), and how many events
+    were judged."""
+    with store.reading():
+        summaries = store.history.summaries()
+        findings = judge_all(
+            summaries,
+            lambda event_id: store.history.runs(event_id, LEARN_FROM_RUNS),
+            policy,
+            now,
+            DynamoPauses(store.client, store.table).pauses(),
+        )
+        if policy.min_daemons is not None:
+            members = DynamoRoster(store.client, store.table).members()
+            findings.append(daemons_finding(members, policy.min_daemons, now))
+    return findings, len(judged_events(summaries, policy))
