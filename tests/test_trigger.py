@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from sqsjkr.commands.audit import os_user
 from sqsjkr.contract.run import RunRecord
+from sqsjkr.fleet.audit import os_user
 
 from .conftest import Aws, Daemon, Start, run_daemon
 from .faults import FaultProxy

@@ -15,9 +15,9 @@ import click
 from sqsjkr.backends.live import DynamoLive, LiveStore
 from sqsjkr.commands.history import Store, history_lines, local_time, open_store
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.waiting import Deadline
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import quote
+from sqsjkr.fleet.waiting import Deadline
 from sqsjkr.observability.logs import escape
 
 #: The longest wait between two polls; a shorter [history] live_output_interval polls at that.

@@ -24,7 +24,6 @@ from sqsjkr.backends.aws import (
 from sqsjkr.backends.groups import SLOT_TYPE_PREFIX, parse_slot, slot_key
 from sqsjkr.backends.history import SUMMARY_TYPE, running_notes
 from sqsjkr.backends.locks import LOCK_TYPE
-from sqsjkr.commands.audit import Auditor, command_auditor
 from sqsjkr.commands.history import (
     aligned,
     format_span,
@@ -36,6 +35,7 @@ from sqsjkr.commands.options import load, reason_option
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.contract.run import RunStart
 from sqsjkr.errors import NotHeld, UnlockRefused, quote
+from sqsjkr.fleet.audit import Auditor, command_auditor
 from sqsjkr.observability.logs import escape
 
 #: What a forced unlock of a live lease means, for --help and the command's own warning.

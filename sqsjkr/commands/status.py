@@ -24,7 +24,6 @@ from sqsjkr.backends.fleet import DynamoControls
 from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import DynamoPauses, Pause, paused
 from sqsjkr.backends.routes import Route, routed
-from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.daemons import live
 from sqsjkr.commands.failures import aws_failure
 from sqsjkr.commands.history import (
@@ -40,11 +39,12 @@ from sqsjkr.commands.history import (
 from sqsjkr.commands.locks import waiting_text
 from sqsjkr.commands.next_runs import Upcoming, fire_text, read_schedules, upcoming
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.pause import pause_text
-from sqsjkr.commands.route import route_text
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
 from sqsjkr.errors import DurationError, SqsjkrError, quote
+from sqsjkr.fleet.audit import command_auditor
+from sqsjkr.fleet.pause import pause_text
+from sqsjkr.fleet.route import route_text
 from sqsjkr.observability.logs import escape
 
 #: How many of an event's last runs its usual interval is learned from.

@@ -14,13 +14,13 @@ from flask_wtf.csrf import CSRFError, CSRFProtect
 from werkzeug.exceptions import HTTPException
 
 from sqsjkr.backends.history import RUN_TYPE_PREFIX
-from sqsjkr.commands.audit import entry_json
 from sqsjkr.commands.daemons import ordered, queues_text
-from sqsjkr.commands.dlq import malformed
 from sqsjkr.commands.failures import aws_failure
 from sqsjkr.commands.history import format_span
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, SqsjkrError
+from sqsjkr.fleet.audit import entry_json
+from sqsjkr.fleet.redrive import malformed
 from sqsjkr.web import run_view, views
 from sqsjkr.web.actions import ACTIONS, Actions
 from sqsjkr.web.fleet import Fleet

@@ -23,7 +23,6 @@ from sqsjkr.backends.pause import Pause, decode_pauses, in_effect
 from sqsjkr.backends.routes import Route, decode_routes
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.commands.daemons import live
-from sqsjkr.commands.dlq import DeadLetter, Peek, Queues, queues_of
 from sqsjkr.commands.failures import aws_failure
 from sqsjkr.commands.history import Store, store_of
 from sqsjkr.commands.locks import HeldLock, Holdings, Table, held
@@ -32,6 +31,7 @@ from sqsjkr.commands.status import CheckPolicy, claim_is_live
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
 from sqsjkr.errors import SqsjkrError
+from sqsjkr.fleet.dead_letters import DeadLetter, Peek, Queues, queues_of
 from sqsjkr.web.cache import Cache
 
 #: Runs kept per event for its strip of cells and its learned interval (status --check learns
