@@ -114,3 +114,18 @@ class ScheduleExpressionError(SqsjkrError, ValueError):
 
 class AuditRefused(SqsjkrError):
     """A state change was not made because its audit item could not be written first."""
+
+
+class NothingToDo(SqsjkrError):
+    """An action found nothing to act on, or found it done already (no run in progress, a route
+    already there, none to clear): nothing was changed."""
+
+
+class RequestError(SqsjkrError):
+    """What was asked of the fleet is malformed or ambiguous (a time, a schedule of several, a
+    store it needs that the config turns off): nothing was done. The CLI exits 2 with it."""
+
+
+class WaitTimedOut(SqsjkrError):
+    """A wait's deadline (--timeout) passed before what it waited for: nothing was stopped. The
+    CLI exits 124 with it."""

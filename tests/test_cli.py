@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from sqsjkr import __version__
-from sqsjkr.commands.cli import SUBCOMMANDS, UsageFailure, translate_go_args
+from sqsjkr.commands.cli import SUBCOMMANDS, translate_go_args
+from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.send import option_of, send
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.http_call import HttpCall

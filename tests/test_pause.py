@@ -24,9 +24,8 @@ from sqsjkr.backends.pause import (
     PauseStore,
     paused,
 )
-from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.pause import parse_until
-from sqsjkr.errors import StoreError
+from sqsjkr.errors import RequestError, StoreError
+from sqsjkr.fleet.pause import parse_until
 from sqsjkr.fleet.wording import local_time
 
 from .conftest import Aws, config_text, sqsjkr_argv
@@ -178,13 +177,13 @@ def test_until_takes_rfc_3339_local_times_and_durations() -> None:
 )
 def test_until_refuses_past_and_malformed_times(text: str, message: str) -> None:
     now = datetime(2030, 1, 1, tzinfo=timezone.utc).timestamp()
-    with pytest.raises(UsageFailure, match=message.replace("(", r"\(").replace("+", r"\+")):
+    with pytest.raises(RequestError, match=message.replace("(", r"\(").replace("+", r"\+")):
         parse_until(text, now)
 
 
 def until_in_zone(text: str, zone: str) -> subprocess.CompletedProcess[str]:
     """parse_until in a process whose local time zone is zone."""
-    code = f"from sqsjkr.commands.pause import parse_until; print(parse_until({text!r}, 0))"
+    code = f"from sqsjkr.fleet.pause import parse_until; print(parse_until({text!r}, 0))"
     return subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from sqsjkr.commands.audit import os_user
 from sqsjkr.contract.run import RunRecord
+from sqsjkr.fleet.audit import os_user
 
 from .conftest import Aws, Daemon, Start, run_daemon
-from .faults import FaultProxy
+from .faults import Fault, FaultProxy
 from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixture
 from .test_local import paste, pasteable_commands
 from .test_schedules import events, queue_arn, scheduler, sqsjkr, write_conf
@@ -94,7 +94,10 @@ def test_trigger_waits_for_the_run_whose_record_says_who_and_why(
         "nightly",
         "rerun after the fix",
     )
-    assert item["detail"] == f"schedule sqsjkr-db-backup to queue {aws.queue_name}"
+    # Amended once sent: the trail names the event and the message it sent.
+    assert item["detail"] == (
+        f"schedule sqsjkr-db-backup to queue {aws.queue_name}, message {message_id}"
+    )
     assert "s3cret" not in out
     assert daemon.stop() == 0
 
@@ -253,6 +256,39 @@ def test_a_trigger_whose_audit_item_cannot_be_written_sends_nothing(
     assert (code, out) == (1, "")
     assert err.startswith('sqsjkr: error: trigger "nightly" not done: its audit item could not')
     assert aws.queue_counts() == (0, 0)
+
+
+def test_a_trigger_whose_audit_item_cannot_name_its_message_is_sent_and_warns(
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    moto_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    schedule(group, "sqsjkr-db-backup", queue_arn(aws), BODY)
+    conf = write_conf(tmp_path, aws, group=group)
+    with FaultProxy(moto_endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        # Only the amend (a put of an audit item that exists) fails: the first write is kept.
+        proxy.add(
+            Fault(
+                lambda call: (
+                    call.item_type() == "audit"
+                    and call.json.get("ConditionExpression") == "attribute_exists(Id)"
+                ),
+                error=(400, "AccessDeniedException"),
+            )
+        )
+        code, out, err = sqsjkr(capsys, "trigger", "nightly", "-c", conf)
+        assert code == 0, err
+        message_id = out.strip()
+        assert 'sqsjkr: warning: the audit item of trigger "nightly" does not say ' in err
+        assert f"message {message_id}" in err and "AccessDeniedException" in err
+        assert aws.queue_counts() == (1, 0)
+        code, out, _ = sqsjkr(capsys, "audit", "--json", "-c", conf)
+        [item] = json.loads(out)
+    assert item["detail"] == f"schedule sqsjkr-db-backup to queue {aws.queue_name}"
 
 
 def test_trigger_wait_gives_up_after_its_timeout_with_exit_124(

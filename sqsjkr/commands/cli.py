@@ -14,7 +14,8 @@ import click
 
 from sqsjkr import __version__
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.errors import SqsjkrError
+from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT
+from sqsjkr.errors import NothingToDo, RequestError, SqsjkrError, WaitTimedOut
 from sqsjkr.fleet.failures import aws_failure
 
 #: Each subcommand and where it is defined. A subcommand's module is imported only when that
@@ -105,6 +106,14 @@ def cli() -> None:
     """SQS Job Kicker: run the jobs a schedule puts on an SQS queue, once, on one host of a fleet."""
 
 
+#: The exit code of each refusal of the fleet layer that is not a failure.
+_EXIT_CODES: dict[type[SqsjkrError], int] = {
+    NothingToDo: 1,
+    RequestError: 2,
+    WaitTimedOut: WAIT_TIMEOUT_EXIT,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: one-line errors, exit 2 for a bad command line or config, 1 for a failure."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -120,6 +129,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         sys.exit(1)
+    except (NothingToDo, RequestError, WaitTimedOut) as exc:
+        # The fleet layer's refusals, said as the command line's own: no "error:".
+        click.echo(f"sqsjkr: {exc}", err=True)
+        sys.exit(_EXIT_CODES[type(exc)])
     except SqsjkrError as exc:
         click.echo(f"sqsjkr: error: {exc}", err=True)
         sys.exit(1)

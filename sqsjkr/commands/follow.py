@@ -16,11 +16,11 @@ from sqsjkr.backends.live import DynamoLive, LiveStore
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.store import open_store
 from sqsjkr.commands.tables import history_lines
-from sqsjkr.commands.waiting import Deadline
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import RunRecordLost, quote
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.live import Follower, new_part, poll_seconds
+from sqsjkr.fleet.waiting import Deadline
 from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
 

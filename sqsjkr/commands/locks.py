@@ -11,13 +11,13 @@ from typing import Any
 
 import click
 
-from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.options import load, reason_option
 from sqsjkr.commands.store import store_options
 from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.run import RunStart
 from sqsjkr.errors import NotHeld, UnlockRefused
+from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.locks import Group, HeldLock, Holdings, Table, held, table_of
 from sqsjkr.fleet.unlock import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.fleet.wording import local_time, waiting_text

@@ -21,12 +21,12 @@ from sqsjkr.backends.scheduler import (
     one_time_name,
     queue_target,
 )
-from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.when import OneTime, one_time_at, one_time_in
+from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.observability.logs import shorten_command
 
 

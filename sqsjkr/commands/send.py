@@ -25,7 +25,6 @@ from sqsjkr.backends.sqs import (
     resolve_queue_url,
     send_settings,
 )
-from sqsjkr.commands.audit import ONE_OFF, command_auditor
 from sqsjkr.commands.options import (
     UsageFailure,
     conf_option,
@@ -41,6 +40,7 @@ from sqsjkr.contract.http_call import METHODS
 from sqsjkr.contract.job import MESSAGE_FIELDS, build_body, parse_job
 from sqsjkr.contract.run import one_off
 from sqsjkr.errors import InvalidJobError, quote
+from sqsjkr.fleet.audit import ONE_OFF, command_auditor
 from sqsjkr.observability.logs import shorten_command
 
 

@@ -18,17 +18,17 @@ import click
 
 from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
-from sqsjkr.commands.audit import command_auditor
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.pause import pause_text
-from sqsjkr.commands.route import route_text
 from sqsjkr.commands.store import open_store, store_options
 from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary
 from sqsjkr.errors import DurationError, SqsjkrError, quote
+from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.failures import aws_failure, failure_text
 from sqsjkr.fleet.history import Store, forget_event, record_json
+from sqsjkr.fleet.pause import pause_text
+from sqsjkr.fleet.route import route_text
 from sqsjkr.fleet.running import Running
 from sqsjkr.fleet.schedules import Upcoming, read_upcoming
 from sqsjkr.fleet.status import CheckPolicy, Finding, Level, check_fleet, read_status

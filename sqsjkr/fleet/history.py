@@ -19,7 +19,7 @@ from sqsjkr.errors import ResourceMissingError
 
 if TYPE_CHECKING:
     # fleet-actions moves the Auditor into sqsjkr/fleet/audit.py: the lead points this there.
-    from sqsjkr.commands.audit import Auditor
+    from sqsjkr.fleet.audit import Auditor
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from sqsjkr.observability.logs import escape
 
 if TYPE_CHECKING:
     # fleet-actions moves the Auditor into sqsjkr/fleet/audit.py: the lead points this there.
-    from sqsjkr.commands.audit import Auditor
+    from sqsjkr.fleet.audit import Auditor
 
 
 #: What a forced unlock of a live lease means, for --help and the command's own warning.

@@ -1,4 +1,4 @@
-"""The dashboard's actions: each one a call into the function its CLI command calls, audited with the
+"""The dashboard's actions: each one a call into the fleet layer, as its CLI command makes, audited with the
 dashboard's user as the actor ("web:<user>@<host>"), and what it did as lines for the page.
 """
 
@@ -18,14 +18,15 @@ from sqsjkr.backends.kills import KillAnswer
 from sqsjkr.backends.lease import lease_timing
 from sqsjkr.backends.pause import DynamoPauses
 from sqsjkr.backends.routes import DynamoRoutes, Route
-from sqsjkr.commands.audit import Actor, Auditor, aws_identity
-from sqsjkr.commands.dlq import queues_of, redrive_letters
-from sqsjkr.commands.kill import answer_line, kill_runs, need_claims
-from sqsjkr.commands.pause import parse_until, pause_events, pause_text, resume_events, scope_text
-from sqsjkr.commands.route import clear_route, honour_lines, set_route
-from sqsjkr.commands.trigger import trigger_event
 from sqsjkr.errors import ActionError, NotHeld, UnlockRefused, quote
+from sqsjkr.fleet.audit import Actor, Auditor, aws_identity
+from sqsjkr.fleet.dead_letters import queues_of
 from sqsjkr.fleet.failures import failure_text
+from sqsjkr.fleet.kill import answer_line, kill_runs, need_claims
+from sqsjkr.fleet.pause import parse_until, pause_events, pause_text, resume_events, scope_text
+from sqsjkr.fleet.redrive import redrive_letters
+from sqsjkr.fleet.route import clear_route, honour_lines, set_route
+from sqsjkr.fleet.trigger import trigger_event
 from sqsjkr.fleet.unlock import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.web.fleet import Fleet
 
@@ -128,7 +129,7 @@ class Actions:
             form.get("force") == "yes",
             _reason(form),
             say=lines.append,
-            warn=lines.append,
+            warn=lambda line: lines.append(f"sqsjkr: warning: {line}"),
         )
         lines += [f"error: {error}" for error in run.errors]
         lines.append(f"{run.moved} moved, {len(run.skipped)} left as malformed")
@@ -144,6 +145,8 @@ class Actions:
             lines.append,
         )  # fmt: skip
         lines.insert(0, f"sent message {sent.message_id} to queue {sent.to.name}: {sent.to.why}")
+        if sent.warning is not None:
+            lines.append(f"warning: {sent.warning}")
         return Outcome(lines)
 
     def kill(self, user: str | None, form: Form) -> Outcome:

@@ -19,10 +19,10 @@ from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.backends.pause import Pause, decode_pauses, in_effect
 from sqsjkr.backends.routes import Route, decode_routes
 from sqsjkr.backends.scheduler import EventSchedule
-from sqsjkr.commands.dlq import DeadLetter, Peek, Queues, queues_of
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, RunRecord
 from sqsjkr.fleet.daemons import live
+from sqsjkr.fleet.dead_letters import DeadLetter, Peek, Queues, queues_of
 from sqsjkr.fleet.failures import failure_text
 from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.locks import HeldLock, Holdings, Table, held, lock_of

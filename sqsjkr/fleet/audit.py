@@ -1,0 +1,117 @@
+"""The audit trail: who acts (Actor), the item each action writes before it acts (Auditor), and the
+entries that were written, for `sqsjkr audit` and the dashboard's audit page.
+
+An action calls its Auditor first; when the item cannot be written, AuditRefused, and it changes nothing.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqsjkr.backends.audit import AuditEntry, AuditTrail, DynamoAudit
+from sqsjkr.backends.aws import describe, make_client, make_session
+from sqsjkr.contract.config import Config
+from sqsjkr.errors import AuditRefused, quote
+from sqsjkr.fleet.wording import local_time
+from sqsjkr.observability.logs import escape
+
+#: The target of a send of a job without an event_id: its message, named in the detail once
+#: it is sent, is its event.
+ONE_OFF = "(one-off)"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts: the OS user@host of a command (or a dashboard's user) and the AWS identity."""
+
+    user: str
+    identity: str
+
+
+def os_user() -> str:
+    """user@host of whoever runs the command."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry (a bare container)
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def aws_identity(session: object) -> str:
+    """The caller's ARN, as STS names it; AuditRefused when STS cannot say, since an audit item
+    that does not say who acted is worth little."""
+    try:
+        return str(make_client(session, "sts").get_caller_identity()["Arn"])
+    except Exception as exc:
+        raise AuditRefused(
+            f"not done: the caller's AWS identity could not be read from STS for the audit "
+            f"trail ({escape(describe(exc))})"
+        ) from exc
+
+
+def audited(
+    trail: AuditTrail,
+    actor: Actor,
+    action: str,
+    target: str,
+    *,
+    reason: str = "",
+    detail: str = "",
+    clock: Callable[[], float] = time.time,
+) -> AuditEntry:
+    """Write the audit item of an action about to be taken; AuditRefused when it was not kept,
+    so that the caller does not act."""
+    entry = AuditEntry(clock(), action, target, reason, actor.user, actor.identity, detail)
+    try:
+        trail.write(entry)
+    except Exception as exc:
+        raise AuditRefused(
+            f"{action} {quote(target)} not done: its audit item could not be written "
+            f"({escape(describe(exc))})"
+        ) from exc
+    return entry
+
+
+@dataclass(frozen=True)
+class Auditor:
+    """Writes the audit items of one actor's actions to one trail."""
+
+    trail: AuditTrail
+    actor: Actor
+
+    def __call__(
+        self, action: str, target: str, *, reason: str = "", detail: str = ""
+    ) -> AuditEntry:
+        return audited(self.trail, self.actor, action, target, reason=reason, detail=detail)
+
+    def amend(self, entry: AuditEntry, detail: str) -> str | None:
+        """Give entry, written before the action, what the action did (detail); why the trail
+        could not keep it, or None. The action is done by then: the caller only warns."""
+        try:
+            self.trail.amend(entry, replace(entry, detail=detail))
+        except Exception as exc:
+            return f"the audit item of {entry.action} {quote(entry.target)} does not say {escape(detail)} ({escape(describe(exc))})"
+        return None
+
+
+def command_auditor(config: Config) -> Auditor:
+    """The Auditor of a command run by this OS user with config's account, into its table."""
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    trail = DynamoAudit(make_client(session, "dynamodb"), config.lock.table)
+    return Auditor(trail, Actor(os_user(), aws_identity(session)))
+
+
+def entries_since(client: Any, table: str, since: float) -> list[AuditEntry]:
+    """Every audit entry of the table from since (unix seconds) on, newest first."""
+    return DynamoAudit(client, table).entries(since)
+
+
+def entry_json(entry: AuditEntry) -> dict[str, object]:
+    """An entry as data for JSON and pages: its fields, its time in the host's zone."""
+    return {**entry.as_dict(), "at": local_time(entry.at)}

@@ -1,0 +1,264 @@
+"""The dead-letter queue of a job queue, read without consuming it: the queues (Queues), a message
+read from it (DeadLetter), and the reader (Peek), which makes every message it read visible again.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from sqsjkr.backends.aws import describe, make_client, make_session
+from sqsjkr.backends.sqs import (
+    MAX_BATCH,
+    ORIGINAL_ID_ATTRIBUTE,
+    RECEIVE_COUNT_ATTRIBUTE,
+    REJECT_REASON_ATTRIBUTE,
+    dead_letter_queue_url,
+    is_fifo,
+    queue_settings,
+    resolve_queue_url,
+)
+from sqsjkr.contract.config import Config
+from sqsjkr.contract.masking import MASK, secret_key, shown_body
+from sqsjkr.errors import ResourceMissingError
+from sqsjkr.observability.logs import escape
+
+_log = logging.getLogger(__name__)
+
+#: How long a listing hides what it has read: long enough that one listing does not read a
+#: message twice, short enough that a listing cut off (a kill -9) hides nothing for long.
+PEEK_VISIBILITY_SECONDS = 30
+#: A short long poll: it asks every SQS server, so an empty answer means no more messages.
+PEEK_WAIT_SECONDS = 1
+
+
+@dataclass(frozen=True)
+class Queues:
+    """The job queue and the dead-letter queue its RedrivePolicy names."""
+
+    sqs: Any
+    name: str
+    url: str
+    dlq_name: str
+    dlq_url: str
+    config: Config
+
+    @property
+    def fifo(self) -> bool:
+        return is_fifo(self.name)
+
+
+def queues_of(config: Config, queue: str | None, sqs: Any = None) -> Queues:
+    """The queue (default: [sqs] queue_name) and its dead-letter queue, of a loaded config,
+    through sqs (default: a client of the config's own)."""
+    if sqs is None:
+        session = make_session(region=config.account.region, profile=config.account.profile)
+        sqs = make_client(session, "sqs")
+    name = queue or config.sqs.queue_name
+    url = resolve_queue_url(sqs, name, config.account.id)
+    arn = queue_settings(sqs, url).dead_letter_arn
+    if arn is None:
+        raise ResourceMissingError(
+            f"queue {name!r} has no RedrivePolicy, so no dead-letter queue: the daemon logs and "
+            "drops malformed messages"
+        )
+    dlq_url = dead_letter_queue_url(sqs, arn)
+    return Queues(sqs, name, url, arn.rsplit(":", 1)[-1], dlq_url, config)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message read from the dead-letter queue."""
+
+    message_id: str
+    receipt_handle: str
+    body: str
+    system: Mapping[str, str]  # SentTimestamp, ApproximateReceiveCount, MessageGroupId, ...
+    attributes: Mapping[str, Any] = field(default_factory=dict)  # message attributes
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> DeadLetter:
+        return cls(
+            raw["MessageId"],
+            raw["ReceiptHandle"],
+            raw.get("Body", ""),
+            raw.get("Attributes", {}),
+            raw.get("MessageAttributes", {}),
+        )
+
+    def _ours(self, name: str) -> str | None:
+        value = self.attributes.get(name)
+        return None if value is None else str(value.get("StringValue"))
+
+    @property
+    def original_id(self) -> str:
+        """Its id on the job queue, as the daemon logged it; SQS moves a message with its id."""
+        return self._ours(ORIGINAL_ID_ATTRIBUTE) or self.message_id
+
+    @property
+    def receive_count(self) -> int:
+        """Receives on the job queue, when the daemon moved it; else the DLQ's own count (which
+        SQS carries over from the job queue, and to which every listing adds one)."""
+        count = self._ours(RECEIVE_COUNT_ATTRIBUTE) or self.system.get("ApproximateReceiveCount")
+        return int(count or 0)
+
+    @property
+    def error(self) -> str | None:
+        """Why the daemon dead-lettered it; None when SQS moved it after maxReceiveCount."""
+        return self._ours(REJECT_REASON_ATTRIBUTE)
+
+    @property
+    def sent_at(self) -> float:
+        return int(self.system.get("SentTimestamp", 0)) / 1000
+
+    def matches(self, wanted: str) -> bool:
+        return wanted in (self.message_id, self.original_id)
+
+    def shown_body(self, indent: int | None = 2) -> str:
+        """Its body as it may be shown: a JSON body with what may be secret masked (the
+        dashboard's rule), any other as it is (a face escapes it)."""
+        shown = shown_body(self.body, indent)
+        return self.body if shown is None else shown
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "original_id": self.original_id,
+            "receive_count": self.receive_count,
+            "sent_at": self.sent_at,
+            "error": self.error,
+            "body": self.shown_body(None),
+            "message_attributes": {
+                name: shown_attribute(name, value) for name, value in self.attributes.items()
+            },
+            "attributes": dict(self.system),
+        }
+
+
+def attribute_json(value: Mapping[str, Any]) -> dict[str, str]:
+    """A message attribute for JSON: a binary value in base64, as the AWS CLI shows it."""
+    shown = {"DataType": str(value.get("DataType"))}
+    if "BinaryValue" in value:
+        shown["BinaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
+    else:
+        shown["StringValue"] = str(value.get("StringValue"))
+    return shown
+
+
+def shown_attribute(name: str, value: Mapping[str, Any]) -> dict[str, str]:
+    """A message attribute as it may be shown: its value masked when its name looks secret."""
+    shown = attribute_json(value)
+    if secret_key(name):
+        shown = {k: v if k == "DataType" else MASK for k, v in shown.items()}
+    return shown
+
+
+class Peek:
+    """Reads every message of a queue without consuming it; leaving the block makes every one
+    read and not deleted visible again at once."""
+
+    def __init__(self, sqs: Any, url: str, warn: Callable[[str], None] | None = None) -> None:
+        self._sqs = sqs
+        self._url = url
+        # Who hears of a message that stays hidden: the face, or this module's log.
+        self._warn = warn or _log.warning
+        self._held: dict[str, DeadLetter] = {}
+
+    def __enter__(self) -> Peek:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def pages(self) -> Iterator[list[DeadLetter]]:
+        """The messages, a receive at a time, until a receive brings no message not yet read."""
+        seen: set[str] = set()
+        while True:
+            response = self._sqs.receive_message(
+                QueueUrl=self._url,
+                MaxNumberOfMessages=MAX_BATCH,
+                VisibilityTimeout=PEEK_VISIBILITY_SECONDS,
+                WaitTimeSeconds=PEEK_WAIT_SECONDS,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            )
+            letters = [DeadLetter.of(raw) for raw in response.get("Messages", [])]
+            # A message read twice is released by its latest receipt handle only.
+            self._held.update((letter.message_id, letter) for letter in letters)
+            new = [letter for letter in letters if letter.message_id not in seen]
+            if not new:
+                return
+            seen.update(letter.message_id for letter in new)
+            yield new
+
+    def delete(self, letter: DeadLetter) -> None:
+        self._sqs.delete_message(QueueUrl=self._url, ReceiptHandle=letter.receipt_handle)
+        self._held.pop(letter.message_id, None)
+
+    def delete_batch(self, letters: Sequence[DeadLetter]) -> list[str]:
+        """Delete up to MAX_BATCH letters in one call; why each one that was not deleted failed."""
+        entries = [
+            {"Id": str(i), "ReceiptHandle": letter.receipt_handle}
+            for i, letter in enumerate(letters)
+        ]
+        response = self._sqs.delete_message_batch(QueueUrl=self._url, Entries=entries)
+        failed = {
+            int(f["Id"]): f.get("Message", f.get("Code", "")) for f in response.get("Failed", [])
+        }
+        for i, letter in enumerate(letters):
+            if i not in failed:
+                self._held.pop(letter.message_id, None)
+        return [f"{escape(letters[i].message_id)}: {why}" for i, why in failed.items()]
+
+    def release(self) -> None:
+        """Make what is still held visible again; a failure only delays it by the timeout."""
+        held = list(self._held.values())
+        self._held.clear()
+        for start in range(0, len(held), MAX_BATCH):
+            chunk = held[start : start + MAX_BATCH]
+            entries = [
+                {"Id": str(i), "ReceiptHandle": letter.receipt_handle, "VisibilityTimeout": 0}
+                for i, letter in enumerate(chunk)
+            ]
+            try:
+                response = self._sqs.change_message_visibility_batch(
+                    QueueUrl=self._url, Entries=entries
+                )
+                failed = [
+                    (chunk[int(f["Id"])].message_id, f.get("Message", f.get("Code", "")))
+                    for f in response.get("Failed", [])
+                ]
+            except (BotoCoreError, ClientError) as exc:
+                failed = [(letter.message_id, describe(exc)) for letter in chunk]
+            for message_id, why in failed:
+                self._warn(
+                    f"message {message_id} stays hidden for up to {PEEK_VISIBILITY_SECONDS}s: {why}"
+                )
+
+
+def read_letters(queues: Queues, warn: Callable[[str], None] | None = None) -> list[DeadLetter]:
+    """Every message of the dead-letter queue, oldest sent first, left there."""
+    with Peek(queues.sqs, queues.dlq_url, warn) as peek:
+        letters = [letter for page in peek.pages() for letter in page]
+    return sorted(letters, key=lambda letter: letter.sent_at)
+
+
+def find_letter(
+    queues: Queues, message_id: str, warn: Callable[[str], None] | None = None
+) -> DeadLetter | None:
+    """The message of the dead-letter queue whose id (DLQ or original) is message_id, or None."""
+    with Peek(queues.sqs, queues.dlq_url, warn) as peek:
+        return next(
+            (found for page in peek.pages() for found in page if found.matches(message_id)), None
+        )

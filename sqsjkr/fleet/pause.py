@@ -1,0 +1,132 @@
+"""Pausing and resuming events fleet-wide, in the lock table, each audited first; a pause in words,
+and when the daemons honour a change of the controls item (docs/semantics.md, "Pauses").
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+
+from sqsjkr.backends.pause import Pause, PauseStore
+from sqsjkr.contract.config import Config
+from sqsjkr.contract.duration import parse_duration
+from sqsjkr.errors import DurationError, RequestError, quote
+from sqsjkr.fleet.audit import Auditor
+from sqsjkr.fleet.wording import format_duration, format_span, local_time
+from sqsjkr.observability.logs import escape
+
+# A date and a time (seconds optional), "T" or a blank between them, and an optional UTC offset.
+_TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}(?::\d{2})?)(Z|[+-]\d{2}:\d{2})?", re.I)
+_TIME_HINT = (
+    "give a time (2030-01-31T09:30:00+09:00, or 2030-01-31 09:30 in this host's time zone) "
+    "or a duration from now (2h, 90m, 1d)"
+)
+
+
+def parse_until(text: str, now: float) -> float:
+    """--until TEXT as unix seconds: RFC 3339, a local date and time in the host's zone, or a
+    duration from now ("2h", "1d"). A past time, or one the local clock skips or repeats, is
+    refused with a RequestError."""
+    match = _TIME.fullmatch(text.strip())
+    if match is not None:
+        until = _instant(text, *match.groups())
+    else:
+        try:
+            seconds = parse_duration(text.strip(), days=True).seconds
+        except DurationError as exc:
+            raise RequestError(f"--until {quote(text)}: {_TIME_HINT} ({exc})") from exc
+        if seconds <= 0:
+            raise RequestError(f"--until {quote(text)}: a duration must be longer than 0")
+        until = now + seconds
+    if until <= now:
+        raise RequestError(
+            f"--until {quote(text)} is in the past ({local_time(until)}; it is "
+            f"{local_time(now)} now)"
+        )
+    return until
+
+
+def _instant(text: str, day: str, clock: str, offset: str | None) -> float:
+    if offset:
+        zone = "+00:00" if offset.upper() == "Z" else offset
+        try:
+            return datetime.fromisoformat(f"{day}T{clock}{zone}").timestamp()
+        except ValueError as exc:
+            raise RequestError(f"--until {quote(text)}: {exc}") from exc
+    try:
+        naive = datetime.fromisoformat(f"{day}T{clock}")
+    except ValueError as exc:
+        raise RequestError(f"--until {quote(text)}: {exc}") from exc
+    # Read in the host's zone: both folds of a local time that the clock repeats, neither of
+    # one that it skips (that one does not read back as itself).
+    candidates = {naive.replace(fold=fold).timestamp() for fold in (0, 1)}
+    real = sorted(t for t in candidates if datetime.fromtimestamp(t) == naive)
+    if not real:
+        raise RequestError(
+            f"--until {quote(text)} does not exist in this host's time zone (the clock skips "
+            "it): give a time outside the skipped hour, or a UTC offset"
+        )
+    if len(real) > 1:
+        raise RequestError(
+            f"--until {quote(text)} happens twice in this host's time zone (daylight saving "
+            "time ends): give it with a UTC offset (2030-10-27T02:30:00+02:00)"
+        )
+    return real[0]
+
+
+def pause_text(pause: Pause, now: float) -> str:
+    """A pause on one line: what, since when, until when, by whom, and why."""
+    return f"{scope_text(pause)} {details_text(pause, now)}"
+
+
+def scope_text(pause: Pause) -> str:
+    return "all events" if pause.event_id is None else f"event {quote(pause.event_id)}"
+
+
+def details_text(pause: Pause, now: float) -> str:
+    """Since when, until when, by whom and why."""
+    if pause.until is None:
+        until = "until resumed"
+    else:
+        left = format_span(math.ceil(pause.until - now))
+        until = f"until {local_time(pause.until)} ({left} left)"
+    reason = f": {escape(pause.reason)}" if pause.reason else ""
+    return f"since {local_time(pause.since)} {until}, by {escape(pause.by)}{reason}"
+
+
+def pause_events(
+    store: PauseStore,
+    audit: Auditor,
+    by: str,
+    events: Sequence[str] | None,
+    now: float,
+    ends: float | None,
+    reason: str,
+) -> Iterator[Pause]:
+    """Pause events (None: all), each audited first.
+    Yields each pause once made; AuditRefused before the first one not audited."""
+    for event_id in [None] if events is None else events:
+        made = Pause(event_id, now, ends, reason, by)
+        until_text = "until resumed" if ends is None else f"until {local_time(ends)}"
+        audit("pause", event_id or "all events", reason=reason, detail=until_text)
+        store.pause(made)
+        yield made
+
+
+def resume_events(
+    store: PauseStore, audit: Auditor, events: Sequence[str] | None, reason: str
+) -> list[Pause]:
+    """Lift the pauses of events (None: every pause), audited first; the pauses lifted."""
+    audit("resume", "every pause" if events is None else ", ".join(events), reason=reason)
+    return store.resume(events)
+
+
+def honour_text(config: Config) -> str:
+    """When the fleet's daemons see a change of the controls item (a pause, a route)."""
+    refresh = format_duration(config.kicker.pause_refresh.seconds)
+    return (
+        f"daemons honour it within {refresh} ([kicker] pause_refresh) of their next messages; "
+        "jobs already running go on"
+    )
