@@ -110,3 +110,13 @@ class ScheduleExpressionError(SqsjkrError, ValueError):
 
 class AuditRefused(SqsjkrError):
     """A state change was not made because its audit item could not be written first."""
+
+
+class JobWaitTimeout(SqsjkrError):
+    """A wait for a job's run gave up at its timeout: the job was not stopped, and still runs or
+    stays queued."""
+
+
+class UniqueSendBusy(SqsjkrError):
+    """A send with unique_for found an identical send still under way (it holds the job's
+    uniqueness item without a message id yet): nothing was sent."""
