@@ -45,7 +45,7 @@ from sqsjkr.contract.job import MESSAGE_FIELDS, build_body, parse_job
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import DurationError, InvalidJobError, JobWaitTimeout, quote
 from sqsjkr.fleet.jobs import JobHandle
-from sqsjkr.fleet.send import Outgoing, audit_send, send_job
+from sqsjkr.fleet.send import Outgoing, send_job
 
 
 def key_values(option: str, values: Sequence[str]) -> dict[str, str]:
@@ -460,12 +460,10 @@ def send(
     queue.warn_of_retries(body)
     fifo = queue.fifo_parameters(body, group_id, dedupe_id, delay=delay, later=later)
     audit = command_auditor(config)
-    if when is not None:
-        audit_send(audit, body, queue_name, reason, when)
-        group = None if fifo is None else fifo["MessageGroupId"]
-        schedule_job(config, store.session, sqs, queue_url, body, when, conf=conf, group_id=group)
-        return 0
     outgoing = Outgoing(body, queue_name, queue_url, delay, fifo)
+    if when is not None:
+        schedule_job(config, store.session, sqs, audit, outgoing, when, conf=conf, reason=reason)
+        return 0
     sent = send_job(store, audit, outgoing, reason=reason, unique_for=waits.unique_for)
     click.echo(sent.handle.message_id)
     if sent.earlier:
