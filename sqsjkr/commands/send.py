@@ -5,7 +5,6 @@ What the daemon would refuse is never sent.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import sys
@@ -41,9 +40,10 @@ from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT, WaitTimedOut
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.http_call import METHODS
-from sqsjkr.contract.job import MESSAGE_FIELDS, build_body, parse_job
+from sqsjkr.contract.job import build_body, parse_job
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import DurationError, InvalidJobError, JobWaitTimeout, quote
+from sqsjkr.fleet.checks import retries_warning, unknown_fields
 from sqsjkr.fleet.jobs import JobHandle
 from sqsjkr.fleet.send import Outgoing, send_job
 
@@ -95,21 +95,6 @@ def checked_body(value: str) -> str:
     for warning in unknown_fields(body):
         click.echo(f"sqsjkr: warning: {warning}", err=True)
     return body
-
-
-def unknown_fields(body: str) -> list[str]:
-    """A warning for each field the daemon ignores, with the known name it is closest to."""
-    warnings = []
-    # Called once parse_job accepted the body, so it is a JSON object.
-    for name in json.loads(body):
-        if name in MESSAGE_FIELDS:
-            continue
-        warning = f"field {quote(name)} is not a job field and the daemon ignores it"
-        close = difflib.get_close_matches(name, sorted(MESSAGE_FIELDS), n=1)
-        if close:
-            warning += f"; did you mean {quote(close[0])}?"
-        warnings.append(warning)
-    return warnings
 
 
 #: The option that sets each message field (a dotted path inside "http"), for errors: whoever
@@ -534,19 +519,10 @@ class QueueSend:
     settings: SendSettings
 
     def warn_of_retries(self, body: str) -> None:
-        """Warn when a job's retries can take it past the queue's maxReceiveCount: every run is
-        a receive, and SQS moves a message received that many times to the dead-letter queue."""
-        retries = parse_job(body, message_id="(not sent)", sent_at=0.0).retries
-        count = self.settings.max_receive_count
-        if retries and count is not None and count <= retries + 1:
-            click.echo(
-                f"sqsjkr: warning: queue {self.name} moves a message to its dead-letter queue "
-                f"after {count} receives (RedrivePolicy maxReceiveCount), and a job with "
-                f"{retries} retries may be received {retries + 1} times or more: its retries "
-                f"can move it to the dead-letter queue (give the queue a count above "
-                f"{retries + 1})",
-                err=True,
-            )
+        """Warn when the job's retries can take it to the dead-letter queue."""
+        warning = retries_warning(self.name, self.settings, body)
+        if warning is not None:
+            click.echo(f"sqsjkr: warning: {warning}", err=True)
 
     def fifo_parameters(
         self, body: str, group_id: str | None, dedupe_id: str | None, *, delay: int, later: bool
