@@ -16,11 +16,14 @@ import pytest
 
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.run import RunOutcome
-from sqsjkr.errors import JobWaitTimeout
+from sqsjkr.errors import AuditRefused, JobWaitTimeout
 from sqsjkr.fleet.jobs import JobPhase
 from sqsjkr.fleet.send import Sender
+from sqsjkr.fleet.unique import unique_key
 
 from .conftest import Aws, Daemon, config_text, new_aws, sqsjkr, wait_until
+from .faults import FaultProxy
+from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixture
 from .web_fleet import module_env
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
@@ -170,6 +173,17 @@ def test_unique_for_returns_the_unfinished_jobs_id_and_sends_anew_once_it_ended(
     again = sender.send(job, unique_for=600)
     assert again.message_id != handle.message_id
     assert again.wait(timeout=30).outcome is RunOutcome.SUCCEEDED
+
+
+def test_a_unique_send_that_fails_gives_its_item_up(
+    site: Site,
+    failing_audit: FaultProxy,  # noqa: F811
+) -> None:
+    body = json.dumps({"command": "echo refused"})
+    with pytest.raises(AuditRefused):
+        site.sender().send(body, queue=site.idle, unique_for=600)
+    key = unique_key(site.idle, body)
+    assert site.aws.item(key["Id"]["S"], key["Type"]["S"]) is None  # the next send may send it
 
 
 def python_blocks(text: str) -> list[str]:
