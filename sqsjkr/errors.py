@@ -129,3 +129,8 @@ class RequestError(SqsjkrError):
 class WaitTimedOut(SqsjkrError):
     """A wait's deadline (--timeout) passed before what it waited for: nothing was stopped. The
     CLI exits 124 with it."""
+
+
+class UniqueSendBusy(SqsjkrError):
+    """A send with unique_for found an identical send still under way (it holds the job's
+    uniqueness item without a message id yet): nothing was sent."""

@@ -109,6 +109,35 @@ data "aws_iam_policy_document" "sender" {
   }
 
   statement {
+    sid    = "UniqueSends"
+    effect = "Allow"
+    actions = [
+      "dynamodb:PutItem",    # --unique-for: hold the job's uniqueness item
+      "dynamodb:UpdateItem", # --unique-for: name the message sent in it
+      "dynamodb:DeleteItem", # --unique-for: give it up when the send failed
+    ]
+    resources = [aws_dynamodb_table.locks.arn]
+
+    # Uniqueness items only (Ids unique:<hash of queue and body>), not a lock or a claim.
+    condition {
+      test     = "ForAllValues:StringLike"
+      variable = "dynamodb:LeadingKeys"
+      values   = ["unique:*"]
+    }
+  }
+
+  statement {
+    sid    = "FollowTheirJobs"
+    effect = "Allow"
+    actions = [
+      "dynamodb:GetItem",      # --wait, --unique-for: the job's claim and its event's summary
+      "dynamodb:Query",        # --wait: its event's runs; the summaries through TypeExpiredIndex
+      "dynamodb:BatchGetItem", # the summaries the index lists
+    ]
+    resources = [aws_dynamodb_table.locks.arn, "${aws_dynamodb_table.locks.arn}/index/TypeExpiredIndex"]
+  }
+
+  statement {
     sid       = "LetTheSchedulesSend"
     effect    = "Allow"
     actions   = ["iam:PassRole"] # a schedule created with --at runs as the scheduler role

@@ -40,6 +40,7 @@ SUBCOMMANDS = {
     "kill": "sqsjkr.commands.kill:kill",
     "route": "sqsjkr.commands.route:route",
     "trigger": "sqsjkr.commands.trigger:trigger",
+    "job": "sqsjkr.commands.job:job",
     "web": "sqsjkr.commands.web:web",
 }
 

@@ -1,7 +1,5 @@
-"""`sqsjkr send --at/--in`, `--list-scheduled` and `--cancel`: one-time jobs that EventBridge
-Scheduler puts on the queue later, kept by AWS instead of by sqsjkr.
-
-send.py builds and checks the job as for sending it now; this module schedules it.
+"""`sqsjkr send --at/--in`, `--list-scheduled` and `--cancel`: the options of one-time jobs and
+their words; fleet/scheduled.py schedules, lists and cancels them.
 """
 
 from __future__ import annotations
@@ -13,20 +11,16 @@ from typing import Any
 
 import click
 
-from sqsjkr.backends.aws import make_client, make_session
-from sqsjkr.backends.scheduler import (
-    cancel_one_time,
-    create_one_time,
-    list_one_time,
-    one_time_name,
-    queue_target,
-)
+from sqsjkr.backends.aws import make_session
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
-from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.when import OneTime, one_time_at, one_time_in
-from sqsjkr.fleet.audit import command_auditor
+from sqsjkr.errors import ConfigError
+from sqsjkr.fleet.audit import Auditor, command_auditor
+from sqsjkr.fleet.scheduled import cancel_scheduled, scheduled_jobs
+from sqsjkr.fleet.scheduled import schedule_job as create_scheduled
+from sqsjkr.fleet.send import Outgoing
 from sqsjkr.observability.logs import shorten_command
 
 
@@ -62,34 +56,18 @@ def schedule_job(
     config: Config,
     session: Any,
     sqs: Any,
-    queue_url: str,
-    body: str,
+    audit: Auditor,
+    out: Outgoing,
     when: OneTime,
     *,
     conf: str = DEFAULT_CONFIG_PATH,
-    group_id: str | None = None,
+    reason: str = "",
 ) -> None:
-    """Create the one-time schedule of body; prints its name, and when it runs on stderr.
-
-    group_id: the message group, for a FIFO queue (None for a standard one)."""
-    role_arn = config.schedule.role_arn
-    if role_arn is None:
-        raise UsageFailure(
-            "--at and --in need [schedule] role_arn in the config: the role EventBridge "
-            "Scheduler sends as (the terraform module's scheduler_role_arn output)"
-        )
-    job = parse_job(body, message_id="(scheduled)", sent_at=0.0)
-    name = one_time_name(job.event_id, when)
-    create_one_time(
-        make_client(session, "scheduler"),
-        group=config.schedule.group,
-        name=name,
-        when=when,
-        queue=queue_target(sqs, queue_url),
-        role_arn=role_arn,
-        body=body,
-        message_group_id=group_id,
-    )
+    """Schedule out's job at when (audited); prints its name, and when it runs on stderr."""
+    try:
+        name = create_scheduled(config, session, sqs, audit, out, when, reason=reason)
+    except ConfigError as exc:
+        raise UsageFailure(str(exc)) from exc
     click.echo(name)
     click.echo(
         f"sqsjkr: the job runs at {when.expression[3:-1]} {when.timezone} "
@@ -118,17 +96,15 @@ def manage_scheduled(
         raise UsageFailure("--list-scheduled and --cancel NAME take no other job option")
     config = load_config()
     session = make_session(region=config.account.region, profile=config.account.profile)
-    client = make_client(session, "scheduler")
     group = config.schedule.group
     if cancel is not None:
-        command_auditor(config)("send --cancel", cancel, reason=reason, detail=f"group {group}")
         try:
-            cancel_one_time(client, group, cancel)
+            cancel_scheduled(config, session, command_auditor(config), cancel, reason=reason)
         except ValueError as exc:
             raise UsageFailure(f"--cancel: {exc}") from exc
         click.echo(f"cancelled {cancel}")
         return
-    jobs = list_one_time(client, group)
+    jobs = scheduled_jobs(config, session)
     if not jobs:
         click.echo(f"sqsjkr: no one-time jobs to run in schedule group {group!r}", err=True)
         return

@@ -5,7 +5,6 @@ What the daemon would refuse is never sent.
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import sys
@@ -16,7 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
-from sqsjkr.backends.aws import make_client, make_session
+from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.sqs import (
     SendSettings,
     fifo_id_error,
@@ -35,13 +34,19 @@ from sqsjkr.commands.options import (
     region_option,
 )
 from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
+from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT
 from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.http_call import METHODS
-from sqsjkr.contract.job import MESSAGE_FIELDS, build_body, parse_job
-from sqsjkr.contract.run import one_off
-from sqsjkr.errors import InvalidJobError, quote
-from sqsjkr.fleet.audit import ONE_OFF, command_auditor
-from sqsjkr.observability.logs import shorten_command
+from sqsjkr.contract.job import build_body, parse_job
+from sqsjkr.contract.run import RunOutcome
+from sqsjkr.errors import DurationError, InvalidJobError, WaitTimedOut, quote
+from sqsjkr.fleet.audit import command_auditor
+from sqsjkr.fleet.checks import retries_warning, unknown_fields
+from sqsjkr.fleet.history import store_of
+from sqsjkr.fleet.jobs import JobHandle
+from sqsjkr.fleet.send import Outgoing, send_job
 
 
 def key_values(option: str, values: Sequence[str]) -> dict[str, str]:
@@ -91,21 +96,6 @@ def checked_body(value: str) -> str:
     for warning in unknown_fields(body):
         click.echo(f"sqsjkr: warning: {warning}", err=True)
     return body
-
-
-def unknown_fields(body: str) -> list[str]:
-    """A warning for each field the daemon ignores, with the known name it is closest to."""
-    warnings = []
-    # Called once parse_job accepted the body, so it is a JSON object.
-    for name in json.loads(body):
-        if name in MESSAGE_FIELDS:
-            continue
-        warning = f"field {quote(name)} is not a job field and the daemon ignores it"
-        close = difflib.get_close_matches(name, sorted(MESSAGE_FIELDS), n=1)
-        if close:
-            warning += f"; did you mean {quote(close[0])}?"
-        warnings.append(warning)
-    return warnings
 
 
 #: The option that sets each message field (a dotted path inside "http"), for errors: whoever
@@ -369,6 +359,24 @@ def job_options(command: _Command) -> _Command:
 )
 @click.option("--list-scheduled", is_flag=True, help="List the --at and --in jobs still to run.")
 @click.option("--cancel", metavar="NAME", help="Cancel an --at or --in job, by its name.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Follow the run to its end and print its record; exit 0 only if it succeeded.",
+)
+@click.option(
+    "--wait-timeout",
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help=f"Give up --wait after this long (0: never), and exit {WAIT_TIMEOUT_EXIT}.",
+)
+@click.option(
+    "--unique-for",
+    metavar="DURATION",
+    help='While the same job sent to the same queue in the last DURATION ("10m") is '
+    "unfinished, print its message id and send nothing.",
+)
 @queue_option
 @reason_option
 def send(
@@ -386,8 +394,11 @@ def send(
     list_scheduled: bool,
     cancel: str | None,
     reason: str,
+    wait: bool,
+    wait_timeout: str,
+    unique_for: str | None,
     **job: Any,
-) -> None:
+) -> int:
     """Validate a job and put it on the queue; prints the message id.
 
     With --at or --in, EventBridge Scheduler puts it on the queue later instead; prints the
@@ -399,7 +410,7 @@ def send(
         others = any(
             (built_from_options, body, at_time, in_time, zone, delay, group_id, queue_name)
         )
-        others = others or dedupe_id is not None
+        others = others or dedupe_id is not None or wait or unique_for is not None
         manage_scheduled(
             lambda: load(conf, Overrides(profile=profile, region=region)),
             listing=list_scheduled,
@@ -408,7 +419,7 @@ def send(
             conf=conf,
             reason=reason,
         )
-        return
+        return 0
     later = check_timing(at_time, in_time, zone, delay)
     if body is not None and built_from_options:
         raise UsageFailure("give either --body or the job options (--command, ...), not both")
@@ -422,38 +433,83 @@ def send(
     config = load(conf, Overrides(profile=profile, region=region))
     try:
         # The daemons' [http] allow is not known here: this config's stands in for it.
-        parsed = parse_job(body, message_id="(not sent)", sent_at=0.0, http_allow=config.http.allow)
+        parse_job(body, message_id="(not sent)", sent_at=0.0, http_allow=config.http.allow)
     except InvalidJobError as exc:
         raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
+    waits = Waits.of(wait, wait_timeout, unique_for, later=later, history=config.history.backend)
     when = when_of(config, at_time, in_time, zone) if later else None
-    session = make_session(region=config.account.region, profile=config.account.profile)
-    sqs = make_client(session, "sqs")
+    store = store_of(config)
+    sqs = make_client(store.session, "sqs")
     queue_name = queue_name or config.sqs.queue_name
     queue_url = resolve_queue_url(sqs, queue_name, config.account.id)
     queue = QueueSend(queue_name, send_settings(sqs, queue_url))
     queue.warn_of_retries(body)
     fifo = queue.fifo_parameters(body, group_id, dedupe_id, delay=delay, later=later)
     audit = command_auditor(config)
-    detail = f"{shorten_command(parsed.what)} to queue {queue_name}" + (
-        "" if when is None else f" at {when}"
-    )
-    # A job sent without an event_id is its message's own event: named once it is sent.
-    target = ONE_OFF if one_off(parsed.event_id, parsed.message_id) else parsed.event_id
-    entry = audit("send", target, reason=reason, detail=detail)
+    outgoing = Outgoing(body, queue_name, queue_url, delay, fifo)
     if when is not None:
-        group = None if fifo is None else fifo["MessageGroupId"]
-        schedule_job(config, session, sqs, queue_url, body, when, conf=conf, group_id=group)
-        return
-    request: dict[str, Any] = {"QueueUrl": queue_url, "MessageBody": body}
-    if fifo is None:
-        request["DelaySeconds"] = delay
-    else:
-        request.update(fifo)
-    response = sqs.send_message(**request)
-    click.echo(response["MessageId"])
-    problem = audit.amend(entry, f"{detail}, message {response['MessageId']}")
-    if problem is not None:
-        click.echo(f"sqsjkr: warning: {problem}", err=True)
+        schedule_job(config, store.session, sqs, audit, outgoing, when, conf=conf, reason=reason)
+        return 0
+    sent = send_job(store, audit, outgoing, reason=reason, unique_for=waits.unique_for)
+    click.echo(sent.handle.message_id)
+    if sent.earlier:
+        click.echo(
+            "sqsjkr: an identical job sent earlier is unfinished (--unique-for): that is its "
+            "message id; nothing was sent",
+            err=True,
+        )
+    if sent.audit_problem is not None:
+        click.echo(f"sqsjkr: warning: {sent.audit_problem}", err=True)
+    return waits.follow(sent.handle)
+
+
+def duration_seconds(option: str, text: str) -> float:
+    """The seconds of a duration option (90s, 10m, 2h, 1d); a UsageFailure when it is not one."""
+    try:
+        seconds = parse_duration(text.strip(), days=True).seconds
+    except DurationError as exc:
+        raise UsageFailure(f"{option} {quote(text)}: {exc}") from exc
+    if seconds < 0:
+        raise UsageFailure(f"{option} {quote(text)}: a duration of 0 or more")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Waits:
+    """--wait (with --wait-timeout) and --unique-for, checked against the other options."""
+
+    wait: bool
+    timeout: float | None
+    unique_for: float | None
+
+    @classmethod
+    def of(
+        cls, wait: bool, timeout: str, unique_for: str | None, *, later: bool, history: str
+    ) -> Waits:
+        if later and (wait or unique_for is not None):
+            raise UsageFailure("--wait and --unique-for are for jobs sent now, not --at or --in")
+        if wait and history == "none":
+            raise UsageFailure(
+                '--wait follows the run history, which is off ([history] backend = "none")'
+            )
+        seconds = None if unique_for is None else duration_seconds("--unique-for", unique_for)
+        if seconds == 0:
+            raise UsageFailure(f"--unique-for {quote(unique_for or '')}: a duration above 0")
+        limit = duration_seconds("--wait-timeout", timeout) or None
+        return cls(wait, limit, seconds)
+
+    def follow(self, handle: JobHandle) -> int:
+        """With --wait: the run's record, printed as `history` prints one run; 0 only if it
+        succeeded, WAIT_TIMEOUT_EXIT when --wait-timeout passed."""
+        if not self.wait:
+            return 0
+        try:
+            record = handle.wait(self.timeout)
+        except WaitTimedOut as exc:
+            raise WaitTimedOut(f"{exc} (--wait-timeout)") from exc
+        for line in history_lines([record], output=True):
+            click.echo(line)
+        return 0 if record.outcome is RunOutcome.SUCCEEDED else 1
 
 
 @dataclass(frozen=True)
@@ -464,19 +520,10 @@ class QueueSend:
     settings: SendSettings
 
     def warn_of_retries(self, body: str) -> None:
-        """Warn when a job's retries can take it past the queue's maxReceiveCount: every run is
-        a receive, and SQS moves a message received that many times to the dead-letter queue."""
-        retries = parse_job(body, message_id="(not sent)", sent_at=0.0).retries
-        count = self.settings.max_receive_count
-        if retries and count is not None and count <= retries + 1:
-            click.echo(
-                f"sqsjkr: warning: queue {self.name} moves a message to its dead-letter queue "
-                f"after {count} receives (RedrivePolicy maxReceiveCount), and a job with "
-                f"{retries} retries may be received {retries + 1} times or more: its retries "
-                f"can move it to the dead-letter queue (give the queue a count above "
-                f"{retries + 1})",
-                err=True,
-            )
+        """Warn when the job's retries can take it to the dead-letter queue."""
+        warning = retries_warning(self.name, self.settings, body)
+        if warning is not None:
+            click.echo(f"sqsjkr: warning: {warning}", err=True)
 
     def fifo_parameters(
         self, body: str, group_id: str | None, dedupe_id: str | None, *, delay: int, later: bool

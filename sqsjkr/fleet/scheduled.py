@@ -1,0 +1,74 @@
+"""One-time jobs that EventBridge Scheduler puts on the queue later (`send --at`/`--in`), kept by
+AWS instead of by sqsjkr: scheduling one (audited), listing those still to run, cancelling one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqsjkr.backends.aws import make_client
+from sqsjkr.backends.scheduler import (
+    ScheduledJob,
+    cancel_one_time,
+    create_one_time,
+    list_one_time,
+    one_time_name,
+    queue_target,
+)
+from sqsjkr.contract.config import Config
+from sqsjkr.contract.job import parse_job
+from sqsjkr.contract.when import OneTime
+from sqsjkr.errors import ConfigError
+from sqsjkr.fleet.audit import Auditor
+from sqsjkr.fleet.send import Outgoing, audit_send
+
+
+def schedule_job(
+    config: Config,
+    session: Any,
+    sqs: Any,
+    audit: Auditor,
+    out: Outgoing,
+    when: OneTime,
+    *,
+    reason: str = "",
+) -> str:
+    """Create the one-time schedule that sends out's job at when, audited first; its name.
+
+    out.fifo: the message group, for a FIFO queue (None for a standard one). ConfigError
+    without [schedule] role_arn."""
+    role_arn = config.schedule.role_arn
+    audit_send(audit, out.body, out.queue_name, reason, when)
+    if role_arn is None:
+        raise ConfigError(
+            "--at and --in need [schedule] role_arn in the config: the role EventBridge "
+            "Scheduler sends as (the terraform module's scheduler_role_arn output)"
+        )
+    job = parse_job(out.body, message_id="(scheduled)", sent_at=0.0)
+    name = one_time_name(job.event_id, when)
+    create_one_time(
+        make_client(session, "scheduler"),
+        group=config.schedule.group,
+        name=name,
+        when=when,
+        queue=queue_target(sqs, out.queue_url),
+        role_arn=role_arn,
+        body=out.body,
+        message_group_id=None if out.fifo is None else out.fifo["MessageGroupId"],
+    )
+    return name
+
+
+def scheduled_jobs(config: Config, session: Any) -> list[ScheduledJob]:
+    """The one-time jobs still to run in [schedule] group, soonest first."""
+    return list_one_time(make_client(session, "scheduler"), config.schedule.group)
+
+
+def cancel_scheduled(
+    config: Config, session: Any, audit: Auditor, name: str, *, reason: str = ""
+) -> None:
+    """Cancel the one-time job of that name, audited first. ValueError for a name that is not
+    a one-time job's; ResourceMissingError when there is no such job."""
+    group = config.schedule.group
+    audit("send --cancel", name, reason=reason, detail=f"group {group}")
+    cancel_one_time(make_client(session, "scheduler"), group, name)

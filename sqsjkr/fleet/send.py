@@ -1,0 +1,175 @@
+"""Sending a checked job to a queue: audited first, at most once while unfinished (unique_for),
+answered at once by a handle that reads its state and waits for its run.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqsjkr.backends.audit import AuditEntry
+from sqsjkr.backends.aws import make_client
+from sqsjkr.backends.sqs import (
+    SendSettings,
+    fifo_send_parameters,
+    group_id_of,
+    resolve_queue_url,
+    send_settings,
+)
+from sqsjkr.contract.config import Config
+from sqsjkr.contract.job import parse_job
+from sqsjkr.contract.run import one_off
+from sqsjkr.contract.when import OneTime
+from sqsjkr.fleet.audit import ONE_OFF, Auditor, command_auditor
+from sqsjkr.fleet.history import Store, store_of
+from sqsjkr.fleet.jobs import JobHandle, JobState, job_state
+from sqsjkr.fleet.unique import Earlier, Reservation, UniqueSends
+from sqsjkr.observability.logs import shorten_command
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A job body the daemon's parser accepted, and the queue it goes to, with its SQS
+    parameters: DelaySeconds for a standard queue, the FIFO group (and deduplication id)."""
+
+    body: str
+    queue_name: str
+    queue_url: str
+    delay: int = 0
+    fifo: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What a send did: the job's handle; earlier, when unique_for found the unfinished
+    identical job and sent nothing; why its audit item does not name the message, if it does not."""
+
+    handle: JobHandle
+    earlier: bool = False
+    audit_problem: str | None = None
+
+
+def audit_send(
+    audit: Auditor, body: str, queue_name: str, reason: str, when: OneTime | None = None
+) -> tuple[AuditEntry, str]:
+    """The audit item of a send (now, or at when), written before it; and its detail."""
+    parsed = parse_job(body, message_id="(not sent)", sent_at=0.0)
+    detail = f"{shorten_command(parsed.what)} to queue {queue_name}" + (
+        "" if when is None else f" at {when}"
+    )
+    # A job sent without an event_id is its message's own event: named once it is sent.
+    target = ONE_OFF if one_off(parsed.event_id, parsed.message_id) else parsed.event_id
+    return audit("send", target, reason=reason, detail=detail), detail
+
+
+def send_job(
+    store: Store,
+    audit: Auditor,
+    out: Outgoing,
+    *,
+    reason: str = "",
+    unique_for: float | None = None,
+) -> Sent:
+    """Put the job on its queue now, audited first, and return its handle.
+
+    unique_for (seconds): while an identical job (same body, same queue) sent with it in the
+    last unique_for seconds is unfinished, return that job's handle and send nothing."""
+    sqs = make_client(store.session, "sqs")
+    if not unique_for:
+        return _send(store, sqs, audit, out, reason)
+    uniques = UniqueSends(store.client, store.table)
+
+    def unfinished(earlier: Earlier) -> bool:
+        return not job_state(store, earlier.message_id, earlier.event_id).ended
+
+    with store.reading():
+        held = uniques.reserve(out.queue_name, out.body, unfinished)
+    if isinstance(held, Earlier):
+        return Sent(JobHandle(held.message_id, held.event_id, out.queue_name, store), True)
+    return _send_held(store, sqs, audit, out, reason, uniques, held, unique_for)
+
+
+def _send_held(
+    store: Store,
+    sqs: Any,
+    audit: Auditor,
+    out: Outgoing,
+    reason: str,
+    uniques: UniqueSends,
+    held: Reservation,
+    unique_for: float,
+) -> Sent:
+    try:
+        sent = _send(store, sqs, audit, out, reason)
+    except BaseException:
+        uniques.let_go(held)  # nothing was sent: the next send may send it
+        raise
+    uniques.hold(held, sent.handle.message_id, sent.handle.event_id, unique_for)
+    return sent
+
+
+def _send(store: Store, sqs: Any, audit: Auditor, out: Outgoing, reason: str) -> Sent:
+    entry, detail = audit_send(audit, out.body, out.queue_name, reason)
+    request: dict[str, Any] = {"QueueUrl": out.queue_url, "MessageBody": out.body}
+    if out.fifo is None:
+        request["DelaySeconds"] = out.delay
+    else:
+        request.update(out.fifo)
+    message_id = str(sqs.send_message(**request)["MessageId"])
+    problem = audit.amend(entry, f"{detail}, message {message_id}")
+    event_id = parse_job(out.body, message_id=message_id, sent_at=0.0).event_id
+    return Sent(JobHandle(message_id, event_id, out.queue_name, store), audit_problem=problem)
+
+
+class Sender:
+    """Jobs sent from a program: each checked with the daemon's parser, audited as this OS user,
+    answered by its handle. One boto3 session; safe to share between threads."""
+
+    def __init__(self, config: Config, store: Store | None = None) -> None:
+        self.config = config
+        self.store = store or store_of(config)
+        self._sqs = make_client(self.store.session, "sqs")
+        self._audit = command_auditor(config)
+        self._queues: dict[str, tuple[str, SendSettings]] = {}
+        self._mutex = threading.Lock()
+
+    def send(
+        self,
+        job: str | Mapping[str, Any],
+        *,
+        queue: str | None = None,
+        delay: int = 0,
+        unique_for: float | None = None,
+        reason: str = "",
+    ) -> JobHandle:
+        """Put job (a message body, or its fields as a dict) on queue (default: [sqs]
+        queue_name) and return its handle at once. InvalidJobError for a job the daemon would
+        refuse: nothing is sent. unique_for: see send_job."""
+        body = job if isinstance(job, str) else json.dumps(job)
+        parse_job(body, message_id="(not sent)", sent_at=0.0, http_allow=self.config.http.allow)
+        name = queue or self.config.sqs.queue_name
+        url, settings = self._queue(name)
+        fifo = None
+        if settings.fifo:
+            # An id of its own: content-based deduplication would drop a repeat of the body.
+            group = group_id_of(parse_job(body, message_id="-", sent_at=0.0).event_id)
+            fifo = fifo_send_parameters(group, f"send-{secrets.token_hex(16)}")
+        outgoing = Outgoing(body, name, url, 0 if fifo else delay, fifo)
+        return send_job(
+            self.store, self._audit, outgoing, reason=reason, unique_for=unique_for
+        ).handle
+
+    def job(self, message_id: str, event_id: str | None = None) -> JobState:
+        """The state of the job of message_id (see fleet.jobs.job_state)."""
+        return job_state(self.store, message_id, event_id)
+
+    def _queue(self, name: str) -> tuple[str, SendSettings]:
+        with self._mutex:
+            if name not in self._queues:
+                url = resolve_queue_url(self._sqs, name, self.config.account.id)
+                self._queues[name] = (url, send_settings(self._sqs, url))
+            return self._queues[name]

@@ -1,0 +1,145 @@
+"""send(unique_for=...): one item per job body and queue, so that an identical job sent while the
+first is unfinished is not sent again, found by its key instead of by scanning.
+
+The item {Id: "unique:<sha256 of queue and body>", Type: "unique"} holds the first send's message
+id until Expired (unix seconds, the table's TTL); a job that has ended gives its item up to the
+next send, so the daemon need not know of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqsjkr.backends.aws import conditional_write
+from sqsjkr.errors import UniqueSendBusy
+
+#: The Type of uniqueness items; their Ids start with UNIQUE_PREFIX (the senders' IAM policy
+#: allows writes to those Ids only).
+UNIQUE_TYPE = "unique"
+UNIQUE_PREFIX = "unique:"
+#: How long a send holds the item before it knows its message id: a sender that dies between
+#: the two leaves the job sendable again after this long.
+PENDING_SECONDS = 60
+#: How long a second send waits for the first to name its message id before giving up.
+BUSY_WAIT_SECONDS = 10.0
+_POLL_SECONDS = 0.25
+#: The item is new, or has expired (a TTL deletes it only within a day or two).
+_FREE = "attribute_not_exists(Id) OR Expired < :now"
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """This send holds the job's item: it sends, then names its message (hold) or lets go."""
+
+    key: dict[str, Any]
+    owner: str
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """The unfinished identical job that holds the item: its message and event ids."""
+
+    message_id: str
+    event_id: str
+
+
+def unique_key(queue: str, body: str) -> dict[str, Any]:
+    """The key of the item of body sent to queue: identical jobs are the same body, same queue."""
+    digest = hashlib.sha256(f"{queue}\n{body}".encode()).hexdigest()
+    return {"Id": {"S": UNIQUE_PREFIX + digest}, "Type": {"S": UNIQUE_TYPE}}
+
+
+class UniqueSends:
+    """The uniqueness items of one table."""
+
+    def __init__(
+        self,
+        client: Any,
+        table: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._client = client
+        self._table = table
+        self._clock = clock
+        self._sleep = sleep
+
+    def reserve(
+        self, queue: str, body: str, unfinished: Callable[[Earlier], bool]
+    ) -> Reservation | Earlier:
+        """Hold the item of body on queue for this send, or the earlier job that holds it while
+        unfinished (it asks). UniqueSendBusy when another send holds it and names no message."""
+        key = unique_key(queue, body)
+        mine = Reservation(key, secrets.token_hex(16))
+        waited_since = self._clock()
+        condition, values = _FREE, dict[str, Any]()
+        while True:
+            taken, old = self._put(mine, condition, values)
+            if taken:
+                return mine
+            if "MessageId" not in old:
+                if self._clock() - waited_since > BUSY_WAIT_SECONDS:
+                    raise UniqueSendBusy(
+                        f"an identical job is being sent to queue {queue} by another sender: "
+                        "nothing was sent; try again in a minute"
+                    )
+                self._sleep(_POLL_SECONDS)
+                condition, values = _FREE, {}
+                continue
+            earlier = Earlier(old["MessageId"]["S"], old.get("EventId", {}).get("S", ""))
+            if unfinished(earlier):
+                return earlier
+            # Ended: take the item over, unless another send was quicker.
+            condition = f"({_FREE}) OR MessageId = :earlier"
+            values = {":earlier": old["MessageId"]}
+
+    def hold(
+        self, reservation: Reservation, message_id: str, event_id: str, seconds: float
+    ) -> None:
+        """Name the message sent, and keep the item that long (unique_for)."""
+        self._client.update_item(
+            TableName=self._table,
+            Key=reservation.key,
+            UpdateExpression="SET MessageId = :id, EventId = :event, Expired = :expired",
+            ConditionExpression="#owner = :owner",
+            ExpressionAttributeNames={"#owner": "Owner"},
+            ExpressionAttributeValues={
+                ":id": {"S": message_id},
+                ":event": {"S": event_id},
+                ":expired": {"N": str(int(self._clock() + seconds))},
+                ":owner": {"S": reservation.owner},
+            },
+        )
+
+    def let_go(self, reservation: Reservation) -> None:
+        """Delete the item: the send failed, and the next may send the job."""
+        conditional_write(
+            self._client.delete_item,
+            self._table,
+            Key=reservation.key,
+            ConditionExpression="#owner = :owner",
+            ExpressionAttributeNames={"#owner": "Owner"},
+            ExpressionAttributeValues={":owner": {"S": reservation.owner}},
+        )
+
+    def _put(
+        self, mine: Reservation, condition: str, values: dict[str, Any]
+    ) -> tuple[bool, dict[str, Any]]:
+        now = self._clock()
+        return conditional_write(
+            self._client.put_item,
+            self._table,
+            Item={
+                **mine.key,
+                "Owner": {"S": mine.owner},
+                "Expired": {"N": str(int(now + PENDING_SECONDS))},
+            },
+            ConditionExpression=condition,
+            ExpressionAttributeValues={":now": {"N": str(int(now))}, **values},
+        )

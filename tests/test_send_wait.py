@@ -1,0 +1,198 @@
+"""Sending a job and following it, against moto over HTTP and one real daemon shared by the module:
+the Python API's handle (wait, state), `send --wait`, `send --unique-for`, `sqsjkr job`, and
+docs/python-api.md's examples run as written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sqsjkr.contract.config import load_config
+from sqsjkr.contract.run import RunOutcome
+from sqsjkr.errors import AuditRefused, WaitTimedOut
+from sqsjkr.fleet.jobs import JobPhase
+from sqsjkr.fleet.send import Sender
+from sqsjkr.fleet.unique import unique_key
+
+from .conftest import Aws, Daemon, config_text, new_aws, sqsjkr, wait_until
+from .faults import FaultProxy
+from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixture
+from .web_fleet import module_env
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
+
+
+@dataclass
+class Site:
+    """A queue read by one daemon, a queue no daemon reads, and their config."""
+
+    aws: Aws
+    conf: str
+    idle: str
+    idle_url: str
+    directory: Path
+
+    def sender(self) -> Sender:
+        return Sender(load_config(self.conf))
+
+    def blocker(self) -> tuple[str, Path]:
+        """A command that runs until its flag file exists, and that file."""
+        flag = self.directory / f"go-{uuid.uuid4().hex[:6]}"
+        return f"while [ ! -e {flag} ]; do sleep 0.05; done; echo released", flag
+
+    def idle_count(self) -> int:
+        attrs = self.aws.sqs.get_queue_attributes(
+            QueueUrl=self.idle_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"])
+
+
+@pytest.fixture(scope="module")
+def site(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    directory = tmp_path_factory.mktemp("send-wait")
+    with module_env(moto_endpoint):
+        aws = new_aws()
+        idle = f"idle-{uuid.uuid4().hex[:10]}"
+        idle_url = aws.sqs.create_queue(QueueName=idle)["QueueUrl"]
+        conf = directory / "config.toml"
+        conf.write_text(config_text(aws, stats="stats_port = 0"))
+        daemon = Daemon(["run", "-c", str(conf)], {}, directory)
+        try:
+            daemon.wait_for_log("receiving with")
+            yield Site(aws, str(conf), idle, idle_url, directory)
+        finally:
+            assert daemon.stop() == 0, daemon.log
+
+
+def test_a_sent_job_waited_for_returns_its_succeeded_record(site: Site) -> None:
+    sender = site.sender()
+    handle = sender.send({"command": "echo hello", "event_id": "greet"}, reason="a test")
+    assert (handle.event_id, handle.queue) == ("greet", site.aws.queue_name)
+    record = handle.wait(timeout=30)
+    assert record.outcome is RunOutcome.SUCCEEDED
+    assert (record.message_id, record.event_id) == (handle.message_id, "greet")
+    assert record.output == "hello\n"
+    state = handle.state()
+    assert state.phase is JobPhase.ENDED and state.outcome is RunOutcome.SUCCEEDED
+    assert sender.job(handle.message_id).record == record  # found without its event
+
+
+def test_a_failing_jobs_wait_returns_its_record_and_send_wait_exits_1(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = site.sender().send({"command": "exit 3"}).wait(timeout=30)
+    assert (record.outcome, record.exit_code) == (RunOutcome.ERRORED, 3)
+    code, out, err = sqsjkr(capsys, "send", "--command", "exit 4", "--wait", "-c", site.conf)
+    assert code == 1, err
+    message_id, header, row, *tail = out.splitlines()
+    assert header.split()[:3] == ["ENDED", "OUTCOME", "EXIT"]
+    assert " errored " in row and " 4 " in row and message_id in row
+
+
+def test_send_wait_prints_the_succeeded_run_and_exits_0(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = sqsjkr(capsys, "send", "--command", "echo done", "--wait", "-c", site.conf)
+    assert code == 0, err
+    message_id, _, row, output = out.splitlines()
+    assert " succeeded " in row and message_id in row and output == "    done"
+
+
+def test_a_wait_on_a_queue_no_daemon_reads_times_out(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queued = site.idle_count()
+    handle = site.sender().send({"command": "true"}, queue=site.idle)
+    with pytest.raises(WaitTimedOut, match=re.escape(handle.message_id)):
+        handle.wait(timeout=1)
+    assert handle.state().phase is JobPhase.QUEUED
+    code, out, err = sqsjkr(
+        capsys, *("send", "--command", "true", "--queue", site.idle),
+        *("--wait", "--wait-timeout", "2s", "-c", site.conf),
+    )  # fmt: skip
+    assert code == 124, err
+    assert f'gave up waiting for the run of message "{out.strip()}" after 2s' in err
+    assert site.idle_count() == queued + 2
+
+
+def test_a_jobs_state_goes_from_queued_to_running_to_ended(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sender = site.sender()
+    command, flag = site.blocker()
+    url = site.aws.queue_url
+    # Delayed, so that no daemon can take it before its first state is read.
+    message_id = site.aws.sqs.send_message(
+        QueueUrl=url, MessageBody=json.dumps({"command": command}), DelaySeconds=2
+    )["MessageId"]
+    assert sender.job(message_id).phase is JobPhase.QUEUED
+    code, out, _ = sqsjkr(capsys, "job", message_id, "-c", site.conf)
+    assert code == 0 and "state    queued" in out
+    running = wait_until(
+        lambda: (s := sender.job(message_id)).phase is JobPhase.RUNNING and s,
+        what="the job running",
+    )
+    assert running.host and running.event_id == message_id
+    code, out, _ = sqsjkr(capsys, "job", message_id, "--json", "-c", site.conf)
+    shown = json.loads(out)
+    assert (shown["state"], shown["host"], shown["outcome"]) == ("running", running.host, None)
+    flag.touch()
+    ended = wait_until(lambda: (s := sender.job(message_id)).ended and s, what="the job ended")
+    assert ended.outcome is RunOutcome.SUCCEEDED
+    code, out, _ = sqsjkr(capsys, "job", message_id, "-c", site.conf)
+    assert re.search(r"^state    ended succeeded at ", out, re.M)
+    assert "    released" in out.splitlines()
+
+
+def test_unique_for_returns_the_unfinished_jobs_id_and_sends_anew_once_it_ended(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # On a queue no daemon reads: the first job stays unfinished, one message on the queue.
+    args = ("send", "--command", "echo once", "--queue", site.idle, "--unique-for", "10m")
+    queued = site.idle_count()
+    code, first, _ = sqsjkr(capsys, *args, "-c", site.conf)
+    assert code == 0
+    code, second, err = sqsjkr(capsys, *args, "-c", site.conf)
+    assert code == 0 and second == first and "nothing was sent" in err
+    assert site.idle_count() == queued + 1
+    # On the daemon's queue: the same while it runs, a new job once it has ended.
+    sender = site.sender()
+    command, flag = site.blocker()
+    job = {"command": command, "event_id": "unique"}
+    handle = sender.send(job, unique_for=600)
+    assert sender.send(job, unique_for=600).message_id == handle.message_id
+    flag.touch()
+    handle.wait(timeout=30)
+    again = sender.send(job, unique_for=600)
+    assert again.message_id != handle.message_id
+    assert again.wait(timeout=30).outcome is RunOutcome.SUCCEEDED
+
+
+def test_a_unique_send_that_fails_gives_its_item_up(
+    site: Site,
+    failing_audit: FaultProxy,  # noqa: F811
+) -> None:
+    body = json.dumps({"command": "echo refused"})
+    with pytest.raises(AuditRefused):
+        site.sender().send(body, queue=site.idle, unique_for=600)
+    key = unique_key(site.idle, body)
+    assert site.aws.item(key["Id"]["S"], key["Type"]["S"]) is None  # the next send may send it
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.M | re.S)
+
+
+def test_the_python_api_docs_examples_run_as_written(site: Site) -> None:
+    blocks = python_blocks(DOC.read_text())
+    assert blocks, "docs/python-api.md has no python examples"
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        exec(block.replace("/etc/sqsjkr/config.toml", site.conf), namespace)  # noqa: S102
