@@ -28,6 +28,7 @@ demo: $(BIN)/sqsjkr
 test: $(BIN)/sqsjkr
 	$(BIN)/ruff check sqsjkr tests benchmarks
 	$(BIN)/ruff format --check sqsjkr tests benchmarks
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m compileall -q sqsjkr
 	$(BIN)/mypy & mypy=$$!; PYTHONDONTWRITEBYTECODE= $(BIN)/pytest --collect-only -q >/dev/null; wait $$mypy
 	$(BIN)/pytest -n 6 --maxschedchunk 2

@@ -20,6 +20,7 @@ import click
 
 from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.backends.scheduler import queue_target
+from sqsjkr.commands.dashboard import INSTALL_HINT, listening, preload, web_available
 from sqsjkr.commands.demo import (
     DEMO_QUEUE,
     DEMO_REPORTER,
@@ -255,13 +256,7 @@ def import_dashboard() -> threading.Thread:
     """Import the dashboard (Flask and the rest, a second or so) while moto starts, so that the
     banner is not late for it."""
 
-    def load() -> None:
-        from sqsjkr.commands.web import web_available
-
-        if web_available():
-            import sqsjkr.web.server  # noqa: F401
-
-    thread = threading.Thread(target=load, name="sqsjkr-web-import", daemon=True)
+    thread = threading.Thread(target=preload, name="sqsjkr-web-import", daemon=True)
     thread.start()
     return thread
 
@@ -269,14 +264,10 @@ def import_dashboard() -> threading.Thread:
 def start_dashboard(conf: Path, port: int) -> tuple[str, Callable[[], None]]:
     """The web dashboard of local mode's fleet, on 127.0.0.1:port with its actions (this host's
     own user only): its URL, or why it is not served, and how to close it."""
-    from sqsjkr.commands.web import INSTALL_HINT, web_available
-
     if not web_available():
         return f"not served ({INSTALL_HINT})", lambda: None
-    from sqsjkr.web.server import WebOptions, dashboard
-
     try:
-        served = dashboard(load_config(conf), WebOptions(port=port, enable_actions=True))
+        served = listening(load_config(conf), port=port, enable_actions=True)
     except OSError as exc:
         return f"not served ({exc.strerror}: pass another --web-port, or 0)", lambda: None
     served.start()

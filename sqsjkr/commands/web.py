@@ -1,7 +1,7 @@
 """`sqsjkr web`: the dashboard of a config's fleet, on 127.0.0.1:8070 unless told otherwise.
 
-This module imports without the web extra, so that the command can say how to install it; the
-dashboard itself (sqsjkr/web/) is imported only to serve it, and imports nothing of the commands.
+This module imports without the web extra, so that the command can say how to install it; it
+starts the dashboard (sqsjkr/web/) through commands/dashboard.py, the one seam between the faces.
 """
 
 from __future__ import annotations
@@ -10,25 +10,11 @@ import ipaddress
 
 import click
 
+from sqsjkr.commands.dashboard import INSTALL_HINT, listening, web_available
 from sqsjkr.commands.options import UsageFailure, load
 from sqsjkr.commands.store import store_options
 from sqsjkr.contract.config import Overrides
 from sqsjkr.errors import quote
-
-INSTALL_HINT = "the dashboard needs the web extra: pip install 'sqsjkr[web]'"
-
-
-def web_available() -> bool:
-    """Whether the web extra is installed (Flask, waitress, bcrypt, Flask-WTF)."""
-    try:
-        import bcrypt  # noqa: F401
-        import flask  # noqa: F401
-        import flask_wtf  # noqa: F401
-        import waitress  # noqa: F401
-        import yaml  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -112,19 +98,17 @@ def web(
     check_proxies(trusted_proxies, auth_header)
     if not web_available():
         raise click.ClickException(INSTALL_HINT)
-    from sqsjkr.web.server import WebOptions, dashboard
-
     config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
-    options = WebOptions(
-        host,
-        port,
-        enable_actions,
-        allowed_hosts,
-        trusted_proxies,
-        auth_header,
-        basic_auth_file,
+    served = listening(
+        config,
+        host=host,
+        port=port,
+        enable_actions=enable_actions,
+        allowed_hosts=allowed_hosts,
+        trusted_proxies=trusted_proxies,
+        auth_header=auth_header,
+        basic_auth_file=basic_auth_file,
     )
-    served = dashboard(config, options)
     mode = served.guard.who_may_act() if enable_actions else "read-only"
     click.echo(f"sqsjkr web: {served.url} ({mode}); stop: Ctrl-C", err=True)
     try:
