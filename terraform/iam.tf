@@ -121,7 +121,7 @@ data "aws_iam_policy_document" "sender" {
     # Uniqueness items only (Ids unique:<hash of queue and body>), not a lock or a claim.
     condition {
       test     = "ForAllValues:StringLike"
-      variable = "dynamodb:LeadingKeys"
+      variable = "dynamodb:LeadingKeys" # the partition key (Id) of every item written
       values   = ["unique:*"]
     }
   }
