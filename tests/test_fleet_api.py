@@ -6,6 +6,7 @@ kill, routes, dead letters and the audit trail as the Fleet's actor; one session
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ import sqsjkr
 from sqsjkr.backends import aws as aws_module
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import NothingToDo, RouteRefused
+from sqsjkr.fleet import trigger as trigger_module
 from sqsjkr.fleet.status import Level
 
 from .conftest import REGION, Aws, Daemon, config_text, new_aws, wait_until
@@ -31,10 +33,11 @@ from .test_send_wait import Site
 from .test_trigger import ROLE_ARN
 from .web_fleet import module_env
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
 #: Who the module's Fleets act as, in the audit trail.
 ACTOR = "deploy-bot@ci"
 #: The event the module's schedule sends.
-SCHEDULED = "api-nightly"
+SCHEDULED = "nightly-backup"
 
 
 @dataclass
@@ -58,7 +61,7 @@ def scheduled_group(aws: Aws, queue_url: str) -> str:
     scheduler.create_schedule_group(Name=group)
     arn = aws.sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])
     scheduler.create_schedule(
-        Name="sqsjkr-api-nightly",
+        Name="sqsjkr-nightly-backup",
         GroupName=group,
         ScheduleExpression="rate(1 day)",
         FlexibleTimeWindow={"Mode": "OFF"},
@@ -84,7 +87,9 @@ def add_dead_letter_queue(aws: Aws, name: str) -> None:
 @pytest.fixture(scope="module")
 def site(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiSite]:
     directory = tmp_path_factory.mktemp("fleet-api")
-    with module_env(moto_endpoint):
+    with module_env(moto_endpoint), pytest.MonkeyPatch.context() as patch:
+        # A wait reads the history every 2 s: the module's dozen waits would take half a minute.
+        patch.setattr(trigger_module, "WAIT_POLL_SECONDS", 0.2)
         aws = new_aws()
         # The daemon's queue gets a dead-letter queue: Fleet.dead_letters reads it.
         dlq = f"{aws.queue_name}-dlq"
@@ -257,3 +262,17 @@ def test_import_sqsjkr_gives_fleet_without_click_or_flask() -> None:
     assert "sqsjkr.fleet.client" in loaded
     assert [m for m in loaded if m.split(".")[0] in ("click", "flask", "jinja2")] == []
     assert (Path(sqsjkr.__file__).parent / "py.typed").exists()
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.M | re.S)
+
+
+def test_the_python_api_docs_examples_run_as_written(site: ApiSite) -> None:
+    blocks = python_blocks(DOC.read_text())
+    assert len(blocks) > 10, "docs/python-api.md lost its examples"
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        # The doc's config, and its second queue that a daemon serves: the module's own.
+        block = block.replace("/etc/sqsjkr/config.toml", site.conf)
+        exec(block.replace('"jobs-big"', repr(site.aws.queue_name)), namespace)  # noqa: S102
