@@ -24,7 +24,7 @@ from botocore.session import Session
 import sqsjkr
 from sqsjkr.backends import aws as aws_module
 from sqsjkr.contract.run import RunOutcome
-from sqsjkr.errors import NothingToDo, RouteRefused
+from sqsjkr.errors import NothingToDo, RequestError, RouteRefused
 from sqsjkr.fleet import trigger as trigger_module
 from sqsjkr.fleet.status import Level
 
@@ -140,6 +140,8 @@ def test_pause_and_resume_are_audited_as_the_fleets_actor(site: ApiSite) -> None
     assert [p.event_id for p in fleet.status().pauses] == ["api-paused"]
     assert [p.event_id for p in fleet.resume(["api-paused"], reason="moved")] == ["api-paused"]
     assert fleet.status().pauses == []
+    with pytest.raises(RequestError, match="name the events"):
+        fleet.pause([])  # not every event: None says that
     entries = site.audited("pause", since) + site.audited("resume", since)
     assert sorted((e.action, e.target, e.user, e.reason) for e in entries) == [
         ("pause", "api-paused", ACTOR, "db move"),

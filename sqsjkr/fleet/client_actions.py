@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 
 from sqsjkr.backends.kills import KillResult
-from sqsjkr.backends.pause import DynamoPauses, Pause
+from sqsjkr.backends.pause import ALL_SCOPE, DynamoPauses, Pause
 from sqsjkr.backends.routes import DynamoRoutes, Route
 from sqsjkr.contract.run import EventSummary
 from sqsjkr.errors import RequestError
@@ -34,8 +34,10 @@ def _events(event_ids: str | Sequence[str] | None) -> list[str] | None:
     if event_ids is None:
         return None
     events = [event_ids] if isinstance(event_ids, str) else list(event_ids)
-    if not events or "" in events:
-        raise RequestError("name the events to act on (event ids), or None for every event")
+    if not events or any(event in ("", ALL_SCOPE) for event in events):
+        raise RequestError(
+            f"name the events to act on by their ids ({events!r} names none), or None for every event"
+        )
     return sorted(set(events))
 
 

@@ -42,9 +42,16 @@ class SharedSession:
             return self._clients[key]
 
     def __getattr__(self, name: str) -> Any:
-        # Everything else (credentials, region) reads the session, under the same lock.
-        with self._lock:
-            return getattr(self._session, name)
+        # Everything else (credentials, region) is the session's, called under the same lock.
+        attribute = getattr(self._session, name)
+        if not callable(attribute):
+            return attribute
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attribute(*args, **kwargs)
+
+        return locked
 
 
 class Connection:
@@ -52,7 +59,9 @@ class Connection:
     the session (SharedSession), the run history's Store, the lock Table, the Sender, the
     Auditor. Reads and actions call the fleet layer's functions with them."""
 
-    def __init__(self, config: Config | str | os.PathLike[str], *, actor: str | None = None):
+    def __init__(
+        self, config: Config | str | os.PathLike[str], *, actor: str | None = None
+    ) -> None:
         self.config = config if isinstance(config, Config) else load_config(config)
         #: The config as errors name it.
         self.source = "the config" if isinstance(config, Config) else os.fspath(config)
