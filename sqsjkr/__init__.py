@@ -43,6 +43,11 @@ _PUBLIC = {
     "build_body": "sqsjkr.contract.job",
     "Config": "sqsjkr.contract.config",
     "load_config": "sqsjkr.contract.config",
+    # The fleet API: what a program reads and steers the fleet with (docs/python-api.md).
+    "Fleet": "sqsjkr.fleet.client",
+    "JobHandle": "sqsjkr.fleet.jobs",
+    "JobState": "sqsjkr.fleet.jobs",
+    "JobPhase": "sqsjkr.fleet.jobs",
 }
 
 __all__ = ["__version__", *_PUBLIC]

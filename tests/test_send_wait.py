@@ -1,6 +1,7 @@
 """Sending a job and following it, against moto over HTTP and one real daemon shared by the module:
-the Python API's handle (wait, state), `send --wait`, `send --unique-for`, `sqsjkr job`, and
-docs/python-api.md's examples run as written.
+the Python API's handle (wait, state), `send --wait`, `send --unique-for` and `sqsjkr job`
+(docs/python-api.md's examples run in test_fleet_api.py, whose fleet has a schedule and a
+dead-letter queue).
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from .conftest import Aws, Daemon, config_text, new_aws, sqsjkr, wait_until
 from .faults import FaultProxy
 from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixture
 from .web_fleet import module_env
-
-DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
 
 
 @dataclass
@@ -184,15 +183,3 @@ def test_a_unique_send_that_fails_gives_its_item_up(
         site.sender().send(body, queue=site.idle, unique_for=600)
     key = unique_key(site.idle, body)
     assert site.aws.item(key["Id"]["S"], key["Type"]["S"]) is None  # the next send may send it
-
-
-def python_blocks(text: str) -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", text, flags=re.M | re.S)
-
-
-def test_the_python_api_docs_examples_run_as_written(site: Site) -> None:
-    blocks = python_blocks(DOC.read_text())
-    assert blocks, "docs/python-api.md has no python examples"
-    namespace: dict[str, object] = {}
-    for block in blocks:
-        exec(block.replace("/etc/sqsjkr/config.toml", site.conf), namespace)  # noqa: S102

@@ -103,8 +103,14 @@ class Auditor:
 def command_auditor(config: Config) -> Auditor:
     """The Auditor of a command run by this OS user with config's account, into its table."""
     session = make_session(region=config.account.region, profile=config.account.profile)
-    trail = DynamoAudit(make_client(session, "dynamodb"), config.lock.table)
-    return Auditor(trail, Actor(os_user(), aws_identity(session)))
+    return auditor_of(session, config.lock.table)
+
+
+def auditor_of(session: Any, table: str, user: str | None = None) -> Auditor:
+    """The Auditor of user (default: this OS user, as a command's) acting through session's
+    AWS identity, into table; AuditRefused when STS cannot name that identity."""
+    trail = DynamoAudit(make_client(session, "dynamodb"), table)
+    return Auditor(trail, Actor(user or os_user(), aws_identity(session)))
 
 
 def entries_since(client: Any, table: str, since: float) -> list[AuditEntry]:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.backends.members import DynamoRoster, Member, State
@@ -25,9 +26,12 @@ def live(members: Sequence[Member], now: float) -> list[Member]:
     return [m for m in members if m.state(now) is State.RUNNING]
 
 
-def read_members(config: Config) -> list[Member]:
-    """Every daemon's item in the config's table."""
-    session = make_session(region=config.account.region, profile=config.account.profile)
+def read_members(config: Config, client: Any = None) -> list[Member]:
+    """Every daemon's item in the config's table, read through client (default: a DynamoDB
+    client of the config's own)."""
+    if client is None:
+        session = make_session(region=config.account.region, profile=config.account.profile)
+        client = make_client(session, "dynamodb")
     table = config.lock.table
     with reading_table(table):
-        return DynamoRoster(make_client(session, "dynamodb"), table).members()
+        return DynamoRoster(client, table).members()

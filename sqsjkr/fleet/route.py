@@ -46,13 +46,14 @@ _UNTIL_READ_CLEAR = (
 )
 
 
-def route_refusal(config: Config, table: Table, queue: str) -> str | None:
+def route_refusal(config: Config, table: Table, queue: str, sqs: Any = None) -> str | None:
     """Why a route to queue would strand its event's jobs (a dead-letter queue, or one that no
     live daemon serves), or None. ResourceMissingError when queue does not exist in the config's
-    account (GetQueueUrl), as the daemons would not find it either."""
-    sqs = make_client(
-        make_session(region=config.account.region, profile=config.account.profile), "sqs"
-    )
+    account (GetQueueUrl), as the daemons would not find it either. sqs: the SQS client to ask
+    (default: one of the config's own)."""
+    if sqs is None:
+        session = make_session(region=config.account.region, profile=config.account.profile)
+        sqs = make_client(session, "sqs")
     try:
         resolve_queue_url(sqs, queue, config.account.id)
     except ResourceMissingError as exc:
@@ -114,6 +115,7 @@ def set_route(
     made: Route,
     *,
     force: bool = False,
+    sqs: Any = None,
 ) -> list[str]:
     """Route made.event_id to made.queue, audited first. What was done, as lines; NothingToDo
     when it was routed there already, and RouteRefused, unless force, when its jobs would not
@@ -125,7 +127,7 @@ def set_route(
             f"event {quote(made.event_id)} is routed to queue {escape(made.queue)} already "
             f"({route_text(before)})"
         )
-    refusal = route_refusal(config, table, made.queue)
+    refusal = route_refusal(config, table, made.queue, sqs)
     if refusal is not None and not force:
         raise RouteRefused(f"{refusal}: {_FORCE_HINT}")
     detail = f"to queue {made.queue}" + (" (forced)" if refusal is not None else "")

@@ -58,6 +58,20 @@ def timing(schedule: EventSchedule, now: datetime, count: int = FIRES_SHOWN) -> 
         return Timing(Fires(()), str(exc))
 
 
+@dataclass(frozen=True)
+class Scheduled:
+    """A schedule and its next fire times (or why they are not known)."""
+
+    schedule: EventSchedule
+    timing: Timing
+
+
+def scheduled_now(config: Config, session: Any, now: float) -> list[Scheduled]:
+    """Every schedule of the config's engine with its next FIRES_SHOWN fire times from now."""
+    instant = datetime.fromtimestamp(now, timezone.utc)
+    return [Scheduled(s, timing(s, instant)) for s in read_schedules(config, session)]
+
+
 def next_runs(schedules: Sequence[EventSchedule], now: datetime) -> dict[str, datetime]:
     """Each event's next run: the soonest next fire time of its enabled schedules."""
     soonest: dict[str, datetime] = {}

@@ -129,11 +129,13 @@ class Sender:
     """Jobs sent from a program: each checked with the daemon's parser, audited as this OS user,
     answered by its handle. One boto3 session; safe to share between threads."""
 
-    def __init__(self, config: Config, store: Store | None = None) -> None:
+    def __init__(
+        self, config: Config, store: Store | None = None, audit: Auditor | None = None
+    ) -> None:
         self.config = config
         self.store = store or store_of(config)
         self._sqs = make_client(self.store.session, "sqs")
-        self._audit = command_auditor(config)
+        self._audit = audit or command_auditor(config)
         self._queues: dict[str, tuple[str, SendSettings]] = {}
         self._mutex = threading.Lock()
 

@@ -1,0 +1,115 @@
+"""sqsjkr.Fleet's reads: status and its check, history and one run, live output, schedules, daemons,
+locks, routes and pauses, dead letters and the audit trail, each through the fleet layer's function.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from sqsjkr.backends.audit import AuditEntry
+from sqsjkr.backends.live import DynamoLive, LiveOutput
+from sqsjkr.backends.members import Member
+from sqsjkr.backends.pause import DynamoPauses, Pause
+from sqsjkr.backends.routes import DynamoRoutes, Route
+from sqsjkr.contract.run import RunRecord
+from sqsjkr.fleet.audit import entries_since
+from sqsjkr.fleet.connection import Connection
+from sqsjkr.fleet.daemons import ordered, read_members
+from sqsjkr.fleet.dead_letters import DeadLetter, Queues, find_letter, queues_of, read_letters
+from sqsjkr.fleet.history import find_record, last_runs
+from sqsjkr.fleet.locks import HeldLock, Holdings, held, lock_of
+from sqsjkr.fleet.route import routes_of
+from sqsjkr.fleet.schedules import Scheduled, Upcoming, read_upcoming, scheduled_now
+from sqsjkr.fleet.status import CheckPolicy, Finding, FleetStatus, check_fleet, read_status
+
+
+class Reads(Connection):
+    """What a Fleet reads; nothing here writes."""
+
+    def status(self) -> FleetStatus:
+        """What `sqsjkr status` shows: the pauses and routes, every event's summary, and each
+        event's runs in progress checked against their claims (stale: their daemon died)."""
+        return read_status(self.store, time.time())
+
+    def check(
+        self,
+        *,
+        max_failures: int = 1,
+        max_ages: Mapping[str, float] | None = None,
+        include_one_off: bool = False,
+        min_daemons: int | None = None,
+    ) -> list[Finding]:
+        """`sqsjkr status --check`'s verdict on each event (and on the daemons, with
+        min_daemons); max_ages: seconds without a success, by event_id."""
+        policy = CheckPolicy(max_failures, dict(max_ages or {}), include_one_off, min_daemons)
+        findings, _ = check_fleet(self.store, policy, time.time())
+        return findings
+
+    def history(
+        self, event_id: str | None = None, limit: int = 10, *, failed: bool = False
+    ) -> list[RunRecord]:
+        """The last runs of event_id (None: of every event), newest first; with failed, only
+        those that did not succeed (`sqsjkr history`)."""
+        return last_runs(self.store, event_id, limit, failed=failed)
+
+    def run(self, event_id: str, message_id: str) -> RunRecord | None:
+        """The newest record of message_id's run among event_id's last runs, or None."""
+        with self.store.reading():
+            return find_record(self.store.history, event_id, message_id)
+
+    def live_output(self, event_id: str, message_id: str) -> LiveOutput | None:
+        """The tail of a run in progress's output, as its daemon last wrote it (None: none
+        written, or the run has ended: its record holds its output)."""
+        with self.store.reading():
+            return DynamoLive(self.store.client, self.store.table).read(event_id, message_id)
+
+    def schedules(self) -> list[Scheduled]:
+        """Every schedule of [schedule] engine, with its next fire times (`sqsjkr schedules`)."""
+        return scheduled_now(self.config, self.session, time.time())
+
+    def next_runs(self) -> Upcoming:
+        """Each event's next run (the soonest fire time of its enabled schedules), and the
+        events whose every schedule is disabled: status's NEXT column."""
+        return read_upcoming(self.config, self.session, time.time())
+
+    def daemons(self) -> list[Member]:
+        """The fleet's daemons: running first, then lost, then stopped (`sqsjkr daemons`)."""
+        return ordered(read_members(self.config, self.store.client), time.time())
+
+    def locks(self) -> Holdings:
+        """The held locks, the concurrency groups' held slots, and the jobs waiting for one: a
+        Scan of the whole table (`sqsjkr locks`)."""
+        return held(self.table)
+
+    def lock(self, lock_id: str) -> HeldLock | None:
+        """Who holds lock_id now (None: free): one read."""
+        with self.table.reading():
+            return lock_of(self.table, lock_id)
+
+    def routes(self) -> list[Route]:
+        """Every route of the table (`sqsjkr route`)."""
+        return routes_of(DynamoRoutes(self.store.client, self.store.table), self.table)
+
+    def pauses(self) -> list[Pause]:
+        """Every pause in the table, in effect or past its until."""
+        with self.table.reading():
+            return DynamoPauses(self.store.client, self.store.table).pauses()
+
+    def queues(self, queue: str | None = None) -> Queues:
+        """queue (default: [sqs] queue_name) and the dead-letter queue its RedrivePolicy names;
+        ResourceMissingError when it has none."""
+        return queues_of(self.config, queue, self.sqs)
+
+    def dead_letters(self, queue: str | None = None) -> list[DeadLetter]:
+        """Every message of queue's dead-letter queue, oldest first, left there."""
+        return read_letters(self.queues(queue))
+
+    def dead_letter(self, message_id: str, queue: str | None = None) -> DeadLetter | None:
+        """The dead letter whose id (in the DLQ, or its original) is message_id, or None."""
+        return find_letter(self.queues(queue), message_id)
+
+    def audit(self, since: float) -> list[AuditEntry]:
+        """Every audit entry from since (unix seconds) on, newest first (`sqsjkr audit`)."""
+        with self.store.reading():
+            return entries_since(self.store.client, self.store.table, since)

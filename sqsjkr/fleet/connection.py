@@ -1,0 +1,128 @@
+"""What a sqsjkr.Fleet shares between its threads: its config, ONE boto3 session, the clients and
+stores made from it (each made once, under a lock), and the actor its actions are audited as.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqsjkr.backends.aws import make_client, make_session
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.contract.config import Config, load_config
+from sqsjkr.fleet.audit import Actor, Auditor, auditor_of
+from sqsjkr.fleet.history import Store
+from sqsjkr.fleet.locks import Table
+from sqsjkr.fleet.send import Sender
+
+T = TypeVar("T")
+
+
+class SharedSession:
+    """A botocore session that several threads may share: a session is not thread-safe, so its
+    clients are made under a lock, once per service (a client is thread-safe, and reused). The
+    layer's functions take it where they take a session."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self._lock = threading.Lock()
+        self._clients: dict[tuple[str, object], Any] = {}
+
+    def create_client(self, service: str, config: Any = None, **more: Any) -> Any:
+        # Keyed by the pool size too: the layer's clients differ by nothing else.
+        key = (service, getattr(config, "max_pool_connections", None))
+        with self._lock:
+            if more or key not in self._clients:
+                client = self._session.create_client(service, config=config, **more)
+                if more:
+                    return client
+                self._clients[key] = client
+            return self._clients[key]
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything else (credentials, region) is the session's, called under the same lock.
+        attribute = getattr(self._session, name)
+        if not callable(attribute):
+            return attribute
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attribute(*args, **kwargs)
+
+        return locked
+
+
+class Connection:
+    """The state a Fleet shares between threads, each part made on first use under one lock:
+    the session (SharedSession), the run history's Store, the lock Table, the Sender, the
+    Auditor. Reads and actions call the fleet layer's functions with them."""
+
+    def __init__(
+        self, config: Config | str | os.PathLike[str], *, actor: str | None = None
+    ) -> None:
+        self.config = config if isinstance(config, Config) else load_config(config)
+        #: The config as errors name it.
+        self.source = "the config" if isinstance(config, Config) else os.fspath(config)
+        self._user = actor
+        self._made: dict[str, Any] = {}
+        # Reentrant: the store is made while the session is being made for it.
+        self._lock = threading.RLock()
+
+    def _once(self, name: str, make: Callable[[], T]) -> T:
+        with self._lock:
+            if name not in self._made:
+                self._made[name] = make()
+            return self._made[name]  # type: ignore[no-any-return]
+
+    @property
+    def session(self) -> SharedSession:
+        """The Fleet's one session."""
+        account = self.config.account
+        return self._once(
+            "session",
+            lambda: SharedSession(make_session(region=account.region, profile=account.profile)),
+        )
+
+    def client(self, service: str) -> Any:
+        """The Fleet's client of service ("dynamodb", "sqs", ...), made once."""
+        return self._once(f"client:{service}", lambda: make_client(self.session, service))
+
+    @property
+    def store(self) -> Store:
+        """The run history of the config's table, and its client."""
+
+        def make() -> Store:
+            client = self.client("dynamodb")
+            retention = self.config.history.retention.seconds
+            history = DynamoHistory(client, self.config.lock.table, retention_seconds=retention)
+            return Store(history, client, self.config.lock.table, self.config, self.session)
+
+        return self._once("store", make)
+
+    @property
+    def table(self) -> Table:
+        """The lock table, through the store's client."""
+        return Table(self.store.client, self.store.table)
+
+    @property
+    def sqs(self) -> Any:
+        return self.client("sqs")
+
+    @property
+    def auditor(self) -> Auditor:
+        """Writes the audit items of this Fleet's actions (STS names its identity once)."""
+        return self._once(
+            "auditor", lambda: auditor_of(self.session, self.config.lock.table, self._user)
+        )
+
+    @property
+    def actor(self) -> Actor:
+        """Who this Fleet's actions are audited as: its actor (default: user@host of this
+        process, as a command's) and its AWS identity."""
+        return self.auditor.actor
+
+    @property
+    def sender(self) -> Sender:
+        return self._once("sender", lambda: Sender(self.config, self.store, self.auditor))
