@@ -29,13 +29,12 @@ from sqsjkr.commands.options import (
 )
 from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
 from sqsjkr.commands.tables import history_lines
-from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT
+from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT, duration_seconds
 from sqsjkr.contract.config import Overrides
-from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.http_call import METHODS
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.run import RunOutcome
-from sqsjkr.errors import DurationError, InvalidJobError, WaitTimedOut, quote
+from sqsjkr.errors import InvalidJobError, WaitTimedOut, quote
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.checks import retries_warning
 from sqsjkr.fleet.fifo import fifo_parameters
@@ -335,17 +334,6 @@ def send(
     if sent.audit_problem is not None:
         click.echo(f"sqsjkr: warning: {sent.audit_problem}", err=True)
     return waits.follow(sent.handle)
-
-
-def duration_seconds(option: str, text: str) -> float:
-    """The seconds of a duration option (90s, 10m, 2h, 1d); a UsageFailure when it is not one."""
-    try:
-        seconds = parse_duration(text.strip(), days=True).seconds
-    except DurationError as exc:
-        raise UsageFailure(f"{option} {quote(text)}: {exc}") from exc
-    if seconds < 0:
-        raise UsageFailure(f"{option} {quote(text)}: a duration of 0 or more")
-    return seconds
 
 
 @dataclass(frozen=True)
