@@ -1,7 +1,5 @@
 """A job built from its fields (a command or an HTTP call, and its options) or read whole as a body,
-checked with the daemon's own parser before anything is sent.
-
-Its errors are RequestErrors naming the CLI's options, as the fleet's other requests do.
+checked with the daemon's own parser; RequestErrors name the CLI's options, as fleet/pause.py's do.
 """
 
 from __future__ import annotations
