@@ -27,7 +27,9 @@ import boto3
 import sqsjkr.backends.aws
 import sqsjkr.daemon.service
 from sqsjkr.backends.live import LIVE_TYPE_PREFIX
-from sqsjkr.commands.local import (
+from sqsjkr.contract.config import load_config
+from sqsjkr.contract.job import build_body
+from sqsjkr.local.endpoint import (
     LOCAL_ACCOUNT,
     LOCAL_REGION,
     create_queue,
@@ -35,8 +37,6 @@ from sqsjkr.commands.local import (
     local_endpoint,
     use_endpoint,
 )
-from sqsjkr.contract.config import load_config
-from sqsjkr.contract.job import build_body
 
 REGION = LOCAL_REGION
 

@@ -28,7 +28,9 @@ from moto.dynamodb.models import dynamodb_backends
 
 import sqsjkr.backends.aws
 from sqsjkr.backends.history import SUMMARY_TYPE, run_type
-from sqsjkr.commands.local import (
+from sqsjkr.contract.config import load_config
+from sqsjkr.contract.run import RunOutcome, RunRecord
+from sqsjkr.local.endpoint import (
     LOCAL_ACCOUNT,
     LOCAL_REGION,
     create_queue,
@@ -36,8 +38,6 @@ from sqsjkr.commands.local import (
     local_endpoint,
     use_endpoint,
 )
-from sqsjkr.contract.config import load_config
-from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.web.cache import Cache
 from sqsjkr.web.fleet import Fleet
 from sqsjkr.web.server import WebOptions, dashboard

@@ -38,14 +38,14 @@ import proc_stats
 import profile_summary
 
 from sqsjkr import __version__
-from sqsjkr.commands.local import (
+from sqsjkr.contract.job import build_body
+from sqsjkr.local.endpoint import (
     LOCAL_ACCOUNT,
     LOCAL_REGION,
     create_queue,
     create_table,
     serialize_moto_writes,
 )
-from sqsjkr.contract.job import build_body
 
 #: How long the daemon may take to make its first ReceiveMessage.
 STARTUP_TIMEOUT = 60.0

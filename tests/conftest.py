@@ -30,7 +30,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from sqsjkr.commands.cli import main
-from sqsjkr.commands.local import LOCAL_ACCOUNT, create_table, serialize_moto_writes
+from sqsjkr.local.endpoint import LOCAL_ACCOUNT, create_table, serialize_moto_writes
 
 REGION = "us-east-1"
 

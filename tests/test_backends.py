@@ -39,9 +39,9 @@ from sqsjkr.backends.sqs import (
     queue_settings,
     resolve_queue_url,
 )
-from sqsjkr.commands.local import LOCAL_ACCOUNT
 from sqsjkr.contract.run import RunStart
 from sqsjkr.errors import ResourceMissingError, StoreError
+from sqsjkr.local.endpoint import LOCAL_ACCOUNT
 
 from .conftest import REGION, Aws, free_port, wait_until
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sqsjkr.commands.cli import main
-from sqsjkr.commands.local import create_queue
+from sqsjkr.local.endpoint import create_queue
 
 from .conftest import MOTO_EXTRAS, REGION, Aws, config_text, free_port
 from .iam_calls import daemon_actions

@@ -113,15 +113,13 @@ def test_run_imports_no_other_subcommand(tmp_path: Path) -> None:
         for name in (
             "check",
             "crontab2tf",
-            "demo",
             "dlq",
             "history",
             "local",
-            "local_site",
             "locks",
             "pause",
         )
-    ] + ["sqsjkr.commands.send", "sqsjkr.commands.status", "sqsjkr.crontab", "moto"]
+    ] + ["sqsjkr.commands.send", "sqsjkr.commands.status", "sqsjkr.crontab", "sqsjkr.local", "moto"]
     assert sorted(modules & set(others)) == []
 
 

@@ -17,9 +17,9 @@ import pytest
 from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.sqs import ORIGINAL_ID_ATTRIBUTE, REJECT_REASON_ATTRIBUTE
 from sqsjkr.commands.dlq import ERROR_EXCERPT
-from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.fleet.wording import local_time
+from sqsjkr.local.endpoint import create_queue
 
 from .conftest import Aws, config_text
 from .test_history_cli import record, sqsjkr, write

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import boto3
 
-from sqsjkr.commands.local import create_table
+from sqsjkr.local.endpoint import create_table
 
 from .conftest import (
     REGION,

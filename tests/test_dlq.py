@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from sqsjkr.backends.sqs import SqsSource
-from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.job import parse_job
 from sqsjkr.errors import InvalidJobError
+from sqsjkr.local.endpoint import create_queue
 
 from .conftest import (
     Aws,

@@ -17,10 +17,18 @@ import pytest
 from sqsjkr.backends.dedupe import DynamoDedupe
 from sqsjkr.backends.history import DynamoHistory, MemoryHistory
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.status import check_line, parse_max_ages
+from sqsjkr.commands.status import parse_max_ages
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.fleet.running import claim_is_live
-from sqsjkr.fleet.status import CheckPolicy, Finding, Level, judge, judge_all, learned_interval
+from sqsjkr.fleet.status import (
+    CheckPolicy,
+    Finding,
+    Level,
+    check_line,
+    judge,
+    judge_all,
+    learned_interval,
+)
 from sqsjkr.fleet.wording import format_span, local_time
 
 from .conftest import Aws, config_text, sqsjkr, sqsjkr_argv

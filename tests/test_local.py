@@ -249,7 +249,7 @@ def imported_by(module: str) -> set[str]:
 
 
 def test_local_mode_imports_its_demo_and_not_the_other_way_round() -> None:
-    seen, todo = set(), ["sqsjkr.commands.demo"]
+    seen, todo = set(), ["sqsjkr.local.demo"]
     while todo:
         module = todo.pop()
         if (
@@ -259,4 +259,4 @@ def test_local_mode_imports_its_demo_and_not_the_other_way_round() -> None:
             seen.add(module)
             todo += imported_by(module)
     assert "sqsjkr.commands.local" not in seen
-    assert "sqsjkr.commands.demo" in imported_by("sqsjkr.commands.local")
+    assert "sqsjkr.local.demo" in imported_by("sqsjkr.commands.local")

@@ -15,8 +15,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from sqsjkr.commands.local import LOCAL_QUEUE
 from sqsjkr.contract.job import Job
+from sqsjkr.local.endpoint import LOCAL_QUEUE
 from sqsjkr.observability.logs import (
     MAX_LOGGED_COMMAND,
     Moment,

@@ -13,7 +13,7 @@ import boto3
 from prometheus_client.parser import text_string_to_metric_families
 
 from sqsjkr import __version__
-from sqsjkr.commands.local import create_table
+from sqsjkr.local.endpoint import create_table
 
 from .conftest import REGION, Aws, Outage, Start, counted, run_daemon, wait_until
 from .faults import Fault, FaultProxy

@@ -25,10 +25,10 @@ from sqsjkr.backends.routes import (
     job_id,
 )
 from sqsjkr.backends.sqs import Message, QueueForwarder
-from sqsjkr.commands.local import create_queue
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import StoreError
 from sqsjkr.fleet.audit import os_user
+from sqsjkr.local.endpoint import create_queue
 
 from .conftest import Aws, Daemon, Start, config_text, run_on, wait_until
 from .faults import Fault, FaultProxy

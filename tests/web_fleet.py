@@ -17,9 +17,9 @@ import boto3
 import pytest
 
 from sqsjkr.backends.history import DynamoHistory, run_type
-from sqsjkr.commands.local import LOCAL_ACCOUNT, create_queue, create_table
 from sqsjkr.commands.options import load
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
+from sqsjkr.local.endpoint import LOCAL_ACCOUNT, create_queue, create_table
 from sqsjkr.web.server import Dashboard, WebOptions, dashboard
 from tests.conftest import REGION
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import click
 
-from sqsjkr.backends.pause import ALL_SCOPE, DynamoPauses
-from sqsjkr.commands.options import UsageFailure, load, reason_option
+from sqsjkr.backends.pause import DynamoPauses
+from sqsjkr.commands.options import load, reason_option
 from sqsjkr.commands.store import store_options
 from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.errors import quote
@@ -19,27 +19,15 @@ from sqsjkr.fleet.audit import command_auditor, os_user
 from sqsjkr.fleet.locks import table_of
 from sqsjkr.fleet.pause import (
     details_text,
+    event_scopes,
     honour_text,
     parse_until,
     pause_events,
     pause_text,
     resume_events,
     scope_text,
+    unpaused,
 )
-
-
-def scopes(event_ids: Sequence[str], all_events: bool) -> list[str] | None:
-    """The events a command names (None: --all); exactly one of the two is allowed."""
-    if all_events and event_ids:
-        raise UsageFailure("give EVENT_IDs or --all, not both")
-    if not all_events and not event_ids:
-        raise UsageFailure("give the EVENT_IDs to act on, or --all for every event")
-    if all_events:
-        return None
-    for event_id in event_ids:
-        if event_id in ("", ALL_SCOPE):
-            raise UsageFailure(f"{quote(event_id)} is not an event id (--all acts on every event)")
-    return sorted(set(event_ids))
 
 
 @click.command()
@@ -70,7 +58,7 @@ def pause(
     queue, and runs after `sqsjkr resume` or the --until time (life_time still cancels what went
     stale). A pause of the same events replaces the one before.
     """
-    events = scopes(event_ids, all_events)
+    events = event_scopes(event_ids, all_events)
     now = time.time()
     ends = None if until is None else parse_until(until, now)
     config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
@@ -106,7 +94,7 @@ def resume(
 
     Daemons run what accumulated on the queue within about a minute. Exit 1 if nothing was paused.
     """
-    events = scopes(event_ids, all_events)
+    events = event_scopes(event_ids, all_events)
     config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
     table = table_of(config)
     store = DynamoPauses(table.client, table.name)
@@ -118,12 +106,14 @@ def resume(
         if not lifted:
             raise click.ClickException("nothing was paused")
         return
-    done = {p.event_id for p in lifted}
-    missed = [event_id for event_id in events if event_id not in done]
-    of_all = next((p for p in store.pauses() if p.event_id is None), None)
+    left = unpaused(store, events, lifted)
+    missed = left.missed
     note = ""
-    if of_all is not None:
-        note = f"all events are still paused ({pause_text(of_all, now)}): `resume --all` lifts that"
+    if left.of_all is not None:
+        note = (
+            f"all events are still paused ({pause_text(left.of_all, now)}): "
+            "`resume --all` lifts that"
+        )
     if not lifted:
         raise click.ClickException(
             f"nothing was paused: {_events(missed)} had no pause" + (f"; {note}" if note else "")

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any
 
 import click
 
@@ -19,23 +17,17 @@ from sqsjkr.commands.store import store_options
 from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.config import Overrides
 from sqsjkr.errors import quote
-from sqsjkr.fleet.history import record_json, store_of
-from sqsjkr.fleet.schedules import EventState, Timing, event_states, read_schedules, timing
-from sqsjkr.fleet.wording import fire_text, local_time
-from sqsjkr.observability.logs import escape, shorten_command
-
-#: Longest command shown: its first line, cut here.
-COMMAND_SHOWN = 80
-
-
-def command_line(command: str | None) -> str:
-    """A job's command as one escaped line: its first line, cut, the cut said."""
-    if command is None:
-        return "-"
-    first, *rest = command.splitlines() or [""]
-    shown = escape(shorten_command(first, COMMAND_SHOWN))
-    return f"{shown} (+{len(rest)} lines)" if rest else shown
-
+from sqsjkr.fleet.history import store_of
+from sqsjkr.fleet.schedules import (
+    EventState,
+    Timing,
+    event_states,
+    read_schedules,
+    schedule_json,
+    timing,
+)
+from sqsjkr.fleet.wording import command_line, fire_text, local_time
+from sqsjkr.observability.logs import escape
 
 #: The columns of `schedules`; the last holds its event's last run, then its runs in progress and
 #: its marks.
@@ -81,30 +73,6 @@ def state_cells(state: EventState | None) -> list[str]:
     ]
     cells += [] if state.route is None else [f"ROUTED to queue {state.route.queue}"]
     return cells + (["PAUSED"] if state.held is not None else [])
-
-
-def schedule_json(
-    schedule: EventSchedule, when: Timing, state: EventState | None
-) -> dict[str, Any]:
-    shown: dict[str, Any] = {
-        "name": schedule.name,
-        "expression": schedule.expression,
-        "timezone": schedule.timezone,
-        "enabled": schedule.enabled,
-        "next": [fire_text(fire) for fire in when.fires.times],
-        "next_exact": when.fires.exact,
-        "problem": when.problem,
-        "event_id": schedule.event_id,
-        "command": None if schedule.command is None else command_line(schedule.command),
-        "target_arn": schedule.target_arn,
-    }
-    if state is not None:
-        last = state.summary.last_run if state.summary else None
-        shown["last_run"] = None if last is None else record_json(last, output=False)
-        shown["running"] = [{**asdict(run.start), "stale": run.stale} for run in state.running]
-        shown["paused"] = None if state.held is None else state.held.as_dict()
-        shown["route"] = None if state.route is None else state.route.as_dict()
-    return shown
 
 
 @click.command()

@@ -7,20 +7,14 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
 
 from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.sqs import (
-    SendSettings,
-    fifo_id_error,
-    fifo_send_parameters,
-    group_id_of,
     resolve_queue_url,
     send_settings,
 )
@@ -35,68 +29,19 @@ from sqsjkr.commands.options import (
 )
 from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
 from sqsjkr.commands.tables import history_lines
-from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT
+from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT, duration_seconds
 from sqsjkr.contract.config import Overrides
-from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.http_call import METHODS
-from sqsjkr.contract.job import build_body, parse_job
+from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.run import RunOutcome
-from sqsjkr.errors import DurationError, InvalidJobError, WaitTimedOut, quote
+from sqsjkr.errors import InvalidJobError, WaitTimedOut, quote
 from sqsjkr.fleet.audit import command_auditor
-from sqsjkr.fleet.checks import retries_warning, unknown_fields
+from sqsjkr.fleet.checks import retries_warning
+from sqsjkr.fleet.fifo import fifo_parameters
 from sqsjkr.fleet.history import store_of
+from sqsjkr.fleet.job_fields import JobFields, checked_body
 from sqsjkr.fleet.jobs import JobHandle
 from sqsjkr.fleet.send import Outgoing, send_job
-
-
-def key_values(option: str, values: Sequence[str]) -> dict[str, str]:
-    """Repeated KEY=VALUE options (--env, --http-header) as a dict; the last of a key wins."""
-    pairs = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageFailure(f"{option} {item!r}: expected KEY=VALUE")
-        pairs[key] = value
-    return pairs
-
-
-def duration_option(text: str | None) -> int | str | None:
-    """A --life-time or --timeout as the message carries it: int seconds or Go syntax."""
-    if text is None:
-        return None
-    # Past 20 digits it is out of range either way, and int() refuses past 4300: left as text,
-    # the parser's error names the option.
-    return int(text) if text.isdigit() and len(text) <= 20 else text
-
-
-def read_body(value: str) -> str | bytes:
-    """--body: the JSON itself, "-" for standard input, or "@PATH" for a file's contents.
-
-    What is read stays bytes, so that the daemon's parser reports a body that is not UTF-8.
-    """
-    if value == "-":
-        return sys.stdin.buffer.read()
-    if value.startswith("@"):
-        path = value[1:]
-        if not path:
-            raise UsageFailure("--body @: expected a file name after @ (--body @job.json)")
-        try:
-            return Path(path).read_bytes()
-        except OSError as exc:
-            raise UsageFailure(f"--body {value}: cannot read {path}: {exc.strerror}") from exc
-    return value
-
-
-def checked_body(value: str) -> str:
-    """The --body message, checked with the daemon's own parser; warns of fields it ignores."""
-    raw = read_body(value)
-    # What the daemon would refuse is never sent.
-    parse_job(raw, message_id="(not sent)", sent_at=0.0)
-    body = raw.decode() if isinstance(raw, bytes) else raw
-    for warning in unknown_fields(body):
-        click.echo(f"sqsjkr: warning: {warning}", err=True)
-    return body
-
 
 #: The option that sets each message field (a dotted path inside "http"), for errors: whoever
 #: used the options never saw the field names.
@@ -125,12 +70,6 @@ _FIELD_OPTIONS = {
 #: How contract.fields.field_error starts its message: the field's name, JSON-quoted (and cut,
 #: when long, to a prefix that still names its option).
 _FIELD_ERROR = re.compile(r'field ("(?:[^"\\]|\\.)*")(?:\.\.\. \(\d+ more characters\))?: ')
-#: The options whose parameter name is not the option's own.
-_OPTION_NAMES = {
-    "envs": "--env",
-    "http_headers": "--http-header",
-    "success_statuses": "--success-status",
-}
 
 
 def option_of(error: InvalidJobError) -> str | None:
@@ -146,94 +85,29 @@ def option_of(error: InvalidJobError) -> str | None:
     return None
 
 
-def _is_set(value: object) -> bool:
-    # Not a truth test: --retries 0 and --concurrency-limit 0 are given all the same.
-    return value is not None and value is not False and value != ()
+def job_body(fields: JobFields) -> str:
+    """The job's body from its options; the daemon parser's errors name the option at fault."""
+    try:
+        return fields.body()
+    except InvalidJobError as exc:
+        option = option_of(exc)
+        where = f"{option}: " if option else ""
+        raise UsageFailure(f"invalid job, nothing sent: {where}{exc}") from exc
 
 
-@dataclass(frozen=True)
-class JobOptions:
-    """The job as the command-line options give it, before it becomes a message body."""
-
-    command: str | None
-    envs: tuple[str, ...]
-    event_id: str | None
-    lock_id: str | None
-    life_time: str | None
-    timeout: str | None
-    abort_if_locked: bool
-    disable_life_time_trigger: bool
-    concurrency_key: str | None
-    concurrency_limit: int | None
-    retries: int | None
-    retry_delay: str | None
-    http_url: str | None
-    http_method: str | None
-    http_headers: tuple[str, ...]
-    http_body: str | None
-    http_timeout: str | None
-    success_statuses: tuple[int, ...]
-
-    def given(self) -> list[str]:
-        """The options given, by their names on the command line."""
-        return [
-            _OPTION_NAMES.get(item.name, "--" + item.name.replace("_", "-"))
-            for item in fields(self)
-            if _is_set(getattr(self, item.name))
-        ]
-
-    def body(self) -> str:
-        """The message body, checked with the daemon's parser; errors name the option at fault."""
-        self._check_combinations()
+def checked_job(body: str | None, options: JobFields) -> str:
+    """The body to send, from --body or the job options, checked with the daemon's parser; warns
+    of the fields it ignores."""
+    if body is not None:
         try:
-            return build_body(
-                self.command,
-                envs=key_values("--env", self.envs),
-                event_id=self.event_id,
-                lock_id=self.lock_id,
-                life_time=duration_option(self.life_time),
-                timeout=duration_option(self.timeout),
-                abort_if_locked=self.abort_if_locked,
-                disable_life_time_trigger=self.disable_life_time_trigger,
-                http=self._http(),
-                concurrency_key=self.concurrency_key,
-                concurrency_limit=self.concurrency_limit,
-                retries=self.retries,
-                retry_delay=duration_option(self.retry_delay),
-            )
+            body, warnings = checked_body(body)
         except InvalidJobError as exc:
-            option = option_of(exc)
-            where = f"{option}: " if option else ""
-            raise UsageFailure(f"invalid job, nothing sent: {where}{exc}") from exc
-
-    def _check_combinations(self) -> None:
-        given = self.given()
-        if self.command is not None and self.http_url is not None:
-            raise UsageFailure("give either --command or --http-url, not both")
-        if self.http_url is None:
-            for option in given:
-                if option.startswith("--http-") or option == "--success-status":
-                    raise UsageFailure(f"{option} needs --http-url")
-        if self.command is None and self.http_url is None:
-            raise UsageFailure("--command, --http-url or --body is required")
-        if self.concurrency_limit is not None and not self.concurrency_key:
-            raise UsageFailure("--concurrency-limit needs --concurrency-key")
-
-    def _http(self) -> dict[str, object] | None:
-        if self.http_url is None:
-            return None
-        call: dict[str, object] = {"url": self.http_url}
-        if self.http_method is not None:
-            call["method"] = self.http_method
-        if self.http_headers:
-            call["headers"] = key_values("--http-header", self.http_headers)
-        if self.http_body is not None:
-            call["body"] = self.http_body
-        if self.http_timeout is not None:
-            call["timeout"] = duration_option(self.http_timeout)
-        if self.success_statuses:
-            call["success_status"] = list(self.success_statuses)
-        return call
+            raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
+        for warning in warnings:
+            click.echo(f"sqsjkr: warning: {warning}", err=True)
+    else:
+        body = job_body(options)
+    return body
 
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
@@ -404,7 +278,7 @@ def send(
     With --at or --in, EventBridge Scheduler puts it on the queue later instead; prints the
     name of its one-time schedule.
     """
-    options = JobOptions(**job)
+    options = JobFields(**job)
     built_from_options = bool(options.given())
     if list_scheduled or cancel is not None:
         others = any(
@@ -423,13 +297,7 @@ def send(
     later = check_timing(at_time, in_time, zone, delay)
     if body is not None and built_from_options:
         raise UsageFailure("give either --body or the job options (--command, ...), not both")
-    if body is not None:
-        try:
-            body = checked_body(body)
-        except InvalidJobError as exc:
-            raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
-    else:
-        body = options.body()
+    body = checked_job(body, options)
     config = load(conf, Overrides(profile=profile, region=region))
     try:
         # The daemons' [http] allow is not known here: this config's stands in for it.
@@ -442,9 +310,14 @@ def send(
     sqs = make_client(store.session, "sqs")
     queue_name = queue_name or config.sqs.queue_name
     queue_url = resolve_queue_url(sqs, queue_name, config.account.id)
-    queue = QueueSend(queue_name, send_settings(sqs, queue_url))
-    queue.warn_of_retries(body)
-    fifo = queue.fifo_parameters(body, group_id, dedupe_id, delay=delay, later=later)
+    settings = send_settings(sqs, queue_url)
+    retries = retries_warning(queue_name, settings, body)
+    if retries is not None:
+        # The job's retries can take it to the dead-letter queue.
+        click.echo(f"sqsjkr: warning: {retries}", err=True)
+    fifo = fifo_parameters(
+        queue_name, settings, body, group_id, dedupe_id, delay=delay, later=later
+    )
     audit = command_auditor(config)
     outgoing = Outgoing(body, queue_name, queue_url, delay, fifo)
     if when is not None:
@@ -461,17 +334,6 @@ def send(
     if sent.audit_problem is not None:
         click.echo(f"sqsjkr: warning: {sent.audit_problem}", err=True)
     return waits.follow(sent.handle)
-
-
-def duration_seconds(option: str, text: str) -> float:
-    """The seconds of a duration option (90s, 10m, 2h, 1d); a UsageFailure when it is not one."""
-    try:
-        seconds = parse_duration(text.strip(), days=True).seconds
-    except DurationError as exc:
-        raise UsageFailure(f"{option} {quote(text)}: {exc}") from exc
-    if seconds < 0:
-        raise UsageFailure(f"{option} {quote(text)}: a duration of 0 or more")
-    return seconds
 
 
 @dataclass(frozen=True)
@@ -510,64 +372,3 @@ class Waits:
         for line in history_lines([record], output=True):
             click.echo(line)
         return 0 if record.outcome is RunOutcome.SUCCEEDED else 1
-
-
-@dataclass(frozen=True)
-class QueueSend:
-    """What sending a job to one queue takes: FIFO parameters, and a word on its RedrivePolicy."""
-
-    name: str
-    settings: SendSettings
-
-    def warn_of_retries(self, body: str) -> None:
-        """Warn when the job's retries can take it to the dead-letter queue."""
-        warning = retries_warning(self.name, self.settings, body)
-        if warning is not None:
-            click.echo(f"sqsjkr: warning: {warning}", err=True)
-
-    def fifo_parameters(
-        self, body: str, group_id: str | None, dedupe_id: str | None, *, delay: int, later: bool
-    ) -> dict[str, str] | None:
-        """MessageGroupId (and MessageDeduplicationId) for a FIFO queue; None for a standard
-        one. UsageFailure for options the queue cannot take."""
-        if not self.settings.fifo:
-            for option, value in (("--group-id", group_id), ("--dedupe-id", dedupe_id)):
-                if value is not None:
-                    raise UsageFailure(
-                        f"{option} is for FIFO queues; queue {self.name} is a standard queue"
-                    )
-            return None
-        if delay:
-            raise UsageFailure(
-                f"--delay: queue {self.name} is a FIFO queue, and SQS takes no per-message delay "
-                "on those (only the queue's own DelaySeconds); use --in for a later run"
-            )
-        for option, value in (("--group-id", group_id), ("--dedupe-id", dedupe_id)):
-            error = None if value is None else fifo_id_error(value)
-            if error is not None:
-                raise UsageFailure(f"{option}: {error}")
-        self._check_deduplication(dedupe_id, later)
-        group = group_id or group_id_of(json.loads(body).get("event_id"))
-        if dedupe_id is not None:
-            return fifo_send_parameters(group, dedupe_id)
-        return {"MessageGroupId": group}  # deduplicated by its content
-
-    def _check_deduplication(self, dedupe_id: str | None, later: bool) -> None:
-        if later:
-            if dedupe_id is not None:
-                raise UsageFailure(
-                    "--dedupe-id is for jobs sent now: EventBridge Scheduler sends to a FIFO "
-                    "queue with no deduplication id, by the queue's content-based deduplication"
-                )
-            if not self.settings.content_based_deduplication:
-                raise UsageFailure(
-                    f"--at and --in: queue {self.name} is a FIFO queue without content-based "
-                    "deduplication, and EventBridge Scheduler can only send to a FIFO queue that "
-                    "has it (ContentBasedDeduplication; the terraform module sets it)"
-                )
-        elif dedupe_id is None and not self.settings.content_based_deduplication:
-            raise UsageFailure(
-                f"queue {self.name} is a FIFO queue without content-based deduplication: give "
-                "--dedupe-id ID (SQS drops a later message with the same id for 5 minutes), or "
-                "turn on ContentBasedDeduplication on the queue"
-            )

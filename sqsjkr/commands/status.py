@@ -11,8 +11,6 @@ import functools
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
-from typing import Any
 
 import click
 
@@ -25,13 +23,14 @@ from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary
 from sqsjkr.errors import DurationError, SqsjkrError, quote
 from sqsjkr.fleet.audit import command_auditor
-from sqsjkr.fleet.failures import aws_failure, failure_text
-from sqsjkr.fleet.history import Store, forget_event, record_json
+from sqsjkr.fleet.failures import aws_failure
+from sqsjkr.fleet.history import Store, forget_event
 from sqsjkr.fleet.pause import pause_text
 from sqsjkr.fleet.route import route_text
 from sqsjkr.fleet.running import Running
-from sqsjkr.fleet.schedules import Upcoming, read_upcoming
-from sqsjkr.fleet.status import CheckPolicy, Finding, Level, check_fleet, read_status
+from sqsjkr.fleet.schedules import Upcoming
+from sqsjkr.fleet.status import CheckPolicy, Level, check_fleet, check_line, read_status
+from sqsjkr.fleet.status_data import known_next_runs, status_data
 from sqsjkr.fleet.wording import (
     failures_text,
     fire_text,
@@ -40,18 +39,8 @@ from sqsjkr.fleet.wording import (
     triggered_text,
     waiting_text,
 )
-from sqsjkr.observability.logs import escape
 
-# -- judging ------------------------------------------------------------------------------------
-
-
-def check_line(findings: Sequence[Finding], events: int) -> tuple[Level, str]:
-    """The check's level and its one line: the worst level, then every event not OK, worst first."""
-    bad = sorted((f for f in findings if f.level > Level.OK), key=lambda f: -f.level)
-    if not bad:
-        return Level.OK, f"SQSJKR OK - {events} event{'' if events == 1 else 's'}"
-    items = "; ".join(f"{escape(f.event_id)}: {', '.join(f.reasons)}" for f in bad)
-    return bad[0].level, f"SQSJKR {bad[0].level.name} - {items}"
+# -- the check's options ------------------------------------------------------------------------
 
 
 def parse_max_ages(values: Sequence[str]) -> dict[str, float]:
@@ -73,20 +62,7 @@ def parse_max_ages(values: Sequence[str]) -> dict[str, float]:
     return ages
 
 
-# -- running now --------------------------------------------------------------------------------
-
-
 # -- showing ------------------------------------------------------------------------------------
-
-
-def next_run_json(event_id: str, schedules: Upcoming | None) -> str | None:
-    fire = None if schedules is None else schedules.soonest.get(event_id)
-    return None if fire is None else fire_text(fire)
-
-
-def disabled_json(event_id: str, schedules: Upcoming | None) -> bool | None:
-    """Whether every schedule of the event is disabled; None when they cannot be read."""
-    return None if schedules is None else event_id in schedules.disabled
 
 
 #: The columns of `status`; the last holds its runs in progress and its marks.
@@ -119,32 +95,6 @@ def status_row(
     return row
 
 
-def status_json(summary: EventSummary, running: Sequence[Running], now: float) -> dict[str, Any]:
-    success = summary.last_success_at
-    return {
-        "event_id": summary.event_id,
-        "last_run": None
-        if summary.last_run is None
-        else record_json(summary.last_run, output=False),
-        "last_success_at": success,
-        "last_success_age": None if success is None else now - success,
-        "last_failure_at": summary.last_failure_at,
-        "consecutive_failures": summary.consecutive_failures,
-        "one_off": summary.one_off,
-        "running": [{**asdict(run.start), "stale": run.stale} for run in running],
-    }
-
-
-def known_next_runs(store: Store, now: float) -> Upcoming | None:
-    """Each event's next run by its schedules; None, said on stderr, when they cannot be read."""
-    try:
-        return read_upcoming(store.config, store.session, now)
-    except Exception as exc:
-        # failure_text raises again what is neither an AWS failure nor one of sqsjkr's errors.
-        click.echo(f"sqsjkr: next runs unknown: {failure_text(exc)}", err=True)
-        return None
-
-
 def next_run_cell(event_id: str, schedules: Upcoming | None) -> str:
     """The next-run column: the soonest fire time of the event's schedules, in their zone."""
     if schedules is None:
@@ -158,23 +108,12 @@ def next_run_cell(event_id: str, schedules: Upcoming | None) -> str:
 def show_status(store: Store, *, as_json: bool, now: float) -> None:
     fleet = read_status(store, now)
     pauses, routes, summaries, running = fleet.pauses, fleet.routes, fleet.summaries, fleet.running
-    soonest = known_next_runs(store, now)
+    known = known_next_runs(store, now)
+    if isinstance(known, str):
+        click.echo(f"sqsjkr: next runs unknown: {known}", err=True)
+    soonest = None if isinstance(known, str) else known
     if as_json:
-        rows = [
-            {
-                **status_json(s, r, now),
-                "next_run": next_run_json(s.event_id, soonest),
-                "schedule_disabled": disabled_json(s.event_id, soonest),
-                "routed_to": route_queue(routed(routes, s.event_id)),
-            }
-            for s, r in zip(summaries, running, strict=True)
-        ]
-        shown = {
-            "pauses": [p.as_dict() for p in pauses],
-            "routes": [r.as_dict() for r in routes],
-            "events": rows,
-        }
-        click.echo(json.dumps(shown, indent=2))
+        click.echo(json.dumps(status_data(fleet, soonest, now), indent=2))
         return
     for held in pauses:
         click.echo(f"PAUSED {pause_text(held, now)}")
@@ -192,10 +131,6 @@ def show_status(store: Store, *, as_json: bool, now: float) -> None:
     ]
     for line in aligned(rows_text):
         click.echo(line)
-
-
-def route_queue(route: Route | None) -> str | None:
-    return None if route is None else route.queue
 
 
 def routed_mark(route: Route | None) -> list[str]:

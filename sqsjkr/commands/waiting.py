@@ -34,10 +34,15 @@ def timeout_option(default: str, waits_for: str) -> Callable[[Any], Any]:
 def timeout_of(text: str) -> float | None:
     """The seconds of a --timeout value (None: no limit); a UsageFailure when it is not a
     duration."""
+    return duration_seconds("--timeout", text) or None
+
+
+def duration_seconds(option: str, text: str) -> float:
+    """The seconds of a duration option (90s, 10m, 2h, 1d); a UsageFailure when it is not one."""
     try:
         seconds = parse_duration(text.strip(), days=True).seconds
     except DurationError as exc:
-        raise UsageFailure(f"--timeout {quote(text)}: {exc}") from exc
+        raise UsageFailure(f"{option} {quote(text)}: {exc}") from exc
     if seconds < 0:
-        raise UsageFailure(f"--timeout {quote(text)}: a duration of 0 or more")
-    return seconds or None
+        raise UsageFailure(f"{option} {quote(text)}: a duration of 0 or more")
+    return seconds

@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from sqsjkr.backends.pause import Pause, PauseStore
+from sqsjkr.backends.pause import ALL_SCOPE, Pause, PauseStore
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, RequestError, quote
@@ -113,6 +114,35 @@ def pause_events(
         audit("pause", event_id or "all events", reason=reason, detail=until_text)
         store.pause(made)
         yield made
+
+
+def event_scopes(event_ids: Sequence[str], all_events: bool) -> list[str] | None:
+    """The events a pause or resume names (None: all of them); exactly one of the two is allowed."""
+    if all_events and event_ids:
+        raise RequestError("give EVENT_IDs or --all, not both")
+    if not all_events and not event_ids:
+        raise RequestError("give the EVENT_IDs to act on, or --all for every event")
+    if all_events:
+        return None
+    for event_id in event_ids:
+        if event_id in ("", ALL_SCOPE):
+            raise RequestError(f"{quote(event_id)} is not an event id (--all acts on every event)")
+    return sorted(set(event_ids))
+
+
+@dataclass(frozen=True)
+class Unpaused:
+    """What a resume of named events left: the events that had no pause, and the pause of all
+    events, still in effect, that holds them all the same."""
+
+    missed: list[str]
+    of_all: Pause | None
+
+
+def unpaused(store: PauseStore, events: Sequence[str], lifted: Sequence[Pause]) -> Unpaused:
+    done = {p.event_id for p in lifted}
+    missed = [event_id for event_id in events if event_id not in done]
+    return Unpaused(missed, next((p for p in store.pauses() if p.event_id is None), None))
 
 
 def resume_events(

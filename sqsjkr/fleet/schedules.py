@@ -5,7 +5,7 @@ rules, per [schedule] engine; and what the history says of each scheduled event.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -20,8 +20,9 @@ from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary
 from sqsjkr.crontab.fires import Fires, Window, next_fires
 from sqsjkr.errors import ScheduleExpressionError
-from sqsjkr.fleet.history import Store
+from sqsjkr.fleet.history import Store, record_json
 from sqsjkr.fleet.running import Running, running_now
+from sqsjkr.fleet.wording import command_line, fire_text
 
 #: How many of its next fire times each schedule shows.
 FIRES_SHOWN = 3
@@ -137,3 +138,28 @@ def event_states(
                 routed(controls.routes, event_id),
             )
     return states
+
+
+def schedule_json(
+    schedule: EventSchedule, when: Timing, state: EventState | None
+) -> dict[str, Any]:
+    """`schedules --json`'s object of one schedule, with its event's state when read."""
+    shown: dict[str, Any] = {
+        "name": schedule.name,
+        "expression": schedule.expression,
+        "timezone": schedule.timezone,
+        "enabled": schedule.enabled,
+        "next": [fire_text(fire) for fire in when.fires.times],
+        "next_exact": when.fires.exact,
+        "problem": when.problem,
+        "event_id": schedule.event_id,
+        "command": None if schedule.command is None else command_line(schedule.command),
+        "target_arn": schedule.target_arn,
+    }
+    if state is not None:
+        last = state.summary.last_run if state.summary else None
+        shown["last_run"] = None if last is None else record_json(last, output=False)
+        shown["running"] = [{**asdict(run.start), "stale": run.stale} for run in state.running]
+        shown["paused"] = None if state.held is None else state.held.as_dict()
+        shown["route"] = None if state.route is None else state.route.as_dict()
+    return shown

@@ -20,6 +20,7 @@ from sqsjkr.fleet.daemons import live
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.running import Running, running_now
 from sqsjkr.fleet.wording import failures_text, format_span
+from sqsjkr.observability.logs import escape
 
 #: How many of an event's last runs its usual interval is learned from.
 LEARN_FROM_RUNS = 20
@@ -218,3 +219,12 @@ def check_fleet(store: Store, policy: CheckPolicy, now: float) -> tuple[list[Fin
             members = DynamoRoster(store.client, store.table).members()
             findings.append(daemons_finding(members, policy.min_daemons, now))
     return findings, len(judged_events(summaries, policy))
+
+
+def check_line(findings: Sequence[Finding], events: int) -> tuple[Level, str]:
+    """The check's level and its one line: the worst level, then every event not OK, worst first."""
+    bad = sorted((f for f in findings if f.level > Level.OK), key=lambda f: -f.level)
+    if not bad:
+        return Level.OK, f"SQSJKR OK - {events} event{'' if events == 1 else 's'}"
+    items = "; ".join(f"{escape(f.event_id)}: {', '.join(f.reasons)}" for f in bad)
+    return bad[0].level, f"SQSJKR {bad[0].level.name} - {items}"

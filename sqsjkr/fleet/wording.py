@@ -1,5 +1,5 @@
 """The wording of values that every face shows alike: moments, spans and durations, how a run ended,
-who triggered it, failures in a row, fire times, what a waiting job waits for, a daemon's queues.
+who triggered it, failures in a row, fire times, waits, daemons' queues, a job's command in a line.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import datetime
 from sqsjkr.backends.members import Member
 from sqsjkr.contract.run import RunRecord, RunStart
 from sqsjkr.errors import quote
-from sqsjkr.observability.logs import escape, moment
+from sqsjkr.observability.logs import escape, moment, shorten_command
 
 #: Units of the spans shown to operators, largest first; a span shows its two largest.
 _SPAN_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
@@ -77,3 +77,16 @@ def waiting_text(start: RunStart) -> str:
 
 def queues_text(member: Member) -> str:
     return ", ".join(f"{name} ({workers})" for name, workers in member.queues)
+
+
+#: Longest command shown: its first line, cut here.
+COMMAND_SHOWN = 80
+
+
+def command_line(command: str | None) -> str:
+    """A job's command as one escaped line: its first line, cut, the cut said."""
+    if command is None:
+        return "-"
+    first, *rest = command.splitlines() or [""]
+    shown = escape(shorten_command(first, COMMAND_SHOWN))
+    return f"{shown} (+{len(rest)} lines)" if rest else shown

@@ -1,25 +1,23 @@
 """The demo of `sqsjkr local --demo`: sample jobs that show each behaviour (one stopped by `sqsjkr
-kill`), sample schedules, a summary once all have ended, and what `status`, `history` and `schedules` show."""
+kill`), sample schedules, and the watch that tells when the long job runs and when all have ended."""
 
 from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import threading
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import click
 from botocore.exceptions import BotoCoreError, ClientError
 
-from sqsjkr.backends.aws import describe
+from sqsjkr.backends.aws import describe, make_client, make_session
 from sqsjkr.backends.history import DynamoHistory
-from sqsjkr.commands.local_site import LocalSite
-from sqsjkr.contract.config import load_config
+from sqsjkr.contract.config import Config, load_config
 from sqsjkr.contract.job import build_body
-from sqsjkr.fleet.history import store_of
+from sqsjkr.local.site import LocalSite
 
 log = logging.getLogger("sqsjkr.local")
 
@@ -154,7 +152,7 @@ SAMPLE_SCHEDULES = (
 #: How often the demo reads the stats endpoint while its jobs run.
 _DEMO_POLL_SECONDS = 0.25
 #: The invocation counters of which each message adds to exactly one; timed_out is part of errored.
-_OUTCOMES = ("succeeded", "errored", "failed", "duplicates")
+OUTCOMES = ("succeeded", "errored", "failed", "duplicates")
 
 
 def send_demo(sqs: Any, queue_url: str) -> None:
@@ -164,21 +162,30 @@ def send_demo(sqs: Any, queue_url: str) -> None:
 
 
 class DemoWatch:
-    """Polls the stats endpoint until every demo message has an outcome, then prints a summary.
+    """Polls the stats endpoint until every demo message has an outcome.
 
-    Its thread is started by start() and joined by close(), both called by run_local.
+    Calls on_killable once the long job runs (the face runs and shows `sqsjkr kill`), then
+    on_done with the invocation counters and the dead letters' (body, sqsjkr_error) once all
+    have ended. Its thread is started by start() and joined by close().
     """
 
-    def __init__(self, sqs: Any, site: LocalSite) -> None:
+    def __init__(
+        self,
+        sqs: Any,
+        site: LocalSite,
+        on_killable: Callable[[], None],
+        on_done: Callable[[dict[str, int], list[tuple[str, str]]], None],
+    ) -> None:
         self._sqs = sqs
         self._site = site
+        self._on_killable = on_killable
+        self._on_done = on_done
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, stats_address: str, dashboard: str = "") -> None:
-        """dashboard: what the banner said of the dashboard (its URL), which the summary repeats."""
+    def start(self, stats_address: str) -> None:
         self._thread = threading.Thread(
-            target=self._watch, args=(stats_address, dashboard), name="sqsjkr-demo-watch"
+            target=self._watch, args=(stats_address,), name="sqsjkr-demo-watch"
         )
         self._thread.start()
 
@@ -187,24 +194,28 @@ class DemoWatch:
         if self._thread is not None:
             self._thread.join()
 
-    def _watch(self, stats_address: str, dashboard: str) -> None:
+    def _watch(self, stats_address: str) -> None:
         url = f"http://{stats_address}/stats/metrics/v2"
         killed = False
-        history = store_of(load_config(str(self._site.conf))).history
+        history = _history(load_config(str(self._site.conf)))
         while not self._done.wait(_DEMO_POLL_SECONDS):
             if not killed and _running(history, KILLED_EVENT):
-                what = (
-                    "Stopping a long job with sqsjkr kill (to try it: send a long job, then "
-                    "kill it)"
-                )
-                click.echo(run_shown(self._site, what, KILL_COMMAND, before=LONG_JOB_SEND))
+                self._on_killable()
                 killed = True
             counts = _invocations(url)
-            if counts is not None and sum(counts[k] for k in _OUTCOMES) >= len(DEMO_JOBS):
-                dead = _peek_dead_letters(self._sqs, self._site.dead_letter_url)
-                click.echo(demo_summary(counts, self._site, stats_address, dead, dashboard))
-                click.echo(show_history(self._site))
+            if counts is not None and sum(counts[k] for k in OUTCOMES) >= len(DEMO_JOBS):
+                self._on_done(counts, _peek_dead_letters(self._sqs, self._site.dead_letter_url))
                 return
+
+
+def _history(config: Config) -> DynamoHistory:
+    """The config's run history, read through the backend: local mode sits beside the fleet layer."""
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    return DynamoHistory(
+        make_client(session, "dynamodb"),
+        config.lock.table,
+        retention_seconds=config.history.retention.seconds,
+    )
 
 
 def _running(history: DynamoHistory, event_id: str) -> bool:
@@ -247,70 +258,3 @@ def _peek_dead_letters(sqs: Any, url: str) -> list[tuple[str, str]]:
         )
         for message in response.get("Messages", [])
     ]
-
-
-def demo_summary(
-    counts: dict[str, int],
-    site: LocalSite,
-    stats_address: str,
-    dead: list[tuple[str, str]],
-    dashboard: str = "",
-) -> str:
-    """What the demo did: the counters with the demo jobs behind each, and where to look next
-    (the stats, and the dashboard as the banner showed it)."""
-    lines = [f"Demo done: all {len(DEMO_JOBS)} messages have an outcome. Invocations counted:"]
-    for outcome in _OUTCOMES:
-        whats = [job.what for job in DEMO_JOBS if job.outcome == outcome]
-        count = f"{counts[outcome]}"
-        if outcome == "errored":
-            count += f" (timed_out {counts.get('timed_out', 0)})"
-        lines.append(f"  {outcome:<10} {count}")
-        lines.extend(f"      - {what}" for what in whats)
-    lines.append(f"Dead-letter queue {DEMO_QUEUE}-dlq ({site.dead_letter_url}):")
-    if not dead:
-        lines.append("  (no message there yet)")
-    lines.extend(f"  body {body!r}, sqsjkr_error {error!r}" for body, error in dead)
-    lines += [
-        "Each job's output is in the log above (job MESSAGE_ID (event EVENT_ID) | LINE), and "
-        "each report's JSON (sqsjkr.report).",
-        f"Stats: curl -s http://{stats_address}/stats/metrics/v2",
-    ]
-    if dashboard:
-        lines.append(f"Dashboard: {dashboard}")
-    return "\n".join(lines)
-
-
-def run_shown(
-    site: LocalSite, what: str, command: tuple[str, ...], before: tuple[str, ...] = ()
-) -> str:
-    """`sqsjkr COMMAND` run as a user would run it, printed as the banner's `send` is, ready to
-    paste (after `sqsjkr BEFORE`, when pasting it needs that first), with its output."""
-    name, *args = command
-    # One pipe for both streams: its notes on stderr show where they came, between its lines.
-    done = subprocess.run(
-        site.argv(name, *args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=90,
-    )
-    pasted = [site.pasteable(*before)] if before else []
-    pasted.append(site.pasteable(name, *args))
-    return f"{what}:\n" + "\n".join(pasted) + f"\n{done.stdout}".rstrip()
-
-
-#: The commands the demo ends with: what each shows, and its arguments after `-c CONF`.
-CLOSING_COMMANDS = (
-    ("The status of every event", ("status",)),
-    ("The runs of demo-fail, with their output", ("history", "demo-fail", "--output")),
-    ("Every event's schedule and its next three runs", ("schedules",)),
-    ("The fleet's daemons", ("daemons",)),
-)
-
-
-def show_history(site: LocalSite) -> str:
-    """`sqsjkr status` and one `sqsjkr history`, run as a user would run them, each printed as
-    the banner's `send` is, ready to paste, with its output."""
-    shown = [run_shown(site, what, command) for what, command in CLOSING_COMMANDS]
-    shown.append("The daemon keeps running: send it jobs as shown above; stop it with Ctrl-C.")
-    return "\n".join(part.rstrip() for part in shown)

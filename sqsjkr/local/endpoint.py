@@ -1,0 +1,184 @@
+"""The embedded AWS endpoint of local mode (moto on 127.0.0.1), and the queue, table, schedule group and
+sample schedules it creates on it, named as the terraform module names them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqsjkr.backends.aws import make_client
+from sqsjkr.errors import LocalModeError
+from sqsjkr.local.demo import DEMO_QUEUE, SAMPLE_SCHEDULES
+
+LOCAL_REGION = "us-east-1"
+#: moto's default account id.
+LOCAL_ACCOUNT = "123456789012"
+LOCAL_QUEUE = DEMO_QUEUE
+LOCAL_TABLE = "sqsjkr"
+#: The EventBridge Scheduler group and role of `sqsjkr send --at`, named as the terraform
+#: module names them for a deployment named after the queue.
+LOCAL_SCHEDULE_GROUP = LOCAL_QUEUE
+LOCAL_SCHEDULER_ROLE = f"{LOCAL_QUEUE}-scheduler"
+#: Who may assume the scheduler role: EventBridge Scheduler, as in the module.
+_SCHEDULER_TRUST = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "scheduler.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+        }
+    ],
+}
+
+
+@contextmanager
+def local_endpoint(port: int = 0) -> Iterator[str]:
+    """A moto server on 127.0.0.1 for the lifetime of the block; yields its endpoint URL."""
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError as exc:
+        raise LocalModeError("local mode needs moto: pip install 'sqsjkr[local]'") from exc
+    if port:
+        _check_port_free(port)
+    serialize_moto_writes()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    try:
+        server.start()
+    except OSError as exc:
+        raise LocalModeError(f"cannot start the local AWS endpoint on port {port}: {exc}") from exc
+    host, bound = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{bound}"
+    finally:
+        server.stop()
+
+
+def serialize_moto_writes() -> None:
+    """Make moto's DynamoDB writes take turns, in this process.
+
+    moto's TransactWriteItems deep-copies the table for a rollback without a lock, and fails
+    with a 500 when another request changes the table meanwhile; DynamoDB has no such race. The
+    daemon would only retry, but tests and benchmarks count calls and must not see it.
+    """
+    from moto.dynamodb.models import DynamoDBBackend
+
+    if getattr(DynamoDBBackend, "_sqsjkr_serialized", False):
+        return
+    lock = threading.RLock()
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+        original = getattr(DynamoDBBackend, name)
+
+        def serialized(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            with lock:
+                return _original(self, *args, **kwargs)
+
+        setattr(DynamoDBBackend, name, serialized)
+    DynamoDBBackend._sqsjkr_serialized = True  # type: ignore[attr-defined]
+
+
+def _check_port_free(port: int) -> None:
+    """LocalModeError if 127.0.0.1:port is taken.
+
+    moto's server binds in its own thread, which exits on a taken port and leaves start()
+    waiting for ever; a port taken in the instant between this check and that bind still hangs.
+    """
+    with socket.socket() as probe:
+        # As the server will: a port in TIME_WAIT after a previous run is free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise LocalModeError(
+                f"cannot start the local AWS endpoint on 127.0.0.1:{port}: {exc.strerror}; "
+                "pass another --port, or leave it out for any free port"
+            ) from exc
+
+
+def use_endpoint(endpoint: str) -> None:
+    """Point this process's boto3 clients (and its jobs) at endpoint, with dummy credentials."""
+    # The embedded endpoint accepts any credentials, and real ones must never reach it.
+    os.environ.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID="local",
+        AWS_SECRET_ACCESS_KEY="local",
+        AWS_DEFAULT_REGION=LOCAL_REGION,
+    )
+    for name in (
+        "AWS_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_ENDPOINT_URL_SQS",
+        "AWS_ENDPOINT_URL_DYNAMODB",
+    ):
+        os.environ.pop(name, None)
+
+
+def create_queue(sqs: Any, name: str, *, dead_letter: bool = False) -> str:
+    """The queue's URL; with dead_letter, also a NAME-dlq queue that its RedrivePolicy points to."""
+    attributes = {}
+    if dead_letter:
+        dlq_url = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])
+        redrive = {"deadLetterTargetArn": arn["Attributes"]["QueueArn"], "maxReceiveCount": "5"}
+        attributes["RedrivePolicy"] = json.dumps(redrive)
+    return str(sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"])
+
+
+def create_table(dynamodb: Any, name: str) -> None:
+    """The Go daemon's table: Id/Type keys, Expired, GSI TypeExpiredIndex."""
+    dynamodb.create_table(
+        TableName=name,
+        AttributeDefinitions=[
+            {"AttributeName": "Id", "AttributeType": "S"},
+            {"AttributeName": "Type", "AttributeType": "S"},
+            {"AttributeName": "Expired", "AttributeType": "N"},
+        ],
+        KeySchema=[
+            {"AttributeName": "Id", "KeyType": "HASH"},
+            {"AttributeName": "Type", "KeyType": "RANGE"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "TypeExpiredIndex",
+                "KeySchema": [
+                    {"AttributeName": "Type", "KeyType": "HASH"},
+                    {"AttributeName": "Expired", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def create_schedule_group(session: Any) -> str:
+    """The schedule group and the scheduler role `sqsjkr send --at` needs; the role's ARN.
+
+    moto never runs the schedules: `send --at` and `--list-scheduled` can be tried, no more."""
+    make_client(session, "scheduler").create_schedule_group(Name=LOCAL_SCHEDULE_GROUP)
+    role = make_client(session, "iam").create_role(
+        RoleName=LOCAL_SCHEDULER_ROLE, AssumeRolePolicyDocument=json.dumps(_SCHEDULER_TRUST)
+    )
+    return str(role["Role"]["Arn"])
+
+
+def create_sample_schedules(session: Any, queue_arn: str, role_arn: str) -> None:
+    """The demo's sample schedules in the local group, so that `sqsjkr schedules` and the next-run
+    column of `sqsjkr status` show something real; moto never fires them."""
+    client = make_client(session, "scheduler")
+    for sample in SAMPLE_SCHEDULES:
+        client.create_schedule(
+            Name=sample.name,
+            GroupName=LOCAL_SCHEDULE_GROUP,
+            ScheduleExpression=sample.expression,
+            ScheduleExpressionTimezone=sample.timezone,
+            FlexibleTimeWindow={"Mode": "OFF"},
+            Target={"Arn": queue_arn, "RoleArn": role_arn, "Input": sample.body},
+            State="ENABLED" if sample.enabled else "DISABLED",
+        )

@@ -1,0 +1,119 @@
+"""Local mode set up and served: the endpoint, its queue, table and schedules, the config written
+for them, and the daemon serving that config until stopped.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqsjkr.backends.aws import make_client, make_session
+from sqsjkr.backends.scheduler import queue_target
+from sqsjkr.contract.config import load_config
+from sqsjkr.daemon.service import serve
+from sqsjkr.errors import LocalModeError, StatsServerError
+from sqsjkr.local.demo import DEMO_REPORTER
+from sqsjkr.local.endpoint import (
+    LOCAL_ACCOUNT,
+    LOCAL_QUEUE,
+    LOCAL_REGION,
+    LOCAL_SCHEDULE_GROUP,
+    LOCAL_TABLE,
+    create_queue,
+    create_sample_schedules,
+    create_schedule_group,
+    create_table,
+    local_endpoint,
+    use_endpoint,
+)
+from sqsjkr.local.site import LocalSite
+from sqsjkr.observability.notify import NullNotifier
+
+
+def write_config(directory: Path, *, stats_port: int, workers: int, role_arn: str) -> Path:
+    path = directory / "config.toml"
+    path.write_text(
+        f"""# Written by `sqsjkr local` for its embedded AWS endpoint.
+[account]
+id = "{LOCAL_ACCOUNT}"
+region = "{LOCAL_REGION}"
+
+[sqs]
+queue_name = "{LOCAL_QUEUE}"
+wait_time_seconds = 2
+
+[kicker]
+max_concurrent_num = {workers}
+life_time_trigger = "sed 's/^/ALERT life_time exceeded: /'"
+stats_port = {stats_port}
+
+[lock]
+table = "{LOCAL_TABLE}"
+retry_interval = "1s"
+
+[schedule]
+# For `sqsjkr send --at`: moto keeps the schedule, but never runs it.
+role_arn = "{role_arn}"
+group = "{LOCAL_SCHEDULE_GROUP}"
+
+[report]
+# Prints each run's report (horenso's JSON) into the log, as sqsjkr.report lines.
+reporters = ["{DEMO_REPORTER}"]
+"""
+    )
+    return path
+
+
+@contextmanager
+def prepared(*, port: int, stats_port: int, workers: int) -> Iterator[tuple[LocalSite, Any]]:
+    """Start the endpoint, create the queue and table, the schedule group and the sample schedules,
+    write the config; yields the site and an SQS client, for the lifetime of the block."""
+    with local_endpoint(port) as endpoint, tempfile.TemporaryDirectory(prefix="sqsjkr-") as tmp:
+        use_endpoint(endpoint)
+        session = make_session(region=LOCAL_REGION)
+        sqs = make_client(session, "sqs")
+        queue_url = create_queue(sqs, LOCAL_QUEUE, dead_letter=True)
+        dead_letter_url = str(sqs.get_queue_url(QueueName=f"{LOCAL_QUEUE}-dlq")["QueueUrl"])
+        create_table(make_client(session, "dynamodb"), LOCAL_TABLE)
+        role_arn = create_schedule_group(session)
+        create_sample_schedules(session, queue_target(sqs, queue_url).arn, role_arn)
+        conf = write_config(Path(tmp), stats_port=stats_port, workers=workers, role_arn=role_arn)
+        yield LocalSite(endpoint, queue_url, dead_letter_url, conf), sqs
+
+
+def serve_local(
+    site: LocalSite,
+    stop: threading.Event,
+    force: threading.Event,
+    *,
+    on_listening: Callable[[str], None],
+    on_receiving: Callable[[], None],
+) -> None:
+    """Serve the site's config until stop; a taken stats port is a LocalModeError that says what
+    to pass. on_receiving is called once the daemon receives (the demo's delays count from then)."""
+    try:
+        serve(
+            load_config(site.conf),
+            stop,
+            force=force,
+            on_listening=on_listening,
+            notifier=_Receiving(on_receiving),
+        )
+    except StatsServerError as exc:
+        raise LocalModeError(
+            f"{exc}; pass another --stats-port, or --stats-port 0 for any free port"
+        ) from exc
+
+
+class _Receiving(NullNotifier):
+    """Tells local mode that the daemon receives."""
+
+    def __init__(self, on_receiving: Callable[[], None]) -> None:
+        self._on_receiving = on_receiving
+
+    def ready(self) -> None:
+        self._on_receiving()
