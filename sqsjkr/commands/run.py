@@ -21,7 +21,7 @@ from sqsjkr.commands.options import (
     profile_option,
     region_option,
 )
-from sqsjkr.commands.signals import StopEvent, install_stop_signals
+from sqsjkr.daemon.signals import StopEvent, install_stop_signals
 from sqsjkr.contract.config import Overrides
 from sqsjkr.daemon.service import serve
 from sqsjkr.observability.logs import LOG_FORMATS, setup_logging

@@ -1,4 +1,4 @@
-"""Stop signals, handled only in the entry point: the handler flips events and nothing else.
+"""Stop signals, installed only by the entry point (`sqsjkr run`, `sqsjkr local`): the handler flips events.
 
 The first signal asks for a stop; a second one forces running jobs to stop too.
 """
