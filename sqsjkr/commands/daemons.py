@@ -14,10 +14,8 @@ from typing import Any
 import click
 
 from sqsjkr.backends.members import Member, State
-from sqsjkr.commands.options import load
-from sqsjkr.commands.store import store_options
+from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned
-from sqsjkr.contract.config import Overrides
 from sqsjkr.fleet.daemons import ordered, read_members
 from sqsjkr.fleet.wording import format_span, local_time, queues_text
 
@@ -79,14 +77,12 @@ def show_daemons(members: Sequence[Member], *, as_json: bool, now: float, table:
 @click.option(
     "--json", "as_json", is_flag=True, help='Print a JSON object: "daemons", an object per daemon.'
 )
-def daemons(
-    conf: str, lock_table: str | None, profile: str | None, region: str | None, as_json: bool
-) -> None:
+def daemons(where: Where, as_json: bool) -> None:
     """List the fleet's daemons: host, version, up since, last seen, busy/idle workers, queues.
 
     Each daemon refreshes its item every [kicker] member_refresh (60s): one not seen for three of
     them is "lost" (killed, crashed, or out of reach of the table); one that stopped cleanly is
     "stopped". Items leave the table 7 days after they were last seen. Go daemons write none.
     """
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     show_daemons(read_members(config), as_json=as_json, now=time.time(), table=config.lock.table)

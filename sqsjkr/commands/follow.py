@@ -14,7 +14,7 @@ import click
 
 from sqsjkr.backends.live import DynamoLive, LiveStore
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.store import open_store
+from sqsjkr.commands.store import Where
 from sqsjkr.commands.tables import history_lines
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import RunRecordLost, quote
@@ -62,10 +62,7 @@ def _echo(text: str) -> None:
 
 
 def follow_run(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     event_id: str | None,
     message_id: str | None,
     timeout: float | None,
@@ -74,7 +71,7 @@ def follow_run(
     once timeout seconds (None: no limit) have passed."""
     if event_id is None:
         raise UsageFailure("--follow needs an EVENT_ID")
-    store = open_store(conf, lock_table, profile, region)
+    store = where.store()
     live = DynamoLive(store.client, store.table)
     poll = poll_seconds(store.config)
     try:

@@ -8,10 +8,8 @@ import json
 
 import click
 
-from sqsjkr.commands.options import load
-from sqsjkr.commands.store import store_options
+from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import history_lines
-from sqsjkr.contract.config import Overrides
 from sqsjkr.errors import quote
 from sqsjkr.fleet.history import record_json, store_of
 from sqsjkr.fleet.jobs import JobPhase, JobState, job_state
@@ -61,17 +59,14 @@ def state_json(state: JobState) -> dict[str, object]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the state as a JSON object.")
 def job(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     message_id: str,
     event_id: str | None,
     as_json: bool,
 ) -> None:
     """Show where the job of MESSAGE_ID (as `sqsjkr send` printed it) is now: queued, waiting for
     its lock or concurrency group, running on a host, or ended, with its run's record."""
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     state = job_state(store_of(config), message_id, event_id)
     if as_json:
         click.echo(json.dumps(state_json(state), indent=2))

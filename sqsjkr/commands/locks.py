@@ -11,22 +11,16 @@ from typing import Any
 
 import click
 
-from sqsjkr.commands.options import load, reason_option
-from sqsjkr.commands.store import store_options
+from sqsjkr.commands.options import reason_option
+from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned
-from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.run import RunStart
 from sqsjkr.errors import NotHeld, UnlockRefused
 from sqsjkr.fleet.audit import command_auditor
-from sqsjkr.fleet.locks import Group, HeldLock, Holdings, Table, held, table_of
+from sqsjkr.fleet.locks import Group, HeldLock, Holdings, held, table_of
 from sqsjkr.fleet.unlock import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.fleet.wording import local_time, waiting_text
 from sqsjkr.observability.logs import escape
-
-
-def open_table(conf: str, lock_table: str | None, profile: str | None, region: str | None) -> Table:
-    """The [lock] table of the config, with --lock-table, --profile and --region applied."""
-    return table_of(load(conf, Overrides(lock_table=lock_table, profile=profile, region=region)))
 
 
 def waiting_json(start: RunStart) -> dict[str, Any]:
@@ -65,9 +59,7 @@ def group_rows(group: Group, now: float) -> list[list[str]]:
     is_flag=True,
     help='Print a JSON object: "locks", an object per lock, and "groups", one per group.',
 )
-def locks(
-    conf: str, lock_table: str | None, profile: str | None, region: str | None, as_json: bool
-) -> None:
+def locks(where: Where, as_json: bool) -> None:
     """Show the locks held now: lock, event, owner (host:pid:id) and lease left (read-only);
     then the concurrency groups with held slots: key, holders (of the limit), and each slot;
     then the jobs waiting for a lock or a slot, as their daemons last noted them.
@@ -76,7 +68,7 @@ def locks(
     deletes it. This reads the whole table (a Scan, page by page), so it costs reads in
     proportion to the table's size.
     """
-    table = open_table(conf, lock_table, profile, region)
+    table = where.table()
     holdings = held(table)
     now = time.time()
     if as_json:
@@ -136,10 +128,7 @@ def show_tables(holdings: Holdings, now: float) -> None:
 )
 @reason_option
 def unlock(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     lock_id: str,
     slot: int | None,
     force: bool,
@@ -151,7 +140,7 @@ def unlock(
     lease is refused unless --force. It says what it removed. A Go daemon's lock is removed
     without --force: make sure its Go daemon is not still running that job.
     """
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     now = time.time()
     try:
         lock = unlock_held(

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import click
 
 from sqsjkr.backends.pause import DynamoPauses
-from sqsjkr.commands.options import load, reason_option
-from sqsjkr.commands.store import store_options
-from sqsjkr.contract.config import Config, Overrides
+from sqsjkr.commands.options import reason_option
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.contract.config import Config
 from sqsjkr.errors import quote
 from sqsjkr.fleet.audit import command_auditor, os_user
 from sqsjkr.fleet.locks import table_of
@@ -42,10 +42,7 @@ from sqsjkr.fleet.pause import (
 )
 @click.option("--reason", default="", help="Why, for whoever runs `sqsjkr status`.")
 def pause(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     event_ids: tuple[str, ...],
     all_events: bool,
     until: str | None,
@@ -61,7 +58,7 @@ def pause(
     events = event_scopes(event_ids, all_events)
     now = time.time()
     ends = None if until is None else parse_until(until, now)
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     table = table_of(config)
     store = DynamoPauses(table.client, table.name)
     for made in pause_events(store, command_auditor(config), os_user(), events, now, ends, reason):
@@ -82,10 +79,7 @@ def honour_note(config: Config) -> None:
 )
 @reason_option
 def resume(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     event_ids: tuple[str, ...],
     all_events: bool,
     reason: str,
@@ -95,7 +89,7 @@ def resume(
     Daemons run what accumulated on the queue within about a minute. Exit 1 if nothing was paused.
     """
     events = event_scopes(event_ids, all_events)
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     table = table_of(config)
     store = DynamoPauses(table.client, table.name)
     lifted = resume_events(store, command_auditor(config), events, reason)

@@ -7,7 +7,6 @@ The judging (failures in a row, the usual interval learned from past runs, ages)
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -17,7 +16,7 @@ import click
 from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.store import open_store, store_options
+from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary
@@ -241,10 +240,7 @@ def unknown(message: str) -> Level:
 )
 @click.option("--reason", default="", help="With --forget: why, for the audit trail.")
 def status(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     as_json: bool,
     check: bool,
     max_failures: int | None,
@@ -276,11 +272,11 @@ def status(
         raise UsageFailure("--check prints one line; give --check or --json, not both")
     policy = CheckPolicy(max_failures or 1, parse_max_ages(max_ages), include_one_off, min_daemons)
     if forgotten:
-        return forget(open_store(conf, lock_table, profile, region), forgotten, reason)
+        return forget(where.store(), forgotten, reason)
     if check:
         # A check that cannot judge is UNKNOWN (3), never CRITICAL (2): a bad config, history
         # off and AWS errors alike. Only the options themselves are usage errors.
-        opened = functools.partial(open_store, conf, lock_table, profile, region)
+        opened = where.store
         return int(run_check(opened, policy, time.time()))
-    show_status(open_store(conf, lock_table, profile, region), as_json=as_json, now=time.time())
+    show_status(where.store(), as_json=as_json, now=time.time())
     return 0
