@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import click
 
@@ -20,15 +20,14 @@ from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary
-from sqsjkr.errors import DurationError, SqsjkrError, quote
+from sqsjkr.errors import ConfigError, DurationError, quote
 from sqsjkr.fleet.audit import command_auditor
-from sqsjkr.fleet.failures import aws_failure
-from sqsjkr.fleet.history import Store, forget_event
+from sqsjkr.fleet.history import Store, forget_events
 from sqsjkr.fleet.pause import pause_text
 from sqsjkr.fleet.route import route_text
 from sqsjkr.fleet.running import Running
 from sqsjkr.fleet.schedules import Upcoming
-from sqsjkr.fleet.status import CheckPolicy, Level, check_fleet, check_line, read_status
+from sqsjkr.fleet.status import CheckPolicy, check_verdict, read_status
 from sqsjkr.fleet.status_data import known_next_runs, status_data
 from sqsjkr.fleet.wording import (
     failures_text,
@@ -152,45 +151,26 @@ def one_off_mark(summary: EventSummary) -> list[str]:
 def forget(store: Store, event_ids: Sequence[str], reason: str = "") -> int:
     """--forget: delete each event's summary; 1 if one of them had none."""
     failed = 0
-    audit = command_auditor(store.config)
-    with store.reading():
-        for event_id in event_ids:
-            old = forget_event(store.history, audit, event_id, reason)
-            if old is None:
-                click.echo(f"sqsjkr: no event {quote(event_id)} in table {store.table!r}", err=True)
-                failed = 1
-                continue
-            click.echo(f"forgot event {quote(event_id)}; its run records expire as before")
-            if old.running:
-                click.echo(
-                    f"  it had {len(old.running)} run(s) in progress: "
-                    "each lists it again when it ends"
-                )
+    for event_id, old in forget_events(store, command_auditor(store.config), event_ids, reason):
+        if old is None:
+            click.echo(f"sqsjkr: no event {quote(event_id)} in table {store.table!r}", err=True)
+            failed = 1
+            continue
+        click.echo(f"forgot event {quote(event_id)}; its run records expire as before")
+        if old.running:
+            click.echo(
+                f"  it had {len(old.running)} run(s) in progress: each lists it again when it ends"
+            )
     return failed
 
 
-def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Level:
-    """Print the check's one line. Whatever leaves the events unjudged is UNKNOWN: an AWS error,
-    a config that does not load or that turns the history off."""
+def opened(where: Where) -> Store:
+    """where's store, for --check: a usage error of the config is one of sqsjkr's errors, which
+    the check reports UNKNOWN."""
     try:
-        findings, events = check_fleet(open_(), policy, now)
+        return where.store()
     except UsageFailure as exc:
-        return unknown(exc.format_message())
-    except Exception as exc:
-        message = str(exc) if isinstance(exc, SqsjkrError) else aws_failure(exc)
-        if message is None:
-            raise
-        return unknown(message)
-    level, line = check_line(findings, events)
-    click.echo(line)
-    return level
-
-
-def unknown(message: str) -> Level:
-    """Print the UNKNOWN line: one line, as a check plugin's output is read (a TOML error may
-    quote several lines of the file)."""
-    click.echo(f"SQSJKR UNKNOWN - {' '.join(message.splitlines())}")
-    return Level.UNKNOWN
+        raise ConfigError(exc.format_message()) from exc
 
 
 @click.command()
@@ -276,7 +256,8 @@ def status(
     if check:
         # A check that cannot judge is UNKNOWN (3), never CRITICAL (2): a bad config, history
         # off and AWS errors alike. Only the options themselves are usage errors.
-        opened = where.store
-        return int(run_check(opened, policy, time.time()))
+        level, line = check_verdict(lambda: opened(where), policy, time.time())
+        click.echo(line)
+        return int(level)
     show_status(where.store(), as_json=as_json, now=time.time())
     return 0
