@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import click
 
 from sqsjkr.backends.members import Member, State
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned
-from sqsjkr.fleet.daemons import ordered, read_members
+from sqsjkr.fleet.daemons import daemons_json, ordered, read_members
 from sqsjkr.fleet.wording import format_span, local_time, queues_text
 
 HEADER = [
@@ -49,18 +48,10 @@ def daemon_row(member: Member, now: float) -> list[str]:
     ]
 
 
-def daemon_json(member: Member, now: float) -> dict[str, Any]:
-    return {
-        **member.as_dict(),
-        "state": member.state(now).value,
-        "last_seen_age": now - member.seen_at,
-    }
-
-
 def show_daemons(members: Sequence[Member], *, as_json: bool, now: float, table: str) -> None:
     members = ordered(members, now)
     if as_json:
-        click.echo(json.dumps({"daemons": [daemon_json(m, now) for m in members]}, indent=2))
+        click.echo(json.dumps(daemons_json(members, now), indent=2))
         return
     if not members:
         click.echo(

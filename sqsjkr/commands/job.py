@@ -11,7 +11,7 @@ import click
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import history_lines
 from sqsjkr.errors import quote
-from sqsjkr.fleet.history import record_json, store_of
+from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.jobs import JobPhase, JobState, job_state
 from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
@@ -35,20 +35,6 @@ def state_text(state: JobState) -> str:
     return f"waiting for its {state.waiting_for}{key}{host}{since}"
 
 
-def state_json(state: JobState) -> dict[str, object]:
-    return {
-        "message_id": state.message_id,
-        "event_id": state.event_id,
-        "state": state.phase.value,
-        "host": state.host,
-        "started_at": None if state.started_at is None else local_time(state.started_at),
-        "waiting_for": state.waiting_for,
-        "waiting_key": state.waiting_key,
-        "outcome": None if state.outcome is None else state.outcome.value,
-        "record": None if state.record is None else record_json(state.record, output=True),
-    }
-
-
 @click.command()
 @store_options
 @click.argument("message_id")
@@ -69,7 +55,7 @@ def job(
     config = where.config()
     state = job_state(store_of(config), message_id, event_id)
     if as_json:
-        click.echo(json.dumps(state_json(state), indent=2))
+        click.echo(json.dumps(state.as_json(), indent=2))
         return
     click.echo(f"message  {escape(state.message_id)}")
     click.echo(f"event    {escape(state.event_id)}")

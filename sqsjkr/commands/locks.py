@@ -7,33 +7,18 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 import click
 
 from sqsjkr.commands.options import reason_option
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned
-from sqsjkr.contract.run import RunStart
 from sqsjkr.errors import NotHeld, UnlockRefused
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.locks import Group, HeldLock, Holdings, held, table_of
 from sqsjkr.fleet.unlock import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.fleet.wording import local_time, waiting_text
 from sqsjkr.observability.logs import escape
-
-
-def waiting_json(start: RunStart) -> dict[str, Any]:
-    return {
-        "for": start.waiting_for,
-        "key": start.waiting_key,
-        "held_by": start.held_by,
-        "event_id": start.event_id,
-        "message_id": start.message_id,
-        "host": start.host,
-        "owner": start.owner,
-        "since": start.started_at,
-    }
 
 
 def lock_row(lock: HeldLock, now: float) -> list[str]:
@@ -72,12 +57,7 @@ def locks(where: Where, as_json: bool) -> None:
     holdings = held(table)
     now = time.time()
     if as_json:
-        output = {
-            "locks": [lock.as_json(now) for lock in holdings.locks],
-            "groups": [group.as_json(now) for group in holdings.groups],
-            "waiting": [waiting_json(run) for run in holdings.waiting],
-        }
-        click.echo(json.dumps(output, indent=2))
+        click.echo(json.dumps(holdings.as_json(now), indent=2))
         return
     if not holdings.locks and not holdings.groups:
         click.echo(f"no locks held in table {table.name!r}", err=True)
