@@ -1,10 +1,9 @@
-"""`sqsjkr local`'s printing: its banner, the dashboard beside it, the demo's kill, summary and closing
-commands; the endpoint, the fleet on it and the demo are sqsjkr/local's.
+"""`sqsjkr local`'s printing: its banner, the dashboard beside it, the demo's summary; the endpoint,
+the fleet on it, the demo and the commands it runs and shows are sqsjkr/local's.
 """
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,11 +15,11 @@ from sqsjkr.contract.config import load_config
 from sqsjkr.local.demo import (
     DEMO_JOBS,
     DEMO_QUEUE,
-    KILL_COMMAND,
-    LONG_JOB_SEND,
     OUTCOMES,
     DemoWatch,
+    closing_commands,
     send_demo,
+    shown_kill,
 )
 from sqsjkr.local.endpoint import LOCAL_QUEUE, LOCAL_SCHEDULE_GROUP, LOCAL_TABLE
 from sqsjkr.local.mode import prepared, serve_local
@@ -85,12 +84,11 @@ def run_local(
         closing: list[Callable[[], None]] = []
 
         def killable() -> None:
-            what = "Stopping a long job with sqsjkr kill (to try it: send a long job, then kill it)"
-            click.echo(run_shown(site, what, KILL_COMMAND, before=LONG_JOB_SEND))
+            click.echo(shown_kill(site))
 
         def done(counts: dict[str, int], dead: list[tuple[str, str]]) -> None:
             click.echo(demo_summary(counts, site, listening_at[0], dead, listening_at[1]))
-            click.echo(show_history(site))
+            click.echo(closing_commands(site))
 
         watch = DemoWatch(sqs, site, killable, done)
 
@@ -146,39 +144,3 @@ def demo_summary(
     if dashboard:
         lines.append(f"Dashboard: {dashboard}")
     return "\n".join(lines)
-
-
-def run_shown(
-    site: LocalSite, what: str, command: tuple[str, ...], before: tuple[str, ...] = ()
-) -> str:
-    """`sqsjkr COMMAND` run as a user would run it, printed as the banner's `send` is, ready to
-    paste (after `sqsjkr BEFORE`, when pasting it needs that first), with its output."""
-    name, *args = command
-    # One pipe for both streams: its notes on stderr show where they came, between its lines.
-    done = subprocess.run(
-        site.argv(name, *args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=90,
-    )
-    pasted = [site.pasteable(*before)] if before else []
-    pasted.append(site.pasteable(name, *args))
-    return f"{what}:\n" + "\n".join(pasted) + f"\n{done.stdout}".rstrip()
-
-
-#: The commands the demo ends with: what each shows, and its arguments after `-c CONF`.
-CLOSING_COMMANDS = (
-    ("The status of every event", ("status",)),
-    ("The runs of demo-fail, with their output", ("history", "demo-fail", "--output")),
-    ("Every event's schedule and its next three runs", ("schedules",)),
-    ("The fleet's daemons", ("daemons",)),
-)
-
-
-def show_history(site: LocalSite) -> str:
-    """`sqsjkr status` and one `sqsjkr history`, run as a user would run them, each printed as
-    the banner's `send` is, ready to paste, with its output."""
-    shown = [run_shown(site, what, command) for what, command in CLOSING_COMMANDS]
-    shown.append("The daemon keeps running: send it jobs as shown above; stop it with Ctrl-C.")
-    return "\n".join(part.rstrip() for part in shown)
