@@ -18,6 +18,11 @@ class UsageFailure(click.UsageError):
     """A bad command line, reported on one line."""
 
 
+def warn(line: str) -> None:
+    """A warning of a command, on stderr."""
+    click.echo(f"sqsjkr: warning: {line}", err=True)
+
+
 def load(conf: str, overrides: Overrides | None = None) -> Config:
     try:
         return load_config(conf, overrides=overrides or Overrides())

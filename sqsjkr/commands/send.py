@@ -14,10 +14,6 @@ from typing import Any, TypeVar
 import click
 
 from sqsjkr.backends.aws import make_client
-from sqsjkr.backends.sqs import (
-    resolve_queue_url,
-    send_settings,
-)
 from sqsjkr.commands.options import (
     UsageFailure,
     conf_option,
@@ -26,6 +22,7 @@ from sqsjkr.commands.options import (
     queue_option,
     reason_option,
     region_option,
+    warn,
 )
 from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
 from sqsjkr.commands.tables import history_lines
@@ -36,12 +33,10 @@ from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import InvalidJobError, WaitTimedOut, quote
 from sqsjkr.fleet.audit import command_auditor
-from sqsjkr.fleet.checks import retries_warning
-from sqsjkr.fleet.fifo import fifo_parameters
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.job_fields import JobFields, checked_body
 from sqsjkr.fleet.jobs import JobHandle
-from sqsjkr.fleet.send import Outgoing, send_job
+from sqsjkr.fleet.send import addressed, send_job
 
 #: The option that sets each message field (a dotted path inside "http"), for errors: whoever
 #: used the options never saw the field names.
@@ -308,18 +303,11 @@ def send(
     when = when_of(config, at_time, in_time, zone) if later else None
     store = store_of(config)
     sqs = make_client(store.session, "sqs")
-    queue_name = queue_name or config.sqs.queue_name
-    queue_url = resolve_queue_url(sqs, queue_name, config.account.id)
-    settings = send_settings(sqs, queue_url)
-    retries = retries_warning(queue_name, settings, body)
-    if retries is not None:
-        # The job's retries can take it to the dead-letter queue.
-        click.echo(f"sqsjkr: warning: {retries}", err=True)
-    fifo = fifo_parameters(
-        queue_name, settings, body, group_id, dedupe_id, delay=delay, later=later
-    )
+    outgoing = addressed(
+        config, sqs, body, queue_name, delay=delay, group_id=group_id, dedupe_id=dedupe_id,
+        later=later, warn=warn,
+    )  # fmt: skip
     audit = command_auditor(config)
-    outgoing = Outgoing(body, queue_name, queue_url, delay, fifo)
     if when is not None:
         schedule_job(config, store.session, sqs, audit, outgoing, when, conf=conf, reason=reason)
         return 0
