@@ -10,7 +10,7 @@ from typing import IO
 
 import click
 
-from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.options import UsageFailure, warn
 from sqsjkr.crontab.convert import convert_file, options_problem, rendered
 from sqsjkr.crontab.eventbridge import (
     DST_CHOICES,
@@ -125,7 +125,7 @@ def crontab2tf(
             f"{len(exc.problems)} crontab lines cannot be converted (above); nothing written"
         ) from exc
     for warning in conversion.warnings:
-        click.echo(f"sqsjkr: warning: {warning}", err=True)
+        warn(warning)
     text = rendered(conversion, output_format, zone)
     if output is None:
         click.echo(text, nl=False)

@@ -19,6 +19,7 @@ from sqsjkr.commands.options import (
     queue_option,
     reason_option,
     region_option,
+    warn,
 )
 from sqsjkr.commands.tables import aligned
 from sqsjkr.contract.config import Overrides
@@ -44,10 +45,6 @@ ERROR_EXCERPT = 60
 
 def open_queues(conf: str, profile: str | None, region: str | None, queue: str | None) -> Queues:
     return queues_of(load(conf, Overrides(profile=profile, region=region)), queue)
-
-
-def _warn(line: str) -> None:
-    click.echo(f"sqsjkr: warning: {line}", err=True)
 
 
 # -- showing ------------------------------------------------------------------------------------
@@ -122,7 +119,7 @@ def list_(
 ) -> None:
     """Every message in the dead-letter queue, left there."""
     queues = open_queues(conf, profile, region, queue_name)
-    letters = read_letters(queues, _warn)
+    letters = read_letters(queues, warn)
     if as_json:
         click.echo(json.dumps([letter.as_json() for letter in letters], indent=2))
     elif not letters:
@@ -146,7 +143,7 @@ def show(
 ) -> int:
     """One message, whole: MESSAGE_ID is its id in the dead-letter queue or its original id."""
     queues = open_queues(conf, profile, region, queue_name)
-    letter = find_letter(queues, message_id, _warn)
+    letter = find_letter(queues, message_id, warn)
     if letter is None:
         click.echo(
             f"sqsjkr: error: no message {quote(message_id)} in dead-letter queue {queues.dlq_name}",
@@ -197,7 +194,7 @@ def redrive(
         )
     ids = None if all_ else message_ids
     audit = command_auditor(queues.config)
-    run = redrive_letters(queues, audit, ids, force, reason, say=click.echo, warn=_warn)
+    run = redrive_letters(queues, audit, ids, force, reason, say=click.echo, warn=warn)
     for error in run.errors:
         click.echo(f"sqsjkr: error: {error}", err=True)
     click.echo(
@@ -226,7 +223,7 @@ def delete(
     """
     queues = open_queues(conf, profile, region, queue_name)
     audit = command_auditor(queues.config)
-    found, missing = delete_letters(queues, audit, message_ids, reason, _warn)
+    found, missing = delete_letters(queues, audit, message_ids, reason, warn)
     for letter in found:
         click.echo(f"deleted {letter_label(letter)}")
     for message_id in missing:
@@ -261,7 +258,7 @@ def purge(
             abort=True,
             err=True,
         )
-    deleted, failed = purge_letters(queues, command_auditor(queues.config), reason, _warn)
+    deleted, failed = purge_letters(queues, command_auditor(queues.config), reason, warn)
     for failure in failed:
         click.echo(f"sqsjkr: error: not deleted: {failure}", err=True)
     click.echo(f"deleted {deleted} message(s) from dead-letter queue {queues.dlq_name}")

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from sqsjkr.commands.options import reason_option
+from sqsjkr.commands.options import reason_option, warn
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned
 from sqsjkr.errors import NotHeld, UnlockRefused
@@ -132,4 +132,4 @@ def unlock(
         raise click.ClickException(str(exc)) from exc
     click.echo(removed_text(lock, now))
     if lock.state(now) == "live":
-        click.echo(f"sqsjkr: warning: {FORCE_WARNING}", err=True)
+        warn(FORCE_WARNING)

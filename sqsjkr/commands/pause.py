@@ -11,9 +11,8 @@ from collections.abc import Sequence
 import click
 
 from sqsjkr.backends.pause import DynamoPauses
-from sqsjkr.commands.options import reason_option
+from sqsjkr.commands.options import reason_option, warn
 from sqsjkr.commands.store import Where, store_options
-from sqsjkr.contract.config import Config
 from sqsjkr.errors import quote
 from sqsjkr.fleet.audit import command_auditor, os_user
 from sqsjkr.fleet.locks import table_of
@@ -63,11 +62,7 @@ def pause(
     store = DynamoPauses(table.client, table.name)
     for made in pause_events(store, command_auditor(config), os_user(), events, now, ends, reason):
         click.echo(f"paused {pause_text(made, now)}")
-    honour_note(config)
-
-
-def honour_note(config: Config) -> None:
-    """Say on stderr when the fleet's daemons see a pause or a route of this config's."""
+    # When the fleet's daemons see it.
     click.echo(f"sqsjkr: {honour_text(config)}", err=True)
 
 
@@ -115,7 +110,7 @@ def resume(
     if missed:
         click.echo(f"sqsjkr: {_events(missed)} had no pause", err=True)
     if note:
-        click.echo(f"sqsjkr: warning: {note}", err=True)
+        warn(note)
 
 
 def _events(event_ids: Sequence[str]) -> str:

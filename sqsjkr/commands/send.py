@@ -99,7 +99,7 @@ def checked_job(body: str | None, options: JobFields) -> str:
         except InvalidJobError as exc:
             raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
         for warning in warnings:
-            click.echo(f"sqsjkr: warning: {warning}", err=True)
+            warn(warning)
     else:
         body = job_body(options)
     return body
@@ -320,7 +320,7 @@ def send(
             err=True,
         )
     if sent.audit_problem is not None:
-        click.echo(f"sqsjkr: warning: {sent.audit_problem}", err=True)
+        warn(sent.audit_problem)
     return waits.follow(sent.handle)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from sqsjkr.commands.options import UsageFailure, reason_option
+from sqsjkr.commands.options import UsageFailure, reason_option, warn
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
@@ -66,7 +66,7 @@ def trigger(
     message_id, to = sent.message_id, sent.to
     click.echo(message_id)
     if sent.warning is not None:
-        click.echo(f"sqsjkr: warning: {sent.warning}", err=True)
+        warn(sent.warning)
     click.echo(f"sqsjkr: sent to queue {escape(to.name)}: {escape(to.why)}", err=True)
     if not wait:
         return 0
