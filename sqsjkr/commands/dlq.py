@@ -6,23 +6,24 @@ Reading a queue takes its messages for a while: every one read is made visible a
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import click
 
 from sqsjkr.commands.options import (
     UsageFailure,
     conf_option,
-    load,
     profile_option,
     queue_option,
     reason_option,
     region_option,
     warn,
 )
+from sqsjkr.commands.store import Where
 from sqsjkr.commands.tables import aligned
-from sqsjkr.contract.config import Overrides
 from sqsjkr.errors import quote
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.dead_letters import (
@@ -42,9 +43,7 @@ BODY_EXCERPT = 80
 #: every row (`dlq show` prints it whole).
 ERROR_EXCERPT = 60
 
-
-def open_queues(conf: str, profile: str | None, region: str | None, queue: str | None) -> Queues:
-    return queues_of(load(conf, Overrides(profile=profile, region=region)), queue)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 # -- showing ------------------------------------------------------------------------------------
@@ -100,10 +99,20 @@ def show_text(letter: DeadLetter) -> list[str]:
 # -- the commands -------------------------------------------------------------------------------
 
 
-def queue_options(command: Any) -> Any:
+def queue_options(command: F) -> F:
+    """--conf, --profile, --region and --queue: the command is called with what opens the
+    queue and its dead-letter queue as its first argument."""
+
+    @functools.wraps(command)
+    def with_queues(
+        conf: str, profile: str | None, region: str | None, queue_name: str | None, **options: Any
+    ) -> Any:
+        where = Where(conf, profile=profile, region=region)
+        return command(lambda: queues_of(where.config(), queue_name), **options)
+
     for option in (queue_option, region_option, profile_option, conf_option):
-        command = option(command)
-    return command
+        with_queues = option(with_queues)
+    return cast(F, with_queues)
 
 
 @click.group()
@@ -114,11 +123,9 @@ def dlq() -> None:
 @dlq.command("list")
 @queue_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, an object per message.")
-def list_(
-    conf: str, profile: str | None, region: str | None, queue_name: str | None, as_json: bool
-) -> None:
+def list_(open_queues: Callable[[], Queues], as_json: bool) -> None:
     """Every message in the dead-letter queue, left there."""
-    queues = open_queues(conf, profile, region, queue_name)
+    queues = open_queues()
     letters = read_letters(queues, warn)
     if as_json:
         click.echo(json.dumps([letter.as_json() for letter in letters], indent=2))
@@ -134,15 +141,12 @@ def list_(
 @click.option("--json", "as_json", is_flag=True, help="Print the message as a JSON object.")
 @click.argument("message_id")
 def show(
-    conf: str,
-    profile: str | None,
-    region: str | None,
-    queue_name: str | None,
+    open_queues: Callable[[], Queues],
     as_json: bool,
     message_id: str,
 ) -> int:
     """One message, whole: MESSAGE_ID is its id in the dead-letter queue or its original id."""
-    queues = open_queues(conf, profile, region, queue_name)
+    queues = open_queues()
     letter = find_letter(queues, message_id, warn)
     if letter is None:
         click.echo(
@@ -166,10 +170,7 @@ def show(
 @reason_option
 @click.argument("message_ids", nargs=-1)
 def redrive(
-    conf: str,
-    profile: str | None,
-    region: str | None,
-    queue_name: str | None,
+    open_queues: Callable[[], Queues],
     all_: bool,
     yes: bool,
     force: bool,
@@ -184,7 +185,7 @@ def redrive(
     """
     if all_ == bool(message_ids):
         raise UsageFailure("redrive takes message ids or --all (not both)")
-    queues = open_queues(conf, profile, region, queue_name)
+    queues = open_queues()
     if all_ and not yes:
         click.confirm(
             f"Send every message of dead-letter queue {queues.dlq_name} back to queue "
@@ -210,10 +211,7 @@ def redrive(
 @reason_option
 @click.argument("message_ids", nargs=-1, required=True)
 def delete(
-    conf: str,
-    profile: str | None,
-    region: str | None,
-    queue_name: str | None,
+    open_queues: Callable[[], Queues],
     reason: str,
     message_ids: tuple[str, ...],
 ) -> int:
@@ -221,7 +219,7 @@ def delete(
 
     MESSAGE_IDS are ids in the dead-letter queue or original ids. Exit 1 when one was not found.
     """
-    queues = open_queues(conf, profile, region, queue_name)
+    queues = open_queues()
     audit = command_auditor(queues.config)
     found, missing = delete_letters(queues, audit, message_ids, reason, warn)
     for letter in found:
@@ -239,10 +237,7 @@ def delete(
 @click.option("--yes", "-y", is_flag=True, help="Do not ask first.")
 @reason_option
 def purge(
-    conf: str,
-    profile: str | None,
-    region: str | None,
-    queue_name: str | None,
+    open_queues: Callable[[], Queues],
     yes: bool,
     reason: str,
 ) -> int:
@@ -251,7 +246,7 @@ def purge(
     It reads and deletes them a receive at a time (not SQS's PurgeQueue, which allows one call a
     minute and may take a minute), and says how many went. Exit 1 when one could not be deleted.
     """
-    queues = open_queues(conf, profile, region, queue_name)
+    queues = open_queues()
     if not yes:
         click.confirm(
             f"Delete every message of dead-letter queue {queues.dlq_name}, unrun?",
