@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -16,13 +17,10 @@ from sqsjkr.local.demo import (
     DEMO_JOBS,
     DEMO_QUEUE,
     OUTCOMES,
-    DemoWatch,
     closing_commands,
-    send_demo,
     shown_kill,
 )
 from sqsjkr.local.endpoint import LOCAL_QUEUE, LOCAL_SCHEDULE_GROUP, LOCAL_TABLE
-from sqsjkr.local.mode import prepared, serve_local
 from sqsjkr.local.site import LocalSite
 
 
@@ -62,57 +60,36 @@ def start_dashboard(conf: Path, port: int) -> tuple[str, Callable[[], None]]:
     return served.url, served.close
 
 
-def run_local(
-    stop: threading.Event,
-    force: threading.Event,
-    *,
-    demo: bool,
-    port: int,
-    stats_port: int,
-    workers: int,
-    web_port: int | None = None,
-) -> None:
-    """Start the endpoint, create the queue and table, serve until stop.
+@dataclass
+class Printed:
+    """Local mode's steps, printed (sqsjkr.local.mode.LocalFace): the banner, with the dashboard
+    started beside it when web_port is given, the demo's kill, its summary and closing commands."""
 
-    The banner (and the demo) wait for the stats server to listen, so a taken stats port fails
-    before anything is printed or sent.
-    """
-    importing = None if web_port is None else import_dashboard()
-    with prepared(port=port, stats_port=stats_port, workers=workers) as (site, sqs):
-        #: The stats address, then what the banner said of the dashboard: the summary repeats both.
-        listening_at: list[str] = []
-        closing: list[Callable[[], None]] = []
+    web_port: int | None
+    importing: threading.Thread | None = None
+    #: The stats address, then what the banner said of the dashboard: the summary repeats both.
+    shown: list[str] = field(default_factory=list)
 
-        def killable() -> None:
-            click.echo(shown_kill(site))
+    def listening(self, site: LocalSite, stats_address: str) -> Callable[[], None]:
+        url, close = "", _nothing
+        if self.web_port is not None:
+            if self.importing is not None:
+                self.importing.join()
+            url, close = start_dashboard(site.conf, self.web_port)
+        click.echo(banner(site, stats_address, url))
+        self.shown.extend((stats_address, url))
+        return close
 
-        def done(counts: dict[str, int], dead: list[tuple[str, str]]) -> None:
-            click.echo(demo_summary(counts, site, listening_at[0], dead, listening_at[1]))
-            click.echo(closing_commands(site))
+    def killable(self, site: LocalSite) -> None:
+        click.echo(shown_kill(site))
 
-        watch = DemoWatch(sqs, site, killable, done)
+    def done(self, site: LocalSite, counts: dict[str, int], dead: list[tuple[str, str]]) -> None:
+        click.echo(demo_summary(counts, site, self.shown[0], dead, self.shown[1]))
+        click.echo(closing_commands(site))
 
-        def receiving() -> None:
-            if demo:
-                send_demo(sqs, site.queue_url)
-                watch.start(listening_at[0])
 
-        def on_listening(stats_address: str) -> None:
-            shown = ""
-            if web_port is not None:
-                if importing is not None:
-                    importing.join()
-                shown, close = start_dashboard(site.conf, web_port)
-                closing.append(close)
-            click.echo(banner(site, stats_address, shown))
-            listening_at.extend((stats_address, shown))
-
-        try:
-            serve_local(site, stop, force, on_listening=on_listening, on_receiving=receiving)
-        finally:
-            watch.close()
-            for close in closing:
-                close()
+def _nothing() -> None:
+    """Closes a dashboard that was not served."""
 
 
 def demo_summary(

@@ -112,16 +112,11 @@ def local(
 ) -> None:
     """Run the daemon on an embedded local AWS endpoint (moto), with its queue and table."""
     # Here, not at the top: `sqsjkr run` must not pay for importing local mode.
-    from sqsjkr.commands.local import run_local
+    from sqsjkr.commands.local import Printed, import_dashboard
+    from sqsjkr.local.mode import run_local
 
     setup_logging(log_level.lower(), log_all=log_all)
     with stop_signals() as (stop, force):
-        run_local(
-            stop,
-            force,
-            demo=demo,
-            port=port,
-            stats_port=stats_port,
-            workers=workers,
-            web_port=web_port,
-        )
+        # The dashboard is imported while moto starts, so that the banner is not late for it.
+        face = Printed(web_port, import_dashboard())
+        run_local(stop, force, face, demo=demo, port=port, stats_port=stats_port, workers=workers)
