@@ -5,8 +5,6 @@ What the daemon would refuse is never sent.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,74 +32,20 @@ from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import InvalidJobError, WaitTimedOut, quote
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.history import store_of
-from sqsjkr.fleet.job_fields import JobFields, checked_body
+from sqsjkr.fleet.job_fields import JobFields, job_body
 from sqsjkr.fleet.jobs import JobHandle
 from sqsjkr.fleet.send import addressed, send_job
-
-#: The option that sets each message field (a dotted path inside "http"), for errors: whoever
-#: used the options never saw the field names.
-_FIELD_OPTIONS = {
-    "command": "--command",
-    "env": "--env",
-    "envs": "--env",
-    "event_id": "--event-id",
-    "lock_id": "--lock-id",
-    "life_time": "--life-time",
-    "timeout": "--timeout",
-    "abort_if_locked": "--abort-if-locked",
-    "disable_life_time_trigger": "--disable-life-time-trigger",
-    "concurrency_key": "--concurrency-key",
-    "concurrency_limit": "--concurrency-limit",
-    "retries": "--retries",
-    "retry_delay": "--retry-delay",
-    "http": "--http-url",
-    "http.url": "--http-url",
-    "http.method": "--http-method",
-    "http.headers": "--http-header",
-    "http.body": "--http-body",
-    "http.timeout": "--http-timeout",
-    "http.success_status": "--success-status",
-}
-#: How contract.fields.field_error starts its message: the field's name, JSON-quoted (and cut,
-#: when long, to a prefix that still names its option).
-_FIELD_ERROR = re.compile(r'field ("(?:[^"\\]|\\.)*")(?:\.\.\. \(\d+ more characters\))?: ')
-
-
-def option_of(error: InvalidJobError) -> str | None:
-    """The option that set the field an error of the daemon's parser names, if one did."""
-    match = _FIELD_ERROR.match(str(error))
-    if not match:
-        return None
-    name = json.loads(match.group(1))
-    # Longest first: "http.headers.X" is --http-header's, "http" alone is --http-url's.
-    for field_name in sorted(_FIELD_OPTIONS, key=len, reverse=True):
-        if name == field_name or name.startswith(f"{field_name}."):
-            return _FIELD_OPTIONS[field_name]
-    return None
-
-
-def job_body(fields: JobFields) -> str:
-    """The job's body from its options; the daemon parser's errors name the option at fault."""
-    try:
-        return fields.body()
-    except InvalidJobError as exc:
-        option = option_of(exc)
-        where = f"{option}: " if option else ""
-        raise UsageFailure(f"invalid job, nothing sent: {where}{exc}") from exc
 
 
 def checked_job(body: str | None, options: JobFields) -> str:
     """The body to send, from --body or the job options, checked with the daemon's parser; warns
     of the fields it ignores."""
-    if body is not None:
-        try:
-            body, warnings = checked_body(body)
-        except InvalidJobError as exc:
-            raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
-        for warning in warnings:
-            warn(warning)
-    else:
-        body = job_body(options)
+    try:
+        body, warnings = job_body(body, options)
+    except InvalidJobError as exc:
+        raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
+    for warning in warnings:
+        warn(warning)
     return body
 
 
