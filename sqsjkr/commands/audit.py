@@ -12,7 +12,7 @@ import click
 
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.store import Where, store_options
-from sqsjkr.commands.tables import aligned
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, quote
 from sqsjkr.fleet.audit import entries_since, entry_json
@@ -58,5 +58,4 @@ def audit(
         [local_time(e.at), e.action, e.target, e.user, e.identity, e.reason, e.detail]
         for e in entries
     ]
-    for line in aligned(rows):
-        click.echo(line)
+    echo_lines(aligned(rows))

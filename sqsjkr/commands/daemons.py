@@ -14,7 +14,7 @@ import click
 
 from sqsjkr.backends.members import Member, State
 from sqsjkr.commands.store import Where, store_options
-from sqsjkr.commands.tables import aligned
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.fleet.daemons import daemons_json, ordered, read_members
 from sqsjkr.fleet.wording import format_span, local_time, queues_text
 
@@ -59,8 +59,7 @@ def show_daemons(members: Sequence[Member], *, as_json: bool, now: float, table:
             err=True,
         )
         return
-    for line in aligned([HEADER, *(daemon_row(m, now) for m in members)]):
-        click.echo(line)
+    echo_lines(aligned([HEADER, *(daemon_row(m, now) for m in members)]))
 
 
 @click.command()

@@ -23,7 +23,7 @@ from sqsjkr.commands.options import (
     warn,
 )
 from sqsjkr.commands.store import Where
-from sqsjkr.commands.tables import aligned
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.errors import quote
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.dead_letters import (
@@ -132,8 +132,7 @@ def list_(open_queues: Callable[[], Queues], as_json: bool) -> None:
     elif not letters:
         click.echo(f"no messages in dead-letter queue {queues.dlq_name}", err=True)
     else:
-        for line in aligned([LIST_HEADER, *map(list_row, letters)]):
-            click.echo(line)
+        echo_lines(aligned([LIST_HEADER, *map(list_row, letters)]))
 
 
 @dlq.command()
@@ -157,8 +156,7 @@ def show(
     if as_json:
         click.echo(json.dumps(letter.as_json(), indent=2))
     else:
-        for line in show_text(letter):
-            click.echo(line)
+        echo_lines(show_text(letter))
     return 0
 
 

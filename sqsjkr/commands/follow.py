@@ -15,7 +15,7 @@ import click
 from sqsjkr.backends.live import DynamoLive, LiveStore
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.store import Where
-from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import RunRecordLost, quote
 from sqsjkr.fleet.history import Store
@@ -139,8 +139,7 @@ def _finish(printer: Printer, record: RunRecord) -> int:
     elif printer.seen == 0:  # an older daemon's record: its whole tail
         printer.show(record.output, len(record.output.encode()))
     printer.end_line()
-    for line in history_lines([record], output=False):
-        click.echo(line)
+    echo_lines(history_lines([record], output=False))
     if record.error:
         click.echo(f"    error: {escape(record.error)}")
     return 0 if record.outcome is RunOutcome.SUCCEEDED else 1

@@ -11,7 +11,7 @@ import click
 
 from sqsjkr.commands.follow import follow_run
 from sqsjkr.commands.store import Where, store_options
-from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.errors import quote
 from sqsjkr.fleet.history import last_runs, record_json
@@ -65,6 +65,5 @@ def history(
     elif not records:
         click.echo(f"no {what} recorded in table {store.table!r}", err=True)
     else:
-        for line in history_lines(records, output=output, events=event_id is None):
-            click.echo(line)
+        echo_lines(history_lines(records, output=output, events=event_id is None))
     return 0

@@ -9,7 +9,7 @@ import json
 import click
 
 from sqsjkr.commands.store import Where, store_options
-from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.errors import quote
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.jobs import JobPhase, JobState, job_state
@@ -62,5 +62,4 @@ def job(
     click.echo(f"state    {state_text(state)}")
     if state.record is not None:
         click.echo("")
-        for line in history_lines([state.record], output=True):
-            click.echo(line)
+        echo_lines(history_lines([state.record], output=True))

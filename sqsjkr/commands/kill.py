@@ -11,7 +11,7 @@ from sqsjkr.backends.kills import KillAnswer
 from sqsjkr.backends.lease import lease_timing
 from sqsjkr.commands.options import reason_option
 from sqsjkr.commands.store import Where, store_options
-from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.errors import quote
@@ -78,8 +78,7 @@ def _show_end(run: Target, record: RunRecord | None) -> bool:
     if record is None:
         click.echo(f"{run.text()} has ended: its record is under its event in `sqsjkr history`")
         return True
-    for line in history_lines([record], output=False, events=True):
-        click.echo(line)
+    echo_lines(history_lines([record], output=False, events=True))
     if record.outcome is RunOutcome.KILLED:
         click.echo(escape(record.error or "killed"))
         return True

@@ -12,7 +12,7 @@ import click
 
 from sqsjkr.commands.options import reason_option, warn
 from sqsjkr.commands.store import Where, store_options
-from sqsjkr.commands.tables import aligned
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.errors import NotHeld, UnlockRefused
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.locks import Group, HeldLock, Holdings, held, table_of
@@ -71,16 +71,14 @@ def show_tables(holdings: Holdings, now: float) -> None:
             ["LOCK", "EVENT", "OWNER", "LEASE"],
             *(lock_row(lock, now) for lock in holdings.locks),
         ]
-        for line in aligned(rows):
-            click.echo(line)
+        echo_lines(aligned(rows))
     if holdings.groups:
         if holdings.locks:
             click.echo()
         rows = [["GROUP", "HELD", "SLOT", "EVENT", "OWNER", "LEASE"]]
         for group in holdings.groups:
             rows += group_rows(group, now)
-        for line in aligned(rows):
-            click.echo(line)
+        echo_lines(aligned(rows))
     if holdings.waiting:
         if holdings.locks or holdings.groups:
             click.echo()
@@ -89,8 +87,7 @@ def show_tables(holdings: Holdings, now: float) -> None:
             [waiting_text(run), escape(run.event_id), escape(run.host), local_time(run.started_at)]
             for run in holdings.waiting
         ]
-        for line in aligned(rows):
-            click.echo(line)
+        echo_lines(aligned(rows))
 
 
 @click.command()

@@ -13,7 +13,7 @@ import click
 
 from sqsjkr.backends.aws import make_session
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.tables import aligned
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
 from sqsjkr.contract.when import OneTime, one_time_at, one_time_in
 from sqsjkr.errors import ConfigError
@@ -121,6 +121,5 @@ def manage_scheduled(
                 shorten_command(job.command or "-"),
             ]
         )
-    for line in aligned(rows):
-        click.echo(line)
+    echo_lines(aligned(rows))
     click.echo(f"sqsjkr: cancel one with: {cancel_command(conf, 'NAME')}", err=True)

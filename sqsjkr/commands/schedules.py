@@ -13,7 +13,7 @@ import click
 
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.commands.store import Where, store_options
-from sqsjkr.commands.tables import aligned
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.errors import quote
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.schedules import (
@@ -102,5 +102,4 @@ def schedules(where: Where, as_json: bool) -> None:
         )
         click.echo(f"sqsjkr: {missing}", err=True)
         return
-    for line in aligned([SCHEDULES_HEADER, *(schedule_row(*each) for each in shown)]):
-        click.echo(line)
+    echo_lines(aligned([SCHEDULES_HEADER, *(schedule_row(*each) for each in shown)]))

@@ -23,7 +23,7 @@ from sqsjkr.commands.options import (
     warn,
 )
 from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
-from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT, duration_seconds
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.http_call import METHODS
@@ -301,6 +301,5 @@ class Waits:
             record = handle.wait(self.timeout)
         except WaitTimedOut as exc:
             raise WaitTimedOut(f"{exc} (--wait-timeout)") from exc
-        for line in history_lines([record], output=True):
-            click.echo(line)
+        echo_lines(history_lines([record], output=True))
         return 0 if record.outcome is RunOutcome.SUCCEEDED else 1

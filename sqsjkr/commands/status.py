@@ -17,7 +17,7 @@ from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.store import Where, store_options
-from sqsjkr.commands.tables import aligned
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary
 from sqsjkr.errors import ConfigError, DurationError, quote
@@ -127,8 +127,7 @@ def show_status(store: Store, *, as_json: bool, now: float) -> None:
         + one_off_mark(s)
         for s, r in zip(summaries, running, strict=True)
     ]
-    for line in aligned(rows_text):
-        click.echo(line)
+    echo_lines(aligned(rows_text))
 
 
 def routed_mark(route: Route | None) -> list[str]:

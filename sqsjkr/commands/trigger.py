@@ -8,7 +8,7 @@ import click
 
 from sqsjkr.commands.options import UsageFailure, reason_option, warn
 from sqsjkr.commands.store import Where, store_options
-from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.fleet.audit import command_auditor
@@ -71,8 +71,7 @@ def trigger(
     if not wait:
         return 0
     record = wait_for_run(store, event_id, message_id, Deadline(limit), _rerun)
-    for line in history_lines([record], output=True):
-        click.echo(line)
+    echo_lines(history_lines([record], output=True))
     return 0 if record.outcome is RunOutcome.SUCCEEDED else 1
 
 
