@@ -22,7 +22,7 @@ from sqsjkr.commands.options import (
     region_option,
     warn,
 )
-from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
+from sqsjkr.commands.scheduled import manage_scheduled, schedule_job
 from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT, duration_seconds
 from sqsjkr.contract.config import Overrides
@@ -34,6 +34,7 @@ from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.job_fields import JobFields, job_body
 from sqsjkr.fleet.jobs import JobHandle
+from sqsjkr.fleet.scheduled import check_timing, when_of
 from sqsjkr.fleet.send import addressed, send_job
 
 
