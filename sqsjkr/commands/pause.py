@@ -10,12 +10,10 @@ from collections.abc import Sequence
 
 import click
 
-from sqsjkr.backends.pause import DynamoPauses
 from sqsjkr.commands.options import reason_option, warn
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.errors import quote
 from sqsjkr.fleet.audit import command_auditor, os_user
-from sqsjkr.fleet.locks import table_of
 from sqsjkr.fleet.pause import (
     details_text,
     event_scopes,
@@ -23,6 +21,7 @@ from sqsjkr.fleet.pause import (
     parse_until,
     pause_events,
     pause_text,
+    pauses_of,
     resume_events,
     scope_text,
     unpaused,
@@ -58,8 +57,7 @@ def pause(
     now = time.time()
     ends = None if until is None else parse_until(until, now)
     config = where.config()
-    table = table_of(config)
-    store = DynamoPauses(table.client, table.name)
+    store = pauses_of(config)
     for made in pause_events(store, command_auditor(config), os_user(), events, now, ends, reason):
         click.echo(f"paused {pause_text(made, now)}")
     # When the fleet's daemons see it.
@@ -85,8 +83,7 @@ def resume(
     """
     events = event_scopes(event_ids, all_events)
     config = where.config()
-    table = table_of(config)
-    store = DynamoPauses(table.client, table.name)
+    store = pauses_of(config)
     lifted = resume_events(store, command_auditor(config), events, reason)
     now = time.time()
     for lifted_pause in lifted:
