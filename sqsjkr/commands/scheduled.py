@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from sqsjkr.backends.aws import make_session
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
@@ -66,16 +65,15 @@ def manage_scheduled(
     if other_options or (listing and cancel is not None):
         raise UsageFailure("--list-scheduled and --cancel NAME take no other job option")
     config = load_config()
-    session = make_session(region=config.account.region, profile=config.account.profile)
     group = config.schedule.group
     if cancel is not None:
         try:
-            cancel_scheduled(config, session, command_auditor(config), cancel, reason=reason)
+            cancel_scheduled(config, command_auditor(config), cancel, reason=reason)
         except ValueError as exc:
             raise UsageFailure(f"--cancel: {exc}") from exc
         click.echo(f"cancelled {cancel}")
         return
-    jobs = scheduled_jobs(config, session)
+    jobs = scheduled_jobs(config)
     if not jobs:
         click.echo(f"sqsjkr: no one-time jobs to run in schedule group {group!r}", err=True)
         return

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqsjkr.backends.aws import make_client
+from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.backends.scheduler import (
     ScheduledJob,
     cancel_one_time,
@@ -90,16 +90,21 @@ def schedule_job(
     return name
 
 
-def scheduled_jobs(config: Config, session: Any) -> list[ScheduledJob]:
+def scheduled_jobs(config: Config) -> list[ScheduledJob]:
     """The one-time jobs still to run in [schedule] group, soonest first."""
-    return list_one_time(make_client(session, "scheduler"), config.schedule.group)
+    return list_one_time(_scheduler(config), config.schedule.group)
 
 
-def cancel_scheduled(
-    config: Config, session: Any, audit: Auditor, name: str, *, reason: str = ""
-) -> None:
+def cancel_scheduled(config: Config, audit: Auditor, name: str, *, reason: str = "") -> None:
     """Cancel the one-time job of that name, audited first. ValueError for a name that is not
     a one-time job's; ResourceMissingError when there is no such job."""
     group = config.schedule.group
+    scheduler = _scheduler(config)
     audit("send --cancel", name, reason=reason, detail=f"group {group}")
-    cancel_one_time(make_client(session, "scheduler"), group, name)
+    cancel_one_time(scheduler, group, name)
+
+
+def _scheduler(config: Config) -> Any:
+    """A Scheduler client of the config's account."""
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    return make_client(session, "scheduler")
