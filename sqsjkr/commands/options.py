@@ -1,4 +1,4 @@
-"""What the commands share: one-line usage errors, loading the config, and the common options.
+"""What the commands share: one-line usage errors and warnings, the config loaded, the common options.
 
 A command module takes its options from here, so every command spells --conf or --region alike.
 """
