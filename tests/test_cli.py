@@ -15,11 +15,12 @@ import pytest
 from sqsjkr import __version__
 from sqsjkr.commands.cli import SUBCOMMANDS, translate_go_args
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.send import option_of, send
+from sqsjkr.commands.send import send
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.http_call import HttpCall
 from sqsjkr.contract.job import MESSAGE_FIELDS, parse_job
 from sqsjkr.errors import InvalidJobError
+from sqsjkr.fleet.job_fields import option_of
 
 from .conftest import (
     SQSJKR_COMMAND,

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from sqsjkr.commands.signals import StopEvent, install_stop_signals
+from sqsjkr.daemon.signals import StopEvent, install_stop_signals
 
 needs_main_thread = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(),

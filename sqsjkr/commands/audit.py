@@ -10,10 +10,9 @@ import time
 
 import click
 
-from sqsjkr.commands.options import UsageFailure, load
-from sqsjkr.commands.store import store_options
-from sqsjkr.commands.tables import aligned
-from sqsjkr.contract.config import Overrides
+from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, quote
 from sqsjkr.fleet.audit import entries_since, entry_json
@@ -33,10 +32,7 @@ from sqsjkr.observability.logs import escape
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array of entries.")
 def audit(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     since: str,
     as_json: bool,
 ) -> None:
@@ -46,7 +42,7 @@ def audit(
         back = parse_duration(since, days=True).seconds
     except DurationError as exc:
         raise UsageFailure(f"--since {quote(since)}: {exc}") from exc
-    store = store_of(load(conf, Overrides(lock_table=lock_table, profile=profile, region=region)))
+    store = store_of(where.config())
     with store.reading():
         entries = entries_since(store.client, store.table, time.time() - back)
     if as_json:
@@ -62,5 +58,4 @@ def audit(
         [local_time(e.at), e.action, e.target, e.user, e.identity, e.reason, e.detail]
         for e in entries
     ]
-    for line in aligned(rows):
-        click.echo(line)
+    echo_lines(aligned(rows))

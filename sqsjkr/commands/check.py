@@ -7,15 +7,8 @@ from __future__ import annotations
 
 import click
 
-from sqsjkr.commands.options import (
-    UsageFailure,
-    conf_option,
-    load,
-    lock_table_option,
-    profile_option,
-    region_option,
-)
-from sqsjkr.contract.config import Overrides
+from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.store import Where, store_options
 from sqsjkr.fleet.preflight import config_warnings, run_checks
 from sqsjkr.fleet.preflight_results import Level, Result, fail, ok, warn
 
@@ -31,11 +24,8 @@ def summary(results: list[Result]) -> str:
 
 
 @click.command()
-@conf_option
-@lock_table_option
-@profile_option
-@region_option
-def check(conf: str, lock_table: str | None, profile: str | None, region: str | None) -> int:
+@store_options
+def check(where: Where) -> int:
     """Preflight for a deploy: config, credentials, queue, table and the daemon's permissions.
 
     One line per check, OK, WARN or FAIL; exit 0 with no FAIL, 1 with any, 2 for a bad config.
@@ -48,12 +38,12 @@ def check(conf: str, lock_table: str | None, profile: str | None, region: str | 
 
     with config_warnings() as warnings:
         try:
-            config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+            config = where.config()
         except UsageFailure as exc:
             show(fail("config", exc.format_message()))
             click.echo(summary(results))
             return 2
-    show(ok("config", conf))
+    show(ok("config", where.conf))
     for message in warnings:
         show(warn("config", message))
     for result in run_checks(config):

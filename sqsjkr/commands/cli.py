@@ -16,7 +16,7 @@ from sqsjkr import __version__
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT
 from sqsjkr.errors import NothingToDo, RequestError, SqsjkrError, WaitTimedOut
-from sqsjkr.fleet.failures import aws_failure
+from sqsjkr.fleet.failures import failure_text
 
 #: Each subcommand and where it is defined. A subcommand's module is imported only when that
 #: subcommand runs (or --help lists them all): `sqsjkr run` starts without the crontab parser,
@@ -134,13 +134,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         # The fleet layer's refusals, said as the command line's own: no "error:".
         click.echo(f"sqsjkr: {exc}", err=True)
         sys.exit(_EXIT_CODES[type(exc)])
-    except SqsjkrError as exc:
-        click.echo(f"sqsjkr: error: {exc}", err=True)
-        sys.exit(1)
     except Exception as exc:
-        message = aws_failure(exc)
-        if message is None:
-            raise
-        click.echo(f"sqsjkr: error: {message}", err=True)
+        # One of sqsjkr's errors or an AWS failure; failure_text raises again any other.
+        click.echo(f"sqsjkr: error: {failure_text(exc)}", err=True)
         sys.exit(1)
     sys.exit(result if isinstance(result, int) else 0)

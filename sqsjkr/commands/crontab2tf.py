@@ -1,6 +1,6 @@
 """`sqsjkr crontab2tf`: a crontab converted to the terraform module's jobs variable.
 
-The conversion itself lives in sqsjkr.crontab; this is its command line.
+Its options checked, the crontab read and converted: sqsjkr.crontab's; this is its command line.
 """
 
 from __future__ import annotations
@@ -10,22 +10,18 @@ from typing import IO
 
 import click
 
-from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.options import UsageFailure, warn
+from sqsjkr.crontab.convert import convert_file, options_problem, rendered
 from sqsjkr.crontab.eventbridge import (
-    DIGEST_LENGTH,
     DST_CHOICES,
     ENGINES,
-    KEY_CHARACTERS,
     MAX_KEY_LENGTH,
     MAX_MODULE_KEY_LENGTH,
     ConvertOptions,
     DstChoice,
     Engine,
-    convert_crontab,
-    load_zone,
 )
-from sqsjkr.crontab.parse import CrontabProblems, decode_crontab, read_crontab
-from sqsjkr.crontab.tfvars import render_hcl, render_json
+from sqsjkr.crontab.parse import CrontabProblems
 from sqsjkr.errors import CrontabError
 
 
@@ -106,30 +102,10 @@ def crontab2tf(
     nothing is written. Jobs run with the daemon's
     environment and working directory, not cron's (PATH=/usr/bin:/bin and the user's home).
     """
-    if zone is None:
-        raise UsageFailure(
-            "--timezone is required: the IANA zone the crontab's times are in (e.g. "
-            "Asia/Tokyo, or UTC)"
-        )
-    if accept_dst_shift is not None and engine != "rules":
-        raise UsageFailure(
-            "--accept-dst-shift is for --engine rules, which run in UTC; EventBridge Scheduler "
-            "follows the zone's daylight saving time by itself"
-        )
-    try:
-        load_zone(zone)
-    except ValueError as exc:
-        raise UsageFailure(f"--timezone: {exc}") from exc
-    if not KEY_CHARACTERS.fullmatch(key_prefix):
-        raise UsageFailure(
-            f"--key-prefix {key_prefix!r}: only letters, digits, '.', '-' and '_' may name a rule"
-        )
-    if len(key_prefix) + DIGEST_LENGTH > max_key_length:
-        raise UsageFailure(
-            f"--max-key-length {max_key_length} leaves no room after --key-prefix {key_prefix!r} "
-            f"for the {DIGEST_LENGTH}-character hash that tells the keys apart"
-        )
-    entries, problems = read_crontab(decode_crontab(crontab.read()), system=system)
+    wrong = options_problem(zone, engine, accept_dst_shift, key_prefix, max_key_length)
+    if wrong is not None:
+        raise UsageFailure(wrong)
+    assert zone is not None
     options = ConvertOptions(
         zone,
         engine=engine,
@@ -139,7 +115,7 @@ def crontab2tf(
         max_key_length=max_key_length,
     )
     try:
-        conversion = convert_crontab(entries, options, problems=problems)
+        conversion = convert_file(crontab.read(), options, system=system)
     except CrontabProblems as exc:
         if len(exc.problems) == 1:
             raise
@@ -149,8 +125,8 @@ def crontab2tf(
             f"{len(exc.problems)} crontab lines cannot be converted (above); nothing written"
         ) from exc
     for warning in conversion.warnings:
-        click.echo(f"sqsjkr: warning: {warning}", err=True)
-    text = render_json(conversion) if output_format == "json" else render_hcl(conversion, zone)
+        warn(warning)
+    text = rendered(conversion, output_format, zone)
     if output is None:
         click.echo(text, nl=False)
         return

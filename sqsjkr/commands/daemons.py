@@ -9,16 +9,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import click
 
 from sqsjkr.backends.members import Member, State
-from sqsjkr.commands.options import load
-from sqsjkr.commands.store import store_options
-from sqsjkr.commands.tables import aligned
-from sqsjkr.contract.config import Overrides
-from sqsjkr.fleet.daemons import ordered, read_members
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.tables import aligned, echo_lines
+from sqsjkr.fleet.daemons import daemons_json, ordered, read_members
 from sqsjkr.fleet.wording import format_span, local_time, queues_text
 
 HEADER = [
@@ -51,18 +48,10 @@ def daemon_row(member: Member, now: float) -> list[str]:
     ]
 
 
-def daemon_json(member: Member, now: float) -> dict[str, Any]:
-    return {
-        **member.as_dict(),
-        "state": member.state(now).value,
-        "last_seen_age": now - member.seen_at,
-    }
-
-
 def show_daemons(members: Sequence[Member], *, as_json: bool, now: float, table: str) -> None:
     members = ordered(members, now)
     if as_json:
-        click.echo(json.dumps({"daemons": [daemon_json(m, now) for m in members]}, indent=2))
+        click.echo(json.dumps(daemons_json(members, now), indent=2))
         return
     if not members:
         click.echo(
@@ -70,8 +59,7 @@ def show_daemons(members: Sequence[Member], *, as_json: bool, now: float, table:
             err=True,
         )
         return
-    for line in aligned([HEADER, *(daemon_row(m, now) for m in members)]):
-        click.echo(line)
+    echo_lines(aligned([HEADER, *(daemon_row(m, now) for m in members)]))
 
 
 @click.command()
@@ -79,14 +67,12 @@ def show_daemons(members: Sequence[Member], *, as_json: bool, now: float, table:
 @click.option(
     "--json", "as_json", is_flag=True, help='Print a JSON object: "daemons", an object per daemon.'
 )
-def daemons(
-    conf: str, lock_table: str | None, profile: str | None, region: str | None, as_json: bool
-) -> None:
+def daemons(where: Where, as_json: bool) -> None:
     """List the fleet's daemons: host, version, up since, last seen, busy/idle workers, queues.
 
     Each daemon refreshes its item every [kicker] member_refresh (60s): one not seen for three of
     them is "lost" (killed, crashed, or out of reach of the table); one that stopped cleanly is
     "stopped". Items leave the table 7 days after they were last seen. Go daemons write none.
     """
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     show_daemons(read_members(config), as_json=as_json, now=time.time(), table=config.lock.table)

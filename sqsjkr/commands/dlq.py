@@ -6,22 +6,24 @@ Reading a queue takes its messages for a while: every one read is made visible a
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 import click
 
 from sqsjkr.commands.options import (
     UsageFailure,
     conf_option,
-    load,
     profile_option,
     queue_option,
     reason_option,
     region_option,
+    warn,
 )
-from sqsjkr.commands.tables import aligned
-from sqsjkr.contract.config import Overrides
+from sqsjkr.commands.store import Where
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.errors import quote
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.dead_letters import (
@@ -41,13 +43,7 @@ BODY_EXCERPT = 80
 #: every row (`dlq show` prints it whole).
 ERROR_EXCERPT = 60
 
-
-def open_queues(conf: str, profile: str | None, region: str | None, queue: str | None) -> Queues:
-    return queues_of(load(conf, Overrides(profile=profile, region=region)), queue)
-
-
-def _warn(line: str) -> None:
-    click.echo(f"sqsjkr: warning: {line}", err=True)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 # -- showing ------------------------------------------------------------------------------------
@@ -103,10 +99,20 @@ def show_text(letter: DeadLetter) -> list[str]:
 # -- the commands -------------------------------------------------------------------------------
 
 
-def queue_options(command: Any) -> Any:
+def queue_options(command: F) -> F:
+    """--conf, --profile, --region and --queue: the command is called with what opens the
+    queue and its dead-letter queue as its first argument."""
+
+    @functools.wraps(command)
+    def with_queues(
+        conf: str, profile: str | None, region: str | None, queue_name: str | None, **options: Any
+    ) -> Any:
+        where = Where(conf, profile=profile, region=region)
+        return command(lambda: queues_of(where.config(), queue_name), **options)
+
     for option in (queue_option, region_option, profile_option, conf_option):
-        command = option(command)
-    return command
+        with_queues = option(with_queues)
+    return cast(F, with_queues)
 
 
 @click.group()
@@ -117,19 +123,16 @@ def dlq() -> None:
 @dlq.command("list")
 @queue_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, an object per message.")
-def list_(
-    conf: str, profile: str | None, region: str | None, queue_name: str | None, as_json: bool
-) -> None:
+def list_(open_queues: Callable[[], Queues], as_json: bool) -> None:
     """Every message in the dead-letter queue, left there."""
-    queues = open_queues(conf, profile, region, queue_name)
-    letters = read_letters(queues, _warn)
+    queues = open_queues()
+    letters = read_letters(queues, warn)
     if as_json:
         click.echo(json.dumps([letter.as_json() for letter in letters], indent=2))
     elif not letters:
         click.echo(f"no messages in dead-letter queue {queues.dlq_name}", err=True)
     else:
-        for line in aligned([LIST_HEADER, *map(list_row, letters)]):
-            click.echo(line)
+        echo_lines(aligned([LIST_HEADER, *map(list_row, letters)]))
 
 
 @dlq.command()
@@ -137,16 +140,13 @@ def list_(
 @click.option("--json", "as_json", is_flag=True, help="Print the message as a JSON object.")
 @click.argument("message_id")
 def show(
-    conf: str,
-    profile: str | None,
-    region: str | None,
-    queue_name: str | None,
+    open_queues: Callable[[], Queues],
     as_json: bool,
     message_id: str,
 ) -> int:
     """One message, whole: MESSAGE_ID is its id in the dead-letter queue or its original id."""
-    queues = open_queues(conf, profile, region, queue_name)
-    letter = find_letter(queues, message_id, _warn)
+    queues = open_queues()
+    letter = find_letter(queues, message_id, warn)
     if letter is None:
         click.echo(
             f"sqsjkr: error: no message {quote(message_id)} in dead-letter queue {queues.dlq_name}",
@@ -156,8 +156,7 @@ def show(
     if as_json:
         click.echo(json.dumps(letter.as_json(), indent=2))
     else:
-        for line in show_text(letter):
-            click.echo(line)
+        echo_lines(show_text(letter))
     return 0
 
 
@@ -169,10 +168,7 @@ def show(
 @reason_option
 @click.argument("message_ids", nargs=-1)
 def redrive(
-    conf: str,
-    profile: str | None,
-    region: str | None,
-    queue_name: str | None,
+    open_queues: Callable[[], Queues],
     all_: bool,
     yes: bool,
     force: bool,
@@ -187,7 +183,7 @@ def redrive(
     """
     if all_ == bool(message_ids):
         raise UsageFailure("redrive takes message ids or --all (not both)")
-    queues = open_queues(conf, profile, region, queue_name)
+    queues = open_queues()
     if all_ and not yes:
         click.confirm(
             f"Send every message of dead-letter queue {queues.dlq_name} back to queue "
@@ -197,7 +193,7 @@ def redrive(
         )
     ids = None if all_ else message_ids
     audit = command_auditor(queues.config)
-    run = redrive_letters(queues, audit, ids, force, reason, say=click.echo, warn=_warn)
+    run = redrive_letters(queues, audit, ids, force, reason, say=click.echo, warn=warn)
     for error in run.errors:
         click.echo(f"sqsjkr: error: {error}", err=True)
     click.echo(
@@ -213,10 +209,7 @@ def redrive(
 @reason_option
 @click.argument("message_ids", nargs=-1, required=True)
 def delete(
-    conf: str,
-    profile: str | None,
-    region: str | None,
-    queue_name: str | None,
+    open_queues: Callable[[], Queues],
     reason: str,
     message_ids: tuple[str, ...],
 ) -> int:
@@ -224,9 +217,9 @@ def delete(
 
     MESSAGE_IDS are ids in the dead-letter queue or original ids. Exit 1 when one was not found.
     """
-    queues = open_queues(conf, profile, region, queue_name)
+    queues = open_queues()
     audit = command_auditor(queues.config)
-    found, missing = delete_letters(queues, audit, message_ids, reason, _warn)
+    found, missing = delete_letters(queues, audit, message_ids, reason, warn)
     for letter in found:
         click.echo(f"deleted {letter_label(letter)}")
     for message_id in missing:
@@ -242,10 +235,7 @@ def delete(
 @click.option("--yes", "-y", is_flag=True, help="Do not ask first.")
 @reason_option
 def purge(
-    conf: str,
-    profile: str | None,
-    region: str | None,
-    queue_name: str | None,
+    open_queues: Callable[[], Queues],
     yes: bool,
     reason: str,
 ) -> int:
@@ -254,14 +244,14 @@ def purge(
     It reads and deletes them a receive at a time (not SQS's PurgeQueue, which allows one call a
     minute and may take a minute), and says how many went. Exit 1 when one could not be deleted.
     """
-    queues = open_queues(conf, profile, region, queue_name)
+    queues = open_queues()
     if not yes:
         click.confirm(
             f"Delete every message of dead-letter queue {queues.dlq_name}, unrun?",
             abort=True,
             err=True,
         )
-    deleted, failed = purge_letters(queues, command_auditor(queues.config), reason, _warn)
+    deleted, failed = purge_letters(queues, command_auditor(queues.config), reason, warn)
     for failure in failed:
         click.echo(f"sqsjkr: error: not deleted: {failure}", err=True)
     click.echo(f"deleted {deleted} message(s) from dead-letter queue {queues.dlq_name}")

@@ -12,14 +12,13 @@ from dataclasses import dataclass, field
 
 import click
 
-from sqsjkr.backends.live import DynamoLive, LiveStore
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.store import open_store
-from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.store import Where
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import RunRecordLost, quote
 from sqsjkr.fleet.history import Store
-from sqsjkr.fleet.live import Follower, new_part, poll_seconds
+from sqsjkr.fleet.live import Follower, new_part
 from sqsjkr.fleet.waiting import Deadline
 from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
@@ -62,10 +61,7 @@ def _echo(text: str) -> None:
 
 
 def follow_run(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     event_id: str | None,
     message_id: str | None,
     timeout: float | None,
@@ -74,30 +70,20 @@ def follow_run(
     once timeout seconds (None: no limit) have passed."""
     if event_id is None:
         raise UsageFailure("--follow needs an EVENT_ID")
-    store = open_store(conf, lock_table, profile, region)
-    live = DynamoLive(store.client, store.table)
-    poll = poll_seconds(store.config)
+    store = where.store()
     try:
         with store.reading():
-            return follow(store, live, event_id, message_id, poll=poll, deadline=Deadline(timeout))
+            return follow(store, event_id, message_id, Deadline(timeout))
     except KeyboardInterrupt:
         return 130  # Ctrl-C is how a follower stops: no message
 
 
-def follow(
-    store: Store,
-    live: LiveStore,
-    event_id: str,
-    message_id: str | None,
-    *,
-    poll: float,
-    deadline: Deadline,
-) -> int:
+def follow(store: Store, event_id: str, message_id: str | None, deadline: Deadline) -> int:
     """Follow message_id's run of event_id (None: the run running now, or the next to start)
     until it ends; 0 if it succeeded, 1 otherwise. WaitTimedOut once the deadline has passed."""
     printer = Printer(_echo)
     told: set[str] = set()
-    follower = Follower(store, live, event_id, message_id)
+    follower = Follower(store, event_id, message_id)
     while True:
         try:
             found = follower.poll()
@@ -117,7 +103,7 @@ def follow(
             _tell(told, "target", f"run {quote(target)} of event {quote(event_id)} has not "
                                   "started: waiting for it (Ctrl-C to stop)")  # fmt: skip
         what = f"a run of event {quote(event_id)}" if target is None else f"run {quote(target)}"
-        deadline.pause(poll, escape(what), "the run goes on")
+        deadline.pause(follower.every, escape(what), "the run goes on")
 
 
 def _following(start: RunStart, running: int) -> str:
@@ -142,8 +128,7 @@ def _finish(printer: Printer, record: RunRecord) -> int:
     elif printer.seen == 0:  # an older daemon's record: its whole tail
         printer.show(record.output, len(record.output.encode()))
     printer.end_line()
-    for line in history_lines([record], output=False):
-        click.echo(line)
+    echo_lines(history_lines([record], output=False))
     if record.error:
         click.echo(f"    error: {escape(record.error)}")
     return 0 if record.outcome is RunOutcome.SUCCEEDED else 1

@@ -10,8 +10,8 @@ import json
 import click
 
 from sqsjkr.commands.follow import follow_run
-from sqsjkr.commands.store import open_store, store_options
-from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.errors import quote
 from sqsjkr.fleet.history import last_runs, record_json
@@ -40,10 +40,7 @@ from sqsjkr.fleet.history import last_runs, record_json
 @click.option("--message-id", metavar="ID", help="With --follow: follow this run (its message id).")
 @timeout_option("1h", "the run (--follow)")
 def history(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     event_id: str | None,
     limit: int,
     failed: bool,
@@ -57,8 +54,8 @@ def history(
     event, each with its event (read-only)."""
     if follow or message_id is not None:
         waits = timeout_of(timeout)
-        return follow_run(conf, lock_table, profile, region, event_id, message_id, waits)
-    store = open_store(conf, lock_table, profile, region)
+        return follow_run(where, event_id, message_id, waits)
+    store = where.store()
     records = last_runs(store, event_id, limit, failed=failed)
     what = "failed runs" if failed else "runs"
     if not records and event_id is not None:
@@ -68,6 +65,5 @@ def history(
     elif not records:
         click.echo(f"no {what} recorded in table {store.table!r}", err=True)
     else:
-        for line in history_lines(records, output=output, events=event_id is None):
-            click.echo(line)
+        echo_lines(history_lines(records, output=output, events=event_id is None))
     return 0

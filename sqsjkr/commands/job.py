@@ -8,12 +8,10 @@ import json
 
 import click
 
-from sqsjkr.commands.options import load
-from sqsjkr.commands.store import store_options
-from sqsjkr.commands.tables import history_lines
-from sqsjkr.contract.config import Overrides
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.errors import quote
-from sqsjkr.fleet.history import record_json, store_of
+from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.jobs import JobPhase, JobState, job_state
 from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
@@ -37,20 +35,6 @@ def state_text(state: JobState) -> str:
     return f"waiting for its {state.waiting_for}{key}{host}{since}"
 
 
-def state_json(state: JobState) -> dict[str, object]:
-    return {
-        "message_id": state.message_id,
-        "event_id": state.event_id,
-        "state": state.phase.value,
-        "host": state.host,
-        "started_at": None if state.started_at is None else local_time(state.started_at),
-        "waiting_for": state.waiting_for,
-        "waiting_key": state.waiting_key,
-        "outcome": None if state.outcome is None else state.outcome.value,
-        "record": None if state.record is None else record_json(state.record, output=True),
-    }
-
-
 @click.command()
 @store_options
 @click.argument("message_id")
@@ -61,25 +45,21 @@ def state_json(state: JobState) -> dict[str, object]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the state as a JSON object.")
 def job(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     message_id: str,
     event_id: str | None,
     as_json: bool,
 ) -> None:
     """Show where the job of MESSAGE_ID (as `sqsjkr send` printed it) is now: queued, waiting for
     its lock or concurrency group, running on a host, or ended, with its run's record."""
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     state = job_state(store_of(config), message_id, event_id)
     if as_json:
-        click.echo(json.dumps(state_json(state), indent=2))
+        click.echo(json.dumps(state.as_json(), indent=2))
         return
     click.echo(f"message  {escape(state.message_id)}")
     click.echo(f"event    {escape(state.event_id)}")
     click.echo(f"state    {state_text(state)}")
     if state.record is not None:
         click.echo("")
-        for line in history_lines([state.record], output=True):
-            click.echo(line)
+        echo_lines(history_lines([state.record], output=True))

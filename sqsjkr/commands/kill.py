@@ -10,8 +10,8 @@ import click
 from sqsjkr.backends.kills import KillAnswer
 from sqsjkr.backends.lease import lease_timing
 from sqsjkr.commands.options import reason_option
-from sqsjkr.commands.store import open_store, store_options
-from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.errors import quote
@@ -32,10 +32,7 @@ from sqsjkr.observability.logs import escape
 )
 @timeout_option("10m", "the run's end (--wait)")
 def kill(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     target: str,
     reason: str,
     wait: bool,
@@ -51,8 +48,8 @@ def kill(
     Exit 1, changing nothing, when nothing of TARGET is in progress.
     """
     limit = timeout_of(timeout)
-    store = open_store(conf, lock_table, profile, region)
-    need_claims(store, conf)
+    store = where.store()
+    need_claims(store, where.conf)
     results = kill_runs(store, command_auditor(store.config), os_user(), target, reason, _warn)
     beat, _ = lease_timing(store.config.lock.lease.seconds)
     for run, result in results:
@@ -81,8 +78,7 @@ def _show_end(run: Target, record: RunRecord | None) -> bool:
     if record is None:
         click.echo(f"{run.text()} has ended: its record is under its event in `sqsjkr history`")
         return True
-    for line in history_lines([record], output=False, events=True):
-        click.echo(line)
+    echo_lines(history_lines([record], output=False, events=True))
     if record.outcome is RunOutcome.KILLED:
         click.echo(escape(record.error or "killed"))
         return True

@@ -1,12 +1,12 @@
-"""`sqsjkr local`'s printing: its banner, the dashboard beside it, the demo's kill, summary and closing
-commands; the endpoint, the fleet on it and the demo are sqsjkr/local's.
+"""`sqsjkr local`'s printing: its banner, the dashboard beside it, the demo's summary; the endpoint,
+the fleet on it, the demo and the commands it runs and shows are sqsjkr/local's.
 """
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -16,14 +16,11 @@ from sqsjkr.contract.config import load_config
 from sqsjkr.local.demo import (
     DEMO_JOBS,
     DEMO_QUEUE,
-    KILL_COMMAND,
-    LONG_JOB_SEND,
     OUTCOMES,
-    DemoWatch,
-    send_demo,
+    closing_commands,
+    shown_kill,
 )
 from sqsjkr.local.endpoint import LOCAL_QUEUE, LOCAL_SCHEDULE_GROUP, LOCAL_TABLE
-from sqsjkr.local.mode import prepared, serve_local
 from sqsjkr.local.site import LocalSite
 
 
@@ -63,58 +60,36 @@ def start_dashboard(conf: Path, port: int) -> tuple[str, Callable[[], None]]:
     return served.url, served.close
 
 
-def run_local(
-    stop: threading.Event,
-    force: threading.Event,
-    *,
-    demo: bool,
-    port: int,
-    stats_port: int,
-    workers: int,
-    web_port: int | None = None,
-) -> None:
-    """Start the endpoint, create the queue and table, serve until stop.
+@dataclass
+class Printed:
+    """Local mode's steps, printed (sqsjkr.local.mode.LocalFace): the banner, with the dashboard
+    started beside it when web_port is given, the demo's kill, its summary and closing commands."""
 
-    The banner (and the demo) wait for the stats server to listen, so a taken stats port fails
-    before anything is printed or sent.
-    """
-    importing = None if web_port is None else import_dashboard()
-    with prepared(port=port, stats_port=stats_port, workers=workers) as (site, sqs):
-        #: The stats address, then what the banner said of the dashboard: the summary repeats both.
-        listening_at: list[str] = []
-        closing: list[Callable[[], None]] = []
+    web_port: int | None
+    importing: threading.Thread | None = None
+    #: The stats address, then what the banner said of the dashboard: the summary repeats both.
+    shown: list[str] = field(default_factory=list)
 
-        def killable() -> None:
-            what = "Stopping a long job with sqsjkr kill (to try it: send a long job, then kill it)"
-            click.echo(run_shown(site, what, KILL_COMMAND, before=LONG_JOB_SEND))
+    def listening(self, site: LocalSite, stats_address: str) -> Callable[[], None]:
+        url, close = "", _nothing
+        if self.web_port is not None:
+            if self.importing is not None:
+                self.importing.join()
+            url, close = start_dashboard(site.conf, self.web_port)
+        click.echo(banner(site, stats_address, url))
+        self.shown.extend((stats_address, url))
+        return close
 
-        def done(counts: dict[str, int], dead: list[tuple[str, str]]) -> None:
-            click.echo(demo_summary(counts, site, listening_at[0], dead, listening_at[1]))
-            click.echo(show_history(site))
+    def killable(self, site: LocalSite) -> None:
+        click.echo(shown_kill(site))
 
-        watch = DemoWatch(sqs, site, killable, done)
+    def done(self, site: LocalSite, counts: dict[str, int], dead: list[tuple[str, str]]) -> None:
+        click.echo(demo_summary(counts, site, self.shown[0], dead, self.shown[1]))
+        click.echo(closing_commands(site))
 
-        def receiving() -> None:
-            if demo:
-                send_demo(sqs, site.queue_url)
-                watch.start(listening_at[0])
 
-        def on_listening(stats_address: str) -> None:
-            shown = ""
-            if web_port is not None:
-                if importing is not None:
-                    importing.join()
-                shown, close = start_dashboard(site.conf, web_port)
-                closing.append(close)
-            click.echo(banner(site, stats_address, shown))
-            listening_at.extend((stats_address, shown))
-
-        try:
-            serve_local(site, stop, force, on_listening=on_listening, on_receiving=receiving)
-        finally:
-            watch.close()
-            for close in closing:
-                close()
+def _nothing() -> None:
+    """Closes a dashboard that was not served."""
 
 
 def demo_summary(
@@ -146,39 +121,3 @@ def demo_summary(
     if dashboard:
         lines.append(f"Dashboard: {dashboard}")
     return "\n".join(lines)
-
-
-def run_shown(
-    site: LocalSite, what: str, command: tuple[str, ...], before: tuple[str, ...] = ()
-) -> str:
-    """`sqsjkr COMMAND` run as a user would run it, printed as the banner's `send` is, ready to
-    paste (after `sqsjkr BEFORE`, when pasting it needs that first), with its output."""
-    name, *args = command
-    # One pipe for both streams: its notes on stderr show where they came, between its lines.
-    done = subprocess.run(
-        site.argv(name, *args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=90,
-    )
-    pasted = [site.pasteable(*before)] if before else []
-    pasted.append(site.pasteable(name, *args))
-    return f"{what}:\n" + "\n".join(pasted) + f"\n{done.stdout}".rstrip()
-
-
-#: The commands the demo ends with: what each shows, and its arguments after `-c CONF`.
-CLOSING_COMMANDS = (
-    ("The status of every event", ("status",)),
-    ("The runs of demo-fail, with their output", ("history", "demo-fail", "--output")),
-    ("Every event's schedule and its next three runs", ("schedules",)),
-    ("The fleet's daemons", ("daemons",)),
-)
-
-
-def show_history(site: LocalSite) -> str:
-    """`sqsjkr status` and one `sqsjkr history`, run as a user would run them, each printed as
-    the banner's `send` is, ready to paste, with its output."""
-    shown = [run_shown(site, what, command) for what, command in CLOSING_COMMANDS]
-    shown.append("The daemon keeps running: send it jobs as shown above; stop it with Ctrl-C.")
-    return "\n".join(part.rstrip() for part in shown)

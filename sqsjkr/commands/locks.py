@@ -7,39 +7,18 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 import click
 
-from sqsjkr.commands.options import load, reason_option
-from sqsjkr.commands.store import store_options
-from sqsjkr.commands.tables import aligned
-from sqsjkr.contract.config import Overrides
-from sqsjkr.contract.run import RunStart
+from sqsjkr.commands.options import reason_option, warn
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.errors import NotHeld, UnlockRefused
 from sqsjkr.fleet.audit import command_auditor
-from sqsjkr.fleet.locks import Group, HeldLock, Holdings, Table, held, table_of
+from sqsjkr.fleet.locks import Group, HeldLock, Holdings, held, table_of
 from sqsjkr.fleet.unlock import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.fleet.wording import local_time, waiting_text
 from sqsjkr.observability.logs import escape
-
-
-def open_table(conf: str, lock_table: str | None, profile: str | None, region: str | None) -> Table:
-    """The [lock] table of the config, with --lock-table, --profile and --region applied."""
-    return table_of(load(conf, Overrides(lock_table=lock_table, profile=profile, region=region)))
-
-
-def waiting_json(start: RunStart) -> dict[str, Any]:
-    return {
-        "for": start.waiting_for,
-        "key": start.waiting_key,
-        "held_by": start.held_by,
-        "event_id": start.event_id,
-        "message_id": start.message_id,
-        "host": start.host,
-        "owner": start.owner,
-        "since": start.started_at,
-    }
 
 
 def lock_row(lock: HeldLock, now: float) -> list[str]:
@@ -65,9 +44,7 @@ def group_rows(group: Group, now: float) -> list[list[str]]:
     is_flag=True,
     help='Print a JSON object: "locks", an object per lock, and "groups", one per group.',
 )
-def locks(
-    conf: str, lock_table: str | None, profile: str | None, region: str | None, as_json: bool
-) -> None:
+def locks(where: Where, as_json: bool) -> None:
     """Show the locks held now: lock, event, owner (host:pid:id) and lease left (read-only);
     then the concurrency groups with held slots: key, holders (of the limit), and each slot;
     then the jobs waiting for a lock or a slot, as their daemons last noted them.
@@ -76,16 +53,11 @@ def locks(
     deletes it. This reads the whole table (a Scan, page by page), so it costs reads in
     proportion to the table's size.
     """
-    table = open_table(conf, lock_table, profile, region)
+    table = where.table()
     holdings = held(table)
     now = time.time()
     if as_json:
-        output = {
-            "locks": [lock.as_json(now) for lock in holdings.locks],
-            "groups": [group.as_json(now) for group in holdings.groups],
-            "waiting": [waiting_json(run) for run in holdings.waiting],
-        }
-        click.echo(json.dumps(output, indent=2))
+        click.echo(json.dumps(holdings.as_json(now), indent=2))
         return
     if not holdings.locks and not holdings.groups:
         click.echo(f"no locks held in table {table.name!r}", err=True)
@@ -99,16 +71,14 @@ def show_tables(holdings: Holdings, now: float) -> None:
             ["LOCK", "EVENT", "OWNER", "LEASE"],
             *(lock_row(lock, now) for lock in holdings.locks),
         ]
-        for line in aligned(rows):
-            click.echo(line)
+        echo_lines(aligned(rows))
     if holdings.groups:
         if holdings.locks:
             click.echo()
         rows = [["GROUP", "HELD", "SLOT", "EVENT", "OWNER", "LEASE"]]
         for group in holdings.groups:
             rows += group_rows(group, now)
-        for line in aligned(rows):
-            click.echo(line)
+        echo_lines(aligned(rows))
     if holdings.waiting:
         if holdings.locks or holdings.groups:
             click.echo()
@@ -117,8 +87,7 @@ def show_tables(holdings: Holdings, now: float) -> None:
             [waiting_text(run), escape(run.event_id), escape(run.host), local_time(run.started_at)]
             for run in holdings.waiting
         ]
-        for line in aligned(rows):
-            click.echo(line)
+        echo_lines(aligned(rows))
 
 
 @click.command()
@@ -136,10 +105,7 @@ def show_tables(holdings: Holdings, now: float) -> None:
 )
 @reason_option
 def unlock(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     lock_id: str,
     slot: int | None,
     force: bool,
@@ -151,7 +117,7 @@ def unlock(
     lease is refused unless --force. It says what it removed. A Go daemon's lock is removed
     without --force: make sure its Go daemon is not still running that job.
     """
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     now = time.time()
     try:
         lock = unlock_held(
@@ -163,4 +129,4 @@ def unlock(
         raise click.ClickException(str(exc)) from exc
     click.echo(removed_text(lock, now))
     if lock.state(now) == "live":
-        click.echo(f"sqsjkr: warning: {FORCE_WARNING}", err=True)
+        warn(FORCE_WARNING)

@@ -1,4 +1,4 @@
-"""What the commands share: one-line usage errors, loading the config, and the common options.
+"""What the commands share: one-line usage errors and warnings, the config loaded, the common options.
 
 A command module takes its options from here, so every command spells --conf or --region alike.
 """
@@ -16,6 +16,11 @@ from sqsjkr.observability.logs import LOG_LEVELS
 
 class UsageFailure(click.UsageError):
     """A bad command line, reported on one line."""
+
+
+def warn(line: str) -> None:
+    """A warning of a command, on stderr."""
+    click.echo(f"sqsjkr: warning: {line}", err=True)
 
 
 def load(conf: str, overrides: Overrides | None = None) -> Config:

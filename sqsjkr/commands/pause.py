@@ -10,13 +10,10 @@ from collections.abc import Sequence
 
 import click
 
-from sqsjkr.backends.pause import DynamoPauses
-from sqsjkr.commands.options import load, reason_option
-from sqsjkr.commands.store import store_options
-from sqsjkr.contract.config import Config, Overrides
+from sqsjkr.commands.options import reason_option, warn
+from sqsjkr.commands.store import Where, store_options
 from sqsjkr.errors import quote
 from sqsjkr.fleet.audit import command_auditor, os_user
-from sqsjkr.fleet.locks import table_of
 from sqsjkr.fleet.pause import (
     details_text,
     event_scopes,
@@ -24,6 +21,7 @@ from sqsjkr.fleet.pause import (
     parse_until,
     pause_events,
     pause_text,
+    pauses_of,
     resume_events,
     scope_text,
     unpaused,
@@ -42,10 +40,7 @@ from sqsjkr.fleet.pause import (
 )
 @click.option("--reason", default="", help="Why, for whoever runs `sqsjkr status`.")
 def pause(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     event_ids: tuple[str, ...],
     all_events: bool,
     until: str | None,
@@ -61,16 +56,11 @@ def pause(
     events = event_scopes(event_ids, all_events)
     now = time.time()
     ends = None if until is None else parse_until(until, now)
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
-    table = table_of(config)
-    store = DynamoPauses(table.client, table.name)
+    config = where.config()
+    store = pauses_of(config)
     for made in pause_events(store, command_auditor(config), os_user(), events, now, ends, reason):
         click.echo(f"paused {pause_text(made, now)}")
-    honour_note(config)
-
-
-def honour_note(config: Config) -> None:
-    """Say on stderr when the fleet's daemons see a pause or a route of this config's."""
+    # When the fleet's daemons see it.
     click.echo(f"sqsjkr: {honour_text(config)}", err=True)
 
 
@@ -82,10 +72,7 @@ def honour_note(config: Config) -> None:
 )
 @reason_option
 def resume(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     event_ids: tuple[str, ...],
     all_events: bool,
     reason: str,
@@ -95,9 +82,8 @@ def resume(
     Daemons run what accumulated on the queue within about a minute. Exit 1 if nothing was paused.
     """
     events = event_scopes(event_ids, all_events)
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
-    table = table_of(config)
-    store = DynamoPauses(table.client, table.name)
+    config = where.config()
+    store = pauses_of(config)
     lifted = resume_events(store, command_auditor(config), events, reason)
     now = time.time()
     for lifted_pause in lifted:
@@ -121,7 +107,7 @@ def resume(
     if missed:
         click.echo(f"sqsjkr: {_events(missed)} had no pause", err=True)
     if note:
-        click.echo(f"sqsjkr: warning: {note}", err=True)
+        warn(note)
 
 
 def _events(event_ids: Sequence[str]) -> str:

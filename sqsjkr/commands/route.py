@@ -10,10 +10,9 @@ import time
 import click
 
 from sqsjkr.backends.routes import DynamoRoutes, Route
-from sqsjkr.commands.options import UsageFailure, load, reason_option
-from sqsjkr.commands.store import store_options
-from sqsjkr.commands.tables import aligned
-from sqsjkr.contract.config import Overrides
+from sqsjkr.commands.options import UsageFailure, reason_option
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.fleet.audit import command_auditor, os_user
 from sqsjkr.fleet.locks import Table, table_of
 from sqsjkr.fleet.route import clear_route, honour_lines, routes_of, set_route
@@ -29,8 +28,7 @@ def list_routes(store: DynamoRoutes, table: Table, as_json: bool) -> None:
     else:
         rows = [["EVENT", "QUEUE", "SINCE", "BY", "REASON"]]
         rows += [[r.event_id, r.queue, local_time(r.since), r.by, r.reason] for r in routes]
-        for line in aligned(rows):
-            click.echo(line)
+        echo_lines(aligned(rows))
 
 
 @click.command()
@@ -48,10 +46,7 @@ def list_routes(store: DynamoRoutes, table: Table, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Without EVENT_ID: list the routes as JSON.")
 @reason_option
 def route(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     event_id: str | None,
     queue_name: str | None,
     clear: bool,
@@ -77,7 +72,7 @@ def route(
         raise UsageFailure("give --queue NAME or --clear with an EVENT_ID")
     elif clear and force:
         raise UsageFailure("--force goes with --queue NAME")
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     table = table_of(config)
     store = DynamoRoutes(table.client, table.name)
     if event_id is None:
@@ -89,8 +84,7 @@ def route(
     else:
         assert queue_name is not None
         made = Route(event_id, queue_name, time.time(), reason, os_user())
-        for line in set_route(config, store, table, audit, made, force=force):
-            click.echo(line)
+        echo_lines(set_route(config, store, table, audit, made, force=force))
     for line in honour_lines(config, cleared=clear):
         click.echo(f"sqsjkr: {line}", err=True)
     return 0

@@ -1,17 +1,12 @@
 """`sqsjkr run`: the daemon, until a stop signal; and `sqsjkr local`, the daemon on an embedded endpoint.
 
-Both set up logging and signals here, then hand over to daemon.service.serve().
+Both set up logging here; daemon.service wires the config into the daemon, daemon.signals stops it.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
-
 import click
 
-from sqsjkr import __version__
 from sqsjkr.commands.options import (
     conf_option,
     load,
@@ -21,13 +16,10 @@ from sqsjkr.commands.options import (
     profile_option,
     region_option,
 )
-from sqsjkr.commands.signals import StopEvent, install_stop_signals
 from sqsjkr.contract.config import Overrides
-from sqsjkr.daemon.service import serve
+from sqsjkr.daemon.service import serve_until_stopped
+from sqsjkr.daemon.signals import stop_signals
 from sqsjkr.observability.logs import LOG_FORMATS, setup_logging
-from sqsjkr.observability.notify import SystemdNotifier
-
-log = logging.getLogger("sqsjkr.cli")
 
 
 @click.command()
@@ -79,17 +71,7 @@ def run(
     )
     if config.log.format != (log_format or "text"):
         setup_logging(log_level.lower(), config.log.format, log_all=log_all)  # as [log] format asks
-    # Before any job can start: jobs copy the daemon's environment, and systemd's variables
-    # are not meant for them.
-    notifier = SystemdNotifier.from_environment(os.environ, unset=True)
-    stop, force = StopEvent(), threading.Event()
-    restore = install_stop_signals(stop, force)
-    try:
-        log.info("sqsjkr %s starting with %s", __version__, conf)
-        serve(config, stop, force=force, notifier=notifier)
-    finally:
-        restore()
-        stop.close()
+    serve_until_stopped(config, conf)
 
 
 @click.command()
@@ -130,21 +112,11 @@ def local(
 ) -> None:
     """Run the daemon on an embedded local AWS endpoint (moto), with its queue and table."""
     # Here, not at the top: `sqsjkr run` must not pay for importing local mode.
-    from sqsjkr.commands.local import run_local
+    from sqsjkr.commands.local import Printed, import_dashboard
+    from sqsjkr.local.mode import run_local
 
     setup_logging(log_level.lower(), log_all=log_all)
-    stop, force = StopEvent(), threading.Event()
-    restore = install_stop_signals(stop, force)
-    try:
-        run_local(
-            stop,
-            force,
-            demo=demo,
-            port=port,
-            stats_port=stats_port,
-            workers=workers,
-            web_port=web_port,
-        )
-    finally:
-        restore()
-        stop.close()
+    with stop_signals() as (stop, force):
+        # The dashboard is imported while moto starts, so that the banner is not late for it.
+        face = Printed(web_port, import_dashboard())
+        run_local(stop, force, face, demo=demo, port=port, stats_port=stats_port, workers=workers)

@@ -6,50 +6,20 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import Any
 
 import click
 
-from sqsjkr.backends.aws import make_session
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.tables import aligned
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
-from sqsjkr.contract.when import OneTime, one_time_at, one_time_in
+from sqsjkr.contract.when import OneTime
 from sqsjkr.errors import ConfigError
 from sqsjkr.fleet.audit import Auditor, command_auditor
 from sqsjkr.fleet.scheduled import cancel_scheduled, scheduled_jobs
 from sqsjkr.fleet.scheduled import schedule_job as create_scheduled
 from sqsjkr.fleet.send import Outgoing
 from sqsjkr.observability.logs import shorten_command
-
-
-def check_timing(at_text: str | None, in_text: str | None, zone: str | None, delay: int) -> bool:
-    """Whether the job is for later; UsageFailure for options that do not go together."""
-    if at_text is not None and in_text is not None:
-        raise UsageFailure("give --at or --in, not both")
-    later = at_text is not None or in_text is not None
-    if later and delay:
-        raise UsageFailure("--delay is for jobs sent now; --at and --in schedule them instead")
-    if zone is not None and at_text is None:
-        raise UsageFailure("--timezone is the zone of an --at time; give it with --at")
-    return later
-
-
-def when_of(config: Config, at_text: str | None, in_text: str | None, zone: str | None) -> OneTime:
-    """The time of an --at or --in option; UsageFailure names the option at fault."""
-    now = datetime.now(timezone.utc)
-    if in_text is not None:
-        try:
-            return one_time_in(in_text, now)
-        except ValueError as exc:
-            raise UsageFailure(f"--in: {exc}") from exc
-    assert at_text is not None
-    try:
-        return one_time_at(at_text, zone or config.schedule.timezone, now)
-    except ValueError as exc:
-        source = "--timezone" if zone else "[schedule] timezone"
-        raise UsageFailure(f"--at ({source} {zone or config.schedule.timezone}): {exc}") from exc
 
 
 def schedule_job(
@@ -95,16 +65,15 @@ def manage_scheduled(
     if other_options or (listing and cancel is not None):
         raise UsageFailure("--list-scheduled and --cancel NAME take no other job option")
     config = load_config()
-    session = make_session(region=config.account.region, profile=config.account.profile)
     group = config.schedule.group
     if cancel is not None:
         try:
-            cancel_scheduled(config, session, command_auditor(config), cancel, reason=reason)
+            cancel_scheduled(config, command_auditor(config), cancel, reason=reason)
         except ValueError as exc:
             raise UsageFailure(f"--cancel: {exc}") from exc
         click.echo(f"cancelled {cancel}")
         return
-    jobs = scheduled_jobs(config, session)
+    jobs = scheduled_jobs(config)
     if not jobs:
         click.echo(f"sqsjkr: no one-time jobs to run in schedule group {group!r}", err=True)
         return
@@ -121,6 +90,5 @@ def manage_scheduled(
                 shorten_command(job.command or "-"),
             ]
         )
-    for line in aligned(rows):
-        click.echo(line)
+    echo_lines(aligned(rows))
     click.echo(f"sqsjkr: cancel one with: {cancel_command(conf, 'NAME')}", err=True)

@@ -12,10 +12,8 @@ from datetime import datetime, timezone
 import click
 
 from sqsjkr.backends.scheduler import EventSchedule
-from sqsjkr.commands.options import load
-from sqsjkr.commands.store import store_options
-from sqsjkr.commands.tables import aligned
-from sqsjkr.contract.config import Overrides
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.errors import quote
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.schedules import (
@@ -78,9 +76,7 @@ def state_cells(state: EventState | None) -> list[str]:
 @click.command()
 @store_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, an object per schedule.")
-def schedules(
-    conf: str, lock_table: str | None, profile: str | None, region: str | None, as_json: bool
-) -> None:
+def schedules(where: Where, as_json: bool) -> None:
     """Show every event's schedule: expression, zone, enabled, next three fire times in its zone,
     the job it sends (event_id, command's first line), and its event's last run, runs in
     progress and pause.
@@ -88,7 +84,7 @@ def schedules(
     Read from [schedule] group in EventBridge Scheduler, or with [schedule] engine = "rules"
     from the EventBridge rules that target the queues.
     """
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     store = store_of(config)
     found = read_schedules(config, store.session)
     now = time.time()
@@ -99,12 +95,11 @@ def schedules(
         click.echo(json.dumps([schedule_json(*each) for each in shown], indent=2))
         return
     if not found:
-        where = (
+        missing = (
             "no EventBridge rule targets the queues"
             if config.schedule.engine == "rules"
             else f"no schedule in EventBridge Scheduler group {quote(config.schedule.group)}"
         )
-        click.echo(f"sqsjkr: {where}", err=True)
+        click.echo(f"sqsjkr: {missing}", err=True)
         return
-    for line in aligned([SCHEDULES_HEADER, *(schedule_row(*each) for each in shown)]):
-        click.echo(line)
+    echo_lines(aligned([SCHEDULES_HEADER, *(schedule_row(*each) for each in shown)]))

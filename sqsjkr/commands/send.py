@@ -5,8 +5,6 @@ What the daemon would refuse is never sent.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -14,10 +12,6 @@ from typing import Any, TypeVar
 import click
 
 from sqsjkr.backends.aws import make_client
-from sqsjkr.backends.sqs import (
-    resolve_queue_url,
-    send_settings,
-)
 from sqsjkr.commands.options import (
     UsageFailure,
     conf_option,
@@ -26,9 +20,10 @@ from sqsjkr.commands.options import (
     queue_option,
     reason_option,
     region_option,
+    warn,
 )
-from sqsjkr.commands.scheduled import check_timing, manage_scheduled, schedule_job, when_of
-from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.scheduled import manage_scheduled, schedule_job
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT, duration_seconds
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.http_call import METHODS
@@ -36,77 +31,22 @@ from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import InvalidJobError, WaitTimedOut, quote
 from sqsjkr.fleet.audit import command_auditor
-from sqsjkr.fleet.checks import retries_warning
-from sqsjkr.fleet.fifo import fifo_parameters
 from sqsjkr.fleet.history import store_of
-from sqsjkr.fleet.job_fields import JobFields, checked_body
+from sqsjkr.fleet.job_fields import JobFields, job_body
 from sqsjkr.fleet.jobs import JobHandle
-from sqsjkr.fleet.send import Outgoing, send_job
-
-#: The option that sets each message field (a dotted path inside "http"), for errors: whoever
-#: used the options never saw the field names.
-_FIELD_OPTIONS = {
-    "command": "--command",
-    "env": "--env",
-    "envs": "--env",
-    "event_id": "--event-id",
-    "lock_id": "--lock-id",
-    "life_time": "--life-time",
-    "timeout": "--timeout",
-    "abort_if_locked": "--abort-if-locked",
-    "disable_life_time_trigger": "--disable-life-time-trigger",
-    "concurrency_key": "--concurrency-key",
-    "concurrency_limit": "--concurrency-limit",
-    "retries": "--retries",
-    "retry_delay": "--retry-delay",
-    "http": "--http-url",
-    "http.url": "--http-url",
-    "http.method": "--http-method",
-    "http.headers": "--http-header",
-    "http.body": "--http-body",
-    "http.timeout": "--http-timeout",
-    "http.success_status": "--success-status",
-}
-#: How contract.fields.field_error starts its message: the field's name, JSON-quoted (and cut,
-#: when long, to a prefix that still names its option).
-_FIELD_ERROR = re.compile(r'field ("(?:[^"\\]|\\.)*")(?:\.\.\. \(\d+ more characters\))?: ')
-
-
-def option_of(error: InvalidJobError) -> str | None:
-    """The option that set the field an error of the daemon's parser names, if one did."""
-    match = _FIELD_ERROR.match(str(error))
-    if not match:
-        return None
-    name = json.loads(match.group(1))
-    # Longest first: "http.headers.X" is --http-header's, "http" alone is --http-url's.
-    for field_name in sorted(_FIELD_OPTIONS, key=len, reverse=True):
-        if name == field_name or name.startswith(f"{field_name}."):
-            return _FIELD_OPTIONS[field_name]
-    return None
-
-
-def job_body(fields: JobFields) -> str:
-    """The job's body from its options; the daemon parser's errors name the option at fault."""
-    try:
-        return fields.body()
-    except InvalidJobError as exc:
-        option = option_of(exc)
-        where = f"{option}: " if option else ""
-        raise UsageFailure(f"invalid job, nothing sent: {where}{exc}") from exc
+from sqsjkr.fleet.scheduled import check_timing, when_of
+from sqsjkr.fleet.send import addressed, send_job
 
 
 def checked_job(body: str | None, options: JobFields) -> str:
     """The body to send, from --body or the job options, checked with the daemon's parser; warns
     of the fields it ignores."""
-    if body is not None:
-        try:
-            body, warnings = checked_body(body)
-        except InvalidJobError as exc:
-            raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
-        for warning in warnings:
-            click.echo(f"sqsjkr: warning: {warning}", err=True)
-    else:
-        body = job_body(options)
+    try:
+        body, warnings = job_body(body, options)
+    except InvalidJobError as exc:
+        raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
+    for warning in warnings:
+        warn(warning)
     return body
 
 
@@ -308,18 +248,11 @@ def send(
     when = when_of(config, at_time, in_time, zone) if later else None
     store = store_of(config)
     sqs = make_client(store.session, "sqs")
-    queue_name = queue_name or config.sqs.queue_name
-    queue_url = resolve_queue_url(sqs, queue_name, config.account.id)
-    settings = send_settings(sqs, queue_url)
-    retries = retries_warning(queue_name, settings, body)
-    if retries is not None:
-        # The job's retries can take it to the dead-letter queue.
-        click.echo(f"sqsjkr: warning: {retries}", err=True)
-    fifo = fifo_parameters(
-        queue_name, settings, body, group_id, dedupe_id, delay=delay, later=later
-    )
+    outgoing = addressed(
+        config, sqs, body, queue_name, delay=delay, group_id=group_id, dedupe_id=dedupe_id,
+        later=later, warn=warn,
+    )  # fmt: skip
     audit = command_auditor(config)
-    outgoing = Outgoing(body, queue_name, queue_url, delay, fifo)
     if when is not None:
         schedule_job(config, store.session, sqs, audit, outgoing, when, conf=conf, reason=reason)
         return 0
@@ -332,7 +265,7 @@ def send(
             err=True,
         )
     if sent.audit_problem is not None:
-        click.echo(f"sqsjkr: warning: {sent.audit_problem}", err=True)
+        warn(sent.audit_problem)
     return waits.follow(sent.handle)
 
 
@@ -369,6 +302,5 @@ class Waits:
             record = handle.wait(self.timeout)
         except WaitTimedOut as exc:
             raise WaitTimedOut(f"{exc} (--wait-timeout)") from exc
-        for line in history_lines([record], output=True):
-            click.echo(line)
+        echo_lines(history_lines([record], output=True))
         return 0 if record.outcome is RunOutcome.SUCCEEDED else 1

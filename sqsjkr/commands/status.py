@@ -7,29 +7,27 @@ The judging (failures in a row, the usual interval learned from past runs, ages)
 
 from __future__ import annotations
 
-import functools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import click
 
 from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
 from sqsjkr.commands.options import UsageFailure
-from sqsjkr.commands.store import open_store, store_options
-from sqsjkr.commands.tables import aligned
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary
-from sqsjkr.errors import DurationError, SqsjkrError, quote
+from sqsjkr.errors import ConfigError, DurationError, quote
 from sqsjkr.fleet.audit import command_auditor
-from sqsjkr.fleet.failures import aws_failure
-from sqsjkr.fleet.history import Store, forget_event
+from sqsjkr.fleet.history import Store, forget_events
 from sqsjkr.fleet.pause import pause_text
 from sqsjkr.fleet.route import route_text
 from sqsjkr.fleet.running import Running
 from sqsjkr.fleet.schedules import Upcoming
-from sqsjkr.fleet.status import CheckPolicy, Level, check_fleet, check_line, read_status
+from sqsjkr.fleet.status import CheckPolicy, check_verdict, read_status
 from sqsjkr.fleet.status_data import known_next_runs, status_data
 from sqsjkr.fleet.wording import (
     failures_text,
@@ -129,8 +127,7 @@ def show_status(store: Store, *, as_json: bool, now: float) -> None:
         + one_off_mark(s)
         for s, r in zip(summaries, running, strict=True)
     ]
-    for line in aligned(rows_text):
-        click.echo(line)
+    echo_lines(aligned(rows_text))
 
 
 def routed_mark(route: Route | None) -> list[str]:
@@ -153,45 +150,26 @@ def one_off_mark(summary: EventSummary) -> list[str]:
 def forget(store: Store, event_ids: Sequence[str], reason: str = "") -> int:
     """--forget: delete each event's summary; 1 if one of them had none."""
     failed = 0
-    audit = command_auditor(store.config)
-    with store.reading():
-        for event_id in event_ids:
-            old = forget_event(store.history, audit, event_id, reason)
-            if old is None:
-                click.echo(f"sqsjkr: no event {quote(event_id)} in table {store.table!r}", err=True)
-                failed = 1
-                continue
-            click.echo(f"forgot event {quote(event_id)}; its run records expire as before")
-            if old.running:
-                click.echo(
-                    f"  it had {len(old.running)} run(s) in progress: "
-                    "each lists it again when it ends"
-                )
+    for event_id, old in forget_events(store, command_auditor(store.config), event_ids, reason):
+        if old is None:
+            click.echo(f"sqsjkr: no event {quote(event_id)} in table {store.table!r}", err=True)
+            failed = 1
+            continue
+        click.echo(f"forgot event {quote(event_id)}; its run records expire as before")
+        if old.running:
+            click.echo(
+                f"  it had {len(old.running)} run(s) in progress: each lists it again when it ends"
+            )
     return failed
 
 
-def run_check(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> Level:
-    """Print the check's one line. Whatever leaves the events unjudged is UNKNOWN: an AWS error,
-    a config that does not load or that turns the history off."""
+def opened(where: Where) -> Store:
+    """where's store, for --check: a usage error of the config is one of sqsjkr's errors, which
+    the check reports UNKNOWN."""
     try:
-        findings, events = check_fleet(open_(), policy, now)
+        return where.store()
     except UsageFailure as exc:
-        return unknown(exc.format_message())
-    except Exception as exc:
-        message = str(exc) if isinstance(exc, SqsjkrError) else aws_failure(exc)
-        if message is None:
-            raise
-        return unknown(message)
-    level, line = check_line(findings, events)
-    click.echo(line)
-    return level
-
-
-def unknown(message: str) -> Level:
-    """Print the UNKNOWN line: one line, as a check plugin's output is read (a TOML error may
-    quote several lines of the file)."""
-    click.echo(f"SQSJKR UNKNOWN - {' '.join(message.splitlines())}")
-    return Level.UNKNOWN
+        raise ConfigError(exc.format_message()) from exc
 
 
 @click.command()
@@ -241,10 +219,7 @@ def unknown(message: str) -> Level:
 )
 @click.option("--reason", default="", help="With --forget: why, for the audit trail.")
 def status(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     as_json: bool,
     check: bool,
     max_failures: int | None,
@@ -276,11 +251,12 @@ def status(
         raise UsageFailure("--check prints one line; give --check or --json, not both")
     policy = CheckPolicy(max_failures or 1, parse_max_ages(max_ages), include_one_off, min_daemons)
     if forgotten:
-        return forget(open_store(conf, lock_table, profile, region), forgotten, reason)
+        return forget(where.store(), forgotten, reason)
     if check:
         # A check that cannot judge is UNKNOWN (3), never CRITICAL (2): a bad config, history
         # off and AWS errors alike. Only the options themselves are usage errors.
-        opened = functools.partial(open_store, conf, lock_table, profile, region)
-        return int(run_check(opened, policy, time.time()))
-    show_status(open_store(conf, lock_table, profile, region), as_json=as_json, now=time.time())
+        level, line = check_verdict(lambda: opened(where), policy, time.time())
+        click.echo(line)
+        return int(level)
+    show_status(where.store(), as_json=as_json, now=time.time())
     return 0

@@ -4,8 +4,10 @@ open for a command; kept apart from options.py so that `sqsjkr run` and the grou
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from sqsjkr.commands.options import (
     UsageFailure,
@@ -15,29 +17,51 @@ from sqsjkr.commands.options import (
     profile_option,
     region_option,
 )
-from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.config import Config, Overrides
 from sqsjkr.fleet.history import Store, store_of
+from sqsjkr.fleet.locks import Table, table_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@dataclass(frozen=True)
+class Where:
+    """--conf, --lock-table, --profile and --region: the config, and the table and account they
+    change in it."""
+
+    conf: str
+    lock_table: str | None = None
+    profile: str | None = None
+    region: str | None = None
+
+    def config(self) -> Config:
+        overrides = Overrides(lock_table=self.lock_table, profile=self.profile, region=self.region)
+        return load(self.conf, overrides)
+
+    def store(self) -> Store:
+        """The history the config's daemons write; a usage error when the config turns it off."""
+        config = self.config()
+        if config.history.backend == "none":
+            raise UsageFailure(
+                f'history is off in {self.conf} ([history] backend = "none"): no runs to show'
+            )
+        return store_of(config)
+
+    def table(self) -> Table:
+        """The config's [lock] table."""
+        return table_of(self.config())
+
+
 def store_options(command: F) -> F:
-    """The options `run` also has that say where the history is: config, table, account."""
-    for option in (
-        region_option,
-        profile_option,
-        lock_table_option,
-        conf_option,
-    ):
-        command = option(command)
-    return command
+    """The options `run` also has that say where the history is: config, table, account; the
+    command is called with them as its first argument, a Where."""
 
+    @functools.wraps(command)
+    def with_where(
+        conf: str, lock_table: str | None, profile: str | None, region: str | None, **options: Any
+    ) -> Any:
+        return command(Where(conf, lock_table, profile, region), **options)
 
-def open_store(conf: str, lock_table: str | None, profile: str | None, region: str | None) -> Store:
-    """The history the config's daemons write; a usage error when the config turns it off."""
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
-    if config.history.backend == "none":
-        raise UsageFailure(
-            f'history is off in {conf} ([history] backend = "none"): no runs to show'
-        )
-    return store_of(config)
+    for option in (region_option, profile_option, lock_table_option, conf_option):
+        with_where = option(with_where)
+    return cast(F, with_where)

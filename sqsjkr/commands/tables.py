@@ -1,12 +1,22 @@
-"""The commands' tables: rows of cells aligned in columns and escaped, and the table of runs that
-`history`, `history --follow`, `trigger --wait` and `kill` print.
+"""The commands' tables: rows of cells aligned in columns and escaped, the table of runs that
+`history`, `history --follow`, `trigger --wait` and `kill` print, and the printing of lines.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import click
+
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.fleet.wording import ended_how, format_duration, local_time, triggered_text
 from sqsjkr.observability.logs import escape
+
+
+def echo_lines(lines: Iterable[str]) -> None:
+    """Print each line, as it comes."""
+    for line in lines:
+        click.echo(line)
 
 
 def aligned(rows: list[list[str]]) -> list[str]:

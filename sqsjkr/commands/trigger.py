@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import click
 
-from sqsjkr.commands.options import UsageFailure, load, reason_option
-from sqsjkr.commands.store import store_options
-from sqsjkr.commands.tables import history_lines
+from sqsjkr.commands.options import UsageFailure, reason_option, warn
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
-from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.history import store_of
@@ -34,10 +33,7 @@ from sqsjkr.observability.logs import escape
 @timeout_option("1h", "the run (--wait)")
 @reason_option
 def trigger(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     event_id: str,
     schedule_name: str | None,
     wait: bool,
@@ -52,7 +48,7 @@ def trigger(
     that target the queues. An event routed elsewhere (`sqsjkr route`) is sent to its route.
     """
     limit = timeout_of(timeout)
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     if wait and config.history.backend == "none":
         raise UsageFailure(
             '--wait follows the run history, which is off ([history] backend = "none")'
@@ -70,13 +66,12 @@ def trigger(
     message_id, to = sent.message_id, sent.to
     click.echo(message_id)
     if sent.warning is not None:
-        click.echo(f"sqsjkr: warning: {sent.warning}", err=True)
+        warn(sent.warning)
     click.echo(f"sqsjkr: sent to queue {escape(to.name)}: {escape(to.why)}", err=True)
     if not wait:
         return 0
     record = wait_for_run(store, event_id, message_id, Deadline(limit), _rerun)
-    for line in history_lines([record], output=True):
-        click.echo(line)
+    echo_lines(history_lines([record], output=True))
     return 0 if record.outcome is RunOutcome.SUCCEEDED else 1
 
 

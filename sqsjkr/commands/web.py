@@ -11,9 +11,8 @@ import ipaddress
 import click
 
 from sqsjkr.commands.dashboard import INSTALL_HINT, listening, web_available
-from sqsjkr.commands.options import UsageFailure, load
-from sqsjkr.commands.store import store_options
-from sqsjkr.contract.config import Overrides
+from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.store import Where, store_options
 from sqsjkr.errors import quote
 
 
@@ -81,10 +80,7 @@ def check_proxies(proxies: tuple[str, ...], auth_header: str | None) -> None:
     help="Users and bcrypt hashes, as Prometheus' web config file: basic_auth_users: {USER: HASH}.",
 )
 def web(
-    conf: str,
-    lock_table: str | None,
-    profile: str | None,
-    region: str | None,
+    where: Where,
     listen: str,
     enable_actions: bool,
     allowed_hosts: tuple[str, ...],
@@ -98,7 +94,7 @@ def web(
     check_proxies(trusted_proxies, auth_header)
     if not web_available():
         raise click.ClickException(INSTALL_HINT)
-    config = load(conf, Overrides(lock_table=lock_table, profile=profile, region=region))
+    config = where.config()
     served = listening(
         config,
         host=host,

@@ -1,11 +1,12 @@
 """Assembles a running daemon from a Config: AWS clients, backends, the stats server and the loop.
 
-`sqsjkr run` and `sqsjkr local` both start the daemon through serve().
+`sqsjkr run` starts it through serve_until_stopped(), `sqsjkr local` through serve().
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from sqsjkr import __version__
 from sqsjkr.backends.aws import (
     Backoff,
     check_table,
@@ -49,11 +51,12 @@ from sqsjkr.daemon.loop import Kicker, KickerSettings
 from sqsjkr.daemon.presence import Presence, this_daemon
 from sqsjkr.daemon.runner import ShellRunner
 from sqsjkr.daemon.runs import Listeners
+from sqsjkr.daemon.signals import stop_signals
 from sqsjkr.errors import StartupError
 from sqsjkr.observability import calls
 from sqsjkr.observability.health import Health
 from sqsjkr.observability.metrics import Metrics
-from sqsjkr.observability.notify import Notifier
+from sqsjkr.observability.notify import Notifier, SystemdNotifier
 from sqsjkr.observability.report import Reporter
 from sqsjkr.observability.server import StatsServer
 from sqsjkr.observability.stats import Stats
@@ -64,6 +67,18 @@ log = logging.getLogger("sqsjkr.service")
 GO_VISIBILITY_TIMEOUT = 30
 
 T = TypeVar("T")
+
+
+def serve_until_stopped(config: Config, conf: str) -> None:
+    """`sqsjkr run` once its options are read: serve config (read from conf) until a stop
+    signal, telling systemd how it goes when systemd started it."""
+    # Before any job can start: jobs copy the daemon's environment, and systemd's variables
+    # are not meant for them.
+    notifier = SystemdNotifier.from_environment(os.environ, unset=True)
+    with stop_signals() as (stop, force):
+        # The entry point's logger, which the start line has always named.
+        logging.getLogger("sqsjkr.cli").info("sqsjkr %s starting with %s", __version__, conf)
+        serve(config, stop, force=force, notifier=notifier)
 
 
 def serve(

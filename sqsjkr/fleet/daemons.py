@@ -35,3 +35,13 @@ def read_members(config: Config, client: Any = None) -> list[Member]:
     table = config.lock.table
     with reading_table(table):
         return DynamoRoster(client, table).members()
+
+
+def daemons_json(members: Sequence[Member], now: float) -> dict[str, Any]:
+    """`daemons --json`'s object: each member with its state and how long since it was seen."""
+    return {
+        "daemons": [
+            {**m.as_dict(), "state": m.state(now).value, "last_seen_age": now - m.seen_at}
+            for m in members
+        ]
+    }

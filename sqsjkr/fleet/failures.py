@@ -32,7 +32,8 @@ def aws_failure(exc: BaseException) -> str | None:
 
 
 def failure_text(exc: Exception) -> str:
-    """Why a read failed, for a page: an AWS failure or one of sqsjkr's own errors."""
+    """Why a read or an action failed, for a page or a command's one line: an AWS failure or
+    one of sqsjkr's own errors; any other exception is raised again."""
     if isinstance(exc, SqsjkrError):
         return str(exc)
     message = aws_failure(exc)

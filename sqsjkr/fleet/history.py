@@ -4,7 +4,7 @@ and forgetting an event (audited).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -115,3 +115,13 @@ def forget_event(
     Its run records expire as before."""
     audit("forget", event_id, reason=reason)
     return history.forget(event_id)
+
+
+def forget_events(
+    store: Store, audit: Auditor, event_ids: Sequence[str], reason: str = ""
+) -> Iterator[tuple[str, EventSummary | None]]:
+    """forget_event of each event in turn, yielded as it is done: the event and the summary it
+    had, or None."""
+    with store.reading():
+        for event_id in event_ids:
+            yield event_id, forget_event(store.history, audit, event_id, reason)

@@ -4,13 +4,15 @@ checked with the daemon's own parser; RequestErrors name the CLI's options, as f
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from sqsjkr.contract.job import build_body, parse_job
-from sqsjkr.errors import RequestError
+from sqsjkr.errors import InvalidJobError, RequestError
 from sqsjkr.fleet.checks import unknown_fields
 
 
@@ -154,3 +156,60 @@ class JobFields:
         if self.success_statuses:
             call["success_status"] = list(self.success_statuses)
         return call
+
+
+#: The option that sets each message field (a dotted path inside "http"), for errors: whoever
+#: used the options never saw the field names.
+_FIELD_OPTIONS = {
+    "command": "--command",
+    "env": "--env",
+    "envs": "--env",
+    "event_id": "--event-id",
+    "lock_id": "--lock-id",
+    "life_time": "--life-time",
+    "timeout": "--timeout",
+    "abort_if_locked": "--abort-if-locked",
+    "disable_life_time_trigger": "--disable-life-time-trigger",
+    "concurrency_key": "--concurrency-key",
+    "concurrency_limit": "--concurrency-limit",
+    "retries": "--retries",
+    "retry_delay": "--retry-delay",
+    "http": "--http-url",
+    "http.url": "--http-url",
+    "http.method": "--http-method",
+    "http.headers": "--http-header",
+    "http.body": "--http-body",
+    "http.timeout": "--http-timeout",
+    "http.success_status": "--success-status",
+}
+#: How contract.fields.field_error starts its message: the field's name, JSON-quoted (and cut,
+#: when long, to a prefix that still names its option).
+_FIELD_ERROR = re.compile(r'field ("(?:[^"\\]|\\.)*")(?:\.\.\. \(\d+ more characters\))?: ')
+
+
+def option_of(error: InvalidJobError) -> str | None:
+    """The option that set the field an error of the daemon's parser names, if one did."""
+    match = _FIELD_ERROR.match(str(error))
+    if not match:
+        return None
+    name = json.loads(match.group(1))
+    # Longest first: "http.headers.X" is --http-header's, "http" alone is --http-url's.
+    for field_name in sorted(_FIELD_OPTIONS, key=len, reverse=True):
+        if name == field_name or name.startswith(f"{field_name}."):
+            return _FIELD_OPTIONS[field_name]
+    return None
+
+
+def job_body(body: str | None, fields: JobFields) -> tuple[str, list[str]]:
+    """The body to send: --body's, checked (with a warning for each field the daemon ignores),
+    else the job built from its options; the daemon parser's InvalidJobError names the option at
+    fault."""
+    if body is not None:
+        return checked_body(body)
+    try:
+        return fields.body(), []
+    except InvalidJobError as exc:
+        option = option_of(exc)
+        if option is None:
+            raise
+        raise InvalidJobError(f"{option}: {exc}") from exc

@@ -13,9 +13,10 @@ from sqsjkr.backends.dedupe import claim_key
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import ResourceMissingError, WaitTimedOut, quote
-from sqsjkr.fleet.history import Store
+from sqsjkr.fleet.history import Store, record_json
 from sqsjkr.fleet.trigger import wait_for_run
 from sqsjkr.fleet.waiting import Deadline
+from sqsjkr.fleet.wording import local_time
 
 #: How many of an event's last runs are read for a job's final record.
 RECORD_RUNS = 20
@@ -54,6 +55,20 @@ class JobState:
     @property
     def ended(self) -> bool:
         return self.phase is JobPhase.ENDED
+
+    def as_json(self) -> dict[str, object]:
+        """`job --json`'s object."""
+        return {
+            "message_id": self.message_id,
+            "event_id": self.event_id,
+            "state": self.phase.value,
+            "host": self.host,
+            "started_at": None if self.started_at is None else local_time(self.started_at),
+            "waiting_for": self.waiting_for,
+            "waiting_key": self.waiting_key,
+            "outcome": None if self.outcome is None else self.outcome.value,
+            "record": None if self.record is None else record_json(self.record, output=True),
+        }
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqsjkr.backends.live import LiveOutput, LiveStore
+from sqsjkr.backends.live import DynamoLive, LiveOutput, LiveStore
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
 from sqsjkr.errors import RunRecordLost, quote
@@ -55,12 +55,15 @@ class Poll:
 
 class Follower:
     """Follows message_id's run of event_id (None: the run running now, or the next to start)
-    through the event's summary, the run's live item, and at its end the run's record."""
+    through the event's summary, the run's live item, and at its end the run's record; live:
+    where the live items are (default: the store's table); every: the wait between two polls."""
 
     def __init__(
-        self, store: Store, live: LiveStore, event_id: str, message_id: str | None
+        self, store: Store, event_id: str, message_id: str | None, live: LiveStore | None = None
     ) -> None:
-        self.store, self.live, self.event_id = store, live, event_id
+        self.store, self.event_id = store, event_id
+        self.live = live or DynamoLive(store.client, store.table)
+        self.every = poll_seconds(store.config)
         self.target = message_id
         self.seen_running = False  # the run was seen running: its end must leave a record
         self._searched = False  # its record was looked for once (it may have ended already)

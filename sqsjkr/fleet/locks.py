@@ -163,6 +163,28 @@ class Holdings:
     groups: list[Group]
     waiting: list[RunStart] = field(default_factory=list)
 
+    def as_json(self, now: float) -> dict[str, Any]:
+        """`locks --json`'s object."""
+        return {
+            "locks": [lock.as_json(now) for lock in self.locks],
+            "groups": [group.as_json(now) for group in self.groups],
+            "waiting": [waiting_json(run) for run in self.waiting],
+        }
+
+
+def waiting_json(start: RunStart) -> dict[str, Any]:
+    """A job waiting for a lock or a slot, as its daemon noted it."""
+    return {
+        "for": start.waiting_for,
+        "key": start.waiting_key,
+        "held_by": start.held_by,
+        "event_id": start.event_id,
+        "message_id": start.message_id,
+        "host": start.host,
+        "owner": start.owner,
+        "since": start.started_at,
+    }
+
 
 def held(table: Table, *, page_size: int | None = None) -> Holdings:
     """Every held lock and group slot of the table, by lock_id and by key and slot: a Scan of the

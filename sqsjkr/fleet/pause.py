@@ -10,11 +10,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqsjkr.backends.pause import ALL_SCOPE, Pause, PauseStore
+from sqsjkr.backends.pause import ALL_SCOPE, DynamoPauses, Pause, PauseStore
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, RequestError, quote
 from sqsjkr.fleet.audit import Auditor
+from sqsjkr.fleet.locks import table_of
 from sqsjkr.fleet.wording import format_duration, format_span, local_time
 from sqsjkr.observability.logs import escape
 
@@ -114,6 +115,12 @@ def pause_events(
         audit("pause", event_id or "all events", reason=reason, detail=until_text)
         store.pause(made)
         yield made
+
+
+def pauses_of(config: Config) -> DynamoPauses:
+    """The pauses kept in the config's lock table."""
+    table = table_of(config)
+    return DynamoPauses(table.client, table.name)
 
 
 def event_scopes(event_ids: Sequence[str], all_events: bool) -> list[str] | None:

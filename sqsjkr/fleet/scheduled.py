@@ -1,12 +1,13 @@
 """One-time jobs that EventBridge Scheduler puts on the queue later (`send --at`/`--in`), kept by
-AWS instead of by sqsjkr: scheduling one (audited), listing those still to run, cancelling one.
+AWS instead of by sqsjkr: when one runs, scheduling it (audited), listing those to run, cancelling one.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
-from sqsjkr.backends.aws import make_client
+from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.backends.scheduler import (
     ScheduledJob,
     cancel_one_time,
@@ -17,10 +18,40 @@ from sqsjkr.backends.scheduler import (
 )
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.job import parse_job
-from sqsjkr.contract.when import OneTime
-from sqsjkr.errors import ConfigError
+from sqsjkr.contract.when import OneTime, one_time_at, one_time_in
+from sqsjkr.errors import ConfigError, RequestError
 from sqsjkr.fleet.audit import Auditor
 from sqsjkr.fleet.send import Outgoing, audit_send
+
+
+def check_timing(at_text: str | None, in_text: str | None, zone: str | None, delay: int) -> bool:
+    """Whether the job is for later (--at or --in); RequestError for options that do not go
+    together."""
+    if at_text is not None and in_text is not None:
+        raise RequestError("give --at or --in, not both")
+    later = at_text is not None or in_text is not None
+    if later and delay:
+        raise RequestError("--delay is for jobs sent now; --at and --in schedule them instead")
+    if zone is not None and at_text is None:
+        raise RequestError("--timezone is the zone of an --at time; give it with --at")
+    return later
+
+
+def when_of(config: Config, at_text: str | None, in_text: str | None, zone: str | None) -> OneTime:
+    """The time of an --at or --in option, from now, an --at without an offset in --timezone or
+    [schedule] timezone; RequestError names the option at fault."""
+    now = datetime.now(timezone.utc)
+    if in_text is not None:
+        try:
+            return one_time_in(in_text, now)
+        except ValueError as exc:
+            raise RequestError(f"--in: {exc}") from exc
+    assert at_text is not None
+    try:
+        return one_time_at(at_text, zone or config.schedule.timezone, now)
+    except ValueError as exc:
+        source = "--timezone" if zone else "[schedule] timezone"
+        raise RequestError(f"--at ({source} {zone or config.schedule.timezone}): {exc}") from exc
 
 
 def schedule_job(
@@ -59,16 +90,21 @@ def schedule_job(
     return name
 
 
-def scheduled_jobs(config: Config, session: Any) -> list[ScheduledJob]:
+def scheduled_jobs(config: Config) -> list[ScheduledJob]:
     """The one-time jobs still to run in [schedule] group, soonest first."""
-    return list_one_time(make_client(session, "scheduler"), config.schedule.group)
+    return list_one_time(_scheduler(config), config.schedule.group)
 
 
-def cancel_scheduled(
-    config: Config, session: Any, audit: Auditor, name: str, *, reason: str = ""
-) -> None:
+def cancel_scheduled(config: Config, audit: Auditor, name: str, *, reason: str = "") -> None:
     """Cancel the one-time job of that name, audited first. ValueError for a name that is not
     a one-time job's; ResourceMissingError when there is no such job."""
     group = config.schedule.group
+    scheduler = _scheduler(config)
     audit("send --cancel", name, reason=reason, detail=f"group {group}")
-    cancel_one_time(make_client(session, "scheduler"), group, name)
+    cancel_one_time(scheduler, group, name)
+
+
+def _scheduler(config: Config) -> Any:
+    """A Scheduler client of the config's account."""
+    session = make_session(region=config.account.region, profile=config.account.profile)
+    return make_client(session, "scheduler")

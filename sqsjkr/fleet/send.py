@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,8 @@ from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.run import one_off
 from sqsjkr.contract.when import OneTime
 from sqsjkr.fleet.audit import ONE_OFF, Auditor, command_auditor
+from sqsjkr.fleet.checks import retries_warning
+from sqsjkr.fleet.fifo import fifo_parameters
 from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.jobs import JobHandle, JobState, job_state
 from sqsjkr.fleet.unique import Earlier, Reservation, UniqueSends
@@ -41,6 +43,32 @@ class Outgoing:
     queue_url: str
     delay: int = 0
     fifo: dict[str, str] | None = None
+
+
+def addressed(
+    config: Config,
+    sqs: Any,
+    body: str,
+    queue_name: str | None,
+    *,
+    delay: int,
+    group_id: str | None,
+    dedupe_id: str | None,
+    later: bool,
+    warn: Callable[[str], None],
+) -> Outgoing:
+    """A checked body addressed to its queue (default: [sqs] queue_name), with the queue's SQS
+    parameters; warn is told at once when the job's retries can take it to the dead-letter queue."""
+    queue_name = queue_name or config.sqs.queue_name
+    queue_url = resolve_queue_url(sqs, queue_name, config.account.id)
+    settings = send_settings(sqs, queue_url)
+    retries = retries_warning(queue_name, settings, body)
+    if retries is not None:
+        warn(retries)
+    fifo = fifo_parameters(
+        queue_name, settings, body, group_id, dedupe_id, delay=delay, later=later
+    )
+    return Outgoing(body, queue_name, queue_url, delay, fifo)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from sqsjkr.backends.pause import DynamoPauses, Pause, paused
 from sqsjkr.backends.routes import Route
 from sqsjkr.contract.run import EventSummary, RunRecord
 from sqsjkr.fleet.daemons import live
+from sqsjkr.fleet.failures import failure_text
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.running import Running, running_now
 from sqsjkr.fleet.wording import failures_text, format_span
@@ -228,3 +229,16 @@ def check_line(findings: Sequence[Finding], events: int) -> tuple[Level, str]:
         return Level.OK, f"SQSJKR OK - {events} event{'' if events == 1 else 's'}"
     items = "; ".join(f"{escape(f.event_id)}: {', '.join(f.reasons)}" for f in bad)
     return bad[0].level, f"SQSJKR {bad[0].level.name} - {items}"
+
+
+def check_verdict(open_: Callable[[], Store], policy: CheckPolicy, now: float) -> tuple[Level, str]:
+    """The check's level and its line. Whatever leaves the events unjudged is UNKNOWN: an AWS
+    error, or one of sqsjkr's errors from open_ (a config that does not load or that turns the
+    history off)."""
+    try:
+        findings, events = check_fleet(open_(), policy, now)
+    except Exception as exc:
+        # One line, as a check plugin's output is read (a TOML error may quote several lines of
+        # the file); failure_text raises again what is neither.
+        return Level.UNKNOWN, f"SQSJKR UNKNOWN - {' '.join(failure_text(exc).splitlines())}"
+    return check_line(findings, events)

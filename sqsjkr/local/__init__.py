@@ -1,4 +1,4 @@
 """Local mode's machinery: an embedded moto endpoint, the fleet's queue, table and schedules on it, and the demo.
 
-`sqsjkr local` (commands/local.py) parses its options, calls this and prints; this knows nothing of click.
+`sqsjkr local` (commands/run.py) parses its options and calls this; commands/local.py prints its steps.
 """

@@ -1,5 +1,5 @@
 """The demo of `sqsjkr local --demo`: sample jobs that show each behaviour (one stopped by `sqsjkr
-kill`), sample schedules, and the watch that tells when the long job runs and when all have ended."""
+kill`), sample schedules, the watch that tells when they have ended, and the commands it shows last."""
 
 from __future__ import annotations
 
@@ -258,3 +258,27 @@ def _peek_dead_letters(sqs: Any, url: str) -> list[tuple[str, str]]:
         )
         for message in response.get("Messages", [])
     ]
+
+
+#: The commands the demo ends with: what each shows, and its arguments after `-c CONF`.
+CLOSING_COMMANDS = (
+    ("The status of every event", ("status",)),
+    ("The runs of demo-fail, with their output", ("history", "demo-fail", "--output")),
+    ("Every event's schedule and its next three runs", ("schedules",)),
+    ("The fleet's daemons", ("daemons",)),
+)
+
+
+def closing_commands(site: LocalSite) -> str:
+    """CLOSING_COMMANDS, run as a user would run them, each printed as the banner's `send` is,
+    ready to paste, with its output."""
+    shown = [site.shown(what, command) for what, command in CLOSING_COMMANDS]
+    shown.append("The daemon keeps running: send it jobs as shown above; stop it with Ctrl-C.")
+    return "\n".join(part.rstrip() for part in shown)
+
+
+def shown_kill(site: LocalSite) -> str:
+    """`sqsjkr kill` of the long job, run and shown as the closing commands are, after the send
+    that starts one."""
+    what = "Stopping a long job with sqsjkr kill (to try it: send a long job, then kill it)"
+    return site.shown(what, KILL_COMMAND, before=LONG_JOB_SEND)

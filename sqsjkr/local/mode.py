@@ -1,5 +1,5 @@
 """Local mode set up and served: the endpoint, its queue, table and schedules, the config written
-for them, and the daemon serving that config until stopped.
+for them, and the daemon serving that config (and the demo) until stopped.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.backends.scheduler import queue_target
 from sqsjkr.contract.config import load_config
 from sqsjkr.daemon.service import serve
 from sqsjkr.errors import LocalModeError, StatsServerError
-from sqsjkr.local.demo import DEMO_REPORTER
+from sqsjkr.local.demo import DEMO_REPORTER, DemoWatch, send_demo
 from sqsjkr.local.endpoint import (
     LOCAL_ACCOUNT,
     LOCAL_QUEUE,
@@ -83,6 +83,59 @@ def prepared(*, port: int, stats_port: int, workers: int) -> Iterator[tuple[Loca
         create_sample_schedules(session, queue_target(sqs, queue_url).arn, role_arn)
         conf = write_config(Path(tmp), stats_port=stats_port, workers=workers, role_arn=role_arn)
         yield LocalSite(endpoint, queue_url, dead_letter_url, conf), sqs
+
+
+class LocalFace(Protocol):
+    """What the command line shows at each step of local mode."""
+
+    def listening(self, site: LocalSite, stats_address: str) -> Callable[[], None]:
+        """The stats server listens: say where everything is; returns what closes what it
+        started beside (the dashboard)."""
+
+    def killable(self, site: LocalSite) -> None:
+        """The demo's long job runs: show how to kill it."""
+
+    def done(self, site: LocalSite, counts: dict[str, int], dead: list[tuple[str, str]]) -> None:
+        """Every demo job has an outcome: counts and the dead letters' (body, sqsjkr_error)."""
+
+
+def run_local(
+    stop: threading.Event,
+    force: threading.Event,
+    face: LocalFace,
+    *,
+    demo: bool,
+    port: int,
+    stats_port: int,
+    workers: int,
+) -> None:
+    """Start the endpoint, create the queue and table, serve until stop, telling face each step.
+
+    The banner (and the demo) wait for the stats server to listen, so a taken stats port fails
+    before anything is printed or sent.
+    """
+    with prepared(port=port, stats_port=stats_port, workers=workers) as (site, sqs):
+        stats: list[str] = []  # the stats server's address, once it listens
+        closing: list[Callable[[], None]] = []
+        watch = DemoWatch(
+            sqs, site, lambda: face.killable(site), lambda *ended: face.done(site, *ended)
+        )
+
+        def receiving() -> None:
+            if demo:
+                send_demo(sqs, site.queue_url)
+                watch.start(stats[0])
+
+        def listening(stats_address: str) -> None:
+            stats.append(stats_address)
+            closing.append(face.listening(site, stats_address))
+
+        try:
+            serve_local(site, stop, force, on_listening=listening, on_receiving=receiving)
+        finally:
+            watch.close()
+            for close in closing:
+                close()
 
 
 def serve_local(

@@ -1,4 +1,4 @@
-"""What `sqsjkr local` set up, and the commands it prints for a user to paste into another shell.
+"""What `sqsjkr local` set up, and the commands it prints for a user to paste (some run, with output).
 
 Local mode and its demo both read it, and it imports neither: they import in one direction.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,22 @@ class LocalSite:
             "AWS_SECRET_ACCESS_KEY=local \\\n"
             f"    {shlex.join(self.argv(command, *args))}"
         )
+
+    def shown(self, what: str, command: tuple[str, ...], before: tuple[str, ...] = ()) -> str:
+        """`sqsjkr COMMAND` run as a user would run it, printed as the banner's `send` is, ready to
+        paste (after `sqsjkr BEFORE`, when pasting it needs that first), with its output."""
+        name, *args = command
+        # One pipe for both streams: its notes on stderr show where they came, between its lines.
+        done = subprocess.run(
+            self.argv(name, *args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=90,
+        )
+        pasted = [self.pasteable(*before)] if before else []
+        pasted.append(self.pasteable(name, *args))
+        return f"{what}:\n" + "\n".join(pasted) + f"\n{done.stdout}".rstrip()
 
 
 def sqsjkr_argv() -> list[str]:

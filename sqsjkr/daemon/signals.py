@@ -1,4 +1,4 @@
-"""Stop signals, handled only in the entry point: the handler flips events and nothing else.
+"""Stop signals, installed only by the entry point (`sqsjkr run`, `sqsjkr local`): the handler flips events.
 
 The first signal asks for a stop; a second one forces running jobs to stop too.
 """
@@ -13,7 +13,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 log = logging.getLogger("sqsjkr.cli")
@@ -90,3 +90,16 @@ def install_stop_signals(stop: threading.Event, force: threading.Event) -> Calla
             signal.signal(sig, old)
 
     return restore
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[tuple[StopEvent, threading.Event]]:
+    """The stop and force events, set by stop signals while the block runs; the old handlers
+    are back after it."""
+    stop, force = StopEvent(), threading.Event()
+    restore = install_stop_signals(stop, force)
+    try:
+        yield stop, force
+    finally:
+        restore()
+        stop.close()
