@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from sqsjkr.contract.duration import Duration, parse_duration
+from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.job import Job, build_body, is_expired, parse_job, trigger_line
 from sqsjkr.errors import InvalidJobError
 
@@ -525,3 +527,56 @@ def test_an_http_url_refused_is_named_without_its_path_or_query(url: str, proble
         parse_job(body, message_id="m", sent_at=0, http_allow=["http://127.0.0.1/"])
     assert problem in str(caught.value)
     assert "SECRET" not in str(caught.value) and "/q" not in str(caught.value)
+
+
+# --- the firing a message is (issue 27) -----------------------------------------------------
+
+
+FIRING = {
+    "time": "2026-11-27T01:00:00Z",
+    "schedule": "arn:aws:scheduler:eu-west-1:123456789012:schedule/sqsjkr/nightly",
+    "expression": "cron(0 2 * * ? *)",
+    "timezone": "Europe/Berlin",
+}
+
+
+def test_a_firing_and_its_origin_are_read_and_key_the_firing() -> None:
+    body = json.dumps({"command": "true", "firing": FIRING, "origin": "schedule"})
+    job = parse_job(body, message_id="m-1", sent_at=0.0)
+    assert job.origin is Origin.SCHEDULE
+    assert job.firing == Firing(
+        1795741200.0, FIRING["schedule"], FIRING["expression"], "Europe/Berlin"
+    )
+    # Two deliveries of one firing share its key, whatever their message ids; the next firing's differs.
+    again = parse_job(body, message_id="m-2", sent_at=5.0)
+    assert again.firing is not None and again.firing.key == job.firing.key
+    later = dict(FIRING, time="2026-11-28T02:00:00+01:00")
+    other = parse_job(json.dumps({"command": "true", "firing": later}), message_id="m-3", sent_at=0)
+    assert other.firing is not None and other.firing.key != job.firing.key
+    assert json.loads(build_body("true", firing=job.firing, origin=Origin.SEND)) == {
+        "command": "true",
+        "firing": FIRING,
+        "origin": "send",
+    }
+
+
+@pytest.mark.parametrize(
+    ("firing", "field", "says"),
+    [
+        ([], "firing", "must be an object"),
+        (dict(FIRING, time="<aws.scheduler.scheduled-time>"), "firing.time", "did not substitute"),
+        (dict(FIRING, time="2026-11-27T01:00:00"), "firing.time", "UTC offset"),
+        (dict(FIRING, time="yesterday"), "firing.time", "RFC 3339"),
+        (dict(FIRING, schedule=""), "firing.schedule", "is required"),
+        (dict(FIRING, schedule="<aws.scheduler.schedule-arn>"), "firing.schedule", "substitute"),
+        (dict(FIRING, expression=7), "firing.expression", "must be a string"),
+    ],
+)
+def test_a_malformed_firing_names_its_field(firing: object, field: str, says: str) -> None:
+    with pytest.raises(InvalidJobError, match=f'field "{re.escape(field)}".*{says}'):
+        parse_job(json.dumps({"command": "true", "firing": firing}), message_id="m", sent_at=0)
+
+
+def test_an_unknown_origin_is_refused() -> None:
+    with pytest.raises(InvalidJobError, match='field "origin": must be one of schedule, send'):
+        parse_job('{"command":"true","origin":"cron"}', message_id="m", sent_at=0)

@@ -23,6 +23,7 @@ from sqsjkr.contract.fields import (
     reject_nul,
     text,
 )
+from sqsjkr.contract.firing import Firing, Origin, parse_firing, parse_origin
 from sqsjkr.contract.http_call import HttpCall, parse_http
 
 # The Go README documents "env" and the Go code reads "envs": merging in this order lets "envs" win.
@@ -44,6 +45,8 @@ MESSAGE_FIELDS = frozenset(
         "concurrency_limit",
         "retries",
         "retry_delay",
+        "firing",
+        "origin",
     }
 )
 #: Most runs one message may ask for: a first one and this many retries.
@@ -73,6 +76,9 @@ class Job:
     concurrency_limit: int = 1
     retries: int = 0  # runs again after an error or a timeout, this many times at most
     retry_delay: Duration = DEFAULT_RETRY_DELAY  # the first wait; it doubles
+    #: The schedule's firing this message is (None: sent without one, or by an older module).
+    firing: Firing | None = None
+    origin: Origin | None = None  # who sent it, when the message says
 
     def __post_init__(self) -> None:
         # The same defaults as parse_job, so that a Job built in code means what a message would.
@@ -130,6 +136,8 @@ def parse_job(
         concurrency_limit=limit,
         retries=integer(fields, "retries", 0, 0, MAX_RETRIES),
         retry_delay=_retry_delay(fields),
+        firing=parse_firing(fields),
+        origin=parse_origin(fields),
     )
 
 
@@ -173,6 +181,8 @@ def build_body(
     concurrency_limit: int | None = None,
     retries: int | None = None,
     retry_delay: int | str | None = None,
+    firing: Firing | None = None,
+    origin: Origin | None = None,
 ) -> str:
     """The compact message body of a job, with only the fields that are set."""
     fields: dict[str, object] = {"command": command} if command is not None else {}
@@ -201,6 +211,10 @@ def build_body(
         fields["abort_if_locked"] = True
     if disable_life_time_trigger:
         fields["disable_life_time_trigger"] = True
+    if firing is not None:
+        fields["firing"] = firing.as_fields()
+    if origin is not None:
+        fields["origin"] = origin.value
     # ASCII-only JSON escapes every character that SQS refuses in a message body.
     body = json.dumps(fields, separators=(",", ":"))
     # Refuse here what the daemon would refuse, so a bad job never reaches the queue.

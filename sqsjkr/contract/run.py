@@ -176,6 +176,14 @@ class RunRecord:
     #: written before these fields existed load with None.
     triggered_by: str | None = None
     trigger_reason: str | None = None
+    #: The schedule's firing the message was (Firing.at, Firing.schedule) and who sent it
+    #: (Origin's value); None for a message without them, or a record written before them.
+    firing_at: float | None = None
+    firing_schedule: str | None = None
+    origin: str | None = None
+    #: Set on the record of a second message of one firing, which did not run: the message id
+    #: of the run that the firing's claim belongs to.
+    duplicate_of: str | None = None
 
     @property
     def failure(self) -> bool:
@@ -194,8 +202,10 @@ class RunRecord:
 
     @property
     def queue_delay(self) -> float:
-        """From the schedule's firing (SentTimestamp) to the command's start, or to the end."""
-        return (self.started_at or self.ended_at) - self.sent_at
+        """From the schedule's firing (the time it was due, when the message says, else SQS's
+        SentTimestamp) to the command's start, or to the end: the scheduler's delay included."""
+        fired = self.sent_at if self.firing_at is None else self.firing_at
+        return (self.started_at or self.ended_at) - fired
 
     def as_dict(self) -> dict[str, Any]:
         """The record as JSON-able data, with its derived figures."""
@@ -226,6 +236,14 @@ class EventSummary:
     #: Runs in progress, as their starts say; a daemon that died leaves one behind until its
     #: claim's lease ends (status looks at the claim).
     running: tuple[RunStart, ...] = field(default_factory=tuple)
+    #: The schedule of the event's last scheduled firing, as its message carried it: its ARN
+    #: or name, expression and zone, that firing's due time, and the next one's (unix seconds).
+    #: None for an event no message of a firing has reached yet.
+    schedule: str | None = None
+    schedule_expression: str | None = None
+    schedule_timezone: str | None = None
+    last_firing_at: float | None = None
+    next_firing_at: float | None = None
 
     @property
     def one_off(self) -> bool:

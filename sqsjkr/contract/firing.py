@@ -1,0 +1,128 @@
+"""Which scheduled firing a message is: its schedule, the time it was due, and who sent it.
+
+A message's `firing` and `origin` fields; the Go daemon ignores both (unknown JSON fields).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from sqsjkr.contract.fields import field_error, json_type
+from sqsjkr.contract.limits import MAX_KEY_BYTES
+
+#: The Scheduler's context attributes, as the module's schedules write them into the message
+#: (its guide's "Adding context attributes"); a rule's input transformer writes <time>.
+SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
+SCHEDULE_ARN = "<aws.scheduler.schedule-arn>"
+#: Longest expression or zone a firing carries: EventBridge's own limits are 256 and 50.
+MAX_EXPRESSION = 256
+
+
+class Origin(enum.Enum):
+    """Who put the message on the queue: a schedule's firing, `sqsjkr send` (or a program's
+    Fleet.send), or `sqsjkr trigger` (run now, or a missed firing run by hand)."""
+
+    SCHEDULE = "schedule"
+    SEND = "send"
+    TRIGGER = "trigger"
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One firing of one schedule: the time it was due (unix seconds, UTC), the schedule (its
+    ARN, or a name) and, when the message carries them, its expression and time zone."""
+
+    at: float
+    schedule: str
+    expression: str | None = None
+    timezone: str | None = None
+
+    @property
+    def iso(self) -> str:
+        """at in RFC 3339, UTC, to the second, as the Scheduler writes scheduled-time."""
+        moment = datetime.fromtimestamp(self.at, timezone.utc)
+        return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+    @property
+    def key(self) -> str:
+        """What every message of this firing shares, and no other firing's: the claim's key,
+        so that two deliveries of one firing run once in the fleet."""
+        return f"{self.schedule}@{self.iso}"
+
+    def as_fields(self) -> dict[str, str]:
+        """The message's `firing` object."""
+        fields = {"time": self.iso, "schedule": self.schedule}
+        if self.expression:
+            fields["expression"] = self.expression
+        if self.timezone:
+            fields["timezone"] = self.timezone
+        return fields
+
+
+def parse_firing(fields: Mapping[str, object]) -> Firing | None:
+    """The message's `firing` object, or None without one; InvalidJobError (naming the field)
+    for a malformed one, such as a context attribute the Scheduler did not substitute."""
+    value = fields.get("firing")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise field_error("firing", f"must be an object, got {json_type(value)}")
+    at = _time(value.get("time"))
+    schedule = _text(value, "schedule", MAX_KEY_BYTES, required=True)
+    expression = _text(value, "expression", MAX_EXPRESSION)
+    zone = _text(value, "timezone", MAX_EXPRESSION)
+    return Firing(at, schedule or "", expression, zone)
+
+
+def parse_origin(fields: Mapping[str, object]) -> Origin | None:
+    value = fields.get("origin")
+    if value is None:
+        return None
+    known = ", ".join(o.value for o in Origin)
+    if not isinstance(value, str):
+        raise field_error("origin", f"must be one of {known}, got {json_type(value)}")
+    try:
+        return Origin(value)
+    except ValueError:
+        raise field_error("origin", f"must be one of {known}") from None
+
+
+def _time(value: object) -> float:
+    if not isinstance(value, str):
+        raise field_error("firing.time", f"must be an RFC 3339 time, got {json_type(value)}")
+    if value.startswith("<"):
+        raise field_error(
+            "firing.time",
+            f"is {value[:40]}, not a time: the schedule's target did not substitute it "
+            f"(EventBridge Scheduler substitutes {SCHEDULED_TIME} in a target's input)",
+        )
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise field_error(
+            "firing.time", "must be an RFC 3339 time (2030-01-31T09:30:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        raise field_error("firing.time", "must give its UTC offset (Z, or +09:00)")
+    return moment.timestamp()
+
+
+def _text(
+    value: Mapping[str, object], name: str, limit: int, *, required: bool = False
+) -> str | None:
+    item = value.get(name)
+    path = f"firing.{name}"
+    if item is None or item == "":
+        if required:
+            raise field_error(path, "is required: the schedule's ARN or name")
+        return None
+    if not isinstance(item, str):
+        raise field_error(path, f"must be a string, got {json_type(item)}")
+    if len(item.encode()) > limit:
+        raise field_error(path, f"must be at most {limit} bytes")
+    if item.startswith("<aws."):
+        raise field_error(path, f"is {item[:40]}: the schedule's target did not substitute it")
+    return item
