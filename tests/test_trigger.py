@@ -197,12 +197,12 @@ def test_trigger_firing_of_a_rule_names_the_rule_as_its_schedule(
     events().put_targets(Rule=rule, Targets=[target])
     conf = write_conf(tmp_path, aws, engine="rules")
     code, out, err = sqsjkr(
-        capsys, "trigger", "nightly", "--firing", "2030-01-15T03:00:00Z", "-c", conf
+        capsys, "trigger", "nightly", "--firing", "2026-01-15T03:00:00Z", "-c", conf
     )
     assert code == 0, err
     [sent] = received(aws, aws.queue_url)
     job = parse_job(sent["Body"], message_id="m", sent_at=0)
-    at = datetime(2030, 1, 15, 3, tzinfo=timezone.utc).timestamp()
+    at = datetime(2026, 1, 15, 3, tzinfo=timezone.utc).timestamp()
     assert job.firing == Firing(at, arn, "cron(0 3 * * ? *)", "UTC")
 
 
@@ -234,19 +234,19 @@ def test_trigger_firing_sends_it_as_that_firing_and_refuses_one_that_ran(
     job = parse_job(now["Body"], message_id="m", sent_at=0)
     assert (job.firing, job.origin) == (None, Origin.TRIGGER)
 
-    # The 02:00 Berlin firing of 15 January 2030 (01:00 UTC), a wall time in the schedule's zone.
-    at = datetime(2030, 1, 15, 1, tzinfo=timezone.utc).timestamp()
+    # The 02:00 Berlin firing of 15 January 2026 (01:00 UTC), a wall time in the schedule's zone.
+    at = datetime(2026, 1, 15, 1, tzinfo=timezone.utc).timestamp()
     code, out, err = sqsjkr(
-        capsys, "trigger", "nightly", "--firing", "2030-01-15T02:00:00", "-c", conf
+        capsys, "trigger", "nightly", "--firing", "2026-01-15T02:00:00", "-c", conf
     )
     assert code == 0, err
-    assert "as its firing of 2030-01-15T01:00:00Z" in err
+    assert "as its firing of 2026-01-15T01:00:00Z" in err
     [sent] = received(aws, aws.queue_url)
     job = parse_job(sent["Body"], message_id="m", sent_at=0)
     assert (job.firing, job.origin) == (Firing(at, arn, expression, zone), Origin.TRIGGER)
     code, out, _ = sqsjkr(capsys, "audit", "--json", "-c", conf)
     assert json.loads(out)[0]["detail"].endswith(
-        f"as its firing of 2030-01-15T01:00:00Z, message {sent['MessageId']}"
+        f"as its firing of 2026-01-15T01:00:00Z, message {sent['MessageId']}"
     )
 
     # Once a run of that firing is recorded, another is refused, unless --force.
@@ -258,12 +258,12 @@ def test_trigger_firing_sends_it_as_that_firing_and_refuses_one_that_ran(
     )  # fmt: skip
     DynamoHistory(aws.dynamodb, aws.table, retention_seconds=86400).finished(ran)
     code, out, err = sqsjkr(
-        capsys, "trigger", "nightly", "--firing", "2030-01-15T01:00:00Z", "-c", conf
+        capsys, "trigger", "nightly", "--firing", "2026-01-15T01:00:00Z", "-c", conf
     )
     assert code != 0 and "already ran" in err and "--force" in err, err
     assert received(aws, aws.queue_url) == []
     code, out, err = sqsjkr(
-        capsys, "trigger", "nightly", "--firing", "2030-01-15T01:00:00Z", "--force", "-c", conf
+        capsys, "trigger", "nightly", "--firing", "2026-01-15T01:00:00Z", "--force", "-c", conf
     )
     assert code == 0, err
     [again] = received(aws, aws.queue_url)
@@ -272,12 +272,23 @@ def test_trigger_firing_sends_it_as_that_firing_and_refuses_one_that_ran(
     )
     # Another firing of the same day is not refused; --force alone is a usage error.
     code, out, err = sqsjkr(
-        capsys, "trigger", "nightly", "--firing", "2030-01-16T02:00:00+01:00", "-c", conf
+        capsys, "trigger", "nightly", "--firing", "2026-01-16T02:00:00+01:00", "-c", conf
     )
     assert code == 0, err
     assert len(received(aws, aws.queue_url)) == 1
     code, out, err = sqsjkr(capsys, "trigger", "nightly", "--force", "-c", conf)
     assert code == 2 and "--force is for --firing" in err
+    # A time the schedule does not fire at, or one not yet come, is refused; nothing is sent.
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--firing", "2026-01-15T02:30:00", "-c", conf
+    )
+    assert code != 0 and "does not fire at 2026-01-15T01:30:00Z" in err, err
+    assert "its next firing after it is 2026-01-16" in err
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--firing", "2999-01-15T02:00:00", "-c", conf
+    )
+    assert code != 0 and "has not come yet" in err, err
+    assert received(aws, aws.queue_url) == []
 
 
 def test_trigger_of_an_event_with_no_schedule_says_where_it_looked(

@@ -7,9 +7,10 @@ from __future__ import annotations
 import difflib
 import json
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqsjkr.backends.aws import make_client
@@ -27,7 +28,8 @@ from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.crontab.eventbridge import load_zone
-from sqsjkr.errors import RequestError, ResourceMissingError, quote
+from sqsjkr.crontab.fires import Window, next_fires
+from sqsjkr.errors import RequestError, ResourceMissingError, ScheduleExpressionError, quote
 from sqsjkr.fleet.audit import Auditor
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.schedules import read_schedules
@@ -133,10 +135,28 @@ def firing_time(text: str, schedule: EventSchedule) -> float:
     return moment.timestamp()
 
 
-def firing_of(schedule: EventSchedule, at: float) -> Firing:
+def firing_of(schedule: EventSchedule, at: float, now: float) -> Firing:
     """The firing of schedule due at `at`, as its own message would carry it: its ARN as the
-    Scheduler (or a rule's event) names it, its expression and zone."""
-    return Firing(at, schedule.arn or schedule.name, schedule.expression, schedule.timezone)
+    Scheduler (or a rule's event) names it, its expression and zone. RequestError for a time
+    not yet come, or one the schedule does not fire at (when its fire times are known)."""
+    firing = Firing(at, schedule.arn or schedule.name, schedule.expression, schedule.timezone)
+    if at > now:
+        raise RequestError(f"--firing {firing.iso} has not come yet: trigger runs past firings")
+    moment = datetime.fromtimestamp(at, timezone.utc)
+    window = Window(schedule.start, schedule.end, schedule.created)
+    try:
+        fires = next_fires(
+            schedule.expression, schedule.timezone, moment - timedelta(seconds=1), 1, window
+        )
+    except ScheduleExpressionError:
+        return firing  # an expression sqsjkr cannot compute: the schedule's word stands
+    if fires.exact and [t.timestamp() for t in fires.times] != [at]:
+        then = "none" if not fires.times else fires.times[0].isoformat()
+        raise RequestError(
+            f"schedule {quote(schedule.name)} ({schedule.expression}, {schedule.timezone}) "
+            f"does not fire at {firing.iso}: its next firing after it is {then}"
+        )
+    return firing
 
 
 def message_of(schedule: EventSchedule, firing: Firing | None) -> str:
@@ -204,7 +224,9 @@ def trigger_event(
     schedule = pick_schedule(found, event_id, schedule_name, where_looked(config, store.session))
     if schedule.message is None:
         raise ResourceMissingError(f"schedule {quote(schedule.name)} sends no input to send")
-    fired = None if firing is None else firing_of(schedule, firing_time(firing, schedule))
+    fired = None
+    if firing is not None:
+        fired = firing_of(schedule, firing_time(firing, schedule), time.time())
     if fired is not None and not force:
         _refuse_a_firing_that_ran(store, event_id, fired)
     with store.reading():
