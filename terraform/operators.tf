@@ -36,7 +36,7 @@ data "aws_iam_policy_document" "viewer" {
       "sqs:GetQueueUrl",        # the queues of the config, by name
       "sqs:GetQueueAttributes", # the job queue's RedrivePolicy names its DLQ; queue ARNs for rules
     ]
-    resources = [aws_sqs_queue.jobs.arn, aws_sqs_queue.dlq.arn]
+    resources = concat([aws_sqs_queue.jobs.arn], local.dead_letter_arns)
   }
 
   statement {
@@ -46,7 +46,7 @@ data "aws_iam_policy_document" "viewer" {
       "sqs:ReceiveMessage",          # dlq list and show read the dead letters and their reasons
       "sqs:ChangeMessageVisibility", # and make each visible again at once, left where it was
     ]
-    resources = [aws_sqs_queue.dlq.arn]
+    resources = local.dead_letter_arns
   }
 
   statement {
@@ -110,7 +110,7 @@ data "aws_iam_policy_document" "operator" {
     actions = [
       "sqs:DeleteMessage", # dlq redrive (after the send), delete and purge
     ]
-    resources = [aws_sqs_queue.dlq.arn]
+    resources = local.dead_letter_arns
   }
 }
 

@@ -23,6 +23,16 @@ output "dlq_url" {
   value       = aws_sqs_queue.dlq.id
 }
 
+output "schedule_dlq_arn" {
+  description = "ARN of the queue of the schedules' dead letters (firings the scheduler could not deliver): the DLQ, or with fifo = true the standard <name>-scheduler-dlq, since the scheduler refuses a FIFO one."
+  value       = local.schedule_dlq_arn
+}
+
+output "schedule_dlq_url" {
+  description = "URL of the queue of the schedules' dead letters, for `sqsjkr dlq list --dlq NAME`."
+  value       = var.fifo ? aws_sqs_queue.schedule_dlq[0].id : aws_sqs_queue.dlq.id
+}
+
 output "table_name" {
   description = "Name of the lock and dedupe table: the daemon's [lock] table (or --lock-table)."
   value       = aws_dynamodb_table.locks.name

@@ -54,7 +54,7 @@ data "aws_iam_policy_document" "scheduler" {
     sid       = "DeadLetterEvents"
     effect    = "Allow"
     actions   = ["sqs:SendMessage"] # a job the scheduler could not put on the queue, after its retries
-    resources = [aws_sqs_queue.dlq.arn]
+    resources = [local.schedule_dlq_arn]
   }
 }
 
@@ -83,7 +83,7 @@ resource "aws_scheduler_schedule" "job" {
   target {
     arn      = aws_sqs_queue.jobs.arn
     role_arn = aws_iam_role.scheduler.arn
-    input    = jsonencode(local.job_messages[each.key])
+    input    = local.job_inputs[each.key]
 
     # A FIFO queue needs each message's group: the job's own, so that its runs keep their order.
     dynamic "sqs_parameters" {
@@ -99,9 +99,10 @@ resource "aws_scheduler_schedule" "job" {
       maximum_retry_attempts       = var.retry_policy.maximum_retry_attempts
     }
 
-    # The job queue's own DLQ: alarms on it see jobs that never reached the queue too.
+    # The job queue's own DLQ, so that alarms on it see firings that never reached the queue
+    # too; with fifo = true a standard queue of its own: the Scheduler refuses a FIFO DLQ.
     dead_letter_config {
-      arn = aws_sqs_queue.dlq.arn
+      arn = local.schedule_dlq_arn
     }
   }
 

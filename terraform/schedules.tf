@@ -31,6 +31,38 @@ locals {
 }
 
 locals {
+  # Where each engine writes a firing's time and its schedule into the message: the Scheduler
+  # substitutes its context attributes in a target's input; a rule's input transformer fills in
+  # the event's time and its rule (input_paths below). A daemon reads them as the message's firing.
+  firing_placeholders = var.schedule_engine == "rules" ? {
+    time     = "<time>"
+    schedule = "<rule>"
+    } : {
+    time     = "<aws.scheduler.scheduled-time>"
+    schedule = "<aws.scheduler.schedule-arn>"
+  }
+
+  # Each target's input: the job's message, with its firing (the placeholders, and the schedule's
+  # own expression and zone, so that a daemon knows the next firing without reading the scheduler)
+  # and origin "schedule". jsonencode writes < and > as \u003c and \u003e, which EventBridge would
+  # not substitute: the two placeholders are put back as they are, while a command's own < and >
+  # stay escaped, never taken for a placeholder. The one place both engines' input is built.
+  job_inputs = {
+    for key, message in local.job_messages : key => replace(replace(
+      jsonencode(merge(message, {
+        origin = "schedule"
+        firing = merge(local.firing_placeholders, {
+          expression = var.jobs[key].schedule_expression
+          timezone   = var.schedule_engine == "rules" ? "UTC" : coalesce(var.jobs[key].schedule_expression_timezone, var.schedule_expression_timezone)
+        })
+      })),
+      replace(replace(local.firing_placeholders.time, "<", "\\u003c"), ">", "\\u003e"), local.firing_placeholders.time),
+      replace(replace(local.firing_placeholders.schedule, "<", "\\u003c"), ">", "\\u003e"), local.firing_placeholders.schedule
+    )
+  }
+}
+
+locals {
   # The message group of each job on a FIFO queue: its event_id, with what SQS does not take in a
   # group id (anything but printable ASCII, space included) replaced by "_", as `sqsjkr send` does.
   message_groups = {
@@ -71,7 +103,15 @@ resource "aws_cloudwatch_event_target" "job" {
   rule      = aws_cloudwatch_event_rule.job[each.key].name
   target_id = "sqsjkr-queue"
   arn       = aws_sqs_queue.jobs.arn
-  input     = jsonencode(local.job_messages[each.key])
+
+  # The firing's time and rule, from the event (a scheduled event's time is the minute it was due).
+  input_transformer {
+    input_paths = {
+      time = "$.time"
+      rule = "$.resources[0]"
+    }
+    input_template = local.job_inputs[each.key]
+  }
 
   dynamic "sqs_target" {
     for_each = var.fifo ? [local.message_groups[each.key]] : []
@@ -83,7 +123,7 @@ resource "aws_cloudwatch_event_target" "job" {
 
   lifecycle {
     precondition {
-      condition     = length(jsonencode(local.job_messages[each.key])) <= 8192
+      condition     = length(local.job_inputs[each.key]) <= 8192
       error_message = "The message of job ${each.key} is longer than the 8192 characters EventBridge allows as a target's input: move long commands into a script on the hosts."
     }
   }

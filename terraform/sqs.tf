@@ -3,10 +3,11 @@
 locals {
   # SQS requires a FIFO queue's name to end in .fifo, and a FIFO queue's DLQ to be FIFO too.
   queue_suffix = var.fifo ? ".fifo" : ""
-  # Jobs whose rate() fires within SQS's 5-minute deduplication window of a FIFO queue.
-  fifo_too_often = sort([
-    for key, job in var.jobs : key if can(regex("^rate\\([1-4] minutes?\\)$", job.schedule_expression))
-  ])
+  # Where each schedule's dead letters go (a firing the scheduler could not deliver): the job
+  # queue's own DLQ, or with fifo = true a standard queue of their own.
+  schedule_dlq_arn = var.fifo ? aws_sqs_queue.schedule_dlq[0].arn : aws_sqs_queue.dlq.arn
+  # The queues `sqsjkr dlq` reads: the DLQ, and the schedules' own when there is one.
+  dead_letter_arns = concat([aws_sqs_queue.dlq.arn], aws_sqs_queue.schedule_dlq[*].arn)
 }
 
 resource "aws_sqs_queue" "dlq" {
@@ -17,6 +18,41 @@ resource "aws_sqs_queue" "dlq" {
   # customer key would need kms: grants for both EventBridge and the hosts.
   sqs_managed_sse_enabled = true
   tags                    = var.tags
+}
+
+# EventBridge Scheduler refuses a FIFO queue as a schedule's dead-letter queue: with fifo = true
+# the schedules' dead letters go to this standard queue (<name>-scheduler-dlq).
+resource "aws_sqs_queue" "schedule_dlq" {
+  count = var.fifo ? 1 : 0
+
+  name                      = "${var.name}-scheduler-dlq"
+  message_retention_seconds = var.dlq_message_retention_seconds
+  sqs_managed_sse_enabled   = true
+  tags                      = var.tags
+}
+
+# Only the scheduler's role (the role its schedules send with) may send to it.
+data "aws_iam_policy_document" "schedule_dlq" {
+  count = var.fifo ? 1 : 0
+
+  statement {
+    sid       = "SchedulerRoleOfThisModule"
+    effect    = "Allow"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.schedule_dlq[0].arn]
+
+    principals {
+      type        = "AWS"
+      identifiers = [aws_iam_role.scheduler.arn]
+    }
+  }
+}
+
+resource "aws_sqs_queue_policy" "schedule_dlq" {
+  count = var.fifo ? 1 : 0
+
+  queue_url = aws_sqs_queue.schedule_dlq[0].id
+  policy    = data.aws_iam_policy_document.schedule_dlq[0].json
 }
 
 resource "aws_sqs_queue" "jobs" {
@@ -43,12 +79,8 @@ resource "aws_sqs_queue" "jobs" {
       condition     = var.dlq_message_retention_seconds >= var.message_retention_seconds
       error_message = "dlq_message_retention_seconds must be at least message_retention_seconds: a message moved to the DLQ keeps its first enqueue time."
     }
-    # Content-based deduplication drops a schedule's message equal to one sent in the last 5
-    # minutes: a job that fires more often would silently run less often.
-    precondition {
-      condition     = !var.fifo || length(local.fifo_too_often) == 0
-      error_message = "With fifo = true, SQS drops a message equal to one sent in the last 5 minutes, and jobs ${join(", ", local.fifo_too_often)} are scheduled more often than that: schedule them less often, or use a standard queue (fifo = false)."
-    }
+    # No limit on how often a job of a FIFO queue fires: each schedule's body carries its firing's
+    # time, so content-based deduplication drops only repeated deliveries of one firing.
   }
 }
 

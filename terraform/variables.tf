@@ -269,7 +269,7 @@ variable "dlq_message_retention_seconds" {
 }
 
 variable "fifo" {
-  description = "Make the queue and its DLQ FIFO queues (<name>.fifo, <name>-dlq.fifo, with content-based deduplication, which EventBridge Scheduler requires): each job's messages form a message group (its event_id), run one at a time and in order. SQS drops a message whose body equals one sent in the last 5 minutes, so a job scheduled more often than every 5 minutes runs at most once per 5 minutes. Changing it replaces both queues. Use <name>.fifo as [sqs] queue_name."
+  description = "Make the queue and its DLQ FIFO queues (<name>.fifo, <name>-dlq.fifo, with content-based deduplication, which EventBridge Scheduler requires): each job's messages form a message group (its event_id), run one at a time and in order. SQS drops a message whose body equals one sent in the last 5 minutes: each schedule's body carries its firing's time, so only repeated deliveries of one firing are dropped, and a job may fire as often as it likes. The schedules' dead letters then go to a standard queue, <name>-scheduler-dlq, since EventBridge Scheduler refuses a FIFO one. Changing it replaces both queues. Use <name>.fifo as [sqs] queue_name."
   type        = bool
   default     = false
 }

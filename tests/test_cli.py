@@ -190,8 +190,11 @@ LOOPBACK = "http://127.0.0.1:8080/jobs/run"
 
 
 def receive_bodies(aws: Aws) -> list[dict[str, object]]:
+    """The bodies on the queue, each without the "origin": "send" that send marks it with."""
     response = aws.sqs.receive_message(QueueUrl=aws.queue_url, MaxNumberOfMessages=10)
-    return [json.loads(m["Body"]) for m in response.get("Messages", [])]
+    bodies = [json.loads(m["Body"]) for m in response.get("Messages", [])]
+    assert all(body.pop("origin") == "send" for body in bodies), bodies
+    return bodies
 
 
 def test_send_builds_the_message_from_options(tmp_path: Path, aws: Aws, cli: Cli) -> None:
@@ -207,6 +210,7 @@ def test_send_builds_the_message_from_options(tmp_path: Path, aws: Aws, cli: Cli
     (message,) = response["Messages"]
     assert message["MessageId"] == message_id
     assert json.loads(message["Body"]) == {
+        "origin": "send",
         "command": "echo $A",
         "envs": {"A": "1", "B": "x=y"},
         "event_id": "ev",
@@ -273,7 +277,8 @@ def test_every_message_field_has_a_send_option() -> None:
     its errors name the option that set it."""
     options = {name for param in send.params for name in param.opts}
     http_parts = {f"http.{name}" for name in HttpCall.__dataclass_fields__}
-    for field in MESSAGE_FIELDS | http_parts:
+    # A message's firing and origin are the sender's to write (a schedule's, send's), not options.
+    for field in (MESSAGE_FIELDS - {"firing", "origin"}) | http_parts:
         error = InvalidJobError(f'field "{field}": wrong')
         option = option_of(error)
         assert option in options, f"{field}: no option of send sets it"
@@ -423,7 +428,8 @@ def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws, cli: Cli) 
         "command": "true", "env": {"A": "1"}, "envs": {"B": "2"}, "event_id": "e",
         "lock_id": "L", "life_time": "1h", "timeout": 60, "abort_if_locked": True,
         "disable_life_time_trigger": True, "concurrency_key": "db", "concurrency_limit": 2,
-        "retries": 3, "retry_delay": "30s",
+        "retries": 3, "retry_delay": "30s", "origin": "send",
+        "firing": {"time": "2030-01-15T01:00:00Z", "schedule": "sqsjkr-nightly"},
     }  # fmt: skip
     http = {"http": {"url": "http://127.0.0.1:8080/run"}}
     assert set(shell) | set(http) == MESSAGE_FIELDS

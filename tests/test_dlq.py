@@ -350,3 +350,78 @@ def test_redrive_refuses_a_message_that_breaks_a_key_limit_with_the_reason(
     assert 'its body would be dead-lettered again (field "event_id": must be at most 2048' in err
     assert [e["message_id"] for e in listed(capsys, conf)] == [entry["message_id"]]
     assert site.queue_counts() == (0, 0)
+
+
+#: A firing the Scheduler could not deliver: its target's input with the context attributes
+#: substituted, and the attributes its dead-letter event carries (the Scheduler guide's
+#: "Configuring a schedule's dead-letter queue").
+SCHEDULE = "arn:aws:scheduler:us-east-1:123456789012:schedule/sqsjkr/sqsjkr-nightly"
+FIRING_BODY = json.dumps(
+    {
+        "command": "echo hi",
+        "event_id": "nightly",
+        "origin": "schedule",
+        "firing": {
+            "time": "2030-01-15T01:00:00Z",
+            "schedule": SCHEDULE,
+            "expression": "cron(0 2 * * ? *)",
+            "timezone": "Europe/Berlin",
+        },
+    }
+)
+SCHEDULER_EVENT = {
+    name: {"DataType": "String", "StringValue": value}
+    for name, value in {
+        "ERROR_CODE": "AWS.SDK.SQS.AccessDenied",
+        "ERROR_MESSAGE": "User is not authorized to perform: kms:GenerateDataKey",
+        "EXHAUSTED_RETRY_CONDITION": "MaximumRetryAttempts",
+        "RETRY_ATTEMPTS": "185",
+        "SCHEDULE_ARN": SCHEDULE,
+        "TARGET_ARN": "arn:aws:sqs:us-east-1:123456789012:sqsjkr",
+    }.items()
+}
+
+
+def test_a_firing_the_scheduler_could_not_deliver_is_named_and_redriven_as_that_firing(
+    site: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The schedules' own standard queue, as a FIFO queue's schedules have (read with --dlq).
+    name = f"{site.queue_name}-scheduler-dlq"
+    url = site.sqs.create_queue(QueueName=name)["QueueUrl"]
+    sent = site.sqs.send_message(
+        QueueUrl=url, MessageBody=FIRING_BODY, MessageAttributes=SCHEDULER_EVENT
+    )["MessageId"]
+    code, out, err = sqsjkr(capsys, "dlq", "list", "--json", "--dlq", name, "-c", str(conf))
+    assert code == 0, err
+    [entry] = json.loads(out)
+    assert entry["undelivered"] == {
+        "schedule": SCHEDULE,
+        "firing_at": "2030-01-15T01:00:00Z",
+        "error_code": "AWS.SDK.SQS.AccessDenied",
+        "error_message": "User is not authorized to perform: kms:GenerateDataKey",
+        "retry_attempts": "185",
+        "exhausted_retry_condition": "MaximumRetryAttempts",
+    }
+    assert entry["error"].startswith(
+        f"the scheduler could not deliver the 2030-01-15T01:00:00Z firing of {SCHEDULE} "
+        "(AWS.SDK.SQS.AccessDenied: "
+    )
+    code, out, err = sqsjkr(capsys, "dlq", "list", "--dlq", name, "-c", str(conf))
+    assert "the scheduler could not deliver" in out
+    code, out, err = sqsjkr(capsys, "dlq", "show", "--dlq", name, "-c", str(conf), sent)
+    assert code == 0, err
+    assert "undelivered:   a firing EventBridge Scheduler could not put on the queue" in out
+    assert f"  schedule:    {SCHEDULE}" in out
+    assert "  firing:      2030-01-15T01:00:00Z" in out
+    assert "  retries:     185 (MaximumRetryAttempts)" in out
+    # Redriven to the job queue as that firing, without the Scheduler's attributes.
+    code, out, err = sqsjkr(capsys, "dlq", "redrive", "--dlq", name, "-c", str(conf), sent)
+    assert code == 0, err
+    [back] = visible(site, site.queue_url)
+    assert back.get("MessageAttributes", {}) == {}
+    job = parse_job(back["Body"], message_id="m", sent_at=0)
+    assert job.firing is not None and (job.firing.iso, job.firing.schedule) == (
+        "2030-01-15T01:00:00Z",
+        SCHEDULE,
+    )
+    assert visible(site, url) == []

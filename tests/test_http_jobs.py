@@ -700,6 +700,7 @@ def test_send_checks_the_url_against_its_configs_allow_list(
     assert sent.returncode == 0, sent.stderr
     [message] = aws.sqs.receive_message(QueueUrl=aws.queue_url)["Messages"]
     assert json.loads(message["Body"]) == {
+        "origin": "send",
         "http": {
             "url": allowed_prefix + "run",
             "method": "put",

@@ -143,7 +143,7 @@ def test_send_in_is_from_now_in_utc(tmp_path: Path, aws: Aws, group: str, cli: C
     at = datetime.strptime(schedule["ScheduleExpression"], "at(%Y-%m-%dT%H:%M:%S)")
     at = at.replace(tzinfo=timezone.utc)
     assert before + timedelta(hours=2) <= at <= after + timedelta(hours=2, seconds=1)
-    assert json.loads(schedule["Target"]["Input"]) == {"command": "x"}
+    assert json.loads(schedule["Target"]["Input"]) == {"command": "x", "origin": "send"}
 
 
 def test_list_scheduled_and_cancel(tmp_path: Path, aws: Aws, group: str, cli: Cli) -> None:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sqsjkr.contract.duration import Duration, parse_duration
+from sqsjkr.contract.firing import SCHEDULE_ARN, SCHEDULED_TIME, Firing, Origin
 from sqsjkr.contract.http_call import LOOPBACK, METHODS, HttpCall
 from sqsjkr.contract.http_call import allowed as url_allowed
 from sqsjkr.contract.job import parse_job
@@ -688,7 +690,29 @@ def test_each_target_puts_its_jobs_message_on_the_queue(module: Config) -> None:
     assert expr(target["for_each"]) == "local.rule_jobs"
     assert expr(target["arn"]) == "aws_sqs_queue.jobs.arn"
     assert expr(target["rule"]) == "aws_cloudwatch_event_rule.job[each.key].name"
-    assert expr(target["input"]) == "jsonencode(local.job_messages[each.key])"
+    # The firing's time and rule come from the event, through the input transformer.
+    assert "input" not in target
+    [transformer] = target["input_transformer"]
+    assert literal(transformer["input_paths"]) == {"time": "$.time", "rule": "$.resources[0]"}
+    assert expr(transformer["input_template"]) == "local.job_inputs[each.key]"
+
+
+def test_each_engine_writes_its_firings_placeholders_and_the_schedules_own_expression_and_zone(
+    module: Config,
+) -> None:
+    placeholders = expr(module.locals["firing_placeholders"])
+    for placeholder in ("<time>", "<rule>", SCHEDULED_TIME, SCHEDULE_ARN):
+        assert f'"{placeholder}"' in placeholders
+    inputs = expr(module.locals["job_inputs"])
+    assert 'origin = "schedule"' in inputs
+    assert "expression = var.jobs[key].schedule_expression" in inputs
+    zone = (
+        'var.schedule_engine == "rules" ? "UTC" : coalesce(var.jobs[key].schedule_expression_'
+        "timezone, var.schedule_expression_timezone)"
+    )
+    assert f"timezone = {zone}" in inputs
+    # jsonencode escapes < and >: the placeholders are put back, or EventBridge would not see them.
+    assert inputs.count('"\\\\u003c"') == 2, inputs
 
 
 def test_message_has_the_daemons_field_names(module: Config) -> None:
@@ -810,9 +834,9 @@ def test_each_schedule_puts_its_jobs_message_on_the_queue(module: Config) -> Non
     [target] = module.resource("aws_scheduler_schedule.job")["target"]
     assert expr(target["arn"]) == "aws_sqs_queue.jobs.arn"
     assert expr(target["role_arn"]) == "aws_iam_role.scheduler.arn"
-    # The same body as the rules' targets: the daemon cannot tell the engines apart.
-    assert expr(target["input"]) == "jsonencode(local.job_messages[each.key])"
-    assert [expr(d["arn"]) for d in target["dead_letter_config"]] == ["aws_sqs_queue.dlq.arn"]
+    # The same body as the rules' targets, but for the firing's placeholders.
+    assert expr(target["input"]) == "local.job_inputs[each.key]"
+    assert [expr(d["arn"]) for d in target["dead_letter_config"]] == ["local.schedule_dlq_arn"]
     [retry] = target["retry_policy"]
     assert expr(retry["maximum_event_age_in_seconds"]) == (
         "var.retry_policy.maximum_event_age_in_seconds"
@@ -858,7 +882,7 @@ def test_scheduler_role_may_only_send_to_the_queue_and_its_dlq(module: Config) -
         assert statement.get("effect", "Allow") == "Allow"
         assert statement["actions"] == ["sqs:SendMessage"]
         granted |= {expr(r) for r in statement["resources"]}
-    assert granted == {"aws_sqs_queue.jobs.arn", "aws_sqs_queue.dlq.arn"}
+    assert granted == {"aws_sqs_queue.jobs.arn", "local.schedule_dlq_arn"}
 
 
 def test_senders_may_touch_only_sqsjkrs_one_time_schedules(module: Config) -> None:
@@ -1294,9 +1318,38 @@ def test_terraform_sends_the_messages_this_file_evaluates(
     (a concurrency group with retries, an HTTP call) and crontab2tf's: build_message reads the
     expression as terraform does, and the daemon takes what terraform sends."""
     for key, job in {**EXAMPLE_JOBS, **example_plan.crontab_jobs}.items():
-        [target] = example_plan.schedules[key]["target"]
-        assert json.loads(target["input"]) == build_message(module, key, job), key
-        parse_job(target["input"], message_id="m", sent_at=0)
+        schedule = example_plan.schedules[key]
+        [target] = schedule["target"]
+        message = json.loads(target["input"])
+        assert message.pop("origin") == "schedule", key
+        assert message.pop("firing") == {
+            "time": SCHEDULED_TIME,
+            "schedule": SCHEDULE_ARN,
+            "expression": schedule["schedule_expression"],
+            "timezone": schedule["schedule_expression_timezone"],
+        }, key
+        assert message == build_message(module, key, job), key
+        # The Scheduler substitutes its context attributes where they stand in the input.
+        arn = f"arn:aws:scheduler:us-east-1:123456789012:schedule/batch-jobs/{schedule['name']}"
+        sent = substituted(
+            target["input"], {SCHEDULED_TIME: "2030-03-31T00:30:00Z", SCHEDULE_ARN: arn}
+        )
+        parsed = parse_job(sent, message_id="m", sent_at=0)
+        assert parsed.origin is Origin.SCHEDULE
+        assert parsed.firing == Firing(
+            datetime(2030, 3, 31, 0, 30, tzinfo=timezone.utc).timestamp(),
+            arn,
+            schedule["schedule_expression"],
+            schedule["schedule_expression_timezone"],
+        ), key
+
+
+def substituted(template: str, values: dict[str, str]) -> str:
+    """A target's input as EventBridge sends it: each placeholder replaced by its value."""
+    for placeholder, value in values.items():
+        assert placeholder in template
+        template = template.replace(placeholder, value)
+    return template
 
 
 def by_key(resources: dict[str, dict[str, Any]], address: str) -> dict[str, dict[str, Any]]:
@@ -1336,6 +1389,11 @@ def test_terraform_module_makes_fifo_queues_whose_schedules_and_rules_set_the_gr
     assert (queue["name"], queue["fifo_queue"]) == ("sqsjkr.fifo", True)
     assert queue["content_based_deduplication"] is True  # EventBridge Scheduler requires it
     assert (dlq["name"], dlq["fifo_queue"]) == ("sqsjkr-dlq.fifo", True)
+    # The Scheduler refuses a FIFO dead-letter queue: the schedules have a standard one.
+    schedule_dlq = resources["module.fifo.aws_sqs_queue.schedule_dlq[0]"]
+    assert (schedule_dlq["name"], schedule_dlq.get("fifo_queue")) == ("sqsjkr-scheduler-dlq", False)
+    assert "module.fifo.aws_sqs_queue_policy.schedule_dlq[0]" in resources
+    assert "module.sqsjkr.aws_sqs_queue.schedule_dlq[0]" not in resources  # a standard queue's DLQ
     schedules = by_key(resources, "module.fifo.aws_scheduler_schedule.job")
     groups = {
         key: [params["message_group_id"] for params in s["target"][0]["sqs_parameters"]]
@@ -1344,6 +1402,22 @@ def test_terraform_module_makes_fifo_queues_whose_schedules_and_rules_set_the_gr
     assert groups == {"nightly": ["nightly_backup"], "hourly": ["hourly"]}
     targets = by_key(resources, "module.fifo_rules.aws_cloudwatch_event_target.job")
     assert targets["nightly"]["sqs_target"] == [{"message_group_id": "nightly_backup"}]
+    # A rule's message: the event's time and rule substituted, as the input transformer does.
+    [transformer] = targets["nightly"]["input_transformer"]
+    rule = "arn:aws:events:us-east-1:123456789012:rule/sqsjkr-nightly"
+    sent = substituted(
+        transformer["input_template"], {"<time>": "2030-01-31T03:00:00Z", "<rule>": rule}
+    )
+    parsed = parse_job(sent, message_id="m", sent_at=0)
+    assert (parsed.origin, parsed.firing) == (
+        Origin.SCHEDULE,
+        Firing(
+            datetime(2030, 1, 31, 3, tzinfo=timezone.utc).timestamp(),
+            rule,
+            "cron(0 3 * * ? *)",
+            "UTC",
+        ),
+    )
 
 
 #: A job that fails one check of the fields of issue 11 each, and the check's message.
@@ -1433,11 +1507,13 @@ def said(result: subprocess.CompletedProcess[str]) -> str:
 
 @needs_providers
 @pytest.mark.slow
-def test_plan_refuses_time_zones_with_rules_and_frequent_jobs_on_a_fifo_queue(
+def test_plan_refuses_time_zones_with_rules_but_not_frequent_jobs_on_a_fifo_queue(
     refusals: dict[str, str],
 ) -> None:
     assert "Job nightly has a time zone other than UTC" in refusals["engine"]
-    assert "jobs poll are scheduled more often than that" in refusals["engine"]
+    # Each body carries its firing's time: content-based deduplication drops only the repeated
+    # deliveries of one firing, so a job every minute on a FIFO queue is no longer refused.
+    assert "more often" not in refusals["engine"]
 
 
 @needs_providers

@@ -1,5 +1,6 @@
-"""`sqsjkr trigger` against moto over HTTP: the schedule's exact message sent now (FIFO group kept),
-found by its event_id under either engine, --wait following a real daemon's run to its record, which
+"""`sqsjkr trigger` against moto over HTTP: the schedule's message sent now marked triggered (FIFO
+group kept), or as one of its firings (--firing, refused once it ran), found by its event_id under
+either engine, --wait following a real daemon's run to its record, which
 says who triggered it and why, and an event with no schedule named with where it was looked for.
 """
 
@@ -9,12 +10,17 @@ import json
 import signal
 import uuid
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sqsjkr.contract.run import RunRecord
+import sqsjkr as sqsjkr_api
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.contract.firing import SCHEDULE_ARN, SCHEDULED_TIME, Firing, Origin
+from sqsjkr.contract.job import parse_job
+from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.fleet.audit import os_user
 
 from .conftest import Aws, Daemon, Start, run_daemon
@@ -119,7 +125,7 @@ def test_trigger_wait_exits_1_when_the_run_fails(
     assert daemon.stop() == 0
 
 
-def test_trigger_sends_the_input_byte_for_byte_in_the_schedules_fifo_group(
+def test_trigger_sends_the_input_marked_triggered_in_the_schedules_fifo_group(
     tmp_path: Path,
     aws: Aws,
     group: str,  # noqa: F811
@@ -140,7 +146,7 @@ def test_trigger_sends_the_input_byte_for_byte_in_the_schedules_fifo_group(
     by_id = {m["MessageId"]: m for m in received(aws, url)}
     assert len(by_id) == 2, "the trigger was not taken for a repeat of the schedule's message"
     sent = by_id[message_id]
-    assert sent["Body"] == BODY
+    assert json.loads(sent["Body"]) == {**json.loads(BODY), "origin": "trigger"}
     assert sent["Attributes"]["MessageGroupId"] == "backups"
     assert sent["MessageAttributes"]["sqsjkr_triggered_by"]["StringValue"] == os_user()
     assert "sqsjkr_reason" not in sent["MessageAttributes"]  # no --reason given
@@ -157,8 +163,132 @@ def test_trigger_finds_the_event_among_the_rules_on_the_queue(
     code, out, err = sqsjkr(capsys, "trigger", "nightly", "--reason", "now", "-c", conf)
     assert code == 0, err
     [sent] = received(aws, aws.queue_url)
-    assert (sent["MessageId"], sent["Body"]) == (out.strip(), BODY)
+    assert sent["MessageId"] == out.strip()
+    assert json.loads(sent["Body"]) == {**json.loads(BODY), "origin": "trigger"}
     assert sent["MessageAttributes"]["sqsjkr_reason"]["StringValue"] == "now"
+
+
+#: A schedule's input as the terraform module writes it: its firing's placeholders, which
+#: EventBridge fills in when it fires, and never a trigger.
+PLACEHOLDERS = {
+    "scheduler": {"time": SCHEDULED_TIME, "schedule": SCHEDULE_ARN},
+    "rules": {"time": "<time>", "schedule": "<rule>"},
+}
+
+
+def module_input(engine: str, expression: str, zone: str) -> str:
+    firing = {**PLACEHOLDERS[engine], "expression": expression, "timezone": zone}
+    return json.dumps(
+        {"command": "echo ran", "event_id": "nightly", "firing": firing, "origin": "schedule"}
+    )
+
+
+def test_trigger_firing_of_a_rule_names_the_rule_as_its_schedule(
+    tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rule = f"sqsjkr-{uuid.uuid4().hex[:8]}"
+    arn = events().put_rule(Name=rule, ScheduleExpression="cron(0 3 * * ? *)")["RuleArn"]
+    template = module_input("rules", "cron(0 3 * * ? *)", "UTC")
+    transformer = {
+        "InputPathsMap": {"time": "$.time", "rule": "$.resources[0]"},
+        "InputTemplate": template,
+    }
+    target = {"Id": "j", "Arn": queue_arn(aws), "InputTransformer": transformer}
+    events().put_targets(Rule=rule, Targets=[target])
+    conf = write_conf(tmp_path, aws, engine="rules")
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--firing", "2026-01-15T03:00:00Z", "-c", conf
+    )
+    assert code == 0, err
+    [sent] = received(aws, aws.queue_url)
+    job = parse_job(sent["Body"], message_id="m", sent_at=0)
+    at = datetime(2026, 1, 15, 3, tzinfo=timezone.utc).timestamp()
+    assert job.firing == Firing(at, arn, "cron(0 3 * * ? *)", "UTC")
+
+
+def test_trigger_firing_sends_it_as_that_firing_and_refuses_one_that_ran(
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    expression, zone = "cron(0 2 * * ? *)", "Europe/Berlin"
+    scheduler().create_schedule(
+        Name="sqsjkr-nightly",
+        GroupName=group,
+        ScheduleExpression=expression,
+        ScheduleExpressionTimezone=zone,
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={
+            "Arn": queue_arn(aws),
+            "RoleArn": ROLE_ARN,
+            "Input": module_input("scheduler", expression, zone),
+        },
+    )
+    arn = scheduler().get_schedule(Name="sqsjkr-nightly", GroupName=group)["Arn"]
+    conf = write_conf(tmp_path, aws, group=group)
+    # Run now: no firing (the placeholders are never sent unfilled), marked triggered.
+    code, out, err = sqsjkr(capsys, "trigger", "nightly", "-c", conf)
+    assert code == 0, err
+    [now] = received(aws, aws.queue_url)
+    job = parse_job(now["Body"], message_id="m", sent_at=0)
+    assert (job.firing, job.origin) == (None, Origin.TRIGGER)
+
+    # The 02:00 Berlin firing of 15 January 2026 (01:00 UTC), a wall time in the schedule's zone.
+    at = datetime(2026, 1, 15, 1, tzinfo=timezone.utc).timestamp()
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--firing", "2026-01-15T02:00:00", "-c", conf
+    )
+    assert code == 0, err
+    assert "as its firing of 2026-01-15T01:00:00Z" in err
+    [sent] = received(aws, aws.queue_url)
+    job = parse_job(sent["Body"], message_id="m", sent_at=0)
+    assert (job.firing, job.origin) == (Firing(at, arn, expression, zone), Origin.TRIGGER)
+    code, out, _ = sqsjkr(capsys, "audit", "--json", "-c", conf)
+    assert json.loads(out)[0]["detail"].endswith(
+        f"as its firing of 2026-01-15T01:00:00Z, message {sent['MessageId']}"
+    )
+
+    # Once a run of that firing is recorded, another is refused, unless --force.
+    ran = RunRecord(
+        event_id="nightly", message_id=sent["MessageId"], host="batch1", owner="o",
+        command="echo ran", sent_at=at + 5, claimed_at=at + 6, started_at=at + 6,
+        ended_at=at + 9, outcome=RunOutcome.SUCCEEDED, version="test", exit_code=0,
+        firing_at=at, firing_schedule=arn,
+    )  # fmt: skip
+    DynamoHistory(aws.dynamodb, aws.table, retention_seconds=86400).finished(ran)
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--firing", "2026-01-15T01:00:00Z", "-c", conf
+    )
+    assert code != 0 and "already ran" in err and "--force" in err, err
+    assert received(aws, aws.queue_url) == []
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--firing", "2026-01-15T01:00:00Z", "--force", "-c", conf
+    )
+    assert code == 0, err
+    [again] = received(aws, aws.queue_url)
+    assert parse_job(again["Body"], message_id="m", sent_at=0).firing == Firing(
+        at, arn, expression, zone
+    )
+    # Another firing of the same day is not refused; --force alone is a usage error.
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--firing", "2026-01-16T02:00:00+01:00", "-c", conf
+    )
+    assert code == 0, err
+    assert len(received(aws, aws.queue_url)) == 1
+    code, out, err = sqsjkr(capsys, "trigger", "nightly", "--force", "-c", conf)
+    assert code == 2 and "--force is for --firing" in err
+    # A time the schedule does not fire at, or one not yet come, is refused; nothing is sent.
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--firing", "2026-01-15T02:30:00", "-c", conf
+    )
+    assert code != 0 and "does not fire at 2026-01-15T01:30:00Z" in err, err
+    assert "its next firing after it is 2026-01-16" in err
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--firing", "2999-01-15T02:00:00", "-c", conf
+    )
+    assert code != 0 and "has not come yet" in err, err
+    assert received(aws, aws.queue_url) == []
 
 
 def test_trigger_of_an_event_with_no_schedule_says_where_it_looked(
@@ -205,7 +335,7 @@ def test_an_event_with_schedules_that_differ_needs_the_one_to_send(
     )
     assert code == 0, err
     [sent] = received(aws, aws.queue_url)
-    assert sent["Body"] == other
+    assert json.loads(sent["Body"]) == {**json.loads(other), "origin": "trigger"}
 
 
 def test_a_record_written_before_triggers_loads_as_not_triggered() -> None:
@@ -308,3 +438,20 @@ def test_trigger_wait_gives_up_after_its_timeout_with_exit_124(
         'message stays queued or runs; `sqsjkr history "nightly"` shows it\n'
     )
     assert aws.queue_counts() == (1, 0)
+
+
+def test_send_and_fleet_send_mark_their_messages_sent_by_hand(
+    tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = write_conf(tmp_path, aws)
+    code, out, err = sqsjkr(capsys, "send", "--command", "echo hi", "--event-id", "e", "-c", conf)
+    assert code == 0, err
+    # A body given whole is marked too, whatever origin it says.
+    body = json.dumps({"command": "echo hi", "origin": "schedule"})
+    code, out, err = sqsjkr(capsys, "send", "--body", body, "-c", conf)
+    assert code == 0, err
+    sqsjkr_api.Fleet(conf).send({"command": "echo from a program"})
+    origins = [
+        parse_job(m["Body"], message_id="m", sent_at=0).origin for m in received(aws, aws.queue_url)
+    ]
+    assert origins == [Origin.SEND] * 3

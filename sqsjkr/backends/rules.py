@@ -56,7 +56,10 @@ def _targets(client: Any, rule: str) -> Iterator[dict[str, Any]]:
 
 
 def _schedule(rule: dict[str, Any], target: dict[str, Any]) -> EventSchedule:
-    message = job_message(target.get("Input"))
+    # The module's rules send through an input transformer (the firing's time and rule): its
+    # template is the message, with those two quoted placeholders.
+    given = target.get("Input") or (target.get("InputTransformer") or {}).get("InputTemplate")
+    message = job_message(given)
     return EventSchedule(
         name=str(rule["Name"]),
         expression=str(rule["ScheduleExpression"]),
@@ -65,6 +68,7 @@ def _schedule(rule: dict[str, Any], target: dict[str, Any]) -> EventSchedule:
         event_id=text_field(message.get("event_id")),
         command=text_field(message.get("command")),
         target_arn=target.get("Arn"),
-        message=target.get("Input"),
+        message=given,
         group_id=target_group_id(target),
+        arn=text_field(rule.get("Arn")),
     )

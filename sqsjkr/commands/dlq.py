@@ -82,8 +82,9 @@ def show_text(letter: DeadLetter) -> list[str]:
             if error is not None
             else "none (not moved by sqsjkr: SQS moves a message after maxReceiveCount receives)"
         ),
-        "message attributes:",
     ]
+    lines += undelivered_lines(letter)
+    lines.append("message attributes:")
     for name, value in sorted(letter.attributes.items()):
         shown = shown_attribute(name, value)
         text = shown.get("StringValue") or f"{shown['BinaryValue']} (base64)"
@@ -96,6 +97,23 @@ def show_text(letter: DeadLetter) -> list[str]:
     return lines
 
 
+def undelivered_lines(letter: DeadLetter) -> list[str]:
+    """For a firing the Scheduler could not deliver: its schedule, time and error, by name."""
+    undelivered = letter.undelivered
+    if undelivered is None:
+        return []
+    firing = undelivered.firing
+    return [
+        "undelivered:   a firing EventBridge Scheduler could not put on the queue",
+        f"  schedule:    {escape(undelivered.schedule)}",
+        f"  firing:      {'unknown (its body names none)' if firing is None else firing.iso}",
+        f"  error code:  {escape(undelivered.error_code or '-')}",
+        f"  error:       {escape(undelivered.error_message or '-')}",
+        f"  retries:     {escape(undelivered.retry_attempts or '-')}"
+        + (f" ({escape(undelivered.exhausted)})" if undelivered.exhausted else ""),
+    ]
+
+
 # -- the commands -------------------------------------------------------------------------------
 
 
@@ -105,12 +123,24 @@ def queue_options(command: F) -> F:
 
     @functools.wraps(command)
     def with_queues(
-        conf: str, profile: str | None, region: str | None, queue_name: str | None, **options: Any
+        conf: str,
+        profile: str | None,
+        region: str | None,
+        queue_name: str | None,
+        dlq_name: str | None,
+        **options: Any,
     ) -> Any:
         where = Where(conf, profile=profile, region=region)
-        return command(lambda: queues_of(where.config(), queue_name), **options)
+        return command(lambda: queues_of(where.config(), queue_name, dlq=dlq_name), **options)
 
-    for option in (queue_option, region_option, profile_option, conf_option):
+    dlq_option = click.option(
+        "--dlq",
+        "dlq_name",
+        metavar="NAME",
+        help="Read this queue as the dead letters instead of the queue's RedrivePolicy's: the "
+        "schedules' own of a FIFO queue (the module's <name>-scheduler-dlq).",
+    )
+    for option in (dlq_option, queue_option, region_option, profile_option, conf_option):
         with_queues = option(with_queues)
     return cast(F, with_queues)
 

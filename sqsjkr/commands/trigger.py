@@ -30,6 +30,13 @@ from sqsjkr.observability.logs import escape
 @click.option(
     "--wait", is_flag=True, help="Follow the run to its end; exit 0 only if it succeeded."
 )
+@click.option(
+    "--firing",
+    metavar="TIME",
+    help="Send it as the firing due at TIME (RFC 3339, or a wall time in the schedule's zone): "
+    "a missed firing, which the ledger then shows filled.",
+)
+@click.option("--force", is_flag=True, help="With --firing: even if that firing already ran.")
 @timeout_option("1h", "the run (--wait)")
 @reason_option
 def trigger(
@@ -37,17 +44,22 @@ def trigger(
     event_id: str,
     schedule_name: str | None,
     wait: bool,
+    firing: str | None,
+    force: bool,
     timeout: str,
     reason: str,
 ) -> int:
-    """Run EVENT_ID now: send its schedule's exact message (to its queue, in its FIFO group),
-    noted as triggered by you and why; prints the message id.
+    """Run EVENT_ID now: send its schedule's message (to its queue, in its FIFO group), noted as
+    triggered by you and why; prints the message id. With --firing, as that firing of the
+    schedule: refused if a run of it is recorded, unless --force.
 
     The schedule is the one whose message carries EVENT_ID, whatever its name, read from
     [schedule] group in EventBridge Scheduler, or with [schedule] engine = "rules" from the rules
     that target the queues. An event routed elsewhere (`sqsjkr route`) is sent to its route.
     """
     limit = timeout_of(timeout)
+    if force and firing is None:
+        raise UsageFailure("--force is for --firing: a run now is never refused")
     config = where.config()
     if wait and config.history.backend == "none":
         raise UsageFailure(
@@ -62,12 +74,15 @@ def trigger(
         schedule_name,
         reason,
         lambda line: click.echo(f"sqsjkr: {line}", err=True),
+        firing=firing,
+        force=force,
     )
     message_id, to = sent.message_id, sent.to
     click.echo(message_id)
     if sent.warning is not None:
         warn(sent.warning)
-    click.echo(f"sqsjkr: sent to queue {escape(to.name)}: {escape(to.why)}", err=True)
+    as_firing = "" if sent.firing is None else f" as its firing of {sent.firing.iso}"
+    click.echo(f"sqsjkr: sent to queue {escape(to.name)}{as_firing}: {escape(to.why)}", err=True)
     if not wait:
         return 0
     record = wait_for_run(store, event_id, message_id, Deadline(limit), _rerun)

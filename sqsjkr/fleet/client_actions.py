@@ -21,7 +21,7 @@ from sqsjkr.fleet.locks import HeldLock
 from sqsjkr.fleet.pause import parse_until, pause_events, resume_events
 from sqsjkr.fleet.redrive import Redrive, delete_letters, purge_letters, redrive_letters
 from sqsjkr.fleet.route import clear_route, set_route
-from sqsjkr.fleet.trigger import Triggered, trigger_event
+from sqsjkr.fleet.trigger import Triggered, trigger_event, trigger_firing
 from sqsjkr.fleet.unlock import unlock_held
 
 #: Where the layer's notes go (a disabled schedule triggered, a forced route's warning, a run of
@@ -46,11 +46,35 @@ class Actions(Reads):
     (AuditRefused, and nothing changed, when it cannot)."""
 
     def trigger(self, event_id: str, *, schedule: str | None = None, reason: str = "") -> Triggered:
-        """Send event_id's schedule's exact message to its queue (or its route) now, as
-        `sqsjkr trigger` does; `fleet.handle(t.message_id, event_id).wait()` waits for its run.
+        """Send event_id's schedule's message to its queue (or its route) now, as `sqsjkr
+        trigger` does; `fleet.handle(t.message_id, event_id).wait()` waits for its run.
         schedule: the schedule's name, when the event has several that differ."""
         return trigger_event(
             self.config, self.store, self.auditor, event_id, schedule, reason, _log.warning
+        )
+
+    def trigger_firing(
+        self,
+        event_id: str,
+        at: str,
+        *,
+        schedule: str | None = None,
+        reason: str = "",
+        force: bool = False,
+    ) -> Triggered:
+        """Run the firing of event_id's schedule due at `at` (RFC 3339, or a wall time in the
+        schedule's zone) as that firing, as `sqsjkr trigger --firing` does; RequestError if a
+        run of it is recorded, unless force."""
+        return trigger_firing(
+            self.config,
+            self.store,
+            self.auditor,
+            event_id,
+            at,
+            reason,
+            _log.warning,
+            schedule_name=schedule,
+            force=force,
         )
 
     def kill(self, target: str, *, reason: str = "") -> list[tuple[Target, KillResult]]:

@@ -5,6 +5,7 @@ read from it (DeadLetter), and the reader (Peek), which makes every message it r
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,8 +26,9 @@ from sqsjkr.backends.sqs import (
     resolve_queue_url,
 )
 from sqsjkr.contract.config import Config
+from sqsjkr.contract.firing import Firing, parse_firing
 from sqsjkr.contract.masking import MASK, secret_key, shown_body
-from sqsjkr.errors import ResourceMissingError
+from sqsjkr.errors import InvalidJobError, ResourceMissingError
 from sqsjkr.observability.logs import escape
 
 _log = logging.getLogger(__name__)
@@ -36,6 +38,17 @@ _log = logging.getLogger(__name__)
 PEEK_VISIBILITY_SECONDS = 30
 #: A short long poll: it asks every SQS server, so an empty answer means no more messages.
 PEEK_WAIT_SECONDS = 1
+#: The message attributes EventBridge Scheduler puts on a dead-letter event, a firing it could
+#: not deliver (its guide, "Configuring a schedule's dead-letter queue").
+SCHEDULER_ATTRIBUTES = (
+    "ERROR_CODE",
+    "ERROR_MESSAGE",
+    "EXHAUSTED_RETRY_CONDITION",
+    "INVOCATION_ID",
+    "RETRY_ATTEMPTS",
+    "SCHEDULE_ARN",
+    "TARGET_ARN",
+)
 
 
 @dataclass(frozen=True)
@@ -54,14 +67,18 @@ class Queues:
         return is_fifo(self.name)
 
 
-def queues_of(config: Config, queue: str | None, sqs: Any = None) -> Queues:
+def queues_of(config: Config, queue: str | None, sqs: Any = None, dlq: str | None = None) -> Queues:
     """The queue (default: [sqs] queue_name) and its dead-letter queue, of a loaded config,
-    through sqs (default: a client of the config's own)."""
+    through sqs (default: a client of the config's own); dlq: another queue read as its dead
+    letters (the schedules' own, which a FIFO queue's schedules need: the module's
+    schedule_dlq_url)."""
     if sqs is None:
         session = make_session(region=config.account.region, profile=config.account.profile)
         sqs = make_client(session, "sqs")
     name = queue or config.sqs.queue_name
     url = resolve_queue_url(sqs, name, config.account.id)
+    if dlq is not None:
+        return Queues(sqs, name, url, dlq, resolve_queue_url(sqs, dlq, config.account.id), config)
     arn = queue_settings(sqs, url).dead_letter_arn
     if arn is None:
         raise ResourceMissingError(
@@ -70,6 +87,38 @@ def queues_of(config: Config, queue: str | None, sqs: Any = None) -> Queues:
         )
     dlq_url = dead_letter_queue_url(sqs, arn)
     return Queues(sqs, name, url, arn.rsplit(":", 1)[-1], dlq_url, config)
+
+
+@dataclass(frozen=True)
+class Undelivered:
+    """A firing EventBridge Scheduler could not put on the queue, from its dead-letter event's
+    attributes: its schedule, the firing's time (its body's firing, when substituted), why."""
+
+    schedule: str
+    firing: Firing | None
+    error_code: str | None
+    error_message: str | None
+    retry_attempts: str | None
+    exhausted: str | None  # which retry limit ran out (EXHAUSTED_RETRY_CONDITION)
+
+    @property
+    def why(self) -> str:
+        """One line: the firing, its schedule and the scheduler's error."""
+        when = "a firing" if self.firing is None else f"the {self.firing.iso} firing"
+        error = ": ".join(part for part in (self.error_code, self.error_message) if part)
+        return f"the scheduler could not deliver {when} of {self.schedule}" + (
+            f" ({error})" if error else ""
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "schedule": self.schedule,
+            "firing_at": None if self.firing is None else self.firing.iso,
+            "error_code": self.error_code,
+            "error_message": self.error_message,
+            "retry_attempts": self.retry_attempts,
+            "exhausted_retry_condition": self.exhausted,
+        }
 
 
 @dataclass(frozen=True)
@@ -109,9 +158,36 @@ class DeadLetter:
         return int(count or 0)
 
     @property
+    def undelivered(self) -> Undelivered | None:
+        """The firing, when it is one the Scheduler could not deliver (its dead-letter event)."""
+        schedule = self._ours("SCHEDULE_ARN")
+        if schedule is None:
+            return None
+        return Undelivered(
+            schedule,
+            self.firing,
+            self._ours("ERROR_CODE"),
+            self._ours("ERROR_MESSAGE"),
+            self._ours("RETRY_ATTEMPTS"),
+            self._ours("EXHAUSTED_RETRY_CONDITION"),
+        )
+
+    @property
+    def firing(self) -> Firing | None:
+        """The firing its body names, if it names one the daemon would take."""
+        try:
+            return parse_firing(parse_job_fields(self.body))
+        except (InvalidJobError, ValueError):
+            return None
+
+    @property
     def error(self) -> str | None:
-        """Why the daemon dead-lettered it; None when SQS moved it after maxReceiveCount."""
-        return self._ours(REJECT_REASON_ATTRIBUTE)
+        """Why it is here: the daemon's reason, or the Scheduler's for a firing it could not
+        deliver; None when SQS moved it after maxReceiveCount."""
+        undelivered = self.undelivered
+        return self._ours(REJECT_REASON_ATTRIBUTE) or (
+            undelivered.why if undelivered is not None else None
+        )
 
     @property
     def sent_at(self) -> float:
@@ -133,12 +209,21 @@ class DeadLetter:
             "receive_count": self.receive_count,
             "sent_at": self.sent_at,
             "error": self.error,
+            "undelivered": None if self.undelivered is None else self.undelivered.as_json(),
             "body": self.shown_body(None),
             "message_attributes": {
                 name: shown_attribute(name, value) for name, value in self.attributes.items()
             },
             "attributes": dict(self.system),
         }
+
+
+def parse_job_fields(body: str) -> dict[str, Any]:
+    """A body's JSON object; ValueError when it is none."""
+    fields = json.loads(body)
+    if not isinstance(fields, dict):
+        raise ValueError("not an object")
+    return fields
 
 
 def attribute_json(value: Mapping[str, Any]) -> dict[str, str]:

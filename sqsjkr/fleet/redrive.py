@@ -11,11 +11,11 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from sqsjkr.backends.aws import describe
-from sqsjkr.backends.sqs import fifo_send_parameters, sendable_attributes
+from sqsjkr.backends.sqs import fifo_send_parameters, group_id_of, sendable_attributes
 from sqsjkr.contract.job import parse_job
 from sqsjkr.errors import InvalidJobError, quote
 from sqsjkr.fleet.audit import Auditor
-from sqsjkr.fleet.dead_letters import DeadLetter, Peek, Queues
+from sqsjkr.fleet.dead_letters import SCHEDULER_ATTRIBUTES, DeadLetter, Peek, Queues
 from sqsjkr.observability.logs import escape
 
 #: The attributes the daemon adds to a message it dead-letters; a redrive leaves them behind.
@@ -35,10 +35,23 @@ def malformed(letter: DeadLetter) -> str | None:
     return None
 
 
+def _event_id(body: str) -> str | None:
+    try:
+        return parse_job(body, message_id="-", sent_at=0.0).event_id
+    except InvalidJobError:
+        return None
+
+
 def send_back(queues: Queues, letter: DeadLetter) -> str:
     """Send a copy to the job queue, without the attributes the daemon added; its new id."""
+    # Neither the daemon's attributes nor the Scheduler's (a firing it could not deliver goes
+    # back as the firing its body already names).
     attributes = sendable_attributes(
-        {k: v for k, v in letter.attributes.items() if not k.startswith(OUR_ATTRIBUTE_PREFIX)}
+        {
+            k: v
+            for k, v in letter.attributes.items()
+            if not k.startswith(OUR_ATTRIBUTE_PREFIX) and k not in SCHEDULER_ATTRIBUTES
+        }
     )
     request: dict[str, Any] = {"QueueUrl": queues.url, "MessageBody": letter.body}
     if attributes:
@@ -47,9 +60,9 @@ def send_back(queues: Queues, letter: DeadLetter) -> str:
         # Back into its own group (SQS and the daemon's reject keep the group in the DLQ), and
         # deduplicated by its original id: a redrive retried after a lost answer, within SQS's
         # five minutes, is not sent twice. No DelaySeconds: FIFO queues refuse it per message.
-        request.update(
-            fifo_send_parameters(letter.system.get("MessageGroupId"), letter.original_id)
-        )
+        # The Scheduler's dead letters come from a standard queue, with no group: its job's.
+        group = letter.system.get("MessageGroupId") or group_id_of(_event_id(letter.body))
+        request.update(fifo_send_parameters(group, letter.original_id))
     return str(queues.sqs.send_message(**request)["MessageId"])
 
 

@@ -21,6 +21,7 @@ from sqsjkr.backends.sqs import (
     send_settings,
 )
 from sqsjkr.contract.config import Config
+from sqsjkr.contract.firing import Origin
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.run import one_off
 from sqsjkr.contract.when import OneTime
@@ -45,6 +46,18 @@ class Outgoing:
     fifo: dict[str, str] | None = None
 
 
+def by_hand(body: str) -> str:
+    """body marked `"origin": "send"`: a job sent by hand (or by a program), not a firing."""
+    try:
+        fields = json.loads(body)
+    except ValueError:
+        return body  # not JSON: the parser's refusal says why
+    if not isinstance(fields, dict):
+        return body  # not a job: the parser's refusal says why
+    fields["origin"] = Origin.SEND.value
+    return json.dumps(fields, ensure_ascii=False)
+
+
 def addressed(
     config: Config,
     sqs: Any,
@@ -59,6 +72,7 @@ def addressed(
 ) -> Outgoing:
     """A checked body addressed to its queue (default: [sqs] queue_name), with the queue's SQS
     parameters; warn is told at once when the job's retries can take it to the dead-letter queue."""
+    body = by_hand(body)
     queue_name = queue_name or config.sqs.queue_name
     queue_url = resolve_queue_url(sqs, queue_name, config.account.id)
     settings = send_settings(sqs, queue_url)
@@ -179,7 +193,7 @@ class Sender:
         """Put job (a message body, or its fields as a dict) on queue (default: [sqs]
         queue_name) and return its handle at once. InvalidJobError for a job the daemon would
         refuse: nothing is sent. unique_for: see send_job."""
-        body = job if isinstance(job, str) else json.dumps(job)
+        body = by_hand(job if isinstance(job, str) else json.dumps(job))
         parse_job(body, message_id="(not sent)", sent_at=0.0, http_allow=self.config.http.allow)
         name = queue or self.config.sqs.queue_name
         url, settings = self._queue(name)

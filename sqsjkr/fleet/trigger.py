@@ -5,14 +5,18 @@ as triggered, audited with the message it sent; and the wait for that message's 
 from __future__ import annotations
 
 import difflib
+import json
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqsjkr.backends.aws import make_client
+from sqsjkr.backends.history import run_type
 from sqsjkr.backends.routes import DynamoRoutes, routed
-from sqsjkr.backends.scheduler import EventSchedule
+from sqsjkr.backends.scheduler import EventSchedule, job_message
 from sqsjkr.backends.sqs import (
     fifo_send_parameters,
     group_id_of,
@@ -21,8 +25,11 @@ from sqsjkr.backends.sqs import (
     trigger_attributes,
 )
 from sqsjkr.contract.config import Config
+from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.run import RunRecord
-from sqsjkr.errors import RequestError, ResourceMissingError, quote
+from sqsjkr.crontab.eventbridge import load_zone
+from sqsjkr.crontab.fires import Window, next_fires
+from sqsjkr.errors import RequestError, ResourceMissingError, ScheduleExpressionError, quote
 from sqsjkr.fleet.audit import Auditor
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.schedules import read_schedules
@@ -33,6 +40,8 @@ from sqsjkr.observability.logs import escape
 WAIT_POLL_SECONDS = 2.0
 #: How many of the event's last runs each read looks through for the triggered one.
 WAIT_RUNS = 20
+#: Runs read a page at a time, newest first, looking for a run of the firing --firing names.
+FIRING_PAGE = 50
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,7 @@ class Triggered:
     schedule: EventSchedule
     to: Destination
     warning: str | None = None
+    firing: Firing | None = None  # the firing it was sent as (trigger --firing)
 
 
 def where_looked(config: Config, session: Any) -> str:
@@ -78,13 +88,21 @@ def pick_schedule(
             f"no schedule{named} sends event {quote(event_id)}: looked in {where}"
             + (hint if close else "")
         )
-    if len({(s.message, s.target_arn, s.group_id) for s in mine}) > 1:
+    if len({(_job_of(s.message), s.target_arn, s.group_id) for s in mine}) > 1:
         names = ", ".join(quote(s.name) for s in mine)
         raise RequestError(
             f"event {quote(event_id)} has schedules that send different messages or to "
             f"different queues ({names}): name one with --schedule NAME"
         )
     return mine[0]
+
+
+def _job_of(message: str | None) -> str:
+    """A schedule's message but its firing: the schedules of one event (on weekdays, on
+    Sundays) send one job, each as its own firings."""
+    fields = job_message(message)
+    fields.pop("firing", None)
+    return json.dumps(fields, sort_keys=True)
 
 
 def destination(schedule: EventSchedule, routes: DynamoRoutes) -> Destination:
@@ -102,12 +120,79 @@ def destination(schedule: EventSchedule, routes: DynamoRoutes) -> Destination:
     return Destination(parts[5], parts[4], f"schedule {schedule.name}'s target")
 
 
-def send_now(sqs: Any, schedule: EventSchedule, to: Destination, by: str, reason: str) -> str:
-    """Send the schedule's message as it is to the queue; its message id."""
+def firing_time(text: str, schedule: EventSchedule) -> float:
+    """--firing's TIME: RFC 3339 with its offset, or without one a wall time in the schedule's
+    zone (as the ledger shows it); RequestError for what is not a time."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise RequestError(
+            f"--firing {quote(text)}: not a time (2030-01-31T02:00:00+01:00, or a wall time in "
+            f"the schedule's zone, {schedule.timezone})"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=load_zone(schedule.timezone))
+    return moment.timestamp()
+
+
+def firing_of(schedule: EventSchedule, at: float, now: float) -> Firing:
+    """The firing of schedule due at `at`, as its own message would carry it: its ARN as the
+    Scheduler (or a rule's event) names it, its expression and zone. RequestError for a time
+    not yet come, or one the schedule does not fire at (when its fire times are known)."""
+    firing = Firing(at, schedule.arn or schedule.name, schedule.expression, schedule.timezone)
+    if at > now:
+        raise RequestError(f"--firing {firing.iso} has not come yet: trigger runs past firings")
+    moment = datetime.fromtimestamp(at, timezone.utc)
+    window = Window(schedule.start, schedule.end, schedule.created)
+    try:
+        fires = next_fires(
+            schedule.expression, schedule.timezone, moment - timedelta(seconds=1), 1, window
+        )
+    except ScheduleExpressionError:
+        return firing  # an expression sqsjkr cannot compute: the schedule's word stands
+    if fires.exact and [t.timestamp() for t in fires.times] != [at]:
+        then = "none" if not fires.times else fires.times[0].isoformat()
+        raise RequestError(
+            f"schedule {quote(schedule.name)} ({schedule.expression}, {schedule.timezone}) "
+            f"does not fire at {firing.iso}: its next firing after it is {then}"
+        )
+    return firing
+
+
+def message_of(schedule: EventSchedule, firing: Firing | None) -> str:
+    """The schedule's message as a trigger sends it: origin "trigger", and as firing the one
+    given; without one (run now) no firing, and never the placeholders EventBridge fills in."""
+    fields = json.loads(schedule.message or "{}")
+    fields["origin"] = Origin.TRIGGER.value
+    fields.pop("firing", None)
+    if firing is not None:
+        fields["firing"] = firing.as_fields()
+    return json.dumps(fields, ensure_ascii=False)
+
+
+def run_of_firing(store: Store, event_id: str, firing: Firing) -> RunRecord | None:
+    """The event's run of that firing, if one ran: its runs newest first, down to those that
+    ended before the firing was due (one Query a page)."""
+    before: str | None = None
+    while True:
+        with store.reading():
+            page = store.history.runs(event_id, FIRING_PAGE, before=before)
+        for record in page:
+            if record.firing_at == firing.at and record.duplicate_of is None:
+                return record
+        if len(page) < FIRING_PAGE or page[-1].ended_at < firing.at:
+            return None
+        before = run_type(page[-1])
+
+
+def send_now(
+    sqs: Any, schedule: EventSchedule, to: Destination, by: str, reason: str, body: str
+) -> str:
+    """Send body, the schedule's message as a trigger sends it, to the queue; its message id."""
     url = resolve_queue_url(sqs, to.name, to.account)
     request: dict[str, Any] = {
         "QueueUrl": url,
-        "MessageBody": schedule.message,
+        "MessageBody": body,
         "MessageAttributes": trigger_attributes(by, reason),
     }
     if is_fifo(url):
@@ -126,22 +211,65 @@ def trigger_event(
     schedule_name: str | None,
     reason: str,
     warn: Callable[[str], None],
+    *,
+    firing: str | None = None,
+    force: bool = False,
 ) -> Triggered:
-    """Send event_id's schedule's exact message to its queue (or route), audited first and its
-    audit item amended with the message sent. warn hears a disabled schedule."""
+    """Send event_id's schedule's message (origin "trigger") to its queue (or route), audited
+    first and its audit item amended with the message sent. warn hears a disabled schedule.
+
+    firing: the time of one of its firings (see firing_time), sent as that firing, so that the
+    ledger sees it filled; RequestError if a run of it is recorded, unless force."""
     found = read_schedules(config, store.session)
     schedule = pick_schedule(found, event_id, schedule_name, where_looked(config, store.session))
     if schedule.message is None:
         raise ResourceMissingError(f"schedule {quote(schedule.name)} sends no input to send")
+    fired = None
+    if firing is not None:
+        fired = firing_of(schedule, firing_time(firing, schedule), time.time())
+    if fired is not None and not force:
+        _refuse_a_firing_that_ran(store, event_id, fired)
     with store.reading():
         to = destination(schedule, DynamoRoutes(store.client, store.table))
     if not schedule.enabled:
         warn(f"note: schedule {quote(schedule.name)} is disabled")
-    detail = f"schedule {schedule.name} to queue {to.name}"
+    detail = f"schedule {schedule.name} to queue {to.name}" + (
+        "" if fired is None else f" as its firing of {fired.iso}"
+    )
     entry = audit("trigger", event_id, reason=reason, detail=detail)
-    message_id = send_now(make_client(store.session, "sqs"), schedule, to, entry.user, reason)
+    body = message_of(schedule, fired)
+    sqs = make_client(store.session, "sqs")
+    message_id = send_now(sqs, schedule, to, entry.user, reason, body)
     problem = audit.amend(entry, f"{detail}, message {message_id}")
-    return Triggered(message_id, schedule, to, problem)
+    return Triggered(message_id, schedule, to, problem, fired)
+
+
+def trigger_firing(
+    config: Config,
+    store: Store,
+    audit: Auditor,
+    event_id: str,
+    at: str,
+    reason: str,
+    warn: Callable[[str], None],
+    *,
+    schedule_name: str | None = None,
+    force: bool = False,
+) -> Triggered:
+    """Run the firing of event_id's schedule due at `at` (a missed one, say): its message sent
+    as that firing (see trigger_event); RequestError if it already ran, unless force."""
+    return trigger_event(
+        config, store, audit, event_id, schedule_name, reason, warn, firing=at, force=force
+    )
+
+
+def _refuse_a_firing_that_ran(store: Store, event_id: str, firing: Firing) -> None:
+    ran = run_of_firing(store, event_id, firing)
+    if ran is not None:
+        raise RequestError(
+            f"the {firing.iso} firing of event {quote(event_id)} already ran (message "
+            f"{ran.message_id} on {ran.host}, {ran.outcome.value}): --force to run it again"
+        )
 
 
 def wait_for_run(
