@@ -163,12 +163,12 @@ def _alive(member: Member, at: float) -> bool:
     return member.started_at <= at <= ended
 
 
-def letter_firing(letter: DeadLetter) -> float | None:
-    """The firing time a dead letter's body carries, or None."""
+def letter_firing(letter: DeadLetter) -> tuple[str, float] | None:
+    """The event_id and firing time a dead letter's body carries, or None."""
     try:
         body = json.loads(letter.body)
-        at = body["firing"]["time"]
-        return datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp()
+        at = datetime.fromisoformat(str(body["firing"]["time"]).replace("Z", "+00:00"))
+        return str(body["event_id"]), at.timestamp()
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -234,7 +234,8 @@ def missed_reason(
     if any(span.holds(schedule.event_id or "", at) for span in evidence.pauses):
         return "event paused"
     for letter in evidence.letters:
-        if not _same(letter_firing(letter), at):
+        carried = letter_firing(letter)
+        if carried is None or carried[0] != schedule.event_id or not _same(carried[1], at):
             continue
         code = _attribute(letter, SCHEDULER_ERROR_CODE)
         if code is not None:
