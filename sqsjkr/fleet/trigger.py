@@ -5,9 +5,10 @@ as triggered, audited with the message it sent; and the wait for that message's 
 from __future__ import annotations
 
 import difflib
+import json
 import secrets
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqsjkr.backends.aws import make_client
@@ -21,6 +22,7 @@ from sqsjkr.backends.sqs import (
     trigger_attributes,
 )
 from sqsjkr.contract.config import Config
+from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.errors import RequestError, ResourceMissingError, quote
 from sqsjkr.fleet.audit import Auditor
@@ -141,6 +143,45 @@ def trigger_event(
     entry = audit("trigger", event_id, reason=reason, detail=detail)
     message_id = send_now(make_client(store.session, "sqs"), schedule, to, entry.user, reason)
     problem = audit.amend(entry, f"{detail}, message {message_id}")
+    return Triggered(message_id, schedule, to, problem)
+
+
+def trigger_firing(
+    config: Config,
+    store: Store,
+    auditor: Auditor,
+    event_id: str,
+    firing_at: float,
+    *,
+    force: bool = False,
+    reason: str = "",
+) -> Triggered:
+    """Send event_id's schedule's message as its firing at firing_at (noted as triggered),
+    audited; RequestError when that firing already ran, unless force.
+
+    A minimal stand-in written by f27-ledger for the dashboard's "Run this firing": f27-messages
+    writes the real one (`sqsjkr trigger --firing`), which the merge keeps."""
+    found = read_schedules(config, store.session)
+    schedule = pick_schedule(found, event_id, None, where_looked(config, store.session))
+    if schedule.message is None:
+        raise ResourceMissingError(f"schedule {quote(schedule.name)} sends no input to send")
+    firing = Firing(firing_at, schedule.name, schedule.expression, schedule.timezone)
+    with store.reading():
+        runs = store.history.runs(event_id, WAIT_RUNS * 5)
+        to = destination(schedule, DynamoRoutes(store.client, store.table))
+    ran = [r for r in runs if r.firing_at is not None and abs(r.firing_at - firing_at) < 1]
+    if ran and not force:
+        raise RequestError(
+            f"the {firing.iso} firing of {quote(event_id)} already ran (message "
+            f"{ran[0].message_id}): force it to run it again"
+        )
+    body = {**json.loads(schedule.message), "firing": firing.as_fields()}
+    body["origin"] = Origin.TRIGGER.value
+    detail = f"firing {firing.iso} of schedule {schedule.name} to queue {to.name}"
+    entry = auditor("trigger", event_id, reason=reason, detail=detail)
+    as_firing = replace(schedule, message=json.dumps(body))
+    message_id = send_now(make_client(store.session, "sqs"), as_firing, to, entry.user, reason)
+    problem = auditor.amend(entry, f"{detail}, message {message_id}")
     return Triggered(message_id, schedule, to, problem)
 
 
