@@ -267,16 +267,22 @@ def ledger(
 
 
 def read_evidence(
-    store: Store, schedules: Sequence[EventSchedule], since: float, now: float
+    store: Store,
+    schedules: Sequence[EventSchedule],
+    since: float,
+    now: float,
+    *,
+    letters: bool = True,
 ) -> dict[str, Evidence]:
     """The run records, runs in progress, pauses, daemons and dead letters of the schedules'
-    events: a Query per event, the trail, the daemons' items and each queue's DLQ read once."""
+    events: a Query per event, the trail, the daemons' items and each queue's DLQ read once
+    (without letters, the DLQs are left alone: a reader hides their messages while it reads)."""
     config = store.config
     with store.reading():
         pauses = pause_spans(entries_since(store.client, store.table, since - DEFAULT_SINCE))
         members = read_members(config, store.client)
         summaries = {s.event_id: s for s in store.history.summaries()}
-    letters = _letters(store)
+    dead = _letters(store) if letters else []
     found: dict[str, Evidence] = {}
     for event_id in sorted({s.event_id for s in schedules if s.event_id}):
         fires = sum(len(fire_times(s, since, now)) for s in schedules if s.event_id == event_id)
@@ -289,7 +295,7 @@ def read_evidence(
                 if summary
                 else []
             )
-        found[event_id] = Evidence(records, running, pauses, members, letters)
+        found[event_id] = Evidence(records, running, pauses, members, dead)
     return found
 
 
@@ -311,9 +317,11 @@ def firings(
     *,
     missed_only: bool = False,
     grace: float = DEFAULT_GRACE,
+    letters: bool = True,
 ) -> list[FiringRow]:
     """The ledger of the config's schedules (of event_id's, when given) from now - since to now,
-    newest first; missed_only keeps the missed firings."""
+    newest first; missed_only keeps the missed firings; without letters, the dead-letter queues
+    are not read (a firing the scheduler could not deliver is missed for another reason)."""
     found = [
         s
         for s in read_schedules(store.config, store.session)
@@ -322,5 +330,6 @@ def firings(
     if event_id is not None and not found:
         raise ResourceMissingError(f"no schedule sends event {event_id!r}")
     start = now - since
-    rows = ledger(found, read_evidence(store, found, start, now), start, now, grace)
+    evidence = read_evidence(store, found, start, now, letters=letters)
+    rows = ledger(found, evidence, start, now, grace)
     return [r for r in rows if r.status is FiringStatus.MISSED] if missed_only else rows
