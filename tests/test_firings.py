@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 import pytest
 
+import sqsjkr
 from sqsjkr.backends.audit import AuditEntry, DynamoAudit
 from sqsjkr.backends.members import DynamoRoster, Member
 from sqsjkr.commands.options import load
@@ -192,6 +193,13 @@ def test_firings_before_the_schedule_was_made_and_the_cli(
     assert {o["reason"] for o in objects} == {"schedule not yet created"}
     expected = datetime.fromtimestamp(last, timezone.utc).isoformat().replace("+00:00", "Z")
     assert objects[0]["at"] == expected
+    # The Python API's read is the same ledger.
+    rows = sqsjkr.Fleet(str(fleet.conf)).firings("made-now", since=3 * HOUR)
+    assert [(r.at, r.status) for r in rows] == [
+        (last, FiringStatus.MISSED),
+        (last - HOUR, FiringStatus.RAN),
+        (last - 2 * HOUR, FiringStatus.MISSED),
+    ]
 
 
 def test_firings_across_berlins_daylight_saving_changes(
