@@ -26,6 +26,7 @@ from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.fleet.firings import FiringRow, FiringStatus, firings
 from sqsjkr.fleet.history import Store, store_of
+from sqsjkr.fleet.wording import local_time
 from tests.conftest import REGION, Cli
 from tests.web_fleet import WebFleet, make_fleet, module_env, record
 
@@ -96,8 +97,8 @@ def daemon_alive(fleet: WebFleet, since: float, until: float) -> None:
     DynamoRoster(fleet.dynamodb, fleet.table).write(member)
 
 
-def audited(fleet: WebFleet, at: float, action: str, target: str) -> None:
-    entry = AuditEntry(at, action, target, "maintenance", "ops@host", "arn:test")
+def audited(fleet: WebFleet, at: float, action: str, target: str, detail: str = "") -> None:
+    entry = AuditEntry(at, action, target, "maintenance", "ops@host", "arn:test", detail)
     DynamoAudit(fleet.dynamodb, fleet.table).write(entry)
 
 
@@ -125,11 +126,11 @@ def by_time(rows: list[FiringRow]) -> dict[float, FiringRow]:
 
 
 def test_the_ledger_says_what_became_of_each_firing(fleet: WebFleet, moto_endpoint: str) -> None:
-    """Eight hourly firings, read as at three hours after the schedule was made: each with its
+    """Nine hourly firings, read as at nine hours after the schedule was made: each with its
     own fate, found in the ledger's order."""
     create_schedule(fleet, "hourly", "cron(0 * * * ? *)")
     now = hour_mark(time.time()) + 9 * HOUR + 120
-    hours = [hour_mark(now) - n * HOUR for n in range(8)]  # newest first, hours[0] is 2m old
+    hours = [hour_mark(now) - n * HOUR for n in range(9)]  # newest first, hours[0] is 2m old
     history = fleet.history()
     ran = fired("hourly", hours[1], RunOutcome.SUCCEEDED)
     history.finished(ran)
@@ -137,14 +138,17 @@ def test_the_ledger_says_what_became_of_each_firing(fleet: WebFleet, moto_endpoi
     history.finished(first)
     history.finished(fired("hourly", hours[2], RunOutcome.SUCCEEDED, duplicate_of=first.message_id))
     # hours[3]: nothing anywhere, a daemon alive: no message reached the queue.
-    audited(fleet, hours[4] - 60, "pause", "hourly")
-    audited(fleet, hours[4] + 60, "resume", "hourly")
+    # A pause that ends by its until (as `sqsjkr pause --until` words it), and one of all
+    # events lifted by a resume of every pause.
+    audited(fleet, hours[4] - 60, "pause", "hourly", f"until {local_time(hours[4] + 60)}")
+    audited(fleet, hours[8] - 60, "pause", "all events")
+    audited(fleet, hours[8] + 60, "resume", "every pause")
     scheduler_dead_letter(fleet, "hourly", hours[5])
     history.finished(fired("hourly", hours[6], RunOutcome.CANCELLED))
     daemon_alive(fleet, hours[6] - 600, now)  # none alive at hours[7]
 
     with module_env(moto_endpoint):
-        rows = firings(store(fleet), "hourly", 7 * HOUR + 1200, now)
+        rows = firings(store(fleet), "hourly", 8 * HOUR + 1200, now)
     found = by_time(rows)
     assert [row.at for row in rows] == hours
     assert found[hours[0]].status is FiringStatus.DUE  # within its grace
@@ -152,7 +156,7 @@ def test_the_ledger_says_what_became_of_each_firing(fleet: WebFleet, moto_endpoi
     assert found[hours[1]].run is not None and found[hours[1]].run.message_id == ran.message_id
     assert (found[hours[2]].status, found[hours[2]].duplicates) == (FiringStatus.RAN, 1)
     assert found[hours[2]].run is not None and found[hours[2]].run.outcome is RunOutcome.ERRORED
-    reasons = {n: found[hours[n]].reason for n in range(3, 8)}
+    reasons = {n: found[hours[n]].reason for n in range(3, 9)}
     assert reasons == {
         3: "no message reached the queue",
         4: "event paused",
@@ -160,11 +164,12 @@ def test_the_ledger_says_what_became_of_each_firing(fleet: WebFleet, moto_endpoi
         "The role cannot use the queue's KMS key",
         6: "cancelled: older than its life_time when a daemon took it",
         7: "no live daemon then",
+        8: "event paused",
     }
-    assert all(found[hours[n]].status is FiringStatus.MISSED for n in range(3, 8))
+    assert all(found[hours[n]].status is FiringStatus.MISSED for n in range(3, 9))
 
     with module_env(moto_endpoint):
-        missed = firings(store(fleet), "hourly", 7 * HOUR + 1200, now, missed_only=True)
+        missed = firings(store(fleet), "hourly", 8 * HOUR + 1200, now, missed_only=True)
     assert [row.at for row in missed] == hours[3:]
 
 

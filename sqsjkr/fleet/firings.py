@@ -138,22 +138,41 @@ def fire_times(schedule: EventSchedule, since: float, until: float) -> list[floa
 
 
 def pause_spans(entries: Iterable[AuditEntry]) -> list[PauseSpan]:
-    """The pauses the audit trail's pause and resume entries describe, oldest first. A pause
-    with an until ends by a resume only: the trail words its until for people, not programs."""
+    """The pauses the audit trail's pause and resume entries describe, oldest first: each from
+    its pause to its until (the entry's detail, "until <ISO 8601 time>"), to its resume, or to
+    the next pause of its scope, which replaced it."""
     spans: list[PauseSpan] = []
     for entry in sorted(entries, key=lambda e: e.at):
         if entry.action == "pause":
             event = None if entry.target == "all events" else entry.target
-            spans.append(PauseSpan(event, entry.at, None))
+            spans = _ended(spans, entry.at, {event})
+            spans.append(PauseSpan(event, entry.at, _until(entry.detail)))
         elif entry.action == "resume":
-            named = None if entry.target == "every pause" else set(entry.target.split(", "))
-            spans = [
-                PauseSpan(s.event_id, s.start, entry.at)
-                if s.end is None and (named is None or s.event_id in named)
-                else s
-                for s in spans
-            ]
+            named: set[str | None] | None = (
+                None if entry.target == "every pause" else set(entry.target.split(", "))
+            )
+            spans = _ended(spans, entry.at, named)
     return spans
+
+
+def _ended(spans: list[PauseSpan], at: float, scopes: set[str | None] | None) -> list[PauseSpan]:
+    """spans with those of these scopes (None: every one) still in effect at `at` ended then."""
+    return [
+        PauseSpan(s.event_id, s.start, at)
+        if (scopes is None or s.event_id in scopes) and (s.end is None or s.end > at)
+        else s
+        for s in spans
+    ]
+
+
+def _until(detail: str) -> float | None:
+    """A pause's until from its audit detail; None: until resumed (or not a time)."""
+    if not detail.startswith("until "):
+        return None
+    try:
+        return datetime.fromisoformat(detail.removeprefix("until ")).timestamp()
+    except ValueError:
+        return None
 
 
 def _alive(member: Member, at: float) -> bool:
