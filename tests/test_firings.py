@@ -21,10 +21,11 @@ import pytest
 import sqsjkr
 from sqsjkr.backends.audit import AuditEntry, DynamoAudit
 from sqsjkr.backends.members import DynamoRoster, Member
+from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.commands.options import load
 from sqsjkr.contract.firing import Firing
-from sqsjkr.contract.run import RunOutcome
-from sqsjkr.fleet.firings import FiringRow, FiringStatus, firings
+from sqsjkr.contract.run import RunOutcome, RunStart
+from sqsjkr.fleet.firings import Evidence, FiringRow, FiringStatus, firings, judge
 from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.wording import local_time
 from tests.conftest import REGION, Cli
@@ -238,3 +239,22 @@ def test_firings_across_berlins_daylight_saving_changes(
         "2026-10-25T02:00:00Z",
         "2026-10-25T02:30:00Z",
     ]
+
+
+def test_a_firing_in_progress_is_running_and_a_lone_duplicate_is_dropped() -> None:
+    """Judged from the evidence alone: a run in progress sent for the firing, and a firing
+    whose only record is a duplicate's (its first run's record expired)."""
+    schedule = EventSchedule(
+        "sqsjkr-judged", "cron(0 * * * ? *)", "UTC", True, "judged", "true", None
+    )
+    at = hour_mark(time.time())
+    start = RunStart("judged", "m-1", "host-a", "host-a:1:x", at + 5, at + 1, "true")
+    running = judge(schedule, at, Evidence(running=[start]), at + 600, 300)
+    assert running.status is FiringStatus.RUNNING
+    dropped = fired("judged", at, RunOutcome.SUCCEEDED, duplicate_of="m-first")
+    lone = judge(schedule, at, Evidence(records=[dropped]), at + 600, 300)
+    assert (lone.status, lone.reason, lone.duplicates) == (
+        FiringStatus.DUPLICATE,
+        "duplicate of m-first",
+        1,
+    )
