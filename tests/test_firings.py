@@ -41,22 +41,24 @@ def fleet(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield make_fleet(tmp_path_factory.mktemp("firings"))
 
 
-def create_schedule(fleet: WebFleet, event_id: str, expression: str, zone: str = "UTC") -> str:
-    """A schedule of the fleet's group sending event_id's job to its queue; its name."""
+def create_schedule(
+    fleet: WebFleet, event_id: str, expression: str, zone: str = "UTC", dlq: str | None = None
+) -> str:
+    """A schedule of the fleet's group sending event_id's job to its queue (its dead letters
+    to the queue dlq names, when given); its name."""
     arn = fleet.sqs.get_queue_attributes(QueueUrl=fleet.queue_url, AttributeNames=["QueueArn"])
     body = {"event_id": event_id, "command": "true"}
     name = f"sqsjkr-{event_id}"
+    target = {"Arn": arn["Attributes"]["QueueArn"], "RoleArn": ROLE_ARN, "Input": json.dumps(body)}
+    if dlq is not None:
+        target["DeadLetterConfig"] = {"Arn": dlq}
     boto3.client("scheduler", region_name=REGION).create_schedule(
         Name=name,
         GroupName=fleet.table,
         ScheduleExpression=expression,
         ScheduleExpressionTimezone=zone,
         FlexibleTimeWindow={"Mode": "OFF"},
-        Target={
-            "Arn": arn["Attributes"]["QueueArn"],
-            "RoleArn": ROLE_ARN,
-            "Input": json.dumps(body),
-        },
+        Target=target,
     )
     return name
 
@@ -103,7 +105,9 @@ def audited(fleet: WebFleet, at: float, action: str, target: str, detail: str = 
     DynamoAudit(fleet.dynamodb, fleet.table).write(entry)
 
 
-def scheduler_dead_letter(fleet: WebFleet, event_id: str, at: float) -> None:
+def scheduler_dead_letter(
+    fleet: WebFleet, event_id: str, at: float, queue_url: str | None = None
+) -> None:
     """What EventBridge Scheduler puts in a schedule's DLQ when it cannot deliver a firing: the
     target's input, context attributes substituted, and its error attributes."""
     firing = Firing(at, f"arn:aws:scheduler:{REGION}:123456789012:schedule/g/sqsjkr-{event_id}")
@@ -114,7 +118,7 @@ def scheduler_dead_letter(fleet: WebFleet, event_id: str, at: float) -> None:
         "RETRY_ATTEMPTS": "185",
     }
     fleet.sqs.send_message(
-        QueueUrl=fleet.dlq_url,
+        QueueUrl=queue_url or fleet.dlq_url,
         MessageBody=json.dumps(body),
         MessageAttributes={
             name: {"DataType": "String", "StringValue": value} for name, value in attributes.items()
@@ -258,3 +262,17 @@ def test_a_firing_in_progress_is_running_and_a_lone_duplicate_is_dropped() -> No
         "duplicate of m-first",
         1,
     )
+
+
+def test_a_schedules_own_dead_letter_queue_is_read_too(fleet: WebFleet, moto_endpoint: str) -> None:
+    """A FIFO queue's schedules dead-letter into a standard queue of their own (the Scheduler
+    refuses a FIFO one): its letters name the firings the scheduler could not deliver."""
+    url = fleet.sqs.create_queue(QueueName=f"{fleet.queue_name}-schedules-dlq")["QueueUrl"]
+    dlq = fleet.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    create_schedule(fleet, "own-dlq", "cron(0 * * * ? *)", dlq=dlq["Attributes"]["QueueArn"])
+    now = hour_mark(time.time()) + 3 * HOUR + 600
+    scheduler_dead_letter(fleet, "own-dlq", hour_mark(now), url)
+    with module_env(moto_endpoint):
+        [row] = firings(store(fleet), "own-dlq", 900, now)
+    assert row.reason is not None
+    assert row.reason.startswith("the scheduler could not deliver it: AWS.SQS.KmsAccessDenied")

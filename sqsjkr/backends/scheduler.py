@@ -67,6 +67,8 @@ class EventSchedule:
     #: The target's Input as it is, which `sqsjkr trigger` sends: never shown (envs).
     message: str | None = field(default=None, repr=False)
     group_id: str | None = None  # the target's FIFO MessageGroupId, if it has one
+    #: Where the Scheduler puts a firing it could not deliver (its DeadLetterConfig), if set.
+    dead_letter_arn: str | None = None
 
 
 def queue_target(sqs: Any, queue_url: str) -> QueueTarget:
@@ -178,6 +180,7 @@ def _event_schedule(schedule: dict[str, Any]) -> EventSchedule:
         created=schedule.get("CreationDate"),
         message=target.get("Input"),
         group_id=target_group_id(target),
+        dead_letter_arn=target.get("DeadLetterConfig", {}).get("Arn"),
     )
 
 

@@ -13,15 +13,17 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqsjkr.backends.audit import AuditEntry
+from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.members import LOST_AFTER_REFRESHES, Member
 from sqsjkr.backends.scheduler import EventSchedule
+from sqsjkr.backends.sqs import dead_letter_queue_url
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.crontab.fires import Window, next_fires
 from sqsjkr.errors import ResourceMissingError, ScheduleExpressionError
 from sqsjkr.fleet.audit import entries_since
 from sqsjkr.fleet.daemons import read_members
-from sqsjkr.fleet.dead_letters import DeadLetter, queues_of, read_letters
+from sqsjkr.fleet.dead_letters import DeadLetter, Peek, queues_of, read_letters
 from sqsjkr.fleet.history import Store, record_json
 from sqsjkr.fleet.running import running_now
 from sqsjkr.fleet.schedules import read_schedules
@@ -301,7 +303,7 @@ def read_evidence(
         pauses = pause_spans(entries_since(store.client, store.table, since - DEFAULT_SINCE))
         members = read_members(config, store.client)
         summaries = {s.event_id: s for s in store.history.summaries()}
-    dead = _letters(store) if letters else []
+    dead = _letters(store, schedules) if letters else []
     found: dict[str, Evidence] = {}
     for event_id in sorted({s.event_id for s in schedules if s.event_id}):
         fires = sum(len(fire_times(s, since, now)) for s in schedules if s.event_id == event_id)
@@ -318,13 +320,28 @@ def read_evidence(
     return found
 
 
-def _letters(store: Store) -> list[DeadLetter]:
+def _letters(store: Store, schedules: Sequence[EventSchedule]) -> list[DeadLetter]:
+    """The dead letters of each queue's dead-letter queue, and of the schedules' own (a FIFO
+    queue's schedules dead-letter into a standard queue: the Scheduler refuses a FIFO one)."""
     letters: list[DeadLetter] = []
+    read: set[str] = set()
     for queue in store.config.all_queues():
         try:
-            letters += read_letters(queues_of(store.config, queue.name))
+            queues = queues_of(store.config, queue.name)
         except ResourceMissingError:
             continue  # a queue without a dead-letter queue dead-letters nothing
+        letters += read_letters(queues)
+        read.add(queues.dlq_url)
+    sqs = make_client(store.session, "sqs")
+    for arn in sorted({s.dead_letter_arn for s in schedules if s.dead_letter_arn}):
+        try:
+            url = dead_letter_queue_url(sqs, arn)
+        except ResourceMissingError:
+            continue  # deleted since: the Scheduler's delivery fails there too
+        if url not in read:
+            read.add(url)
+            with Peek(sqs, url) as peek:
+                letters += [letter for page in peek.pages() for letter in page]
     return letters
 
 
