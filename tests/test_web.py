@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -801,3 +802,73 @@ def test_the_command_list_and_the_daemon_do_not_import_the_web_extra() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+# -- firings ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ledgered(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A fleet of its own with an hourly schedule made now, whose last hour's firing ran: the
+    day's other firings are missed (the schedule was not yet created), and a dashboard on it."""
+    with module_env(moto_endpoint):
+        own = make_fleet(tmp_path_factory.mktemp("ledger"))
+        arn = own.sqs.get_queue_attributes(QueueUrl=own.queue_url, AttributeNames=["QueueArn"])
+        boto3.client("scheduler", region_name=REGION).create_schedule(
+            Name="sqsjkr-ledgered",
+            GroupName=own.table,
+            ScheduleExpression="cron(0 * * * ? *)",
+            FlexibleTimeWindow={"Mode": "OFF"},
+            Target={
+                "Arn": arn["Attributes"]["QueueArn"],
+                "RoleArn": "arn:aws:iam::123456789012:role/sqsjkr-scheduler",
+                "Input": json.dumps({"event_id": "ledgered", "command": "true"}),
+            },
+        )
+        now = time.time()
+        last = now - now % 3600
+        ran = record("ledgered", last + 20, RunOutcome.SUCCEEDED, firing_at=last, origin="schedule")
+        own.history().finished(ran)
+        served = own.serve(enable_actions=True)
+        yield own, served, last
+        served.close()
+
+
+def test_the_event_strip_draws_firings_and_the_overview_counts_missed_ones(
+    ledgered: Any,
+) -> None:
+    _, served, last = ledgered
+    page = get(served, "/event?id=ledgered").text
+    strip = page.split('class="strip firings"')[1].split('<p class="legend')[0]
+    # A day of hourly firings: the last one ran (a link to its run), the 23 before are missed.
+    assert strip.count('class="cell missed"') == 23
+    assert strip.count('class="cell succeeded"') == 1
+    hour_before = time.strftime("%Y-%m-%d %H:%M", time.gmtime(last - 3600))
+    assert f'title="{hour_before} UTC: missed: schedule not yet created"' in strip
+    assert "missed (its reason in its title)" in page  # the legend's entry
+    assert page.count("Run this firing") == 23
+    overview = get(served, "/").text
+    assert re.search(r"<b>23</b> missed firings", overview), overview
+
+
+def test_run_this_firing_sends_the_schedules_message_as_that_firing_audited(
+    ledgered: Any,
+) -> None:
+    own, served, last = ledgered
+    firing = datetime.fromtimestamp(last - 7200, timezone.utc).isoformat().replace("+00:00", "Z")
+    session = requests.Session()
+    confirm, done = act(
+        served, session, "trigger_firing", "/event?id=ledgered",
+        {"event_id": "ledgered", "firing": firing, "reason": "missed in the outage"},
+    )  # fmt: skip
+    assert firing in confirm.text
+    assert f"as the {firing} firing" in done.text
+    [message] = own.sqs.receive_message(QueueUrl=own.queue_url, WaitTimeSeconds=1)["Messages"]
+    body = json.loads(message["Body"])
+    assert body["firing"]["time"] == firing and body["origin"] == "trigger"
+    # The schedule named as the Scheduler names it in a firing: by its ARN.
+    assert body["firing"]["schedule"].startswith("arn:aws:scheduler:")
+    assert body["firing"]["schedule"].endswith("/sqsjkr-ledgered")
+    [entry] = audit_of(own, "trigger", "ledgered")
+    assert entry.user.startswith("web:") and entry.reason == "missed in the outage"
+    assert firing in entry.detail

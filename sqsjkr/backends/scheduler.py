@@ -69,6 +69,8 @@ class EventSchedule:
     group_id: str | None = None  # the target's FIFO MessageGroupId, if it has one
     #: Its ARN: what a firing's message names as its schedule (the Scheduler's schedule-arn).
     arn: str | None = None
+    #: Where the Scheduler puts a firing it could not deliver (its DeadLetterConfig), if set.
+    dead_letter_arn: str | None = None
 
 
 def queue_target(sqs: Any, queue_url: str) -> QueueTarget:
@@ -181,6 +183,7 @@ def _event_schedule(schedule: dict[str, Any]) -> EventSchedule:
         message=target.get("Input"),
         group_id=target_group_id(target),
         arn=text_field(schedule.get("Arn")),
+        dead_letter_arn=target.get("DeadLetterConfig", {}).get("Arn"),
     )
 
 

@@ -37,6 +37,7 @@ SUBCOMMANDS = {
     "daemons": "sqsjkr.commands.daemons:daemons",
     "schedules": "sqsjkr.commands.schedules:schedules",
     "audit": "sqsjkr.commands.audit:audit",
+    "firings": "sqsjkr.commands.firings:firings_command",
     "kill": "sqsjkr.commands.kill:kill",
     "route": "sqsjkr.commands.route:route",
     "trigger": "sqsjkr.commands.trigger:trigger",

@@ -17,6 +17,7 @@ from sqsjkr.fleet.audit import entries_since
 from sqsjkr.fleet.connection import Connection
 from sqsjkr.fleet.daemons import ordered, read_members
 from sqsjkr.fleet.dead_letters import DeadLetter, Queues, find_letter, queues_of, read_letters
+from sqsjkr.fleet.firings import DEFAULT_SINCE, FiringRow, firings
 from sqsjkr.fleet.history import find_record, last_runs
 from sqsjkr.fleet.locks import HeldLock, Holdings, held, lock_of
 from sqsjkr.fleet.route import routes_of
@@ -113,3 +114,10 @@ class Reads(Connection):
         """Every audit entry from since (unix seconds) on, newest first (`sqsjkr audit`)."""
         with self.store.reading():
             return entries_since(self.store.client, self.store.table, since)
+
+    def firings(
+        self, event_id: str | None = None, since: float = DEFAULT_SINCE, missed_only: bool = False
+    ) -> list[FiringRow]:
+        """Every firing the schedules (of event_id's, when given) imply in the last `since`
+        seconds, newest first, and what became of it (`sqsjkr firings`)."""
+        return firings(self.store, event_id, since, time.time(), missed_only=missed_only)

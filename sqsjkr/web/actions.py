@@ -26,7 +26,7 @@ from sqsjkr.fleet.kill import answer_line, kill_runs, need_claims
 from sqsjkr.fleet.pause import parse_until, pause_events, pause_text, resume_events, scope_text
 from sqsjkr.fleet.redrive import redrive_letters
 from sqsjkr.fleet.route import clear_route, honour_lines, set_route
-from sqsjkr.fleet.trigger import trigger_event
+from sqsjkr.fleet.trigger import trigger_event, trigger_firing
 from sqsjkr.fleet.unlock import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.web.fleet import Fleet
 
@@ -149,6 +149,27 @@ class Actions:
             lines.append(f"warning: {sent.warning}")
         return Outcome(lines)
 
+    def trigger_firing(self, user: str | None, form: Form) -> Outcome:
+        """Run a missed firing: the schedule's message sent as that firing."""
+        event_id = _required(form, "event_id")
+        firing = _required(form, "firing")
+        notes: list[str] = []
+        sent = trigger_firing(
+            self.fleet.config,
+            self.fleet.store,
+            self.auditor(user),
+            event_id,
+            firing,
+            _reason(form),
+            notes.append,
+            force=form.get("force") == "yes",
+        )
+        lines = [f"sent message {sent.message_id} to queue {sent.to.name} as the {firing} firing"]
+        lines += notes
+        if sent.warning is not None:
+            lines.append(f"warning: {sent.warning}")
+        return Outcome(lines)
+
     def kill(self, user: str | None, form: Form) -> Outcome:
         target = _required(form, "target")
         store = self.fleet.store
@@ -181,6 +202,7 @@ ACTIONS: dict[str, Callable[[Actions, str | None, Form], Outcome]] = {
     "unlock": Actions.unlock,
     "redrive": Actions.redrive,
     "trigger": Actions.trigger,
+    "trigger_firing": Actions.trigger_firing,
     "kill": Actions.kill,
     "route": Actions.route,
 }

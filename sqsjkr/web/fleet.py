@@ -24,6 +24,7 @@ from sqsjkr.contract.run import EventSummary, RunRecord
 from sqsjkr.fleet.daemons import live
 from sqsjkr.fleet.dead_letters import DeadLetter, Peek, Queues, queues_of
 from sqsjkr.fleet.failures import failure_text
+from sqsjkr.fleet.firings import FiringRow, FiringStatus, firings
 from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.locks import HeldLock, Holdings, Table, held, lock_of
 from sqsjkr.fleet.running import RunningNow, read_claims, running_against
@@ -43,6 +44,10 @@ SCHEDULES_FRESH = 60.0
 QUEUES_FRESH = 600.0
 #: An event's runs stay cached this long after it last ran: they change only when it runs.
 RUNS_FRESH = 3600.0
+#: The firings the dashboard shows: the last day's, read again each minute (a Query per
+#: scheduled event, the audit trail, the daemons' items and the dead-letter queues).
+FIRINGS_WINDOW = 86400.0
+FIRINGS_FRESH = 60.0
 
 
 @dataclass
@@ -74,6 +79,18 @@ class Schedules:
 
     def of(self, event_id: str) -> list[EventSchedule]:
         return [s for s in self.schedules if s.event_id == event_id]
+
+
+@dataclass(frozen=True)
+class Firings:
+    """The last FIRINGS_WINDOW's firings, newest first, or why they could not be read."""
+
+    rows: tuple[FiringRow, ...] = ()
+    problem: str | None = None
+
+    @property
+    def missed(self) -> list[FiringRow]:
+        return [row for row in self.rows if row.status is FiringStatus.MISSED]
 
 
 class Fleet:
@@ -203,6 +220,25 @@ class Fleet:
             return Schedules(problem=failure_text(exc))
         now = datetime.fromtimestamp(self.clock(), timezone.utc)
         return Schedules(tuple(found), next_runs(found, now))
+
+    def firings(self, event_id: str | None = None) -> Firings:
+        """The ledger of the last FIRINGS_WINDOW, of event_id's schedules (None: of all)."""
+        return self.cache.get(
+            ("firings", event_id), functools.partial(self._read_firings, event_id), FIRINGS_FRESH
+        )
+
+    def _read_firings(self, event_id: str | None) -> Firings:
+        if event_id is not None and not self.schedules().of(event_id):
+            return Firings()
+        try:
+            # The overview counts without reading the dead-letter queues: a reader hides their
+            # messages while it reads, and only an event's page names each firing's reason.
+            rows = firings(
+                self.store, event_id, FIRINGS_WINDOW, self.clock(), letters=event_id is not None
+            )
+        except Exception as exc:
+            return Firings(problem=failure_text(exc))
+        return Firings(tuple(rows))
 
     def queues(self) -> list[Queues | str]:
         """Each queue of the config with its dead-letter queue, or why it has none."""

@@ -16,10 +16,11 @@ from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord
+from sqsjkr.fleet.firings import FiringRow
 from sqsjkr.fleet.locks import HeldLock
 from sqsjkr.fleet.running import RunningNow
 from sqsjkr.fleet.status import Finding, Level, age_problem, judge
-from sqsjkr.web.fleet import Budget, Fleet, Schedules
+from sqsjkr.web.fleet import STRIP_RUNS, Budget, Firings, Fleet, Schedules
 
 #: The states an event can be filtered by, as the events page's select lists them.
 STATES = ("failing", "late", "running", "stale", "paused", "ok")
@@ -89,6 +90,7 @@ class Overview:
     dead_letters: int
     unread: int  # events whose intervals were not learned yet (read at the next views)
     problems: list[str] = field(default_factory=list)
+    missed: int = 0  # missed firings in the last day (FIRINGS_WINDOW)
 
 
 def event_rows(fleet: Fleet, summaries: Sequence[EventSummary], budget: Budget) -> list[EventRow]:
@@ -132,13 +134,19 @@ def overview(fleet: Fleet) -> Overview:
     attention = [row for row in rows if row.finding.level > Level.OK or "stale" in row.states]
     attention.sort(key=lambda row: (-row.finding.level, -row.summary.consecutive_failures))
     letters = fleet.dead_letter_counts()
+    problems = [f"{d.queue}: {d.problem}" for d in letters if d.problem]
+    # The ledger of every scheduled event: read only when there are schedules to judge.
+    ledger = fleet.firings() if fleet.schedules().schedules else Firings()
+    if ledger.problem:
+        problems.append(f"firings: {ledger.problem}")
     return Overview(
         counts,
         attention,
         daemons=len(fleet.live_members()),
         dead_letters=sum(d.count for d in letters),
         unread=budget.skipped,
-        problems=[f"{d.queue}: {d.problem}" for d in letters if d.problem],
+        problems=problems,
+        missed=len(ledger.missed),
     )
 
 
@@ -235,6 +243,12 @@ class EventPage:
     lock_id: str | None
     lock: HeldLock | None
     schedules: Schedules
+    #: Its schedules' firings of the last day, oldest first (its strip when it has schedules).
+    firings: Firings = Firings()
+
+    @property
+    def firing_strip(self) -> list[FiringRow]:
+        return list(reversed(self.firings.rows[:STRIP_RUNS]))
 
 
 def event_page(fleet: Fleet, event_id: str, before: str | None) -> EventPage | None:
@@ -262,6 +276,7 @@ def event_page(fleet: Fleet, event_id: str, before: str | None) -> EventPage | N
         lock_id,
         fleet.lock(lock_id) if lock_id else None,
         fleet.schedules(),
+        fleet.firings(event_id),
     )
 
 
