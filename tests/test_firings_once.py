@@ -18,9 +18,12 @@ import pytest
 
 from sqsjkr.backends.dedupe import HOLDER
 from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.contract.config import load_config
 from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.job import build_body
 from sqsjkr.contract.run import RunOutcome, RunRecord
+from sqsjkr.fleet.jobs import JobPhase
+from sqsjkr.fleet.send import Sender
 
 from .conftest import (
     Aws,
@@ -31,6 +34,7 @@ from .conftest import (
     invocations,
     new_aws,
     run_daemon,
+    sqsjkr,
     wait_until,
 )
 from .test_crash import WAIT_FOR_RELEASE, kill_group, lines
@@ -76,6 +80,10 @@ def pair(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         finally:
             for daemon in daemons:
                 assert daemon.stop() == 0, daemon.log
+
+
+def sender(conf: str) -> Sender:
+    return Sender(load_config(conf))
 
 
 def scheduled(command: str, event_id: str, firing: Firing) -> str:
@@ -205,3 +213,24 @@ def test_a_firing_whose_daemon_is_killed_runs_from_either_copy_after_its_lease(
     assert dup.duplicate_of == ran.message_id
     wait_until(lambda: aws.queue_counts() == (0, 0), what="both deleted")
     assert second.stop() == 0
+
+
+def test_a_firings_run_is_killed_and_followed_by_its_message_id(
+    pair: Pair, capsys: pytest.CaptureFixture[str]
+) -> None:
+    event = f"killed-{uuid.uuid4().hex[:6]}"
+    flag = pair.directory / f"{event}.started"
+    firing = Firing(BEFORE_DST, SCHEDULE + "-" + event, BERLIN_2AM, "Europe/Berlin")
+    sent = pair.aws.send(scheduled(f"touch {flag}; sleep 60", event, firing))
+    wait_until(flag.exists, what="the firing running")
+    conf = str(pair.directory / "config.toml")
+    assert sender(conf).job(sent).phase is JobPhase.RUNNING  # found through its note's claim
+
+    code, out, err = sqsjkr(capsys, "kill", sent, "--reason", "stuck", "-c", conf)
+    assert code == 0, err
+    assert out.startswith(f'kill requested: the run of event "{event}" (message "{sent}")')
+    wait_until(lambda: pair.records(event), timeout=20, what="the kill recorded")
+    [record] = pair.records(event)
+    assert record.outcome is RunOutcome.KILLED and record.firing_at == firing.at
+    state = sender(conf).job(sent)  # its claim is the firing's: its record tells its end
+    assert state.phase is JobPhase.ENDED and state.outcome is RunOutcome.KILLED
