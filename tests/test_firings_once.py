@@ -185,7 +185,6 @@ def test_a_firings_record_and_summary_keep_it_and_a_plain_message_leaves_them_no
     assert unscheduled.last_firing_at is None and unscheduled.next_firing_at is None
 
 
-@pytest.mark.slow  # the killed daemon's message comes back after its visibility timeout
 def test_a_firing_whose_daemon_is_killed_runs_from_either_copy_after_its_lease(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:

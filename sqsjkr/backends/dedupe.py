@@ -224,7 +224,9 @@ _TAKE_KILL_CONDITION = (
 
 class DynamoDedupe:
     """The Go daemon's throttle items, {Id: message id, Type: "throttle", Expired: unix seconds},
-    with a lease while the job runs, and a count of runs when it is retried.
+    with a lease while the job runs, and a count of runs when it is retried. A message of a
+    schedule's firing claims the firing's key instead (Firing.key, which all its messages share),
+    the item naming the message that holds it (MessageId): the firing runs once in the fleet.
 
     Expired is now + the queue's retention period, after which SQS cannot deliver the message
     again; a TTL on Expired lets DynamoDB remove the item. While the job waits or runs, the item
