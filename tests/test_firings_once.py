@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sqsjkr.backends.dedupe import HOLDER
+from sqsjkr.backends.dedupe import HOLDER, ClaimState, DedupeStore, DynamoDedupe, MemoryDedupe
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.firing import Firing, Origin
@@ -233,3 +233,26 @@ def test_a_firings_run_is_killed_and_followed_by_its_message_id(
     assert record.outcome is RunOutcome.KILLED and record.firing_at == firing.at
     state = sender(conf).job(sent)  # its claim is the firing's: its record tells its end
     assert state.phase is JobPhase.ENDED and state.outcome is RunOutcome.KILLED
+
+
+@pytest.mark.parametrize("backend", ["memory", "dynamodb"])
+def test_a_firings_claim_tells_its_other_messages_which_one_holds_it(
+    backend: str, aws: Aws
+) -> None:
+    key = Firing(BEFORE_DST, f"{SCHEDULE}-{uuid.uuid4().hex[:6]}").key
+    store: DedupeStore = (
+        MemoryDedupe()
+        if backend == "memory"
+        else DynamoDedupe(aws.dynamodb, aws.table, retention_seconds=3600, lease_seconds=30)
+    )
+    first = store.claim(key, message_id="m-1")
+    assert first.state is ClaimState.CLAIMED and first.lease is not None
+    running = store.claim(key, message_id="m-2")
+    assert (running.state, running.holder) == (ClaimState.RUNNING, "m-1")
+    assert store.finish(first.lease)
+    finished = store.claim(key, message_id="m-2")
+    assert (finished.state, finished.holder) == (ClaimState.FINISHED, "m-1")
+    # A message's own claim (no firing) holds itself, as ever.
+    plain = f"m-{uuid.uuid4().hex[:6]}"
+    assert store.claim(plain).state is ClaimState.CLAIMED
+    assert store.claim(plain).holder == plain
