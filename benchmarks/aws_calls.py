@@ -28,6 +28,7 @@ import sqsjkr.backends.aws
 import sqsjkr.daemon.service
 from sqsjkr.backends.live import LIVE_TYPE_PREFIX
 from sqsjkr.contract.config import load_config
+from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.job import build_body
 from sqsjkr.local.endpoint import (
     LOCAL_ACCOUNT,
@@ -63,11 +64,20 @@ class Scenario:
     prints_for: float = 0.0
     #: Jobs of the scenario, whatever --jobs says (None: --jobs).
     jobs: int | None = None
+    #: Each message is a schedule's firing (as the module's schedules send): claimed by it.
+    firing: bool = False
 
     def command(self, i: int) -> str:
         if self.prints_for:
             return f"for i in $(seq {int(self.prints_for * 2)}); do echo tick $i; sleep 0.5; done"
         return f"sleep 0.{i * 7 % 10}" if self.varied else "true"
+
+    def firing_of(self, run_id: str, i: int) -> Firing | None:
+        """Job i's firing: its own schedule's, due at the start of this minute."""
+        if not self.firing:
+            return None
+        at = float(int(time.time()) // 60 * 60)
+        return Firing(at, f"bench-{run_id}-{i}", "rate(1 minute)", "UTC")
 
     def lock_id(self, run_id: str, i: int) -> str | None:
         if self.lock == "distinct":
@@ -93,6 +103,15 @@ SCENARIOS = {
             varied=True,
         ),
         Scenario("lock", "with lock_id", "distinct", 4.1, 5.3, "a distinct lock_id per job"),
+        Scenario(
+            "firing",
+            "firings, no lock_id",
+            "none",
+            2.1,
+            3.3,
+            "each message a schedule's firing: its claim is keyed by the firing",
+            firing=True,
+        ),
         Scenario(
             "no-lock-no-history",
             "no lock_id, no history",
@@ -318,6 +337,8 @@ def fill_queue(sqs: Any, queue_url: str, scenario: Scenario, jobs: int, run_id: 
             scenario.command(i),
             event_id=f"bench-{run_id}-{i}",
             lock_id=scenario.lock_id(run_id, i),
+            firing=scenario.firing_of(run_id, i),
+            origin=Origin.SCHEDULE if scenario.firing else None,
         )
         for i in range(jobs)
     ]

@@ -224,7 +224,7 @@ def test_a_duplicate_of_a_finished_job_is_deleted_unrun() -> None:
 
 def test_a_duplicate_of_a_job_in_progress_elsewhere_is_hidden_until_its_lease_ends() -> None:
     class Elsewhere(MemoryDedupe):
-        def claim(self, message_id: str, *, running: Any = None, lock: Any = None) -> Claim:
+        def claim(self, key: str, **_: Any) -> Claim:
             return Claim(ClaimState.RUNNING, held_until=1040.0)
 
     source = FakeSource([{"command": "x"}])
@@ -243,7 +243,7 @@ def test_a_dedupe_store_that_fails_leaves_the_message_unrun_and_pauses_receiving
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     class Down(MemoryDedupe):
-        def claim(self, message_id: str, *, running: Any = None, lock: Any = None) -> Claim:
+        def claim(self, key: str, **_: Any) -> Claim:
             raise EndpointConnectionError(endpoint_url="http://127.0.0.1:1")
 
     caplog.set_level(logging.INFO, logger="sqsjkr.daemon")

@@ -449,6 +449,7 @@ def test_status_json_has_an_object_per_event(
                 "waiting_for": None,
                 "waiting_key": None,
                 "held_by": None,
+                "claim_id": None,  # its message id: it is no schedule's firing
                 "stale": True,
             }
         ],

@@ -32,6 +32,8 @@ from sqsjkr.errors import ResourceMissingError, StoreError
 
 #: The Type attribute of dedupe items, shared with the Go daemon's table.
 THROTTLE_TYPE = "throttle"
+#: The attribute of a firing's claim that names the message holding it.
+HOLDER = "MessageId"
 
 
 class ClaimState(enum.Enum):
@@ -63,6 +65,9 @@ class Claim:
     lock: Lease | None = None
     #: The kill request, when KILLED.
     kill: KillMark | None = None
+    #: RUNNING, WAITING and FINISHED: the message whose claim it is (the message id the claim
+    #: was taken for), when the store knows it.
+    holder: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,9 +91,15 @@ class DedupeStore(Protocol):
     """Remembers which messages have been taken, by whom, and whether their jobs finished."""
 
     def claim(
-        self, message_id: str, *, running: RunStart | None = None, lock: WantedLock | None = None
+        self,
+        key: str,
+        *,
+        message_id: str | None = None,
+        running: RunStart | None = None,
+        lock: WantedLock | None = None,
     ) -> Claim:
-        """Take message_id, or say who has it. running: the run about to begin, which a store
+        """Take the claim key (a message id, or the key of a firing that several messages
+        share, taken for message_id), or say who has it (Claim.holder). running: the run about to begin, which a store
         that keeps history may note in the same write (Claim.noted); lock: the job's lock, which
         it may take in that write too if it is free (Claim.lock). Raises on failure."""
 
@@ -109,9 +120,14 @@ class NoopDedupe:
     """Remembers nothing: every delivery runs, and runs are not counted (Claim.attempt None)."""
 
     def claim(
-        self, message_id: str, *, running: RunStart | None = None, lock: WantedLock | None = None
+        self,
+        key: str,
+        *,
+        message_id: str | None = None,
+        running: RunStart | None = None,
+        lock: WantedLock | None = None,
     ) -> Claim:
-        return Claim(ClaimState.CLAIMED, Lease(message_id, ""), attempt=None)
+        return Claim(ClaimState.CLAIMED, Lease(key, ""), attempt=None)
 
     def renew(self, lease: Lease) -> bool:
         return True
@@ -127,27 +143,36 @@ class MemoryDedupe:
     """Dedupe within one process, whose claims never expire: for tests and for embedding sqsjkr."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        """Its sets are of claim keys: message ids, or firings' keys."""
         self._mutex = threading.Lock()
         self._clock = clock
         self.running: dict[str, str] = {}  # message id -> owner
         self.finished: set[str] = set()
         self._finished_by: dict[str, str] = {}  # message id -> the owner that finished it
         self.retries: dict[str, Retry] = {}  # message id -> its retry to come
+        self._holders: dict[str, str] = {}  # claim key -> the message id it was taken for
 
     def claim(
-        self, message_id: str, *, running: RunStart | None = None, lock: WantedLock | None = None
+        self,
+        key: str,
+        *,
+        message_id: str | None = None,
+        running: RunStart | None = None,
+        lock: WantedLock | None = None,
     ) -> Claim:
         with self._mutex:
-            if message_id in self.finished:
-                return Claim(ClaimState.FINISHED)
-            if message_id in self.running:
-                return Claim(ClaimState.RUNNING, held_until=float("inf"))
-            retry = self.retries.get(message_id)
+            holder = self._holders.get(key, key)
+            if key in self.finished:
+                return Claim(ClaimState.FINISHED, holder=holder)
+            if key in self.running:
+                return Claim(ClaimState.RUNNING, held_until=float("inf"), holder=holder)
+            retry = self.retries.get(key)
             if retry is not None and retry.at > self._clock():
-                return Claim(ClaimState.WAITING, held_until=retry.at)
-            self.retries.pop(message_id, None)
-            lease = Lease(message_id, new_owner())
-            self.running[message_id] = lease.owner
+                return Claim(ClaimState.WAITING, held_until=retry.at, holder=holder)
+            self.retries.pop(key, None)
+            lease = Lease(key, new_owner())
+            self.running[key] = lease.owner
+            self._holders[key] = message_id or key
             attempt = 1 if retry is None else retry.attempts + 1
             return Claim(ClaimState.CLAIMED, lease, attempt=attempt)
 
@@ -199,7 +224,9 @@ _TAKE_KILL_CONDITION = (
 
 class DynamoDedupe:
     """The Go daemon's throttle items, {Id: message id, Type: "throttle", Expired: unix seconds},
-    with a lease while the job runs, and a count of runs when it is retried.
+    with a lease while the job runs, and a count of runs when it is retried. A message of a
+    schedule's firing claims the firing's key instead (Firing.key, which all its messages share),
+    the item naming the message that holds it (MessageId): the firing runs once in the fleet.
 
     Expired is now + the queue's retention period, after which SQS cannot deliver the message
     again; a TTL on Expired lets DynamoDB remove the item. While the job waits or runs, the item
@@ -237,11 +264,16 @@ class DynamoDedupe:
         self._note_running = note_running
 
     def claim(
-        self, message_id: str, *, running: RunStart | None = None, lock: WantedLock | None = None
+        self,
+        key: str,
+        *,
+        message_id: str | None = None,
+        running: RunStart | None = None,
+        lock: WantedLock | None = None,
     ) -> Claim:
         now = self._clock()
-        lease = Lease(message_id, new_owner(), until=now + self._lease_seconds)
-        put = self._claim_put(lease, now, _CLAIM_CONDITION, {})
+        lease = Lease(key, new_owner(), until=now + self._lease_seconds)
+        put = self._claim_put(lease, now, _CLAIM_CONDITION, {}, message_id)
         written = self._write(put, running, lock)
         if written.claimed or owner_of(written.old) == lease.owner:
             # The second case: our own write, retried after its answer was lost.
@@ -249,20 +281,23 @@ class DynamoDedupe:
         if kill_due(written.old, now):
             return self._take_kill(lease, now, written.old)
         if "Attempts" in written.old and _due(written.old, now):
-            return self._claim_again(lease, now, _attempts(written.old), running, lock)
-        return self._state(message_id, written.old, now)
+            return self._claim_again(lease, now, written.old, message_id, running, lock)
+        return self._state(key, written.old, now)
 
     def _claim_again(
         self,
         lease: Lease,
         now: float,
-        attempts: int,
+        old: dict[str, Any],
+        message_id: str | None,
         running: RunStart | None,
         lock: WantedLock | None,
     ) -> Claim:
-        """Claim an item that counts runs: as run attempts + 1 of its job."""
+        """Claim an item that counts runs: as run attempts + 1 of its job (a firing's retry
+        runs as the message that claims it, whichever of its messages that is)."""
+        attempts = _attempts(old)
         values = {":attempts": {"N": str(attempts)}, "Attempts": {"N": str(attempts)}}
-        put = self._claim_put(lease, now, _CLAIM_AGAIN_CONDITION, values)
+        put = self._claim_put(lease, now, _CLAIM_AGAIN_CONDITION, values, message_id)
         written = self._write(put, running, lock)
         if written.claimed or owner_of(written.old) == lease.owner:
             return self._claimed(lease, attempts + 1, written)
@@ -297,7 +332,12 @@ class DynamoDedupe:
         )
 
     def _claim_put(
-        self, lease: Lease, now: float, condition: str, extra: dict[str, Any]
+        self,
+        lease: Lease,
+        now: float,
+        condition: str,
+        extra: dict[str, Any],
+        message_id: str | None,
     ) -> dict[str, Any]:
         item = {
             **_key(lease.key),
@@ -305,6 +345,10 @@ class DynamoDedupe:
             "Owner": {"S": lease.owner},
             "LeaseUntil": lease_time(lease.until),
         }
+        if message_id is not None and message_id != lease.key:
+            # A firing's claim: which of its messages holds it, so that the others are told
+            # whose duplicates they are, and a run is found by that message's id.
+            item[HOLDER] = {"S": message_id}
         values = {":now": lease_time(now)}
         if extra:
             item["Attempts"] = extra.pop("Attempts")
@@ -343,21 +387,24 @@ class DynamoDedupe:
             return _Written(False, failed, noted=True, lock=ours)
         return _Written(True, {}, noted=True, lock=taken)
 
-    def _state(self, message_id: str, old: dict[str, Any], now: float) -> Claim:
+    def _state(self, key: str, old: dict[str, Any], now: float) -> Claim:
         """What an item that failed a claim's condition says of its message."""
         if not old:
             # The condition can only fail on an item that exists: an endpoint that does not
             # return it (ReturnValuesOnConditionCheckFailure) leaves the state unknown, and
             # calling it finished would delete the message unrun.
             raise StoreError(
-                f"the claim of message {message_id} failed its condition, and the table "
+                f"the claim {key} failed its condition, and the table "
                 f"{self._table!r} did not return the item that failed it"
             )
+        holder = old[HOLDER]["S"] if HOLDER in old else key
         if "LeaseUntil" in old:
-            return Claim(ClaimState.RUNNING, held_until=float(old["LeaseUntil"]["N"]))
+            held = float(old["LeaseUntil"]["N"])
+            return Claim(ClaimState.RUNNING, held_until=held, holder=holder)
         if "RetryAt" in old:
-            return Claim(ClaimState.WAITING, held_until=float(old["RetryAt"]["N"]))
-        return Claim(ClaimState.FINISHED)
+            held = float(old["RetryAt"]["N"])
+            return Claim(ClaimState.WAITING, held_until=held, holder=holder)
+        return Claim(ClaimState.FINISHED, holder=holder)
 
     def renew(self, lease: Lease) -> bool:
         until = self._clock() + self._lease_seconds
@@ -446,9 +493,9 @@ def _due(item: dict[str, Any], now: float) -> bool:
     return "RetryAt" in item and float(item["RetryAt"]["N"]) <= now
 
 
-def claim_key(message_id: str) -> dict[str, Any]:
-    """The key of message_id's claim (its dedupe item)."""
-    return {"Id": {"S": message_id}, "Type": {"S": THROTTLE_TYPE}}
+def claim_key(claim_id: str) -> dict[str, Any]:
+    """The key of a claim (a dedupe item): a message id, or a firing's key (RunStart.claim)."""
+    return {"Id": {"S": claim_id}, "Type": {"S": THROTTLE_TYPE}}
 
 
 _key = claim_key

@@ -22,7 +22,9 @@ from sqsjkr.backends.index import items_of_type
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import DynamoLocker
 from sqsjkr.backends.transactions import Transactions
+from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
+from sqsjkr.crontab.fires import next_firing
 from sqsjkr.errors import ResourceMissingError
 
 #: Type of the per-event summary item; the Go daemon's TypeExpiredIndex lists them by Type.
@@ -62,8 +64,11 @@ class History(Protocol):
         claim: Lease | None = None,
         lock: Lease | None = None,
         slot: Lease | None = None,
+        firing: Firing | None = None,
     ) -> Ended:
-        """Store the record and bring the event's summary up to date.
+        """Store the record and bring the event's summary up to date: with firing (the
+        schedule's firing the message was), its schedule and next firing too. A duplicate's
+        record (RunOutcome.DUPLICATE) is stored and leaves the summary as it is.
 
         A store that shares the table of the dedupe store, the locker and the groups may, in the
         same write, mark claim finished and release lock and slot, and says so in its answer.
@@ -89,6 +94,7 @@ class NoHistory:
         claim: Lease | None = None,
         lock: Lease | None = None,
         slot: Lease | None = None,
+        firing: Firing | None = None,
     ) -> Ended:
         return NOT_FOLDED
 
@@ -122,11 +128,14 @@ class MemoryHistory:
         claim: Lease | None = None,
         lock: Lease | None = None,
         slot: Lease | None = None,
+        firing: Firing | None = None,
     ) -> Ended:
         with self._mutex:
             self.records.append(record)
+            if record.outcome is RunOutcome.DUPLICATE:
+                return NOT_FOLDED
             summary = self._summaries.get(record.event_id, EventSummary(record.event_id))
-            self._summaries[record.event_id] = summarise(summary, record)
+            self._summaries[record.event_id] = summarise(summary, record, firing)
         return NOT_FOLDED
 
     def runs(self, event_id: str, limit: int) -> list[RunRecord]:
@@ -139,10 +148,15 @@ class MemoryHistory:
             return sorted(self._summaries.values(), key=lambda s: s.event_id)
 
 
-def summarise(summary: EventSummary, record: RunRecord) -> EventSummary:
+def summarise(
+    summary: EventSummary, record: RunRecord, firing: Firing | None = None
+) -> EventSummary:
     """The summary after record ended: what DynamoHistory's update expression does too."""
     running = tuple(r for r in summary.running if r.message_id != record.message_id)
     summary = replace(summary, last_run=record, running=running)
+    if firing is not None:
+        known: dict[str, Any] = {k: v for k, v in schedule_fields(firing).items() if v is not None}
+        summary = replace(summary, **known)
     if not record.final:
         return summary
     if record.outcome is RunOutcome.SUCCEEDED:
@@ -204,12 +218,15 @@ class DynamoHistory:
         claim: Lease | None = None,
         lock: Lease | None = None,
         slot: Lease | None = None,
+        firing: Firing | None = None,
     ) -> Ended:
         data = record.as_dict()
-        writes = [
-            {"Put": self._run_item(record, data)},
-            {"Update": self._summary_update(record, data)},
-        ]
+        writes: list[dict[str, Any]] = [{"Put": self._run_item(record, data)}]
+        if record.outcome is RunOutcome.DUPLICATE:
+            # Its own record only: the summary is the firing's run's, which is another's.
+            self._transact(writes)
+            return NOT_FOLDED
+        writes.append({"Update": self._summary_update(record, data, firing)})
         live = self._live_delete and self._live_delete(record.event_id, record.message_id)
         if live:
             writes.append(live)  # a job that ran past one live_output_interval had one
@@ -279,7 +296,9 @@ class DynamoHistory:
             }
         }
 
-    def _summary_update(self, record: RunRecord, data: dict[str, Any]) -> dict[str, Any]:
+    def _summary_update(
+        self, record: RunRecord, data: dict[str, Any], firing: Firing | None
+    ) -> dict[str, Any]:
         last = {k: v for k, v in data.items() if k not in ("output", "stdout", "stderr")}
         sets = ["LastRun = :run", "Expired = :expired"]
         keep = self._retention if record.one_off else SUMMARY_KEEP_SECONDS
@@ -296,6 +315,10 @@ class DynamoHistory:
             values[":ended"] = lease_time(record.ended_at)
             add = " ADD ConsecutiveFailures :one"
             values[":one"] = {"N": "1"}
+        if firing is not None:
+            schedule = _schedule_values(firing)
+            sets += [f"{name} = :{name}" for name in schedule]
+            values.update({f":{name}": value for name, value in schedule.items()})
         return {
             "Key": _key(record.event_id, SUMMARY_TYPE),
             "UpdateExpression": f"SET {', '.join(sets)}{add} REMOVE #running",
@@ -384,6 +407,43 @@ def running_update(start: RunStart) -> dict[str, Any]:
     }
 
 
+#: The summary's attributes of its schedule, by EventSummary field.
+_SCHEDULE_ATTRIBUTES = {
+    "schedule": "Schedule",
+    "schedule_expression": "ScheduleExpression",
+    "schedule_timezone": "ScheduleTimezone",
+    "last_firing_at": "LastFiringAt",
+    "next_firing_at": "NextFiringAt",
+}
+
+
+def schedule_fields(firing: Firing) -> dict[str, str | float | None]:
+    """What an event's summary keeps of a firing of its schedule, by EventSummary field: the
+    schedule, its expression and zone as the message carried them, the firing's due time and
+    the next one's, computed from them (None without an expression)."""
+    following = None
+    if firing.expression is not None:
+        following = next_firing(firing.expression, firing.timezone, firing.at)
+    return {
+        "schedule": firing.schedule,
+        "schedule_expression": firing.expression,
+        "schedule_timezone": firing.timezone,
+        "last_firing_at": firing.at,
+        "next_firing_at": following,
+    }
+
+
+def _schedule_values(firing: Firing) -> dict[str, dict[str, str]]:
+    """The summary's schedule attributes for firing, by name: those it knows."""
+    values = {}
+    for name, value in schedule_fields(firing).items():
+        if isinstance(value, str):
+            values[_SCHEDULE_ATTRIBUTES[name]] = {"S": value}
+        elif value is not None:
+            values[_SCHEDULE_ATTRIBUTES[name]] = lease_time(value)
+    return values
+
+
 def run_type(record: RunRecord) -> str:
     """The range key of a run item: sorted by end time, unique by message id."""
     return f"{RUN_TYPE_PREFIX}{int(record.ended_at * 1000):013d}#{record.message_id}"
@@ -392,6 +452,9 @@ def run_type(record: RunRecord) -> str:
 def _summary(item: dict[str, Any]) -> EventSummary:
     def number(name: str) -> float | None:
         return float(item[name]["N"]) if name in item else None
+
+    def text(name: str) -> str | None:
+        return str(item[name]["S"]) if name in item else None
 
     running = running_notes(item)
     last = item.get("LastRun")
@@ -402,6 +465,11 @@ def _summary(item: dict[str, Any]) -> EventSummary:
         last_failure_at=number("LastFailureAt"),
         consecutive_failures=int(number("ConsecutiveFailures") or 0),
         running=running,
+        schedule=text("Schedule"),
+        schedule_expression=text("ScheduleExpression"),
+        schedule_timezone=text("ScheduleTimezone"),
+        last_firing_at=number("LastFiringAt"),
+        next_firing_at=number("NextFiringAt"),
     )
 
 

@@ -23,6 +23,10 @@ class RunOutcome(enum.Enum):
     STOPPED = "stopped"  # stopped (or never started) by a shutdown: it runs again elsewhere
     FAILED_TO_START = "failed_to_start"  # its command could not be started
     KILLED = "killed"  # stopped (or never started) by `sqsjkr kill`: final, never retried
+    #: A second message of one schedule's firing, whose claim another message holds: not run,
+    #: its record names that message (RunRecord.duplicate_of). Not a run's end: /metrics and
+    #: stats count it as a duplicate message, never among runs.
+    DUPLICATE = "duplicate"
 
     @property
     def failed(self) -> bool:
@@ -120,10 +124,18 @@ class RunStart:
     waiting_for: str | None = None
     waiting_key: str | None = None
     held_by: str | None = None
+    #: The Id of the run's claim when it is not message_id: the key of the schedule's firing
+    #: the message is (Firing.key), which every message of that firing shares.
+    claim_id: str | None = None
 
     @property
     def one_off(self) -> bool:
         return one_off(self.event_id, self.message_id)
+
+    @property
+    def claim(self) -> str:
+        """The Id of the run's claim (its dedupe item): kill, live and job states read it."""
+        return self.claim_id or self.message_id
 
 
 @dataclass(frozen=True)

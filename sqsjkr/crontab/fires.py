@@ -8,6 +8,7 @@ repeats fires once, in the first pass.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -173,3 +174,18 @@ def _rate_fires(
         return Fires(tuple(after + period * n for n in range(1, count + 1)), exact=False)
     done = (after - anchor) // period + 1 if after >= anchor else 0
     return Fires(tuple(anchor + period * (done + n) for n in range(count)))
+
+
+@functools.lru_cache(maxsize=1024)
+def next_firing(expression: str, zone_name: str | None, at: float) -> float | None:
+    """The firing after the one due at `at` (unix seconds) of a schedule of this expression and
+    zone (UTC when None), in unix seconds: a rate() counts from that firing. None when it fires
+    no more, or EventBridge would not take the expression. Cached: a schedule's messages ask
+    for the same firing again and again."""
+    after = datetime.fromtimestamp(at, timezone.utc)
+    anchor = Window(created=after)
+    try:
+        fires = next_fires(expression, zone_name or "UTC", after, 1, anchor)
+    except ScheduleExpressionError:
+        return None
+    return fires.times[0].timestamp() if fires.times else None

@@ -13,6 +13,7 @@ from sqsjkr.backends.groups import Groups
 from sqsjkr.backends.history import NOT_FOLDED, Ended, History
 from sqsjkr.backends.lease import Lease
 from sqsjkr.backends.locks import Locker
+from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.leases import LeaseKeeper
@@ -58,7 +59,8 @@ class RunCloser:
         record = None if ending.run is None else progress.record(ending, self._clock())
         ended = NOT_FOLDED
         if record is not None:
-            ended = self._record(record, claim if finished else None, lock, slot, jlog)
+            held = claim if finished else None
+            ended = self._record(record, held, lock, slot, jlog, progress.job.firing)
         for lease, answer, release, what in (
             (lock, ended.lock, self._locker.unlock, "lock"),
             (slot, ended.slot, self._groups.leave, "concurrency group slot"),
@@ -90,11 +92,14 @@ class RunCloser:
         lock: Lease | None,
         slot: Lease | None,
         jlog: JobLog,
+        firing: Firing | None = None,
     ) -> Ended:
         """history.finished, tried again for a while: a record never fails its job or keeps its
         message. What it did not do with claim, lock and slot is left to their stores."""
         answered, ended = self._keeper.until_answered(
-            lambda: self._history.finished(record, claim=claim, lock=lock, slot=slot),
+            lambda: self._history.finished(
+                record, claim=claim, lock=lock, slot=slot, firing=firing
+            ),
             "record its run",
             jlog,
             give_up_after=RECORD_RETRY_SECONDS,
@@ -106,6 +111,11 @@ class RunCloser:
             jlog.error("its run record is lost: %s", json.dumps(data))
             return NOT_FOLDED
         return ended
+
+    def duplicate(self, record: RunRecord, jlog: JobLog) -> None:
+        """Record a duplicate of a firing's run (RunOutcome.DUPLICATE): its own record only,
+        which reporters are not told of, as no run ended."""
+        self._record(record, None, None, None, jlog)
 
     def _end_claim(self, lease: Lease, jlog: JobLog, *, finished: bool) -> None:
         if not finished:

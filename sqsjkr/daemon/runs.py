@@ -116,6 +116,13 @@ class RunProgress:
     def command(self) -> str:
         return shorten_command(self.job.what, MAX_RECORDED_COMMAND)
 
+    @property
+    def claim_id(self) -> str:
+        """The Id of the job's claim: its firing's key, which every message of one firing
+        shares so that it runs once in the fleet, else its message id."""
+        firing = self.job.firing
+        return self.job.message_id if firing is None else firing.key
+
     def claimed(self, owner: str, attempt: int | None) -> None:
         self.owner = owner
         # A store that does not count runs: SQS's count of deliveries stands in for it.
@@ -151,6 +158,7 @@ class RunProgress:
             lock_id=self.job.lock_id,
             receive_count=self.message.receive_count,
             attempt=self.attempt,
+            claim_id=None if self.job.firing is None else self.job.firing.key,
         )
 
     def record(self, ending: Ending, now: float) -> RunRecord:
@@ -167,6 +175,7 @@ class RunProgress:
         if result is not None and result.start_error is not None:
             started = None  # the command never ran
         triggered_by, trigger_reason = trigger_note(self.message.attributes)
+        firing, origin = self.job.firing, self.job.origin
         return RunRecord(
             event_id=self.job.event_id,
             message_id=self.job.message_id,
@@ -194,4 +203,7 @@ class RunProgress:
             output_bytes=output.merged_bytes if output else None,
             triggered_by=triggered_by,
             trigger_reason=trigger_reason,
+            firing_at=None if firing is None else firing.at,
+            firing_schedule=None if firing is None else firing.schedule,
+            origin=None if origin is None else origin.value,
         )

@@ -141,7 +141,9 @@ class Worker:
         try:
             # The run shows as in progress in its event's summary from its claim on: in the
             # claim's own write when the store can, which takes a free lock too.
-            claim = self._dedupe.claim(job.message_id, running=progress.note(), lock=lock)
+            claim = self._dedupe.claim(
+                progress.claim_id, message_id=job.message_id, running=progress.note(), lock=lock
+            )
         except AWS_ERRORS as exc:
             # Not run: unlike the Go daemon, a job that may be a duplicate waits for a later try.
             jlog.error(
@@ -150,6 +152,9 @@ class Worker:
                 describe(exc),
             )
             return Ending(PAUSE)
+        holder = claim.holder
+        if job.firing is not None and holder is not None and holder != job.message_id:
+            return self._duplicate(entry, progress, claim, holder, jlog)
         if claim.state is ClaimState.FINISHED:
             jlog.info("duplicate message deleted: its job has run")
             return Ending(DELETE, (Outcome.DUPLICATE,))
@@ -196,6 +201,26 @@ class Worker:
         ending = killed(claim.kill)
         self._closer.close(entry, ending, progress, jlog)
         return ending
+
+    def _duplicate(
+        self, entry: InFlight, progress: RunProgress, claim: Claim, holder: str, jlog: JobLog
+    ) -> Ending:
+        """Another message of the job's firing holds its claim (it runs, ran, or waits for its
+        retry): this one is recorded as its duplicate and deleted. Should the holder's daemon
+        die, the holder's own message, still on the queue, runs the firing once its lease ends."""
+        assert entry.job.firing is not None
+        what = {
+            ClaimState.FINISHED: "has run",
+            ClaimState.RUNNING: "is in progress",
+            ClaimState.WAITING: "waits for its retry",
+        }.get(claim.state, "is taken")
+        why = f"a duplicate of message {holder}: the firing {entry.job.firing.key} {what}"
+        jlog.info("not run, message deleted: %s", escape(why))
+        ending = Ending(DELETE, (Outcome.DUPLICATE,), RunOutcome.DUPLICATE, why)
+        record = replace(progress.record(ending, self._clock()), duplicate_of=holder)
+        self._closer.duplicate(record, jlog)
+        # Counted as a duplicate message, as ever, and not among runs (stats, /metrics).
+        return Ending(DELETE, (Outcome.DUPLICATE,))
 
     def _claimed(self, entry: InFlight, progress: RunProgress, jlog: JobLog) -> Ending:
         job = entry.job

@@ -115,11 +115,11 @@ def job_state(store: Store, message_id: str, event_id: str | None = None) -> Job
             return _from_note(note)
         if claim is not None:
             return _from_claim(store.history, message_id, event_id, claim)
-        # No claim: not taken yet; or, with dedupe off, a run only its record shows.
-        if store.config.dedupe.backend == "none":
-            record = final_record(store.history, event_id, message_id)
-            if record is not None:
-                return JobState(message_id, event_id, JobPhase.ENDED, record=record)
+        # No claim: not taken yet; or a run only its record shows: with dedupe off, or a
+        # firing's run (its claim is the firing's key) or duplicate.
+        record = final_record(store.history, event_id, message_id)
+        if record is not None:
+            return JobState(message_id, event_id, JobPhase.ENDED, record=record)
         return JobState(message_id, event_id, JobPhase.QUEUED)
 
 

@@ -35,6 +35,11 @@ class Target:
     message_id: str
     start: RunStart | None = None
 
+    @property
+    def claim(self) -> str:
+        """The Id of its claim: a firing's key when its note says so, else its message id."""
+        return self.message_id if self.start is None else self.start.claim
+
     def text(self) -> str:
         start = self.start
         if start is None:
@@ -122,7 +127,7 @@ def kill_runs(
         audit("kill", events or target, reason=reason, detail=f"message {ids}")
         mark = KillMark(by, reason, time.time())
         return [
-            (run, request_kill(store.client, store.table, claim_key(run.message_id), mark))
+            (run, request_kill(store.client, store.table, claim_key(run.claim), mark))
             for run in live
         ]
 
@@ -171,7 +176,7 @@ def in_progress(store: Store, run: Target) -> bool:
     """Whether run's claim is held: its lease is in the table."""
     key: dict[str, Any] = {
         "TableName": store.table,
-        "Key": claim_key(run.message_id),
+        "Key": claim_key(run.claim),
         "ConsistentRead": True,
     }
     return "LeaseUntil" in store.client.get_item(**key).get("Item", {})

@@ -80,7 +80,7 @@ def learned_interval(runs: Sequence[RunRecord]) -> float | None:
     between two firings moves a median little, where it would halve a mean. None until there
     are MIN_INTERVALS gaps.
     """
-    fired = sorted({run.sent_at for run in runs if run.final})
+    fired = sorted({run.sent_at for run in runs if run.final and run.duplicate_of is None})
     gaps = [
         later - earlier
         for earlier, later in itertools.pairwise(fired)

@@ -48,6 +48,7 @@ _VERBS = {
     RunOutcome.STOPPED: "was stopped",
     RunOutcome.FAILED_TO_START: "failed to start",
     RunOutcome.KILLED: "was killed",
+    RunOutcome.DUPLICATE: "was a duplicate",  # not reported: no run ended
 }
 
 

@@ -16,7 +16,8 @@ from sqsjkr.contract.run import RunOutcome
 
 __all__ = ["Outcome", "Stats", "StatsSnapshot"]
 
-_RUN_OUTCOMES = tuple(outcome.value for outcome in RunOutcome)
+#: A duplicate's record is no run's end: it counts among duplicates (Outcome.DUPLICATE).
+_RUN_OUTCOMES = tuple(o.value for o in RunOutcome if o is not RunOutcome.DUPLICATE)
 
 
 class Outcome(enum.Enum):

@@ -1,0 +1,258 @@
+"""Once per firing, end to end: two messages of one schedule's firing run once across two real
+daemons on one queue (moto over HTTP), the second recorded as a duplicate; records and summaries
+keep the firing.
+
+moto never fires schedules: each test sends the message a schedule would send, with the
+Scheduler's context attributes substituted as its guide documents.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from sqsjkr.backends.dedupe import HOLDER, ClaimState, DedupeStore, DynamoDedupe, MemoryDedupe
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.contract.config import load_config
+from sqsjkr.contract.firing import Firing, Origin
+from sqsjkr.contract.job import build_body
+from sqsjkr.contract.run import RunOutcome, RunRecord
+from sqsjkr.fleet.jobs import JobPhase
+from sqsjkr.fleet.send import Sender
+
+from .conftest import (
+    Aws,
+    Daemon,
+    Start,
+    config_text,
+    counted,
+    invocations,
+    new_aws,
+    run_daemon,
+    sqsjkr,
+    wait_until,
+)
+from .test_crash import WAIT_FOR_RELEASE, kill_group, lines
+from .web_fleet import module_env
+
+SCHEDULE = "arn:aws:scheduler:us-east-1:123456789012:schedule/jobs/nightly-report"
+BERLIN_2AM = "cron(0 2 * * ? *)"
+#: 02:00 Europe/Berlin on the day before its clocks skip 02:00-03:00 (2026-03-29).
+BEFORE_DST = datetime(2026, 3, 28, 1, 0, tzinfo=timezone.utc).timestamp()
+
+
+@dataclass
+class Pair:
+    """Two daemons reading one queue, and the directory their jobs write to."""
+
+    aws: Aws
+    daemons: tuple[Daemon, Daemon]
+    directory: Path
+
+    def history(self) -> DynamoHistory:
+        return DynamoHistory(self.aws.dynamodb, self.aws.table, retention_seconds=1)
+
+    def records(self, event_id: str) -> list[RunRecord]:
+        return self.history().runs(event_id, 500)
+
+    def counts(self, name: str) -> int:
+        return sum(invocations(d.stats_port)[name] for d in self.daemons)
+
+
+@pytest.fixture(scope="module")
+def pair(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    directory = tmp_path_factory.mktemp("firings-once")
+    with module_env(moto_endpoint):
+        aws = new_aws()
+        conf = directory / "config.toml"
+        text = config_text(aws, stats="stats_port = 0", max_concurrent_num=10)
+        conf.write_text(text.replace("[lock]\n", '[lock]\nlease = "3s"\n'))
+        daemons = tuple(Daemon(["run", "-c", str(conf)], {}, directory) for _ in range(2))
+        try:
+            for daemon in daemons:
+                daemon.wait_for_log("receiving with")
+            yield Pair(aws, (daemons[0], daemons[1]), directory)
+        finally:
+            for daemon in daemons:
+                assert daemon.stop() == 0, daemon.log
+
+
+def sender(conf: str) -> Sender:
+    return Sender(load_config(conf))
+
+
+def scheduled(command: str, event_id: str, firing: Firing) -> str:
+    """The body a schedule's target sends for this firing (its attributes substituted)."""
+    return build_body(command, event_id=event_id, firing=firing, origin=Origin.SCHEDULE)
+
+
+def send_batch(aws: Aws, bodies: list[str]) -> list[str]:
+    """Send bodies, ten a call, in order; their message ids."""
+    ids = []
+    for start in range(0, len(bodies), 10):
+        entries = [
+            {"Id": str(i), "MessageBody": body} for i, body in enumerate(bodies[start : start + 10])
+        ]
+        response = aws.sqs.send_message_batch(QueueUrl=aws.queue_url, Entries=entries)
+        assert not response.get("Failed"), response
+        ids += [e["MessageId"] for e in sorted(response["Successful"], key=lambda e: int(e["Id"]))]
+    return ids
+
+
+@pytest.mark.slow  # 100 firings, 200 messages: about 20 s on two cores
+def test_each_of_100_firings_sent_twice_at_once_runs_once_across_two_daemons(pair: Pair) -> None:
+    event = f"nightly-{uuid.uuid4().hex[:6]}"
+    ran = pair.directory / f"{event}.runs"
+    firings = [
+        Firing(BEFORE_DST + 86400 * i, SCHEDULE, BERLIN_2AM, "Europe/Berlin") for i in range(100)
+    ]
+    bodies = []
+    for firing in firings:
+        body = scheduled(f"echo {firing.iso} >> {ran}", event, firing)
+        bodies += [body, body]  # EventBridge's at-least-once: one firing, two messages
+    duplicates_before = pair.counts("duplicates")
+    ids = send_batch(pair.aws, bodies)
+
+    wait_until(lambda: len(pair.records(event)) == 200, timeout=40, what="200 records")
+    wait_until(lambda: pair.aws.queue_counts() == (0, 0), what="every message deleted")
+    assert sorted(lines(ran)) == sorted(f.iso for f in firings)  # each firing ran once
+
+    records = pair.records(event)
+    runs = [r for r in records if r.outcome is not RunOutcome.DUPLICATE]
+    dups = [r for r in records if r.outcome is RunOutcome.DUPLICATE]
+    assert len(runs) == len(dups) == 100
+    assert {r.firing_at for r in runs} == {f.at for f in firings}
+    assert all(r.outcome is RunOutcome.SUCCEEDED and r.duplicate_of is None for r in runs)
+    by_id = {r.message_id: r for r in runs}
+    for dup in dups:
+        assert dup.duplicate_of in by_id and not dup.failure and dup.started_at is None
+        assert by_id[dup.duplicate_of].firing_at == dup.firing_at  # the same firing's run
+    # Each firing's pair of messages: one ran, the other is its duplicate.
+    assert {r.message_id for r in records} == set(ids)
+    wait_until(lambda: pair.counts("duplicates") - duplicates_before == 100, what="counted")
+    # The firing's claim names the message that ran it, so kill, job and live find its run.
+    run = runs[0]
+    claim = pair.aws.item(Firing(run.firing_at or 0, SCHEDULE).key, "throttle")
+    assert claim is not None and claim[HOLDER]["S"] == run.message_id
+    assert "LeaseUntil" not in claim  # finished
+    assert pair.aws.item(run.message_id, "throttle") is None  # no claim of its own
+
+
+def test_a_firings_record_and_summary_keep_it_and_a_plain_message_leaves_them_none(
+    pair: Pair,
+) -> None:
+    event, plain = f"report-{uuid.uuid4().hex[:6]}", f"plain-{uuid.uuid4().hex[:6]}"
+    firing = Firing(BEFORE_DST, SCHEDULE, BERLIN_2AM, "Europe/Berlin")
+    sent = pair.aws.send(scheduled("true", event, firing))
+    pair.aws.send({"command": "true", "event_id": plain})
+    wait_until(lambda: pair.records(event) and pair.records(plain), what="both recorded")
+
+    [record] = pair.records(event)
+    assert record.message_id == sent and record.outcome is RunOutcome.SUCCEEDED
+    assert (record.firing_at, record.firing_schedule) == (firing.at, SCHEDULE)
+    assert record.origin == "schedule" and record.duplicate_of is None
+    assert record.started_at is not None
+    assert record.queue_delay == record.started_at - firing.at  # from the firing
+    summary = pair.history().summary(event)
+    assert summary is not None and summary.last_run == record
+    assert (summary.schedule, summary.schedule_expression, summary.schedule_timezone) == (
+        SCHEDULE,
+        BERLIN_2AM,
+        "Europe/Berlin",
+    )
+    assert summary.last_firing_at == firing.at
+    # 02:00 of 2026-03-29 is skipped in Berlin: the next firing is 02:00 CEST on the 30th.
+    after_dst = datetime(2026, 3, 30, 0, 0, tzinfo=timezone.utc).timestamp()
+    assert summary.next_firing_at == after_dst
+
+    [other] = pair.records(plain)
+    assert (other.firing_at, other.firing_schedule, other.origin, other.duplicate_of) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert other.queue_delay == (other.started_at or 0) - other.sent_at
+    unscheduled = pair.history().summary(plain)
+    assert unscheduled is not None
+    fields = ("schedule", "schedule_expression", "schedule_timezone")
+    assert all(getattr(unscheduled, name) is None for name in fields)
+    assert unscheduled.last_firing_at is None and unscheduled.next_firing_at is None
+
+
+def test_a_firing_whose_daemon_is_killed_runs_from_either_copy_after_its_lease(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    firing = Firing(BEFORE_DST, SCHEDULE, BERLIN_2AM, "Europe/Berlin")
+    body = scheduled(f"echo $$ >> pids; echo run >> runs; {WAIT_FOR_RELEASE}", "crash", firing)
+    first, _ = run_daemon(start_daemon, tmp_path, aws, lease="2s")
+    held = aws.send(body)
+    wait_until(lambda: lines(tmp_path / "runs") == ["run"], what="the firing running")
+    first.kill()
+    kill_group(tmp_path / "pids")
+    (tmp_path / "release").touch()
+
+    # The firing's other copy arrives. Once the dead daemon's lease on the firing's claim has
+    # passed, whichever copy comes first runs it (the other, if the lease was still on, is
+    # dropped as the first's duplicate: the first is still on the queue and runs later).
+    second, port = run_daemon(start_daemon, tmp_path, aws, lease="2s")
+    other = aws.send(body)
+    wait_until(counted(port, succeeded=1, duplicates=1), timeout=60, what="run, and dropped")
+    assert lines(tmp_path / "runs") == ["run", "run"]
+    history = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1)
+    records = {r.message_id: r for r in history.runs("crash", 10)}
+    assert set(records) == {held, other}
+    [ran] = [r for r in records.values() if r.outcome is RunOutcome.SUCCEEDED]
+    [dup] = [r for r in records.values() if r.outcome is RunOutcome.DUPLICATE]
+    assert dup.duplicate_of == ran.message_id
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="both deleted")
+    assert second.stop() == 0
+
+
+def test_a_firings_run_is_killed_and_followed_by_its_message_id(
+    pair: Pair, capsys: pytest.CaptureFixture[str]
+) -> None:
+    event = f"killed-{uuid.uuid4().hex[:6]}"
+    flag = pair.directory / f"{event}.started"
+    firing = Firing(BEFORE_DST, SCHEDULE + "-" + event, BERLIN_2AM, "Europe/Berlin")
+    sent = pair.aws.send(scheduled(f"touch {flag}; sleep 60", event, firing))
+    wait_until(flag.exists, what="the firing running")
+    conf = str(pair.directory / "config.toml")
+    assert sender(conf).job(sent).phase is JobPhase.RUNNING  # found through its note's claim
+
+    code, out, err = sqsjkr(capsys, "kill", sent, "--reason", "stuck", "-c", conf)
+    assert code == 0, err
+    assert out.startswith(f'kill requested: the run of event "{event}" (message "{sent}")')
+    wait_until(lambda: pair.records(event), timeout=20, what="the kill recorded")
+    [record] = pair.records(event)
+    assert record.outcome is RunOutcome.KILLED and record.firing_at == firing.at
+    state = sender(conf).job(sent)  # its claim is the firing's: its record tells its end
+    assert state.phase is JobPhase.ENDED and state.outcome is RunOutcome.KILLED
+
+
+@pytest.mark.parametrize("backend", ["memory", "dynamodb"])
+def test_a_firings_claim_tells_its_other_messages_which_one_holds_it(
+    backend: str, aws: Aws
+) -> None:
+    key = Firing(BEFORE_DST, f"{SCHEDULE}-{uuid.uuid4().hex[:6]}").key
+    store: DedupeStore = (
+        MemoryDedupe()
+        if backend == "memory"
+        else DynamoDedupe(aws.dynamodb, aws.table, retention_seconds=3600, lease_seconds=30)
+    )
+    first = store.claim(key, message_id="m-1")
+    assert first.state is ClaimState.CLAIMED and first.lease is not None
+    running = store.claim(key, message_id="m-2")
+    assert (running.state, running.holder) == (ClaimState.RUNNING, "m-1")
+    assert store.finish(first.lease)
+    finished = store.claim(key, message_id="m-2")
+    assert (finished.state, finished.holder) == (ClaimState.FINISHED, "m-1")
+    # A message's own claim (no firing) holds itself, as ever.
+    plain = f"m-{uuid.uuid4().hex[:6]}"
+    assert store.claim(plain).state is ClaimState.CLAIMED
+    assert store.claim(plain).holder == plain
