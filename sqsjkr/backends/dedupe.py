@@ -494,7 +494,7 @@ def _due(item: dict[str, Any], now: float) -> bool:
 
 
 def claim_key(claim_id: str) -> dict[str, Any]:
-    """The key of a claim (a dedupe item): a message id, or a firing's key (RunStart.claim)."""
+    """The key of a claim (a dedupe item): a message id, or a firing's key (RunStart.claim_item)."""
     return {"Id": {"S": claim_id}, "Type": {"S": THROTTLE_TYPE}}
 
 

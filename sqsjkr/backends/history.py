@@ -24,7 +24,6 @@ from sqsjkr.backends.locks import DynamoLocker
 from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
-from sqsjkr.crontab.fires import next_firing
 from sqsjkr.errors import ResourceMissingError
 
 #: Type of the per-event summary item; the Go daemon's TypeExpiredIndex lists them by Type.
@@ -423,6 +422,10 @@ def schedule_fields(firing: Firing) -> dict[str, str | float | None]:
     the next one's, computed from them (None without an expression)."""
     following = None
     if firing.expression is not None:
+        # Imported at a firing's first run, not at start-up: croniter costs a daemon's start
+        # time, and a daemon whose messages carry no firing never needs it.
+        from sqsjkr.crontab.fires import next_firing
+
         following = next_firing(firing.expression, firing.timezone, firing.at)
     return {
         "schedule": firing.schedule,

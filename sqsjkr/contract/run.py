@@ -133,7 +133,7 @@ class RunStart:
         return one_off(self.event_id, self.message_id)
 
     @property
-    def claim(self) -> str:
+    def claim_item(self) -> str:
         """The Id of the run's claim (its dedupe item): kill, live and job states read it."""
         return self.claim_id or self.message_id
 

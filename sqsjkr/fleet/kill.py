@@ -36,9 +36,9 @@ class Target:
     start: RunStart | None = None
 
     @property
-    def claim(self) -> str:
+    def claim_item(self) -> str:
         """The Id of its claim: a firing's key when its note says so, else its message id."""
-        return self.message_id if self.start is None else self.start.claim
+        return self.message_id if self.start is None else self.start.claim_item
 
     def text(self) -> str:
         start = self.start
@@ -127,7 +127,7 @@ def kill_runs(
         audit("kill", events or target, reason=reason, detail=f"message {ids}")
         mark = KillMark(by, reason, time.time())
         return [
-            (run, request_kill(store.client, store.table, claim_key(run.claim), mark))
+            (run, request_kill(store.client, store.table, claim_key(run.claim_item), mark))
             for run in live
         ]
 
@@ -176,7 +176,7 @@ def in_progress(store: Store, run: Target) -> bool:
     """Whether run's claim is held: its lease is in the table."""
     key: dict[str, Any] = {
         "TableName": store.table,
-        "Key": claim_key(run.claim),
+        "Key": claim_key(run.claim_item),
         "ConsistentRead": True,
     }
     return "LeaseUntil" in store.client.get_item(**key).get("Item", {})

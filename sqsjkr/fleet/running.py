@@ -36,7 +36,7 @@ def running_now(store: Store, summary: EventSummary, now: float) -> list[Running
     for start in summary.running:
         response = store.client.get_item(
             TableName=store.table,
-            Key={"Id": {"S": start.claim}, "Type": {"S": THROTTLE_TYPE}},
+            Key={"Id": {"S": start.claim_item}, "Type": {"S": THROTTLE_TYPE}},
             ConsistentRead=True,
         )
         running.append(Running(start, stale=not claim_is_live(response.get("Item"), now)))
@@ -56,7 +56,7 @@ class RunningNow:
 
 
 def read_claims(client: Any, table: str, message_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """The dedupe claims of these runs by their Id (RunStart.claim: the message id, or the
+    """The dedupe claims of these runs by their Id (RunStart.claim_item: the message id, or the
     firing's key), read BATCH_GET_LIMIT a call."""
     keys = list(dict.fromkeys(message_ids))
     found: dict[str, dict[str, Any]] = {}
@@ -79,7 +79,7 @@ def running_against(
     """Every run in progress, oldest first, each against its claim and its lease."""
     shown = []
     for start in sorted(starts, key=lambda s: s.started_at):
-        claim = claims.get(start.claim)
+        claim = claims.get(start.claim_item)
         until = claim.get("LeaseUntil", {}).get("N") if claim else None
         stale = not claim_is_live(claim, now)
         shown.append(RunningNow(start, stale, None if until is None else float(until)))

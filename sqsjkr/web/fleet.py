@@ -203,7 +203,7 @@ class Fleet:
     def running(self) -> list[RunningNow]:
         """Every run in progress, oldest first, each checked against its claim (batched)."""
         starts = [start for s in self.summaries() for start in s.running]
-        ids = tuple(s.claim for s in starts)
+        ids = tuple(s.claim_item for s in starts)
         read = functools.partial(read_claims, self.store.client, self.store.table, ids)
         claims = self.cache.get(("claims", ids), self._read(read))
         return running_against(starts, claims, self.clock())
