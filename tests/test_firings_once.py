@@ -71,7 +71,9 @@ def pair(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         aws = new_aws()
         conf = directory / "config.toml"
         text = config_text(aws, stats="stats_port = 0", max_concurrent_num=10)
-        conf.write_text(text.replace("[lock]\n", '[lock]\nlease = "3s"\n'))
+        # A lease that a loaded machine renews in time: one that lapsed mid-run would let the
+        # other daemon take the firing over, which is the crash test's case, not this one's.
+        conf.write_text(text.replace("[lock]\n", '[lock]\nlease = "12s"\n'))
         daemons = tuple(Daemon(["run", "-c", str(conf)], {}, directory) for _ in range(2))
         try:
             for daemon in daemons:
