@@ -393,6 +393,9 @@ def _summary(item: dict[str, Any]) -> EventSummary:
     def number(name: str) -> float | None:
         return float(item[name]["N"]) if name in item else None
 
+    def text(name: str) -> str | None:
+        return str(item[name]["S"]) if name in item else None
+
     running = running_notes(item)
     last = item.get("LastRun")
     return EventSummary(
@@ -402,6 +405,11 @@ def _summary(item: dict[str, Any]) -> EventSummary:
         last_failure_at=number("LastFailureAt"),
         consecutive_failures=int(number("ConsecutiveFailures") or 0),
         running=running,
+        schedule=text("Schedule"),
+        schedule_expression=text("ScheduleExpression"),
+        schedule_timezone=text("ScheduleTimezone"),
+        last_firing_at=number("LastFiringAt"),
+        next_firing_at=number("NextFiringAt"),
     )
 
 

@@ -67,6 +67,9 @@ class EventSchedule:
     #: The target's Input as it is, which `sqsjkr trigger` sends: never shown (envs).
     message: str | None = field(default=None, repr=False)
     group_id: str | None = None  # the target's FIFO MessageGroupId, if it has one
+    #: Its FlexibleTimeWindow's MaximumWindowInMinutes in seconds: the Scheduler may deliver a
+    #: firing this long after it was due (0 when the window is OFF, or for a rule).
+    flexible_window: float = 0.0
 
 
 def queue_target(sqs: Any, queue_url: str) -> QueueTarget:
@@ -178,7 +181,14 @@ def _event_schedule(schedule: dict[str, Any]) -> EventSchedule:
         created=schedule.get("CreationDate"),
         message=target.get("Input"),
         group_id=target_group_id(target),
+        flexible_window=60.0 * _flexible_minutes(schedule.get("FlexibleTimeWindow") or {}),
     )
+
+
+def _flexible_minutes(window: dict[str, Any]) -> int:
+    if window.get("Mode") != "FLEXIBLE":
+        return 0
+    return int(window.get("MaximumWindowInMinutes") or 0)
 
 
 def job_message(text: str | None) -> dict[str, Any]:
