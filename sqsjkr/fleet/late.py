@@ -75,7 +75,9 @@ def due_firing(
     if held is None:
         return None
     last = summary.last_run if summary else None
-    after = last.sent_at if last else held.created.timestamp() if held.created else None
+    # Never run: its first firing, from its StartDate, else from when it was created.
+    since = held.start or held.created
+    after = last.sent_at if last else since.timestamp() if since else None
     if after is None:
         return None
     bounds = Window(held.start, held.end, held.created)
@@ -99,10 +101,11 @@ def late_text(event_id: str, due: Due, now: float) -> str:
         moment = datetime.fromtimestamp(due.at, load_zone(due.timezone))
     except ValueError:
         moment = datetime.fromtimestamp(due.at, timezone.utc)
+    late = now - due.at  # in whole minutes past the first: a check runs each minute or so
     shown = moment.strftime("%H:%M" if now - due.at < SAME_DAY_SECONDS else "%Y-%m-%d %H:%M")
     return (
         f"the {shown} {due.timezone} firing of {event_id} has not run "
-        f"({format_span(now - due.at)} late)"
+        f"({format_span(late if late < 60 else late - late % 60)} late)"
     )
 
 
