@@ -6,14 +6,20 @@ from __future__ import annotations
 import http.client
 import json
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import boto3
 from prometheus_client.parser import text_string_to_metric_families
 
 from sqsjkr import __version__
+from sqsjkr.contract.firing import Firing
 from sqsjkr.local.endpoint import create_table
+from sqsjkr.observability.health import Health
+from sqsjkr.observability.metrics import Metrics
+from sqsjkr.observability.stats import Stats
 
 from .conftest import REGION, Aws, Outage, Start, counted, run_daemon, wait_until
 from .faults import Fault, FaultProxy
@@ -239,3 +245,18 @@ def test_the_sample_alert_rules_and_the_grafana_dashboard_use_metrics_the_daemon
     for name, expr in {**alerts, **queries}.items():
         assert "outcome=" not in expr, name
     assert daemon.stop() == 0
+
+
+def test_a_firing_run_sets_its_events_next_firing() -> None:
+    metrics = Metrics(Stats(1), Health())
+    due = datetime(2030, 6, 1, 2, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    nightly = Firing(due, "arn:nightly", "cron(0 2 * * ? *)", "Europe/Berlin")
+    metrics.firing_ran("nightly", nightly)
+    metrics.firing_ran("by-hand", Firing(due, "arn:by-hand"))  # no expression: no series
+    samples = {
+        tuple(sample.labels.values()): sample.value
+        for family in text_string_to_metric_families(metrics.exposition().decode())
+        if family.name == "sqsjkr_event_next_firing_timestamp_seconds"
+        for sample in family.samples
+    }
+    assert samples == {("nightly",): due + 86400}
