@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -54,7 +55,9 @@ def value(found: dict[Any, float], name: str, **labels: str) -> float:
 
 def test_metrics_after_jobs_of_each_outcome(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:
     aws.dynamodb.put_item(TableName=aws.table, Item=GO_LOCK)
-    aws.send({"command": "true", "event_id": "ok", "lock_id": "free"})
+    # "ok" is a schedule's firing (as the Scheduler substitutes it): its next one is exported.
+    fired = Firing(float(int(time.time()) - 60), "arn:ok", "cron(0 2 * * ? *)", "Europe/Berlin")
+    aws.send({"command": "true", "event_id": "ok", "lock_id": "free", "firing": fired.as_fields()})
     aws.send({"command": "exit 1", "event_id": "bad"})
     aws.send({"command": "sleep 30", "event_id": "slow", "timeout": "1s"})
     aws.send({"command": "true", "event_id": "late", "life_time": 1}, delay=2)
@@ -86,6 +89,14 @@ def test_metrics_after_jobs_of_each_outcome(start_daemon: Start, tmp_path: Path,
     assert value(found, "sqsjkr_lock_wait_seconds_count") == 2  # "free" and "held"
     last_success = value(found, "sqsjkr_job_last_success_timestamp_seconds", event_id="ok")
     assert abs(last_success - runs_end(aws, "ok")) < 0.01
+    two = datetime.fromtimestamp(fired.at, ZoneInfo("Europe/Berlin")).replace(
+        hour=2, minute=0, second=0
+    )
+    expected = (
+        two.timestamp() if two.timestamp() > fired.at else (two + timedelta(days=1)).timestamp()
+    )
+    assert value(found, "sqsjkr_event_next_firing_timestamp_seconds", event_id="ok") == expected
+    assert ("sqsjkr_event_next_firing_timestamp_seconds", (("event_id", "bad"),)) not in found
     assert value(found, "sqsjkr_workers", state="idle") == 4
     assert value(found, "sqsjkr_workers", state="busy") == 0
     assert value(found, "sqsjkr_leases_lost_total") == 0
@@ -251,8 +262,8 @@ def test_a_firing_run_sets_its_events_next_firing() -> None:
     metrics = Metrics(Stats(1), Health())
     due = datetime(2030, 6, 1, 2, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
     nightly = Firing(due, "arn:nightly", "cron(0 2 * * ? *)", "Europe/Berlin")
-    metrics.firing_ran("nightly", nightly)
-    metrics.firing_ran("by-hand", Firing(due, "arn:by-hand"))  # no expression: no series
+    metrics.fired("nightly", nightly)
+    metrics.fired("by-hand", Firing(due, "arn:by-hand"))  # no expression: no series
     samples = {
         tuple(sample.labels.values()): sample.value
         for family in text_string_to_metric_families(metrics.exposition().decode())

@@ -128,7 +128,7 @@ class Metrics:
         if record.outcome is RunOutcome.SUCCEEDED and not record.one_off:
             self._last_success.labels(record.event_id).set(record.ended_at)
 
-    def firing_ran(self, event_id: str, firing: Firing) -> None:
+    def fired(self, event_id: str, firing: Firing) -> None:
         """A run of the message of firing has ended: the event's next firing is the one after
         it. Nothing without the expression, or for one EventBridge would not take."""
         if firing.expression is None:
