@@ -19,7 +19,6 @@ from prometheus_client.registry import Collector
 from sqsjkr import __version__
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import FAILURES, RunOutcome, RunRecord, RunStart
-from sqsjkr.crontab.fires import next_fires
 from sqsjkr.errors import ScheduleExpressionError
 from sqsjkr.observability.health import Health
 from sqsjkr.observability.stats import Stats, StatsSnapshot
@@ -133,6 +132,10 @@ class Metrics:
         it. Nothing without the expression, or for one EventBridge would not take."""
         if firing.expression is None:
             return
+        # Imported at the first firing: a daemon whose jobs carry none starts without the cron
+        # arithmetic (`sqsjkr run` imports no crontab code, for its start-up time).
+        from sqsjkr.crontab.fires import next_fires
+
         after = datetime.fromtimestamp(firing.at, timezone.utc)
         try:
             fires = next_fires(firing.expression, firing.timezone or "UTC", after, 1).times
