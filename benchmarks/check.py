@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import tempfile
 import threading
 import time
@@ -21,6 +22,7 @@ from typing import Any
 import boto3
 import botocore.client
 
+import sqsjkr.backends.aws
 from sqsjkr.backends.history import RUN_TYPE_PREFIX, SUMMARY_TYPE
 from sqsjkr.contract.config import load_config
 from sqsjkr.fleet.history import store_of
@@ -127,6 +129,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=5000)
     args = parser.parse_args()
+    # The embedded moto answers a query of thousands of items in seconds, where DynamoDB takes
+    # milliseconds: the daemon's read timeout is not what is measured here.
+    sqsjkr.backends.aws.DYNAMODB_READ_TIMEOUT = 300
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     with local_endpoint() as endpoint, tempfile.TemporaryDirectory() as tmp:
         use_endpoint(endpoint)
         table = "sqsjkr-check-bench"
