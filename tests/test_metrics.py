@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import boto3
 from prometheus_client.parser import text_string_to_metric_families
 
 from sqsjkr import __version__
+from sqsjkr.contract.firing import Firing
 from sqsjkr.local.endpoint import create_table
+from sqsjkr.observability.health import Health
+from sqsjkr.observability.metrics import Metrics
+from sqsjkr.observability.stats import Stats
 
 from .conftest import REGION, Aws, Outage, Start, counted, run_daemon, wait_until
 from .faults import Fault, FaultProxy
@@ -48,7 +55,9 @@ def value(found: dict[Any, float], name: str, **labels: str) -> float:
 
 def test_metrics_after_jobs_of_each_outcome(start_daemon: Start, tmp_path: Path, aws: Aws) -> None:
     aws.dynamodb.put_item(TableName=aws.table, Item=GO_LOCK)
-    aws.send({"command": "true", "event_id": "ok", "lock_id": "free"})
+    # "ok" is a schedule's firing (as the Scheduler substitutes it): its next one is exported.
+    fired = Firing(float(int(time.time()) - 60), "arn:ok", "cron(0 2 * * ? *)", "Europe/Berlin")
+    aws.send({"command": "true", "event_id": "ok", "lock_id": "free", "firing": fired.as_fields()})
     aws.send({"command": "exit 1", "event_id": "bad"})
     aws.send({"command": "sleep 30", "event_id": "slow", "timeout": "1s"})
     aws.send({"command": "true", "event_id": "late", "life_time": 1}, delay=2)
@@ -80,6 +89,14 @@ def test_metrics_after_jobs_of_each_outcome(start_daemon: Start, tmp_path: Path,
     assert value(found, "sqsjkr_lock_wait_seconds_count") == 2  # "free" and "held"
     last_success = value(found, "sqsjkr_job_last_success_timestamp_seconds", event_id="ok")
     assert abs(last_success - runs_end(aws, "ok")) < 0.01
+    two = datetime.fromtimestamp(fired.at, ZoneInfo("Europe/Berlin")).replace(
+        hour=2, minute=0, second=0
+    )
+    expected = (
+        two.timestamp() if two.timestamp() > fired.at else (two + timedelta(days=1)).timestamp()
+    )
+    assert value(found, "sqsjkr_event_next_firing_timestamp_seconds", event_id="ok") == expected
+    assert ("sqsjkr_event_next_firing_timestamp_seconds", (("event_id", "bad"),)) not in found
     assert value(found, "sqsjkr_workers", state="idle") == 4
     assert value(found, "sqsjkr_workers", state="busy") == 0
     assert value(found, "sqsjkr_leases_lost_total") == 0
@@ -239,3 +256,18 @@ def test_the_sample_alert_rules_and_the_grafana_dashboard_use_metrics_the_daemon
     for name, expr in {**alerts, **queries}.items():
         assert "outcome=" not in expr, name
     assert daemon.stop() == 0
+
+
+def test_a_firing_run_sets_its_events_next_firing() -> None:
+    metrics = Metrics(Stats(1), Health())
+    due = datetime(2030, 6, 1, 2, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    nightly = Firing(due, "arn:nightly", "cron(0 2 * * ? *)", "Europe/Berlin")
+    metrics.fired("nightly", nightly)
+    metrics.fired("by-hand", Firing(due, "arn:by-hand"))  # no expression: no series
+    samples = {
+        tuple(sample.labels.values()): sample.value
+        for family in text_string_to_metric_families(metrics.exposition().decode())
+        if family.name == "sqsjkr_event_next_firing_timestamp_seconds"
+        for sample in family.samples
+    }
+    assert samples == {("nightly",): due + 86400}

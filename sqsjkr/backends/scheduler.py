@@ -71,6 +71,9 @@ class EventSchedule:
     arn: str | None = None
     #: Where the Scheduler puts a firing it could not deliver (its DeadLetterConfig), if set.
     dead_letter_arn: str | None = None
+    #: Its FlexibleTimeWindow's MaximumWindowInMinutes in seconds: the Scheduler may deliver a
+    #: firing this long after it was due (0 when the window is OFF, or for a rule).
+    flexible_window: float = 0.0
 
 
 def queue_target(sqs: Any, queue_url: str) -> QueueTarget:
@@ -184,7 +187,14 @@ def _event_schedule(schedule: dict[str, Any]) -> EventSchedule:
         group_id=target_group_id(target),
         arn=text_field(schedule.get("Arn")),
         dead_letter_arn=target.get("DeadLetterConfig", {}).get("Arn"),
+        flexible_window=60.0 * _flexible_minutes(schedule.get("FlexibleTimeWindow") or {}),
     )
+
+
+def _flexible_minutes(window: dict[str, Any]) -> int:
+    if window.get("Mode") != "FLEXIBLE":
+        return 0
+    return int(window.get("MaximumWindowInMinutes") or 0)
 
 
 def job_message(text: str | None) -> dict[str, Any]:

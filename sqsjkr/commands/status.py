@@ -210,6 +210,14 @@ def opened(where: Where) -> Store:
     help="With --check: fewer daemons running than this is critical (see `sqsjkr daemons`).",
 )
 @click.option(
+    "--schedules",
+    "with_schedules",
+    is_flag=True,
+    help="With --check: read the scheduler's schedules too (one GetSchedule each): an event "
+    "whose schedules are all disabled is not late, and one no firing has reached yet is judged "
+    "by its schedule.",
+)
+@click.option(
     "--forget",
     "forgotten",
     multiple=True,
@@ -226,6 +234,7 @@ def status(
     max_ages: tuple[str, ...],
     include_one_off: bool,
     min_daemons: int | None,
+    with_schedules: bool,
     forgotten: tuple[str, ...],
     reason: str,
 ) -> int:
@@ -243,13 +252,21 @@ def status(
         )
     if not check and min_daemons is not None:
         raise UsageFailure("--min-daemons only applies with --check")
+    if not check and with_schedules:
+        raise UsageFailure("--schedules only applies with --check")
     if reason and not forgotten:
         raise UsageFailure("--reason only applies with --forget")
     if forgotten and (check or as_json):
         raise UsageFailure("--forget changes the history: give it without --check and --json")
     if check and as_json:
         raise UsageFailure("--check prints one line; give --check or --json, not both")
-    policy = CheckPolicy(max_failures or 1, parse_max_ages(max_ages), include_one_off, min_daemons)
+    policy = CheckPolicy(
+        max_failures or 1,
+        parse_max_ages(max_ages),
+        include_one_off,
+        min_daemons,
+        read_schedules=with_schedules,
+    )
     if forgotten:
         return forget(where.store(), forgotten, reason)
     if check:

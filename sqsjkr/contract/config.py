@@ -166,6 +166,15 @@ class LogConfig:
 
 
 @dataclass(frozen=True)
+class CheckConfig:
+    """[check]: how `status --check` judges scheduled events."""
+
+    #: How long after a firing was due (and its flexible window) it may go without a run
+    #: before the check calls it late: the time a queue, a lock and a daemon's poll may take.
+    grace: Duration = Duration.of_seconds(300)
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole validated config."""
 
@@ -181,6 +190,7 @@ class Config:
     http: HttpConfig = HttpConfig()
     #: Every queue received from; the first is [sqs]'s when it names one. Empty: [sqs] only.
     queues: tuple[QueueConfig, ...] = ()
+    check: CheckConfig = CheckConfig()
 
     def all_queues(self) -> tuple[QueueConfig, ...]:
         """The queues the daemon receives from, [sqs]'s first."""
@@ -231,6 +241,7 @@ _SECTIONS: dict[str, type] = {
     "report": ReportConfig,
     "log": LogConfig,
     "http": HttpConfig,
+    "check": CheckConfig,
 }
 _BACKENDS = ("dynamodb", "none")
 _ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[\w+=,.@/-]+")
@@ -516,6 +527,7 @@ def parse_config(
         LogConfig(format=table("log").choice("format", LogConfig.format, ("text", "json"))),
         _http_config(table("http")),
         tuple(queue for _, queue in queues) if more_queues else (),
+        check=_check_config(table("check")),
     )
 
 
@@ -702,6 +714,16 @@ def _report_config(report: _Table) -> ReportConfig:
         webhook_url=url,
         timeout=report.duration("timeout", ReportConfig.timeout),
         max_concurrent=report.integer("max_concurrent", ReportConfig.max_concurrent, 1, 64),
+    )
+
+
+#: The longest [check] grace: a firing later than a day is missed, not late.
+_MAX_CHECK_GRACE = Duration.of_seconds(86400)
+
+
+def _check_config(check: _Table) -> CheckConfig:
+    return CheckConfig(
+        grace=check.duration("grace", CheckConfig.grace, low=Duration(0), high=_MAX_CHECK_GRACE)
     )
 
 

@@ -84,6 +84,9 @@ class RunCloser:
                 keeper.lost("claim on its message", claim, jlog)
         if record is not None:
             self._listener.report(record)
+            firing = progress.job.firing
+            if firing is not None and record.final and not record.one_off:
+                self._listener.fired(record.event_id, firing)
 
     def _record(
         self,

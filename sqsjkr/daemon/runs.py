@@ -13,6 +13,7 @@ from typing import Protocol
 from sqsjkr import __version__
 from sqsjkr.backends.dedupe import Retry
 from sqsjkr.backends.sqs import Message, trigger_note
+from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.job import Job
 from sqsjkr.contract.run import KillMark, RunContext, RunOutcome, RunRecord, RunStart
 from sqsjkr.daemon.runner import RunResult
@@ -69,12 +70,18 @@ class RunListener(Protocol):
 
     def report(self, record: RunRecord) -> None: ...
 
+    def fired(self, event_id: str, firing: Firing) -> None:
+        """A final run of the message of a schedule's firing has ended (after report)."""
+
 
 class NoListener:
     def notice(self, start: RunStart) -> None:
         return None
 
     def report(self, record: RunRecord) -> None:
+        return None
+
+    def fired(self, event_id: str, firing: Firing) -> None:
         return None
 
 
@@ -91,6 +98,10 @@ class Listeners:
     def report(self, record: RunRecord) -> None:
         for listener in self._listeners:
             listener.report(record)
+
+    def fired(self, event_id: str, firing: Firing) -> None:
+        for listener in self._listeners:
+            listener.fired(event_id, firing)
 
 
 #: This host's name, as records and reports give it.

@@ -40,10 +40,18 @@ class Reads(Connection):
         max_ages: Mapping[str, float] | None = None,
         include_one_off: bool = False,
         min_daemons: int | None = None,
+        schedules: bool = False,
     ) -> list[Finding]:
         """`sqsjkr status --check`'s verdict on each event (and on the daemons, with
-        min_daemons); max_ages: seconds without a success, by event_id."""
-        policy = CheckPolicy(max_failures, dict(max_ages or {}), include_one_off, min_daemons)
+        min_daemons); max_ages: seconds without a success, by event_id; schedules: read the
+        scheduler's schedules too, as --schedules."""
+        policy = CheckPolicy(
+            max_failures,
+            dict(max_ages or {}),
+            include_one_off,
+            min_daemons,
+            read_schedules=schedules,
+        )
         findings, _ = check_fleet(self.store, policy, time.time())
         return findings
 

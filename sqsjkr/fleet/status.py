@@ -1,5 +1,5 @@
-"""The fleet's state as `status` and `status --check` judge it: failures in a row, the usual interval
-learned from past runs, ages, the daemons running, and the runs in progress checked against their claims.
+"""The fleet's state as `status` and `status --check` judge it: failures in a row, firings late by
+their schedule, else the usual interval learned from past runs, the daemons, and runs in progress.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import functools
 import itertools
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqsjkr.backends.fleet import DynamoControls
 from sqsjkr.backends.members import DynamoRoster, Member
@@ -19,7 +19,9 @@ from sqsjkr.contract.run import EventSummary, RunRecord
 from sqsjkr.fleet.daemons import live
 from sqsjkr.fleet.failures import failure_text
 from sqsjkr.fleet.history import Store
+from sqsjkr.fleet.late import Scheduler, due_firing, late_problem
 from sqsjkr.fleet.running import Running, running_now
+from sqsjkr.fleet.schedules import read_schedules
 from sqsjkr.fleet.wording import failures_text, format_span
 from sqsjkr.observability.logs import escape
 
@@ -70,6 +72,11 @@ class CheckPolicy:
     include_one_off: bool = False
     #: --min-daemons: fewer daemons running than this is critical.
     min_daemons: int | None = None
+    #: [check] grace: how long after a firing was due (and its flexible window) it is late.
+    grace: float = 300.0
+    #: --schedules: read the scheduler's schedules too (a GetSchedule each), so that disabled
+    #: ones are known and events no firing has reached yet are judged by theirs.
+    read_schedules: bool = False
 
 
 def learned_interval(runs: Sequence[RunRecord]) -> float | None:
@@ -94,12 +101,16 @@ def age_problem(
     runs: Callable[[], Sequence[RunRecord]],
     policy: CheckPolicy,
     now: float,
+    scheduled: bool = False,
 ) -> str | None:
-    """Why the event has gone too long without a success, or None; runs is read only if needed."""
+    """Why the event has gone too long without a success, or None; runs is read only if needed.
+    An event with a known schedule is judged by its firings instead of a learned interval."""
     explicit = policy.max_ages.get(summary.event_id)
     past: Sequence[RunRecord] | None = None
     if explicit is not None:
         limit, why = explicit, f"max age {format_span(explicit)}"
+    elif scheduled:
+        return None
     else:
         past = runs()
         interval = learned_interval(past)
@@ -122,15 +133,17 @@ def judge(
     policy: CheckPolicy,
     now: float,
     paused: bool = False,
+    scheduler: Scheduler | None = None,
 ) -> Finding:
-    """One event's verdict: critical for max_failures in a row or too long without a success,
-    a warning for fewer failures in a row. A paused event is not judged by age: it is meant
-    not to run."""
+    """One event's verdict: critical for max_failures in a row, a late firing or too long
+    without a success, a warning for fewer failures in a row. A paused event is not judged by
+    age or firings: it is meant not to run."""
     failures = summary.consecutive_failures
     critical = []
     if failures >= policy.max_failures:
         critical.append(failures_text(failures))
-    too_old = None if paused else age_problem(summary, runs, policy, now)
+    scheduled, late = lateness(summary.event_id, summary, policy, now, scheduler)
+    too_old = None if paused else late or age_problem(summary, runs, policy, now, scheduled)
     if too_old:
         critical.append(too_old)
     if critical:
@@ -141,15 +154,45 @@ def judge(
     return Finding(summary.event_id, Level.OK)
 
 
+def lateness(
+    event_id: str,
+    summary: EventSummary | None,
+    policy: CheckPolicy,
+    now: float,
+    scheduler: Scheduler | None,
+) -> tuple[bool, str | None]:
+    """Whether the event's schedule is known, and why it is late (None: it is not). An event
+    whose every schedule is disabled has a known schedule and is never late."""
+    if scheduler is not None and event_id in scheduler.disabled:
+        return True, None
+    due = due_firing(event_id, summary, scheduler)
+    known = due is not None or bool(summary and summary.schedule_expression)
+    return known, late_problem(event_id, summary, due, policy.grace, now)
+
+
+def unrecorded_findings(
+    known: set[str], policy: CheckPolicy, now: float, pauses: Sequence[Pause], scheduler: Scheduler
+) -> list[Finding]:
+    """The scheduler's events the history does not know yet: late when their first firing
+    since the schedule was created has no run by its grace."""
+    findings = []
+    for event_id in sorted(set(scheduler.enabled) - known):
+        _, late = lateness(event_id, None, policy, now, scheduler)
+        if late and paused(pauses, event_id, now) is None:
+            findings.append(Finding(event_id, Level.CRITICAL, (late,)))
+    return findings
+
+
 def judge_all(
     summaries: Sequence[EventSummary],
     runs_of: Callable[[str], Sequence[RunRecord]],
     policy: CheckPolicy,
     now: float,
     pauses: Sequence[Pause] = (),
+    scheduler: Scheduler | None = None,
 ) -> list[Finding]:
-    """Every event's verdict (one-off jobs' only if the policy asks), and a warning for each
-    --max-age event the history does not know."""
+    """Every event's verdict (one-off jobs' only if the policy asks), a warning for each
+    --max-age event the history does not know, and the scheduler's late events it does not."""
     known = {s.event_id for s in summaries}
     summaries = judged_events(summaries, policy)
     findings = [
@@ -159,9 +202,12 @@ def judge_all(
             policy,
             now,
             paused=paused(pauses, s.event_id, now) is not None,
+            scheduler=scheduler,
         )
         for s in summaries
     ]
+    if scheduler is not None:
+        findings += unrecorded_findings(known, policy, now, pauses, scheduler)
     findings += [
         Finding(event_id, Level.WARNING, ("no runs recorded (named by --max-age)",))
         for event_id in policy.max_ages
@@ -206,7 +252,12 @@ def read_status(store: Store, now: float) -> FleetStatus:
 
 def check_fleet(store: Store, policy: CheckPolicy, now: float) -> tuple[list[Finding], int]:
     """`status --check`'s verdicts (with --min-daemons, the daemons' too), and how many events
-    were judged."""
+    were judged. The summaries are read through the index in batches; an event's runs are read
+    only to learn its interval, when its schedule is not known."""
+    policy = replace(policy, grace=store.config.check.grace.seconds)
+    scheduler = None
+    if policy.read_schedules:
+        scheduler = Scheduler.of(read_schedules(store.config, store.session))
     with store.reading():
         summaries = store.history.summaries()
         findings = judge_all(
@@ -215,6 +266,7 @@ def check_fleet(store: Store, policy: CheckPolicy, now: float) -> tuple[list[Fin
             policy,
             now,
             DynamoPauses(store.client, store.table).pauses(),
+            scheduler,
         )
         if policy.min_daemons is not None:
             members = DynamoRoster(store.client, store.table).members()

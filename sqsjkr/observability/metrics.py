@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterator
+from datetime import datetime, timezone
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -16,7 +17,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from sqsjkr import __version__
+from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import FAILURES, RunOutcome, RunRecord, RunStart
+from sqsjkr.errors import ScheduleExpressionError
 from sqsjkr.observability.health import Health
 from sqsjkr.observability.stats import Stats, StatsSnapshot
 
@@ -74,6 +77,14 @@ class Metrics:
             "Unix time the last run of each event that started its command ended, on this daemon",
             registry,
         )
+        # With the runs' counter, Prometheus alone tells a firing that never ran: the time is
+        # past this gauge (and its grace) and the event's runs have not increased since.
+        self._next_firing = _per_event(
+            "sqsjkr_event_next_firing_timestamp_seconds",
+            "Unix time each event's schedule fires next after the last firing run on this "
+            "daemon (events whose messages carry their schedule's expression)",
+            registry,
+        )
         self._failures = Counter(
             "sqsjkr_job_failures",
             "Final runs that failed, by outcome: the outcomes that need someone "
@@ -115,6 +126,25 @@ class Metrics:
         # A one-off job has no next run to succeed: its gauge would only age into an alarm.
         if record.outcome is RunOutcome.SUCCEEDED and not record.one_off:
             self._last_success.labels(record.event_id).set(record.ended_at)
+
+    def fired(self, event_id: str, firing: Firing) -> None:
+        """A run of the message of firing has ended: the event's next firing is the one after
+        it. Nothing without the expression, or for one EventBridge would not take."""
+        if firing.expression is None:
+            return
+        # Imported at the first firing: a daemon whose jobs carry none starts without the cron
+        # arithmetic (`sqsjkr run` imports no crontab code, for its start-up time).
+        from sqsjkr.crontab.fires import next_fires
+
+        after = datetime.fromtimestamp(firing.at, timezone.utc)
+        try:
+            fires = next_fires(firing.expression, firing.timezone or "UTC", after, 1).times
+        except ScheduleExpressionError:
+            return
+        if fires:
+            self._next_firing.labels(event_id).set(fires[0].timestamp())
+        else:
+            self._next_firing.remove(event_id)  # it has ended: no firing is due
 
     # -- AWS calls -------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from typing import Any
 import urllib3
 
 from sqsjkr.contract.config import ReportConfig
+from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.observability.logs import escape, shorten_command
 
@@ -202,6 +203,9 @@ class Reporter:
         label = _label(start.event_id, start.message_id)
         for command in self._config.noticers:
             self._put(_Task(label, body, command))
+
+    def fired(self, event_id: str, firing: Firing) -> None:
+        return None  # a firing's run is reported by report()
 
     def report(self, record: RunRecord) -> None:
         """Tell the reporters and the webhook that a run has ended, if report_on wants it; returns at once."""
