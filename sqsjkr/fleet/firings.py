@@ -352,12 +352,16 @@ def firings(
     now: float,
     *,
     missed_only: bool = False,
-    grace: float = DEFAULT_GRACE,
+    grace: float | None = None,
     letters: bool = True,
 ) -> list[FiringRow]:
     """The ledger of the config's schedules (of event_id's, when given) from now - since to now,
     newest first; missed_only keeps the missed firings; without letters, the dead-letter queues
-    are not read (a firing the scheduler could not deliver is missed for another reason)."""
+    are not read (a firing the scheduler could not deliver is missed for another reason).
+    grace: how long a firing is due before it is missed (default: [check] grace, as the check
+    calls it late)."""
+    if grace is None:
+        grace = store.config.check.grace.seconds
     found = [
         s
         for s in read_schedules(store.config, store.session)
