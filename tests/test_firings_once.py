@@ -136,7 +136,9 @@ def test_each_of_100_firings_sent_twice_at_once_runs_once_across_two_daemons(pai
         assert by_id[dup.duplicate_of].firing_at == dup.firing_at  # the same firing's run
     # Each firing's pair of messages: one ran, the other is its duplicate.
     assert {r.message_id for r in records} == set(ids)
-    wait_until(lambda: pair.counts("duplicates") - duplicates_before == 100, what="counted")
+    # At least the 100 copies: on a loaded machine a message may also come back once its
+    # visibility ran out, and its own claim drops it as a duplicate too (the records say the rest).
+    wait_until(lambda: pair.counts("duplicates") - duplicates_before >= 100, what="counted")
     # The firing's claim names the message that ran it, so kill, job and live find its run.
     run = runs[0]
     claim = pair.aws.item(Firing(run.firing_at or 0, SCHEDULE).key, "throttle")
@@ -149,21 +151,23 @@ def test_a_firings_record_and_summary_keep_it_and_a_plain_message_leaves_them_no
     pair: Pair,
 ) -> None:
     event, plain = f"report-{uuid.uuid4().hex[:6]}", f"plain-{uuid.uuid4().hex[:6]}"
-    firing = Firing(BEFORE_DST, SCHEDULE, BERLIN_2AM, "Europe/Berlin")
+    # A schedule of its own: the module's daemons keep the other tests' firings' claims.
+    schedule = f"{SCHEDULE}-{uuid.uuid4().hex[:6]}"
+    firing = Firing(BEFORE_DST, schedule, BERLIN_2AM, "Europe/Berlin")
     sent = pair.aws.send(scheduled("true", event, firing))
     pair.aws.send({"command": "true", "event_id": plain})
     wait_until(lambda: pair.records(event) and pair.records(plain), what="both recorded")
 
     [record] = pair.records(event)
     assert record.message_id == sent and record.outcome is RunOutcome.SUCCEEDED
-    assert (record.firing_at, record.firing_schedule) == (firing.at, SCHEDULE)
+    assert (record.firing_at, record.firing_schedule) == (firing.at, schedule)
     assert record.origin == "schedule" and record.duplicate_of is None
     assert record.started_at is not None
     assert record.queue_delay == record.started_at - firing.at  # from the firing
     summary = pair.history().summary(event)
     assert summary is not None and summary.last_run == record
     assert (summary.schedule, summary.schedule_expression, summary.schedule_timezone) == (
-        SCHEDULE,
+        schedule,
         BERLIN_2AM,
         "Europe/Berlin",
     )
