@@ -10,17 +10,13 @@ import argparse
 import json
 import logging
 import tempfile
-import threading
 import time
 import uuid
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import boto3
-import botocore.client
+from api_calls import Calls
 
 import sqsjkr.backends.aws
 from sqsjkr.backends.history import RUN_TYPE_PREFIX, SUMMARY_TYPE
@@ -106,25 +102,6 @@ def seed(dynamodb: Any, table: str, events: int, now: float) -> None:
             pending = dynamodb.batch_write_item(RequestItems=pending).get("UnprocessedItems")
 
 
-@contextmanager
-def counting() -> Iterator[Counter[str]]:
-    """Every AWS API call this process makes in the block, by operation name."""
-    calls: Counter[str] = Counter()
-    lock = threading.Lock()
-    original = botocore.client.BaseClient._make_api_call
-
-    def counted(self: Any, operation: str, params: Any) -> Any:
-        with lock:
-            calls[operation] += 1
-        return original(self, operation, params)
-
-    botocore.client.BaseClient._make_api_call = counted  # type: ignore[method-assign]
-    try:
-        yield calls
-    finally:
-        botocore.client.BaseClient._make_api_call = original  # type: ignore[method-assign]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=5000)
@@ -148,12 +125,14 @@ def main() -> None:
             f'[sqs]\nqueue_name = "jobs"\n[lock]\ntable = "{table}"\n'
         )
         config = load_config(conf)
-        with counting() as calls:
+        calls = Calls()
+        with calls.counting():
             started = time.perf_counter()
             level, line = check_verdict(lambda: store_of(config), CheckPolicy(), time.time())
             took = time.perf_counter() - started
+        counts, _ = calls.take()
         print(f"check: {level.name} {line[:100]}")
-        print(f"{args.events} events: {sum(calls.values())} calls in {took:.2f}s: {dict(calls)}")
+        print(f"{args.events} events: {sum(counts.values())} calls in {took:.2f}s: {dict(counts)}")
 
 
 if __name__ == "__main__":
