@@ -39,15 +39,20 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:.1f}s" if abs(seconds) < 60 else format_span(seconds)
 
 
+def signal_name(number: int) -> str | None:
+    """The signal's name (SIGKILL), or None for a number this host does not know."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return None
+
+
 def ended_how(record: RunRecord) -> str:
     """The exit code, the signal that ended the command, or "-" when no command ran."""
     if record.exit_code is not None:
         return str(record.exit_code)
     if record.signal is not None:
-        try:
-            return signal.Signals(record.signal).name
-        except ValueError:
-            return f"signal {record.signal}"
+        return signal_name(record.signal) or f"signal {record.signal}"
     return "-"
 
 

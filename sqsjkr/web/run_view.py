@@ -4,11 +4,10 @@ and its record's fields grouped (timing, placement, the job), in words and one t
 
 from __future__ import annotations
 
-import signal
 from dataclasses import dataclass
 
 from sqsjkr.contract.run import RunRecord
-from sqsjkr.fleet.wording import format_duration
+from sqsjkr.fleet.wording import format_duration, signal_name
 from sqsjkr.web.shown import plain_output
 
 
@@ -35,10 +34,7 @@ def exit_text(record: RunRecord) -> str:
     if record.exit_code is not None:
         return f"exit code {record.exit_code}"
     if record.signal is not None:
-        try:
-            return f"signal {signal.Signals(record.signal).name}"
-        except ValueError:
-            return f"signal {record.signal}"
+        return f"signal {signal_name(record.signal) or record.signal}"
     return "no command ran"
 
 
