@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from sqsjkr.backends.dedupe import HOLDER, ClaimState, DedupeStore, DynamoDedupe, MemoryDedupe
+from sqsjkr.backends.dedupe import (
+    CLAIMED_AS,
+    HOLDER,
+    LATE_COPY_SECONDS,
+    ClaimState,
+    DedupeStore,
+    DynamoDedupe,
+    MemoryDedupe,
+)
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.firing import Firing, Origin
@@ -144,7 +152,9 @@ def test_each_of_100_firings_sent_twice_at_once_runs_once_across_two_daemons(pai
     claim = pair.aws.item(Firing(run.firing_at or 0, SCHEDULE).key, "throttle")
     assert claim is not None and claim[HOLDER]["S"] == run.message_id
     assert "LeaseUntil" not in claim  # finished
-    assert pair.aws.item(run.message_id, "throttle") is None  # no claim of its own
+    # Its message is marked as the Go daemon marks the messages it takes, naming the firing.
+    mark = pair.aws.item(run.message_id, "throttle")
+    assert mark is not None and mark[CLAIMED_AS]["S"] == claim["Id"]["S"] and "Expired" in mark
 
 
 def test_a_firings_record_and_summary_keep_it_and_a_plain_message_leaves_them_none(
@@ -262,3 +272,75 @@ def test_a_firings_claim_tells_its_other_messages_which_one_holds_it(
     plain = f"m-{uuid.uuid4().hex[:6]}"
     assert store.claim(plain).state is ClaimState.CLAIMED
     assert store.claim(plain).holder == plain
+
+
+def go_marks(aws: Aws, message_id: str) -> bool:
+    """Write the Go daemon's throttle item for message_id, as its Throttler.Set does: False
+    when its condition fails (the message was taken already, so the Go daemon skips it)."""
+    try:
+        aws.dynamodb.put_item(
+            TableName=aws.table,
+            Item={
+                "Id": {"S": message_id},
+                "Type": {"S": "throttle"},
+                "Expired": {"N": "9999999999"},
+            },
+            ConditionExpression="attribute_not_exists(Expired)",
+        )
+    except aws.dynamodb.exceptions.ConditionalCheckFailedException:
+        return False
+    return True
+
+
+def test_a_firings_message_that_a_go_daemon_took_is_not_run_and_its_claim_stops_a_go_daemon(
+    aws: Aws,
+) -> None:
+    store = DynamoDedupe(aws.dynamodb, aws.table, retention_seconds=3600, lease_seconds=30)
+    firing = Firing(BEFORE_DST, f"{SCHEDULE}-{uuid.uuid4().hex[:6]}")
+    taken = f"m-{uuid.uuid4().hex[:6]}"
+    assert go_marks(aws, taken)  # a Go daemon took the message, then SQS delivered it again
+    claim = store.claim(firing.key, message_id=taken)
+    assert (claim.state, claim.holder) == (ClaimState.FINISHED, taken)
+    assert aws.item(firing.key, "throttle") is None  # nothing written: the firing stays free
+
+    # The reverse: the message a port daemon claims the firing for is one a Go daemon skips.
+    mine = f"m-{uuid.uuid4().hex[:6]}"
+    claim = store.claim(firing.key, message_id=mine)
+    assert claim.state is ClaimState.CLAIMED and claim.lease is not None
+    assert not go_marks(aws, mine)
+    # Its own message delivered again to a port daemon is told the firing is in progress,
+    # as ever (its mark names the firing), not that a Go daemon took it.
+    again = store.claim(firing.key, message_id=mine)
+    assert (again.state, again.holder) == (ClaimState.RUNNING, mine)
+    assert store.finish(claim.lease)
+    assert store.claim(firing.key, message_id=mine).state is ClaimState.FINISHED
+
+
+def test_a_firings_claim_outlives_its_late_copies_with_a_short_retention(aws: Aws) -> None:
+    now = [BEFORE_DST]
+    store = DynamoDedupe(
+        aws.dynamodb, aws.table, retention_seconds=60, lease_seconds=30, clock=lambda: now[0]
+    )
+    firing = Firing(BEFORE_DST, f"{SCHEDULE}-{uuid.uuid4().hex[:6]}")
+    first = store.claim(firing.key, message_id="m-first")
+    assert first.lease is not None and store.finish(first.lease)
+
+    def ttl_sweep() -> None:
+        """What DynamoDB's TTL on Expired does once the clock has passed it (moto has none)."""
+        for key in (firing.key, "m-first"):
+            item = aws.item(key, "throttle")
+            if item is not None and float(item["Expired"]["N"]) < now[0]:
+                aws.dynamodb.delete_item(
+                    TableName=aws.table, Key={"Id": {"S": key}, "Type": {"S": "throttle"}}
+                )
+
+    # A Scheduler retry 23 h later, and a letter redriven from the DLQ 14 days later: the
+    # firing's claim is still there, long after the queue's 60 s retention.
+    for late in (23 * 3600, 14 * 86400):
+        now[0] = BEFORE_DST + late
+        ttl_sweep()
+        copy = store.claim(firing.key, message_id=f"m-late-{late}")
+        assert (copy.state, copy.holder) == (ClaimState.FINISHED, "m-first"), late
+    item = aws.item(firing.key, "throttle")
+    assert item is not None
+    assert float(item["Expired"]["N"]) >= BEFORE_DST + 60 + LATE_COPY_SECONDS

@@ -34,6 +34,14 @@ from sqsjkr.errors import ResourceMissingError, StoreError
 THROTTLE_TYPE = "throttle"
 #: The attribute of a firing's claim that names the message holding it.
 HOLDER = "MessageId"
+#: The attribute of a message's mark that names the firing claimed for it: a mark without it
+#: is the Go daemon's throttle item, which took the message itself.
+CLAIMED_AS = "Firing"
+#: How long after its first run a copy of a firing can still arrive, beyond the queue's own
+#: retention: EventBridge retries a delivery for up to 24 hours (the most a schedule's or a
+#: rule's maximum event age allows), and a letter waits up to 14 days (SQS's longest
+#: retention) in a dead-letter queue before `dlq redrive` sends it back to the queue.
+LATE_COPY_SECONDS = 86400 + 14 * 86400
 
 
 class ClaimState(enum.Enum):
@@ -274,10 +282,12 @@ class DynamoDedupe:
         now = self._clock()
         lease = Lease(key, new_owner(), until=now + self._lease_seconds)
         put = self._claim_put(lease, now, _CLAIM_CONDITION, {}, message_id)
-        written = self._write(put, running, lock)
+        written = self._write(put, running, lock, self._mark(lease.key, message_id, now))
         if written.claimed or owner_of(written.old) == lease.owner:
             # The second case: our own write, retried after its answer was lost.
             return self._claimed(lease, _attempts(written.old) + 1, written)
+        if written.taken_by_go:
+            return Claim(ClaimState.FINISHED, holder=message_id)
         if kill_due(written.old, now):
             return self._take_kill(lease, now, written.old)
         if "Attempts" in written.old and _due(written.old, now):
@@ -298,9 +308,11 @@ class DynamoDedupe:
         attempts = _attempts(old)
         values = {":attempts": {"N": str(attempts)}, "Attempts": {"N": str(attempts)}}
         put = self._claim_put(lease, now, _CLAIM_AGAIN_CONDITION, values, message_id)
-        written = self._write(put, running, lock)
+        written = self._write(put, running, lock, self._mark(lease.key, message_id, now))
         if written.claimed or owner_of(written.old) == lease.owner:
             return self._claimed(lease, attempts + 1, written)
+        if written.taken_by_go:
+            return Claim(ClaimState.FINISHED, holder=message_id)
         return self._state(lease.key, written.old, now)  # another daemon was quicker
 
     def _take_kill(self, lease: Lease, now: float, old: dict[str, Any]) -> Claim:
@@ -339,44 +351,82 @@ class DynamoDedupe:
         extra: dict[str, Any],
         message_id: str | None,
     ) -> dict[str, Any]:
+        lives = self._retention_seconds
         item = {
             **_key(lease.key),
-            "Expired": {"N": str(int(now) + self._retention_seconds)},
             "Owner": {"S": lease.owner},
             "LeaseUntil": lease_time(lease.until),
         }
         if message_id is not None and message_id != lease.key:
             # A firing's claim: which of its messages holds it, so that the others are told
-            # whose duplicates they are, and a run is found by that message's id.
+            # whose duplicates they are, and a run is found by that message's id. It outlives
+            # every copy of the firing that may still come (a Scheduler's retry, a redriven
+            # letter), not only the message that took it.
             item[HOLDER] = {"S": message_id}
+            lives += LATE_COPY_SECONDS
+        item["Expired"] = {"N": str(int(now) + lives)}
         values = {":now": lease_time(now)}
         if extra:
             item["Attempts"] = extra.pop("Attempts")
             values.update(extra)
         return {"Item": item, "ConditionExpression": condition, "ExpressionAttributeValues": values}
 
+    def _mark(self, key: str, message_id: str | None, now: float) -> dict[str, Any] | None:
+        """A firing's claim also marks its message as the Go daemon marks the messages it takes
+        ({Id: message id, Type: "throttle", Expired}), naming the firing (CLAIMED_AS): a Go daemon
+        on the same table skips the message, and a port daemon learns that a Go daemon took it
+        (a mark without CLAIMED_AS). None for a message's own claim, which is that item."""
+        if message_id is None or message_id == key:
+            return None
+        item = {
+            **_key(message_id),
+            "Expired": {"N": str(int(now) + self._retention_seconds)},
+            CLAIMED_AS: {"S": key},
+        }
+        return {
+            "Item": item,
+            "ConditionExpression": "attribute_not_exists(Expired) OR #claimed = :claimed",
+            "ExpressionAttributeNames": {"#claimed": CLAIMED_AS},
+            "ExpressionAttributeValues": {":claimed": {"S": key}},
+        }
+
     def _write(
-        self, put: dict[str, Any], running: RunStart | None, lock: WantedLock | None
+        self,
+        put: dict[str, Any],
+        running: RunStart | None,
+        lock: WantedLock | None,
+        mark: dict[str, Any] | None = None,
     ) -> _Written:
-        """The claim's conditional write, with the run's note and the lock when it can."""
-        if running is None or self._note_running is None:
+        """The claim's conditional write, with the run's note, the lock and the message's mark
+        when it can: one call, a transaction when it writes more than the claim."""
+        note = (
+            None if running is None or self._note_running is None else self._note_running(running)
+        )
+        if mark is None and note is None:
             claimed, old = conditional_write(self._client.put_item, self._table, **put)
             return _Written(claimed, old, noted=False)
-        claim = {**put, "TableName": self._table, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
-        note = {**self._note_running(running), "TableName": self._table}
-        writes = [{"Put": claim}, {"Update": note}]
+        noting = note is not None
+        writes = [{"Put": self._in_table(put)}]
+        if note is not None:
+            writes.append({"Update": {**note, "TableName": self._table}})
         taken = None
-        if lock is not None and self._take_lock is not None:
+        if noting and lock is not None and self._take_lock is not None:
             taken, take = self._take_lock(lock.lock_id, lock.event_id)
             writes.append({"Put": take})
+        if mark is not None:
+            writes.append({"Put": self._in_table(mark)})
         try:
             self._transactions.write(writes)
         except ClientError as exc:
             failed = failed_condition(exc, 0)
             held = None if taken is None else failed_condition(exc, 2)
+            marked = None if mark is None else failed_condition(exc, len(writes) - 1)
+            if failed is None and marked is not None:
+                # Only the message's mark stood in the way: a Go daemon took the message.
+                return _Written(False, {}, noted=False, taken_by_go=True)
             if failed is None and held is not None:
                 # The lock is not free: the claim goes alone, and the job waits for the lock.
-                return self._write(put, running, None)
+                return self._write(put, running, None, mark)
             if failed is None:
                 if error_code(exc) == "ResourceNotFoundException":
                     raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc
@@ -384,8 +434,16 @@ class DynamoDedupe:
             # Nothing was written: a claim by our own earlier attempt noted the run, and took
             # the lock, too.
             ours = taken if taken is not None and owner_of(held or {}) == taken.owner else None
-            return _Written(False, failed, noted=True, lock=ours)
-        return _Written(True, {}, noted=True, lock=taken)
+            return _Written(False, failed, noted=noting, lock=ours)
+        return _Written(True, {}, noted=noting, lock=taken)
+
+    def _in_table(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A Put of a transaction: the table named, and the item returned when it fails."""
+        return {
+            **request,
+            "TableName": self._table,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
 
     def _state(self, key: str, old: dict[str, Any], now: float) -> Claim:
         """What an item that failed a claim's condition says of its message."""
@@ -480,6 +538,8 @@ class _Written:
     old: dict[str, Any]
     noted: bool
     lock: Lease | None = None
+    #: The message's mark was the Go daemon's: it took the message, and nothing was written.
+    taken_by_go: bool = False
 
 
 def _attempts(item: dict[str, Any]) -> int:

@@ -9,7 +9,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqsjkr.backends.dedupe import claim_key
+from sqsjkr.backends.dedupe import CLAIMED_AS, claim_key
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import ResourceMissingError, WaitTimedOut, quote
@@ -107,9 +107,10 @@ def job_state(store: Store, message_id: str, event_id: str | None = None) -> Job
     """The state of the job of message_id. event_id: its event, when known; without it, the
     events' summaries tell which it is, else it is a job sent without one (its message id)."""
     with store.reading():
-        claim = store.client.get_item(
-            TableName=store.table, Key=claim_key(message_id), ConsistentRead=True
-        ).get("Item")
+        claim = _claim(store, message_id)
+        if claim is not None and CLAIMED_AS in claim:
+            # The message's mark: its claim is its firing's.
+            claim = _claim(store, claim[CLAIMED_AS]["S"])
         note, event_id = _note(store.history, message_id, event_id)
         if note is not None:
             return _from_note(note)
@@ -121,6 +122,13 @@ def job_state(store: Store, message_id: str, event_id: str | None = None) -> Job
         if record is not None:
             return JobState(message_id, event_id, JobPhase.ENDED, record=record)
         return JobState(message_id, event_id, JobPhase.QUEUED)
+
+
+def _claim(store: Store, claim_id: str) -> dict[str, Any] | None:
+    item = store.client.get_item(
+        TableName=store.table, Key=claim_key(claim_id), ConsistentRead=True
+    ).get("Item")
+    return None if item is None else dict(item)
 
 
 def _note(
