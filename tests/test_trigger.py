@@ -10,6 +10,7 @@ import json
 import signal
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -267,9 +268,11 @@ def test_trigger_firing_sends_it_as_that_firing_and_refuses_one_that_ran(
     )
     assert code == 0, err
     [again] = received(aws, aws.queue_url)
-    assert parse_job(again["Body"], message_id="m", sent_at=0).firing == Firing(
-        at, arn, expression, zone
-    )
+    forced = parse_job(again["Body"], message_id="m", sent_at=0).firing
+    # A re-run of that firing, which its claim does not drop as a duplicate.
+    assert forced is not None and forced.rerun and len(forced.rerun) == 32
+    assert replace(forced, rerun=None) == Firing(at, arn, expression, zone)
+    assert forced.claim_key == f"{forced.key}#rerun-{forced.rerun}"
     # Another firing of the same day is not refused; --force alone is a usage error.
     code, out, err = sqsjkr(
         capsys, "trigger", "nightly", "--firing", "2026-01-16T02:00:00+01:00", "-c", conf
@@ -289,6 +292,78 @@ def test_trigger_firing_sends_it_as_that_firing_and_refuses_one_that_ran(
     )
     assert code != 0 and "has not come yet" in err, err
     assert received(aws, aws.queue_url) == []
+
+
+def test_a_forced_rerun_of_a_firing_runs_once_and_a_cancelled_firing_runs_without_force(
+    start_daemon: Start,
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    expression = "cron(0 2 * * ? *)"
+    body = json.loads(module_input("scheduler", expression, "UTC"))
+    body["command"] = "echo ran >> runs"
+    scheduler().create_schedule(
+        Name="sqsjkr-nightly",
+        GroupName=group,
+        ScheduleExpression=expression,
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={"Arn": queue_arn(aws), "RoleArn": ROLE_ARN, "Input": json.dumps(body)},
+    )
+    conf = write_conf(tmp_path, aws, group=group)
+    daemon, _ = run_daemon(start_daemon, tmp_path, aws)
+    history = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=86400)
+    firing = ["--firing", "2026-01-15T02:00:00Z", "-c", conf]
+
+    code, out, err = sqsjkr(capsys, "trigger", "nightly", *firing, "--wait")
+    assert code == 0, err  # the missed firing, filled
+    code, out, err = sqsjkr(capsys, "trigger", "nightly", *firing)
+    assert code == 1 and "already ran" in err, err
+    code, out, err = sqsjkr(capsys, "trigger", "nightly", *firing, "--force", "--wait")
+    assert code == 0, err
+    assert (tmp_path / "runs").read_text() == "ran\nran\n"  # forced: it ran again, once
+    first, second = sorted(history.runs("nightly", 10), key=lambda r: r.ended_at)
+    assert first.firing_at == second.firing_at
+    assert first.firing_rerun is None and second.firing_rerun
+    assert second.triggered_by == os_user() and second.outcome is RunOutcome.SUCCEEDED
+    code, out, _ = sqsjkr(capsys, "audit", "--json", "-c", conf)
+    assert f"a re-run {second.firing_rerun} (--force)" in json.loads(out)[0]["detail"]
+
+    # A firing cancelled for its life_time never ran: its claim is finished, and its record
+    # says so. Run this firing runs it without --force, as a re-run its claim does not drop.
+    at = datetime(2026, 1, 16, 2, tzinfo=timezone.utc).timestamp()
+    arn = scheduler().get_schedule(Name="sqsjkr-nightly", GroupName=group)["Arn"]
+    history.finished(
+        RunRecord(
+            event_id="nightly",
+            message_id="m-cancelled",
+            host="batch1",
+            owner="o",
+            command="echo ran >> runs",
+            sent_at=at,
+            claimed_at=at + 600,
+            ended_at=at + 600,
+            outcome=RunOutcome.CANCELLED,
+            version="test",
+            firing_at=at,
+            firing_schedule=arn,
+        )  # fmt: skip
+    )
+    aws.dynamodb.put_item(
+        TableName=aws.table,
+        Item={
+            "Id": {"S": Firing(at, arn).key},
+            "Type": {"S": "throttle"},
+            "Expired": {"N": "9999999999"},
+        },
+    )
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--firing", "2026-01-16T02:00:00Z", "--wait", "-c", conf
+    )
+    assert code == 0, err
+    assert (tmp_path / "runs").read_text() == "ran\nran\nran\n"
+    assert daemon.stop() == 0
 
 
 def test_trigger_of_an_event_with_no_schedule_says_where_it_looked(

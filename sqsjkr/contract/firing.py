@@ -19,6 +19,8 @@ SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
 SCHEDULE_ARN = "<aws.scheduler.schedule-arn>"
 #: Longest expression or zone a firing carries: EventBridge's own limits are 256 and 50.
 MAX_EXPRESSION = 256
+#: Longest id of a re-run (trigger sends 32 hex digits).
+MAX_RERUN = 64
 
 
 class Origin(enum.Enum):
@@ -39,6 +41,9 @@ class Firing:
     schedule: str
     expression: str | None = None
     timezone: str | None = None
+    #: Set on a firing run again on purpose (`trigger --firing`, after it ran or was cancelled):
+    #: an id of that re-run, so that it runs once as a run of its own, outside the firing's claim.
+    rerun: str | None = None
 
     @property
     def iso(self) -> str:
@@ -52,6 +57,11 @@ class Firing:
         so that two deliveries of one firing run once in the fleet."""
         return f"{self.schedule}@{self.iso}"
 
+    @property
+    def claim_key(self) -> str:
+        """The key of the claim its messages share: the firing's, or its re-run's."""
+        return self.key if self.rerun is None else f"{self.key}#rerun-{self.rerun}"
+
     def as_fields(self) -> dict[str, str]:
         """The message's `firing` object."""
         fields = {"time": self.iso, "schedule": self.schedule}
@@ -59,6 +69,8 @@ class Firing:
             fields["expression"] = self.expression
         if self.timezone:
             fields["timezone"] = self.timezone
+        if self.rerun:
+            fields["rerun"] = self.rerun
         return fields
 
 
@@ -74,7 +86,8 @@ def parse_firing(fields: Mapping[str, object]) -> Firing | None:
     schedule = _text(value, "schedule", MAX_KEY_BYTES, required=True)
     expression = _text(value, "expression", MAX_EXPRESSION)
     zone = _text(value, "timezone", MAX_EXPRESSION)
-    return Firing(at, schedule or "", expression, zone)
+    rerun = _text(value, "rerun", MAX_RERUN)
+    return Firing(at, schedule or "", expression, zone, rerun)
 
 
 def parse_origin(fields: Mapping[str, object]) -> Origin | None:

@@ -193,6 +193,9 @@ class RunRecord:
     firing_at: float | None = None
     firing_schedule: str | None = None
     origin: str | None = None
+    #: The id of a re-run of the firing (Firing.rerun): a run forced again by `trigger
+    #: --firing`, triggered_by naming who; None for the firing's own run.
+    firing_rerun: str | None = None
     #: Set on the record of a second message of one firing, which did not run: the message id
     #: of the run that the firing's claim belongs to.
     duplicate_of: str | None = None

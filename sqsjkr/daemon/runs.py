@@ -132,7 +132,7 @@ class RunProgress:
         """The Id of the job's claim: its firing's key, which every message of one firing
         shares so that it runs once in the fleet, else its message id."""
         firing = self.job.firing
-        return self.job.message_id if firing is None else firing.key
+        return self.job.message_id if firing is None else firing.claim_key
 
     def claimed(self, owner: str, attempt: int | None) -> None:
         self.owner = owner
@@ -169,7 +169,7 @@ class RunProgress:
             lock_id=self.job.lock_id,
             receive_count=self.message.receive_count,
             attempt=self.attempt,
-            claim_id=None if self.job.firing is None else self.job.firing.key,
+            claim_id=None if self.job.firing is None else self.job.firing.claim_key,
         )
 
     def record(self, ending: Ending, now: float) -> RunRecord:
@@ -216,5 +216,6 @@ class RunProgress:
             trigger_reason=trigger_reason,
             firing_at=None if firing is None else firing.at,
             firing_schedule=None if firing is None else firing.schedule,
+            firing_rerun=None if firing is None else firing.rerun,
             origin=None if origin is None else origin.value,
         )

@@ -9,7 +9,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -29,7 +29,13 @@ from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.crontab.eventbridge import load_zone
 from sqsjkr.crontab.fires import Window, next_fires
-from sqsjkr.errors import RequestError, ResourceMissingError, ScheduleExpressionError, quote
+from sqsjkr.errors import (
+    NothingToDo,
+    RequestError,
+    ResourceMissingError,
+    ScheduleExpressionError,
+    quote,
+)
 from sqsjkr.fleet.audit import Auditor
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.schedules import read_schedules
@@ -170,19 +176,25 @@ def message_of(schedule: EventSchedule, firing: Firing | None) -> str:
     return json.dumps(fields, ensure_ascii=False)
 
 
-def run_of_firing(store: Store, event_id: str, firing: Firing) -> RunRecord | None:
-    """The event's run of that firing, if one ran: its runs newest first, down to those that
-    ended before the firing was due (one Query a page)."""
+def runs_of_firing(store: Store, event_id: str, firing: Firing) -> list[RunRecord]:
+    """The event's runs of that firing (its own and its re-runs, not duplicates), newest first:
+    its runs read newest first, down to those that ended before the firing was due (one Query
+    a page). Firings are compared by key, not by their float times."""
+    found: list[RunRecord] = []
     before: str | None = None
     while True:
         with store.reading():
             page = store.history.runs(event_id, FIRING_PAGE, before=before)
-        for record in page:
-            if record.firing_at == firing.at and record.duplicate_of is None:
-                return record
+        found += [r for r in page if r.duplicate_of is None and _of_firing(r, firing)]
         if len(page) < FIRING_PAGE or page[-1].ended_at < firing.at:
-            return None
+            return found
         before = run_type(page[-1])
+
+
+def _of_firing(record: RunRecord, firing: Firing) -> bool:
+    if record.firing_at is None or record.firing_schedule is None:
+        return False
+    return Firing(record.firing_at, record.firing_schedule).key == firing.key
 
 
 def send_now(
@@ -226,9 +238,9 @@ def trigger_event(
         raise ResourceMissingError(f"schedule {quote(schedule.name)} sends no input to send")
     fired = None
     if firing is not None:
-        fired = firing_of(schedule, firing_time(firing, schedule), time.time())
-    if fired is not None and not force:
-        _refuse_a_firing_that_ran(store, event_id, fired)
+        fired = _as_rerun(
+            store, event_id, firing_of(schedule, firing_time(firing, schedule), time.time()), force
+        )
     with store.reading():
         to = destination(schedule, DynamoRoutes(store.client, store.table))
     if not schedule.enabled:
@@ -236,6 +248,8 @@ def trigger_event(
     detail = f"schedule {schedule.name} to queue {to.name}" + (
         "" if fired is None else f" as its firing of {fired.iso}"
     )
+    if fired is not None and fired.rerun is not None:
+        detail += f", a re-run {fired.rerun}" + (" (--force)" if force else "")
     entry = audit("trigger", event_id, reason=reason, detail=detail)
     body = message_of(schedule, fired)
     sqs = make_client(store.session, "sqs")
@@ -263,13 +277,20 @@ def trigger_firing(
     )
 
 
-def _refuse_a_firing_that_ran(store: Store, event_id: str, firing: Firing) -> None:
-    ran = run_of_firing(store, event_id, firing)
-    if ran is not None:
-        raise RequestError(
+def _as_rerun(store: Store, event_id: str, firing: Firing, force: bool) -> Firing:
+    """The firing as trigger sends it: a firing with no run is sent as itself, to fill it; one
+    whose run was recorded is claimed already, so it is sent as a re-run of its own (Firing.rerun)
+    that the claim does not drop. NothingToDo for one whose command ran, unless force: a firing
+    cancelled for its life_time or aborted on its lock never ran, and runs without force."""
+    runs = runs_of_firing(store, event_id, firing)
+    ran = [r for r in runs if r.started_at is not None]
+    if ran and not force:
+        last = ran[0]
+        raise NothingToDo(
             f"the {firing.iso} firing of event {quote(event_id)} already ran (message "
-            f"{ran.message_id} on {ran.host}, {ran.outcome.value}): --force to run it again"
+            f"{last.message_id} on {last.host}, {last.outcome.value}): --force to run it again"
         )
+    return replace(firing, rerun=secrets.token_hex(16)) if runs else firing
 
 
 def wait_for_run(
