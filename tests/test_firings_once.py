@@ -8,6 +8,7 @@ Scheduler's context attributes substituted as its guide documents.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -344,3 +345,27 @@ def test_a_firings_claim_outlives_its_late_copies_with_a_short_retention(aws: Aw
     item = aws.item(firing.key, "throttle")
     assert item is not None
     assert float(item["Expired"]["N"]) >= BEFORE_DST + 60 + LATE_COPY_SECONDS
+
+
+def test_a_copy_that_comes_while_its_firing_waits_for_a_retry_runs_the_retry(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    firing = Firing(BEFORE_DST, f"{SCHEDULE}-{uuid.uuid4().hex[:6]}", BERLIN_2AM, "Europe/Berlin")
+    # Fails its first run, succeeds its second: one retry, due 4 s later.
+    command = "echo run >> runs; test -f failed || { touch failed; exit 1; }"
+    fields = json.loads(scheduled(command, "retried", firing))
+    body = json.dumps({**fields, "retries": 1, "retry_delay": "4s"})
+    run_daemon(start_daemon, tmp_path, aws)
+    holder = aws.send(body)
+    history = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1)
+    wait_until(lambda: history.runs("retried", 5), what="the first run, which failed")
+    # The holder's message is gone meanwhile (dead-lettered, or past its retention), and a
+    # copy of the firing arrives (a Scheduler retry, a redriven letter): it runs the retry.
+    aws.sqs.purge_queue(QueueUrl=aws.queue_url)
+    copy = aws.send(body)
+    wait_until(lambda: lines(tmp_path / "runs") == ["run", "run"], timeout=30, what="the retry")
+    wait_until(lambda: len(history.runs("retried", 5)) == 2, what="its record")
+    retry, first = history.runs("retried", 5)
+    assert (first.message_id, first.outcome, first.final) == (holder, RunOutcome.ERRORED, False)
+    assert (retry.message_id, retry.outcome, retry.attempt) == (copy, RunOutcome.SUCCEEDED, 2)
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="the copy deleted once it ran")

@@ -153,7 +153,8 @@ class Worker:
             )
             return Ending(PAUSE)
         holder = claim.holder
-        if job.firing is not None and holder is not None and holder != job.message_id:
+        if _another_holds(job, claim):
+            assert holder is not None
             return self._duplicate(entry, progress, claim, holder, jlog)
         if claim.state is ClaimState.FINISHED:
             jlog.info("duplicate message deleted: its job has run")
@@ -210,7 +211,8 @@ class Worker:
         die, the holder's own message, still on the queue, runs the firing once its lease ends."""
         assert entry.job.firing is not None
         what = {
-            ClaimState.FINISHED: "has run",
+            # Finished: its run ended, whether it ran or was cancelled, aborted or killed.
+            ClaimState.FINISHED: "has ended",
             ClaimState.RUNNING: "is in progress",
             ClaimState.WAITING: "waits for its retry",
         }.get(claim.state, "is taken")
@@ -373,6 +375,17 @@ class Worker:
         except AWS_ERRORS as exc:
             # The run goes on: only its "running now" in `sqsjkr status` is missing.
             jlog.warning("could not mark its event running (%s)", describe(exc))
+
+
+def _another_holds(job: Job, claim: Claim) -> bool:
+    """Whether another message of the job's firing holds its claim, so that this one is its
+    duplicate. Not while the claim waits for its retry: the holder's message may be gone by
+    then (dead-lettered, or past its retention), so this copy is kept, hidden until the retry is
+    due, and may take it over then."""
+    holder = claim.holder
+    if job.firing is None or holder is None or holder == job.message_id:
+        return False
+    return claim.state is not ClaimState.WAITING
 
 
 def _hide_for(seconds: float) -> int:
