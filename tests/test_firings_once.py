@@ -9,6 +9,7 @@ Scheduler's context attributes substituted as its guide documents.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -369,3 +370,38 @@ def test_a_copy_that_comes_while_its_firing_waits_for_a_retry_runs_the_retry(
     assert (first.message_id, first.outcome, first.final) == (holder, RunOutcome.ERRORED, False)
     assert (retry.message_id, retry.outcome, retry.attempt) == (copy, RunOutcome.SUCCEEDED, 2)
     wait_until(lambda: aws.queue_counts() == (0, 0), what="the copy deleted once it ran")
+
+
+def test_a_forged_firing_ahead_of_its_sending_is_refused_and_claims_nothing(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    schedule = f"{SCHEDULE}-{uuid.uuid4().hex[:6]}"
+    ahead = Firing(time.time() + 2 * 86400, schedule, BERLIN_2AM, "Europe/Berlin")
+    aws.send(scheduled("echo forged >> runs", "nightly", ahead))
+    due = Firing(time.time() - 60, schedule, BERLIN_2AM, "Europe/Berlin")
+    aws.send(scheduled("echo due >> runs", "nightly", due))
+    wait_until(counted(port, failed=1, succeeded=1), what="one refused, one run")
+    assert lines(tmp_path / "runs") == ["due"]
+    assert "after its message was sent" in daemon.log and "firing.time" in daemon.log
+    # The real firing, when it comes, is no one's duplicate: the forgery claimed nothing.
+    assert aws.item(ahead.key, "throttle") is None
+
+
+def test_a_forward_forged_on_a_queue_no_route_leads_to_suppresses_nothing(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    victim = aws.send({"command": "echo victim >> runs", "event_id": "victim"})
+    forger = aws.sqs.send_message(
+        QueueUrl=aws.queue_url,
+        MessageBody=json.dumps({"command": "echo forger >> runs", "event_id": "forger"}),
+        MessageAttributes={"sqsjkr_forwarded_from": {"DataType": "String", "StringValue": victim}},
+    )["MessageId"]
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    wait_until(counted(port, succeeded=2), what="both jobs run")
+    assert sorted(lines(tmp_path / "runs")) == ["forger", "victim"]
+    history = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1)
+    [forged] = history.runs("forger", 5)
+    [real] = history.runs("victim", 5)
+    assert (forged.message_id, real.message_id) == (forger, victim)
+    assert "names a forward" in daemon.log

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -324,16 +325,21 @@ def test_schedules_status_and_trigger_follow_a_route(
     assert json.loads(out)["routes"][0]["queue"] == slow.queue_name
 
 
+SCHEDULE_KEY = "arn:aws:scheduler:us-east-1:123456789012:schedule/jobs/n@2026-01-15T02:00:00Z"
+
+
 def test_a_copy_of_a_copy_keeps_the_id_of_the_first_message() -> None:
-    first = Message("m-1", "r", BODY, 0.0)
-    copy = replace(as_forwarded(first), message_id="m-2")
-    again = replace(as_forwarded(copy), message_id="m-3")
-    assert [job_id(m) for m in (first, copy, again)] == ["m-1", "m-1", "m-1"]
-    assert again.attributes == {
-        "sqsjkr_forwarded_from": {"DataType": "String", "StringValue": "m-1"}
-    }
+    # SQS's message ids are UUIDs: only such a one is honoured (never a firing's key).
+    m1, m2, m3 = (str(uuid.uuid4()) for _ in range(3))
+    first = Message(m1, "r", BODY, 0.0)
+    copy = replace(as_forwarded(first), message_id=m2)
+    again = replace(as_forwarded(copy), message_id=m3)
+    assert [job_id(m) for m in (first, copy, again)] == [m1, m1, m1]
+    assert again.attributes == {"sqsjkr_forwarded_from": {"DataType": "String", "StringValue": m1}}
+    key = {"DataType": "String", "StringValue": f"{SCHEDULE_KEY}"}
+    assert job_id(replace(first, attributes={"sqsjkr_forwarded_from": key})) == m1
     bad = {"sqsjkr_forwarded_from": {"DataType": "String", "StringValue": "two words"}}
-    assert job_id(replace(first, attributes=bad)) == "m-1"
+    assert job_id(replace(first, attributes=bad)) == m1
     # SQS takes ten attributes: a message with ten is forwarded as it is.
     full = {f"a{i}": {"DataType": "String", "StringValue": "x"} for i in range(10)}
     assert as_forwarded(replace(first, attributes=full)).attributes == full

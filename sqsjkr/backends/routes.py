@@ -22,8 +22,9 @@ ROUTE_PREFIX = "Route:"
 FORWARDED_FROM_ATTRIBUTE = "sqsjkr_forwarded_from"
 #: SQS takes ten message attributes at most: a message with ten forwards without the id.
 MAX_MESSAGE_ATTRIBUTES = 10
-#: What a message id looks like (SQS's are UUIDs): anything else in the attribute is ignored.
-_MESSAGE_ID = re.compile(r"[!-~]{1,128}")
+#: What a message id looks like (SQS's are UUIDs): anything else in the attribute is ignored,
+#: such as a firing's key, which would make a forged copy take that firing's claim.
+_MESSAGE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,12 @@ def job_id(message: Message) -> str:
     if isinstance(found, str) and _MESSAGE_ID.fullmatch(found):
         return found
     return message.message_id
+
+
+def without_forward(message: Message) -> Message:
+    """message with no FORWARDED_FROM_ATTRIBUTE: its job goes by its own id."""
+    attributes = {k: v for k, v in message.attributes.items() if k != FORWARDED_FROM_ATTRIBUTE}
+    return replace(message, attributes=attributes)
 
 
 def as_forwarded(message: Message) -> Message:

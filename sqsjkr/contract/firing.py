@@ -19,6 +19,11 @@ SCHEDULED_TIME = "<aws.scheduler.scheduled-time>"
 SCHEDULE_ARN = "<aws.scheduler.schedule-arn>"
 #: Longest expression or zone a firing carries: EventBridge's own limits are 256 and 50.
 MAX_EXPRESSION = 256
+#: How far a firing's time may lie after its message was sent: the clocks' skew. The Scheduler
+#: sends a firing when it is due (scheduled-time is the time it was due, also within a flexible
+#: window), never before, so a firing further ahead is forged: it would make the real firing,
+#: when it comes, a duplicate of a run that already happened.
+FIRING_SKEW_SECONDS = 300
 #: Longest id of a re-run (trigger sends 32 hex digits).
 MAX_RERUN = 64
 
@@ -88,6 +93,18 @@ def parse_firing(fields: Mapping[str, object]) -> Firing | None:
     zone = _text(value, "timezone", MAX_EXPRESSION)
     rerun = _text(value, "rerun", MAX_RERUN)
     return Firing(at, schedule or "", expression, zone, rerun)
+
+
+def check_firing_sent(firing: Firing, sent_at: float) -> None:
+    """InvalidJobError for a firing due later than its message was sent (SQS's SentTimestamp,
+    which no sender sets), beyond the clocks' skew."""
+    ahead = firing.at - sent_at
+    if ahead > FIRING_SKEW_SECONDS:
+        raise field_error(
+            "firing.time",
+            f"is {firing.iso}, {ahead:.0f}s after its message was sent: a schedule sends a firing "
+            "once it is due, so this one would make the real firing a duplicate; refused",
+        )
 
 
 def parse_origin(fields: Mapping[str, object]) -> Origin | None:

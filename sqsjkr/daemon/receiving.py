@@ -12,13 +12,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqsjkr.backends.aws import AWS_ERRORS, Backoff, describe
+from sqsjkr.backends.routes import FORWARDED_FROM_ATTRIBUTE, without_forward
 from sqsjkr.backends.sqs import Message
+from sqsjkr.contract.firing import check_firing_sent
 from sqsjkr.contract.job import parse_job
 from sqsjkr.daemon.fifo import behind_held
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.intake import Intake
 from sqsjkr.daemon.pausing import describe_pause
-from sqsjkr.errors import InvalidJobError
+from sqsjkr.errors import InvalidJobError, quote
 from sqsjkr.observability.health import Health
 from sqsjkr.observability.notify import Notifier
 from sqsjkr.observability.stats import Stats
@@ -174,10 +176,13 @@ class Receiver:
                     sent_at=message.sent_at,
                     http_allow=self._daemon.http_allow,
                 )
+                if job.firing is not None:
+                    check_firing_sent(job.firing, message.sent_at)
             except InvalidJobError as exc:
                 self._daemon.stats.invalid(intake.name)
                 intake.reject(message, str(exc))
                 continue
+            message = self._honoured(message, job.event_id)
             accepted.append(InFlight(message, job, queue=intake.name))
         if accepted:
             accepted = self._steer(accepted)
@@ -186,6 +191,25 @@ class Receiver:
             intake.deletes.add([entry.message for entry in accepted])
             intake.deletes.flush(force=True)
         return accepted
+
+    def _honoured(self, message: Message, event_id: str) -> Message:
+        """A forward is honoured only where a route forward arrives: on the queue its event is
+        routed to. Elsewhere the attribute is a sender's, who could name another message's id
+        and so make that message's run a duplicate of its own: the job goes by its own id."""
+        if FORWARDED_FROM_ATTRIBUTE not in message.attributes:
+            return message
+        routing = self._intake.routing
+        if routing is not None and routing.routed_here(event_id):
+            return message
+        log.warning(
+            "message %s names a forward (%s) but event %s is not routed to queue %s: its job "
+            "goes by its own id",
+            message.message_id,
+            FORWARDED_FROM_ATTRIBUTE,
+            quote(event_id),
+            self._intake.name,
+        )
+        return without_forward(message)
 
     def _steer(self, accepted: list[InFlight]) -> list[InFlight]:
         """Forward the messages of events routed to another queue, hold back those of paused

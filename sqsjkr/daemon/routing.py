@@ -60,6 +60,11 @@ class Routing:
                 done.forwarded.append(message)
         return done
 
+    def routed_here(self, event_id: str) -> bool:
+        """Whether event_id is routed to this intake's queue: where a forwarded copy arrives."""
+        route = routed(self._controls.current().routes, event_id)
+        return route is not None and route.queue == self._queue
+
     def _forward(self, message: Message, event_id: str, route: Route) -> bool:
         try:
             sent = self._forwarder.forward(as_forwarded(message), route.queue, event_id)
