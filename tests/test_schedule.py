@@ -22,6 +22,7 @@ from botocore.stub import Stubber
 
 from sqsjkr.backends.scheduler import QueueTarget, create_one_time
 from sqsjkr.contract.config import ScheduleConfig, parse_config
+from sqsjkr.contract.firing import SCHEDULE_ARN, SCHEDULED_TIME
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.when import one_time_at, one_time_in
 from sqsjkr.errors import ConfigError, ResourceMissingError
@@ -107,9 +108,20 @@ def test_send_at_creates_a_one_time_schedule_that_deletes_itself(
     assert target["Arn"] == queue_arn["Attributes"]["QueueArn"]
     assert target["RoleArn"] == ROLE_ARN
     assert target["DeadLetterConfig"] == {"Arn": dlq_arn}
-    job = parse_job(target["Input"], message_id="m", sent_at=0.0)
+    job = parse_job(fired(schedule, at), message_id="m", sent_at=0.0)
     assert (job.command, job.event_id, job.lock_id) == ("echo later", "nightly report", "L")
+    assert job.firing is not None and job.firing.schedule == schedule["Arn"]
     assert aws.queue_counts() == (0, 0)  # nothing is sent now
+
+
+def fired(schedule: dict[str, Any], due: datetime) -> str:
+    """The schedule's input as the Scheduler sends it when due: its context attributes filled."""
+    moment = f"{due.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%S}Z"
+    return (
+        str(schedule["Target"]["Input"])
+        .replace(SCHEDULED_TIME, moment)
+        .replace(SCHEDULE_ARN, schedule["Arn"])
+    )
 
 
 def test_send_at_a_local_time_keeps_it_in_its_zone(
@@ -143,7 +155,18 @@ def test_send_in_is_from_now_in_utc(tmp_path: Path, aws: Aws, group: str, cli: C
     at = datetime.strptime(schedule["ScheduleExpression"], "at(%Y-%m-%dT%H:%M:%S)")
     at = at.replace(tzinfo=timezone.utc)
     assert before + timedelta(hours=2) <= at <= after + timedelta(hours=2, seconds=1)
-    assert json.loads(schedule["Target"]["Input"]) == {"command": "x", "origin": "send"}
+    sent = json.loads(schedule["Target"]["Input"])
+    # Its firing, which the Scheduler fills in when it sends it (its context attributes).
+    assert sent == {
+        "command": "x",
+        "origin": "send",
+        "firing": {
+            "time": SCHEDULED_TIME,
+            "schedule": SCHEDULE_ARN,
+            "expression": schedule["ScheduleExpression"],
+            "timezone": "UTC",
+        },
+    }
 
 
 def test_list_scheduled_and_cancel(tmp_path: Path, aws: Aws, group: str, cli: Cli) -> None:
@@ -287,14 +310,18 @@ def test_a_fired_schedule_runs_its_job_on_a_daemon(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     (schedule,) = schedules(group).values()
-    # What EventBridge Scheduler does at the time: send the input to the target queue.
+    # What EventBridge Scheduler does at the time: fill in its context attributes and send the
+    # input to the target queue, at least once: here twice, as it may.
     target = schedule["Target"]
     queue_name = target["Arn"].rsplit(":", 1)[1]
     url = aws.sqs.get_queue_url(QueueName=queue_name)["QueueUrl"]
-    aws.sqs.send_message(QueueUrl=url, MessageBody=target["Input"])
+    # Sent now, as if now were the schedule's time (a firing is never sent before it is due).
+    body = fired(schedule, datetime.now(timezone.utc))
+    for _ in range(2):
+        aws.sqs.send_message(QueueUrl=url, MessageBody=body)
     (tmp_path / "run.toml").write_text(config_text(aws, stats="stats_port = 0"))
     daemon = start_daemon("run", "-c", str(tmp_path / "run.toml"))
-    wait_until(counted(daemon.stats_port, succeeded=1), what="the one-off job")
+    wait_until(counted(daemon.stats_port, succeeded=1, duplicates=1), what="run once")
     assert marker.exists()
 
 

@@ -4,6 +4,7 @@ AWS instead of by sqsjkr: when one runs, scheduling it (audited), listing those 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from typing import Any
 
@@ -17,6 +18,7 @@ from sqsjkr.backends.scheduler import (
     queue_target,
 )
 from sqsjkr.contract.config import Config
+from sqsjkr.contract.firing import SCHEDULE_ARN, SCHEDULED_TIME
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.when import OneTime, one_time_at, one_time_in
 from sqsjkr.errors import ConfigError, RequestError
@@ -77,6 +79,7 @@ def schedule_job(
         )
     job = parse_job(out.body, message_id="(scheduled)", sent_at=0.0)
     name = one_time_name(job.event_id, when)
+    body = _as_its_firing(out.body, when)
     create_one_time(
         make_client(session, "scheduler"),
         group=config.schedule.group,
@@ -84,10 +87,24 @@ def schedule_job(
         when=when,
         queue=queue_target(sqs, out.queue_url),
         role_arn=role_arn,
-        body=out.body,
+        body=body,
         message_group_id=None if out.fifo is None else out.fifo["MessageGroupId"],
     )
     return name
+
+
+def _as_its_firing(body: str, when: OneTime) -> str:
+    """body as the one-time schedule sends it: with its firing, which the Scheduler fills in
+    (its context attributes), so that a second delivery of it is dropped as the first's
+    duplicate, as a repeating schedule's is."""
+    fields = json.loads(body)
+    fields["firing"] = {
+        "time": SCHEDULED_TIME,
+        "schedule": SCHEDULE_ARN,
+        "expression": when.expression,
+        "timezone": when.timezone,
+    }
+    return json.dumps(fields, ensure_ascii=False)
 
 
 def scheduled_jobs(config: Config) -> list[ScheduledJob]:
