@@ -271,3 +271,30 @@ def test_a_firing_run_sets_its_events_next_firing() -> None:
         for sample in family.samples
     }
     assert samples == {("nightly",): due + 86400}
+
+
+def test_a_forged_expression_never_moves_a_next_firing_to_come_later() -> None:
+    now = [0.0]
+    metrics = Metrics(Stats(1), Health(), clock=lambda: now[0])
+    due = datetime(2030, 6, 1, 2, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
+    now[0] = due + 10
+    metrics.fired("nightly", Firing(due, "arn:nightly", "cron(0 2 * * ? *)", "Europe/Berlin"))
+    forged = Firing(due + 20, "arn:nightly", "rate(1000000 days)", "UTC")
+    metrics.fired("nightly", forged)
+    metrics.fired("nightly", Firing(due + 30, "arn:nightly", "at(2030-01-01T00:00:00)", "UTC"))
+
+    def shown() -> dict[tuple[str, ...], float]:
+        return {
+            tuple(sample.labels.values()): sample.value
+            for family in text_string_to_metric_families(metrics.exposition().decode())
+            if family.name == "sqsjkr_event_next_firing_timestamp_seconds"
+            for sample in family.samples
+        }
+
+    assert shown() == {("nightly",): due + 86400}  # still tomorrow's, not in 2,739 years
+    # Once that firing has come, the next run's message sets the gauge again.
+    now[0] = due + 86400 + 10
+    metrics.fired(
+        "nightly", Firing(due + 86400, "arn:nightly", "cron(0 2 * * ? *)", "Europe/Berlin")
+    )
+    assert shown() == {("nightly",): due + 2 * 86400}

@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -17,7 +17,9 @@ from zoneinfo import ZoneInfo
 import botocore.client
 import pytest
 
-from sqsjkr.backends.history import SUMMARY_TYPE
+from sqsjkr.backends.history import SUMMARY_TYPE, DynamoHistory
+from sqsjkr.contract.run import RunOutcome, RunRecord
+from sqsjkr.crontab.fires import next_fires
 
 from .conftest import Aws, sqsjkr
 from .test_schedules import schedule, scheduler, write_conf
@@ -181,3 +183,69 @@ def test_the_checks_calls_do_not_grow_with_its_events(
     # query of any event's runs.
     assert calls["BatchGetItem"] == 3, calls
     assert sum(calls.values()) <= 2 + 2 + events / 100, calls
+
+
+def last_nightly(before: float) -> float:
+    """The newest 02:00 Berlin firing at or before `before`."""
+    after = datetime.fromtimestamp(before - 3 * 86400, timezone.utc)
+    times = next_fires(NIGHTLY, BERLIN, after, 4).times
+    return max(t.timestamp() for t in times if t.timestamp() <= before)
+
+
+def test_a_forged_expression_in_a_message_does_not_silence_a_late_firing(
+    aws: Aws, group: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = conf_with_grace(tmp_path, aws, group=group)
+    due = last_nightly(time.time() - HOUR)
+    put_summary(aws, "nightly", last_firing=due - 86400, next_firing=due)
+    # A sender's message of a real event, with an expression of its own: the daemon keeps it
+    # in the summary, with the next firing it implies (in 2,739 years).
+    aws.dynamodb.update_item(
+        TableName=aws.table,
+        Key={"Id": {"S": "nightly"}, "Type": {"S": SUMMARY_TYPE}},
+        UpdateExpression="SET ScheduleExpression = :e, NextFiringAt = :n",
+        ExpressionAttributeValues={":e": {"S": "rate(1000000 days)"}, ":n": {"N": "8.8e10"}},
+    )
+    schedule(aws, group, "nightly", NIGHTLY, {"command": "x", "event_id": "nightly"},
+             ScheduleExpressionTimezone=BERLIN)  # fmt: skip
+    code, line = check(capsys, conf, "--schedules")
+    assert code == 2 and "firing of nightly has not run" in line, line
+
+
+def test_an_older_firing_run_after_a_newer_one_does_not_make_the_newer_late(
+    aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = conf_with_grace(tmp_path, aws)
+    newer = last_nightly(time.time() - HOUR)
+    history = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=86400)
+    history.finished(
+        RunRecord(
+            event_id="monthly",
+            message_id="m-newer",
+            host="b",
+            owner="o",
+            command="x",
+            sent_at=newer,
+            claimed_at=newer,
+            started_at=newer,
+            ended_at=newer + 5,
+            outcome=RunOutcome.SUCCEEDED,
+            version="t",
+            exit_code=0,
+            firing_at=newer,
+            firing_schedule="arn:aws:scheduler:::schedule/sqsjkr/monthly",
+        )  # fmt: skip
+    )
+    # Then the firing before it is run by hand (trigger --firing): the summary keeps the last
+    # run's firing, which is the older one, and its next, which is the newer one.
+    put_summary(aws, "monthly", last_firing=newer - 86400, next_firing=newer)
+    assert check(capsys, conf) == (0, "SQSJKR OK - 1 event")
+
+
+def test_a_deleted_schedule_is_not_late_for_ever(
+    aws: Aws, group: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = conf_with_grace(tmp_path, aws, group=group)
+    due = last_nightly(time.time() - HOUR)
+    put_summary(aws, "retired", last_firing=due - 86400, next_firing=due)
+    assert check(capsys, conf, "--schedules") == (0, "SQSJKR OK - 1 event")

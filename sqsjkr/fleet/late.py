@@ -58,31 +58,44 @@ def first_fire(
 
 
 def due_firing(
-    event_id: str, summary: EventSummary | None, scheduler: Scheduler | None
+    event_id: str,
+    summary: EventSummary | None,
+    scheduler: Scheduler | None,
+    newest: float | None = None,
 ) -> Due | None:
     """The event's first firing after the last that ran, or None when no schedule is known.
 
-    The summary's schedule (kept by the daemon from its messages' firings) comes first; the
-    scheduler's, when read, stands for it until a firing has reached the history."""
+    What should fire comes from the scheduler's schedule when the check read it: a message's
+    own expression (kept in the summary) never moves a firing later. Without it, the summary's
+    schedule stands. newest: the newest firing its run records name, when read: the last firing
+    never goes backwards when an older one is run by hand after a newer one."""
     held = scheduler.enabled.get(event_id) if scheduler else None
     window = held.flexible_window if held else 0.0
+    last = summary.last_firing_at if summary else None
+    if newest is not None:
+        last = newest if last is None else max(last, newest)
+    if held is not None:
+        after = last if last is not None else _first_chance(summary, held)
+        if after is None:
+            return None
+        bounds = Window(held.start, held.end, held.created)
+        at = first_fire(held.expression, held.timezone, after, bounds)
+        return None if at is None else Due(at, held.timezone, window)
     if summary is not None and summary.schedule_expression:
         zone = summary.schedule_timezone or "UTC"
-        at = summary.next_firing_at
-        if at is None and summary.last_firing_at is not None:
-            at = first_fire(summary.schedule_expression, zone, summary.last_firing_at)
+        at = summary.next_firing_at if newest is None else None
+        if at is None and last is not None:
+            at = first_fire(summary.schedule_expression, zone, last)
         return None if at is None else Due(at, zone, window)
-    if held is None:
-        return None
+    return None
+
+
+def _first_chance(summary: EventSummary | None, held: EventSchedule) -> float | None:
+    """Where an event no firing has reached the history yet counts its firings from: its last
+    run's sending, else its schedule's StartDate, else its creation."""
     last = summary.last_run if summary else None
-    # Never run: its first firing, from its StartDate, else from when it was created.
     since = held.start or held.created
-    after = last.sent_at if last else since.timestamp() if since else None
-    if after is None:
-        return None
-    bounds = Window(held.start, held.end, held.created)
-    at = first_fire(held.expression, held.timezone, after, bounds)
-    return None if at is None else Due(at, held.timezone, window)
+    return last.sent_at if last else since.timestamp() if since else None
 
 
 def has_run(summary: EventSummary | None, due: Due) -> bool:

@@ -142,7 +142,7 @@ def judge(
     critical = []
     if failures >= policy.max_failures:
         critical.append(failures_text(failures))
-    scheduled, late = lateness(summary.event_id, summary, policy, now, scheduler)
+    scheduled, late = lateness(summary.event_id, summary, policy, now, scheduler, runs)
     too_old = None if paused else late or age_problem(summary, runs, policy, now, scheduled)
     if too_old:
         critical.append(too_old)
@@ -160,14 +160,33 @@ def lateness(
     policy: CheckPolicy,
     now: float,
     scheduler: Scheduler | None,
+    runs: Callable[[], Sequence[RunRecord]] | None = None,
 ) -> tuple[bool, str | None]:
     """Whether the event's schedule is known, and why it is late (None: it is not). An event
-    whose every schedule is disabled has a known schedule and is never late."""
-    if scheduler is not None and event_id in scheduler.disabled:
+    whose every schedule is disabled, or whose schedule was deleted, has a known schedule and
+    is never late. A firing that looks late by the summary is looked up in the event's runs
+    (read only then): the summary keeps the last run's firing, which an older firing run by hand
+    after a newer one moves back; the newest firing that ran is where lateness counts from."""
+    if scheduler is not None and (
+        event_id in scheduler.disabled or deleted(event_id, summary, scheduler)
+    ):
         return True, None
     due = due_firing(event_id, summary, scheduler)
     known = due is not None or bool(summary and summary.schedule_expression)
+    late = late_problem(event_id, summary, due, policy.grace, now)
+    if late is None or runs is None:
+        return known, late
+    fired = [r.firing_at for r in runs() if r.firing_at is not None and r.duplicate_of is None]
+    if not fired:
+        return known, late
+    due = due_firing(event_id, summary, scheduler, newest=max(fired))
     return known, late_problem(event_id, summary, due, policy.grace, now)
+
+
+def deleted(event_id: str, summary: EventSummary | None, scheduler: Scheduler) -> bool:
+    """Whether the event's schedule was deleted: its messages came from a schedule (the
+    summary says which), and the scheduler has none that sends it any more."""
+    return bool(summary and summary.schedule) and event_id not in scheduler.enabled
 
 
 def unrecorded_findings(

@@ -8,7 +8,8 @@ workers and the receive loop's last turn are read from Stats and Health at each 
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -36,7 +37,9 @@ __all__ = ["CONTENT_TYPE_LATEST", "ONE_OFF_LABEL", "Metrics"]
 class Metrics:
     """The daemon's metrics; exposition() gives them in Prometheus' text format."""
 
-    def __init__(self, stats: Stats, health: Health) -> None:
+    def __init__(
+        self, stats: Stats, health: Health, clock: Callable[[], float] = time.time
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
         self._duration = Histogram(
@@ -79,6 +82,9 @@ class Metrics:
         )
         # With the runs' counter, Prometheus alone tells a firing that never ran: the time is
         # past this gauge (and its grace) and the event's runs have not increased since.
+        self._clock = clock
+        #: Each event's next firing as the gauge shows it.
+        self._next_at: dict[str, float] = {}
         self._next_firing = _per_event(
             "sqsjkr_event_next_firing_timestamp_seconds",
             "Unix time each event's schedule fires next after the last firing run on this "
@@ -129,7 +135,9 @@ class Metrics:
 
     def fired(self, event_id: str, firing: Firing) -> None:
         """A run of the message of firing has ended: the event's next firing is the one after
-        it. Nothing without the expression, or for one EventBridge would not take."""
+        it. Nothing without the expression, or for one EventBridge would not take. A message's
+        expression is its sender's: it never moves a next firing still to come later, nor
+        removes it, so that a forged one cannot silence the missed-firing alert."""
         if firing.expression is None:
             return
         # Imported at the first firing: a daemon whose jobs carry none starts without the cron
@@ -139,12 +147,19 @@ class Metrics:
         after = datetime.fromtimestamp(firing.at, timezone.utc)
         try:
             fires = next_fires(firing.expression, firing.timezone or "UTC", after, 1).times
-        except ScheduleExpressionError:
+        except (ScheduleExpressionError, OverflowError):
             return
-        if fires:
-            self._next_firing.labels(event_id).set(fires[0].timestamp())
-        else:
-            self._next_firing.remove(event_id)  # it has ended: no firing is due
+        following = fires[0].timestamp() if fires else None
+        pending = self._next_at.get(event_id)
+        to_come = pending is not None and pending > self._clock()
+        if to_come and (following is None or following > (pending or 0.0)):
+            return
+        if following is None:
+            if self._next_at.pop(event_id, None) is not None:
+                self._next_firing.remove(event_id)  # it has ended: no firing is due
+            return
+        self._next_at[event_id] = following
+        self._next_firing.labels(event_id).set(following)
 
     # -- AWS calls -------------------------------------------------------------------------
 
