@@ -29,6 +29,7 @@ from sqsjkr.fleet.firings import Evidence, FiringRow, FiringStatus, firings, jud
 from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.wording import local_time
 from tests.conftest import REGION, Cli
+from tests.test_schedules import backdate
 from tests.web_fleet import WebFleet, make_fleet, module_env, record
 
 HOUR = 3600.0
@@ -41,11 +42,20 @@ def fleet(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield make_fleet(tmp_path_factory.mktemp("firings"))
 
 
+#: A schedule made long before the times a test looks at.
+YEARS = 5 * 365 * 86400.0
+
+
 def create_schedule(
-    fleet: WebFleet, event_id: str, expression: str, zone: str = "UTC", dlq: str | None = None
+    fleet: WebFleet,
+    event_id: str,
+    expression: str,
+    zone: str = "UTC",
+    dlq: str | None = None,
+    age: float = 0.0,
 ) -> str:
     """A schedule of the fleet's group sending event_id's job to its queue (its dead letters
-    to the queue dlq names, when given); its name."""
+    to the queue dlq names, when given), created age seconds ago; its name."""
     arn = fleet.sqs.get_queue_attributes(QueueUrl=fleet.queue_url, AttributeNames=["QueueArn"])
     body = {"event_id": event_id, "command": "true"}
     name = f"sqsjkr-{event_id}"
@@ -60,6 +70,8 @@ def create_schedule(
         FlexibleTimeWindow={"Mode": "OFF"},
         Target=target,
     )
+    if age:
+        backdate(fleet.table, name, age)
     return name
 
 
@@ -178,37 +190,39 @@ def test_the_ledger_says_what_became_of_each_firing(fleet: WebFleet, moto_endpoi
     assert [row.at for row in missed] == hours[3:]
 
 
-def test_firings_before_the_schedule_was_made_and_the_cli(
+def test_firings_start_at_the_schedules_creation_and_the_cli(
     fleet: WebFleet, cli: Cli, aws_env: dict[str, str]
 ) -> None:
-    """`sqsjkr firings`: a firing that ran, and the ones before the schedule was created, which
-    it names as missed for that reason; --missed keeps those, --json gives each as an object."""
-    create_schedule(fleet, "made-now", "cron(0 * * * ? *)")
+    """`sqsjkr firings`: a firing that ran, one missed, and none before the schedule was
+    created (a time its expression names before then was no firing); --missed keeps the missed
+    one, --json gives each as an object, and trigger takes the time shown."""
     now = time.time()
     last = hour_mark(now)
+    # Created a minute before the firing of the hour before the last.
+    create_schedule(fleet, "made-now", "cron(0 * * * ? *)", age=now - (last - HOUR) + 60)
     fleet.history().finished(fired("made-now", last - HOUR, RunOutcome.SUCCEEDED))
-    shown = cli("firings", "made-now", "--since", "3h", "-c", str(fleet.conf))
+    shown = cli("firings", "made-now", "--since", "5h", "-c", str(fleet.conf))
     missed = cli(
-        "firings", "made-now", "--missed", "--since", "3h", "--json", "-c", str(fleet.conf)
+        "firings", "made-now", "--missed", "--since", "5h", "--json", "-c", str(fleet.conf)
     )
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0].split()[:2] == ["due", "event"]
-    assert len(lines) == 4
+    assert len(lines) == 3  # the header, the last hour's firing, the one before it
     assert "ran" in lines[2] and "succeeded on host-a" in lines[2]
-    assert all("schedule not yet created" in line for line in (lines[1], lines[3]))
+    assert "missed" in lines[1]
+    due = lines[1].split()[0]
+    assert datetime.fromisoformat(due).timestamp() == last  # a time trigger --firing takes
     assert missed.returncode == 0, missed.stderr
     objects = [o for o in json.loads(missed.stdout) if o["event_id"] == "made-now"]
-    assert [o["status"] for o in objects] == ["missed", "missed"]
-    assert {o["reason"] for o in objects} == {"schedule not yet created"}
+    assert [o["status"] for o in objects] == ["missed"]
     expected = datetime.fromtimestamp(last, timezone.utc).isoformat().replace("+00:00", "Z")
     assert objects[0]["at"] == expected
     # The Python API's read is the same ledger.
-    rows = sqsjkr.Fleet(str(fleet.conf)).firings("made-now", since=3 * HOUR)
+    rows = sqsjkr.Fleet(str(fleet.conf)).firings("made-now", since=5 * HOUR)
     assert [(r.at, r.status) for r in rows] == [
         (last, FiringStatus.MISSED),
         (last - HOUR, FiringStatus.RAN),
-        (last - 2 * HOUR, FiringStatus.MISSED),
     ]
 
 
@@ -217,25 +231,25 @@ def test_firings_across_berlins_daylight_saving_changes(
 ) -> None:
     """In the schedule's zone, as docs/schedules.md says: 02:30 does not fire on the day the
     clock skips it, and fires once on the day it comes twice."""
-    create_schedule(fleet, "berlin", "cron(30 2 * * ? *)", "Europe/Berlin")
-    create_schedule(fleet, "berlin-half", "cron(0/30 * * * ? *)", "Europe/Berlin")
+    create_schedule(fleet, "berlin", "cron(30 2 * * ? *)", "Europe/Berlin", age=YEARS)
+    create_schedule(fleet, "berlin-half", "cron(0/30 * * * ? *)", "Europe/Berlin", age=YEARS)
     spring = datetime(2026, 3, 31, tzinfo=timezone.utc).timestamp()
     autumn = datetime(2026, 10, 25, 2, 45, tzinfo=timezone.utc).timestamp()
     with module_env(moto_endpoint):
         daily = firings(store(fleet), "berlin", 4 * 86400, spring)
         halves = firings(store(fleet), "berlin-half", 3 * HOUR, autumn)
     assert [row.local for row in reversed(daily)] == [
-        "2026-03-27 02:30 Europe/Berlin",
-        "2026-03-28 02:30 Europe/Berlin",
-        "2026-03-30 02:30 Europe/Berlin",
+        "2026-03-27T02:30:00+01:00",
+        "2026-03-28T02:30:00+01:00",
+        "2026-03-30T02:30:00+02:00",
     ]
     # 23:45 to 02:45 UTC: 02:00 and 02:30 local come twice, and fire once.
     shown = [row.local for row in reversed(halves)]
     assert shown == [
-        "2026-10-25 02:00 Europe/Berlin",
-        "2026-10-25 02:30 Europe/Berlin",
-        "2026-10-25 03:00 Europe/Berlin",
-        "2026-10-25 03:30 Europe/Berlin",
+        "2026-10-25T02:00:00+02:00",
+        "2026-10-25T02:30:00+02:00",
+        "2026-10-25T03:00:00+01:00",
+        "2026-10-25T03:30:00+01:00",
     ]
     assert [Firing(r.at, "s").iso for r in reversed(halves)] == [
         "2026-10-25T00:00:00Z",

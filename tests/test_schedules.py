@@ -147,6 +147,21 @@ def scheduler() -> Any:
     return boto3.client("scheduler", region_name=REGION)
 
 
+def backdate(group: str, name: str, seconds: float) -> None:
+    """Make moto's schedule `name` of `group` created `seconds` earlier: the ledger counts a
+    schedule's firings from its creation, and moto (in this process) has no other way to make
+    one that existed yesterday."""
+    from moto.scheduler.models import scheduler_backends
+
+    for regions in scheduler_backends.values():
+        for backend in regions.values():
+            found = backend.schedule_groups.get(group)
+            if found is not None and name in found.schedules:
+                found.schedules[name].creation_date -= seconds
+                return
+    raise AssertionError(f"no schedule {name} in group {group}")
+
+
 def events() -> Any:
     return boto3.client("events", region_name=REGION)
 

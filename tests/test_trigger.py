@@ -28,7 +28,7 @@ from .conftest import Aws, Daemon, Start, run_daemon
 from .faults import Fault, FaultProxy
 from .test_audit import failing_audit as failing_audit  # noqa: F401 - the fixture
 from .test_local import paste, pasteable_commands
-from .test_schedules import events, queue_arn, scheduler, sqsjkr, write_conf
+from .test_schedules import backdate, events, queue_arn, scheduler, sqsjkr, write_conf
 from .test_schedules import group as group  # noqa: F401 - the fixture
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/sqsjkr-scheduler"
@@ -227,6 +227,7 @@ def test_trigger_firing_sends_it_as_that_firing_and_refuses_one_that_ran(
         },
     )
     arn = scheduler().get_schedule(Name="sqsjkr-nightly", GroupName=group)["Arn"]
+    backdate(group, "sqsjkr-nightly", 5 * 365 * 86400)  # made years ago
     conf = write_conf(tmp_path, aws, group=group)
     # Run now: no firing (the placeholders are never sent unfilled), marked triggered.
     code, out, err = sqsjkr(capsys, "trigger", "nightly", "-c", conf)
@@ -291,6 +292,11 @@ def test_trigger_firing_sends_it_as_that_firing_and_refuses_one_that_ran(
         capsys, "trigger", "nightly", "--firing", "2999-01-15T02:00:00", "-c", conf
     )
     assert code != 0 and "has not come yet" in err, err
+    # Nor is one before the schedule was created: it was no firing.
+    code, out, err = sqsjkr(
+        capsys, "trigger", "nightly", "--firing", "2000-01-15T02:00:00", "-c", conf
+    )
+    assert code == 2 and 'is before schedule "sqsjkr-nightly" was created' in err, err
     assert received(aws, aws.queue_url) == []
 
 
@@ -311,6 +317,7 @@ def test_a_forced_rerun_of_a_firing_runs_once_and_a_cancelled_firing_runs_withou
         FlexibleTimeWindow={"Mode": "OFF"},
         Target={"Arn": queue_arn(aws), "RoleArn": ROLE_ARN, "Input": json.dumps(body)},
     )
+    backdate(group, "sqsjkr-nightly", 5 * 365 * 86400)  # made years ago
     conf = write_conf(tmp_path, aws, group=group)
     daemon, _ = run_daemon(start_daemon, tmp_path, aws)
     history = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=86400)

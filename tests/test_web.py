@@ -32,6 +32,7 @@ from sqsjkr.web.cache import Cache
 from sqsjkr.web.fleet import Fleet
 from sqsjkr.web.server import Dashboard
 from tests.conftest import REGION, Daemon, wait_until
+from tests.test_schedules import backdate
 from tests.web_fleet import (
     HOSTILE_ID,
     WebFleet,
@@ -809,8 +810,8 @@ def test_the_command_list_and_the_daemon_do_not_import_the_web_extra() -> None:
 
 @pytest.fixture(scope="module")
 def ledgered(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A fleet of its own with an hourly schedule made now, whose last hour's firing ran: the
-    day's other firings are missed (the schedule was not yet created), and a dashboard on it."""
+    """A fleet of its own with an hourly schedule made a day ago, whose last hour's firing ran:
+    the day's other firings are missed (no daemon ran), and a dashboard on it."""
     with module_env(moto_endpoint):
         own = make_fleet(tmp_path_factory.mktemp("ledger"))
         arn = own.sqs.get_queue_attributes(QueueUrl=own.queue_url, AttributeNames=["QueueArn"])
@@ -825,6 +826,7 @@ def ledgered(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> It
                 "Input": json.dumps({"event_id": "ledgered", "command": "true"}),
             },
         )
+        backdate(own.table, "sqsjkr-ledgered", 86400)
         now = time.time()
         last = now - now % 3600
         ran = record("ledgered", last + 20, RunOutcome.SUCCEEDED, firing_at=last, origin="schedule")
@@ -843,8 +845,8 @@ def test_the_event_strip_draws_firings_and_the_overview_counts_missed_ones(
     # A day of hourly firings: the last one ran (a link to its run), the 23 before are missed.
     assert strip.count('class="cell missed"') == 23
     assert strip.count('class="cell succeeded"') == 1
-    hour_before = time.strftime("%Y-%m-%d %H:%M", time.gmtime(last - 3600))
-    assert f'title="{hour_before} UTC: missed: schedule not yet created"' in strip
+    hour_before = datetime.fromtimestamp(last - 3600, timezone.utc).isoformat()
+    assert f'title="{hour_before}: missed: no live daemon then"' in strip
     assert "missed (its reason in its title)" in page  # the legend's entry
     assert page.count("Run this firing") == 23
     overview = get(served, "/").text

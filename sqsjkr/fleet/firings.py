@@ -76,19 +76,21 @@ class FiringRow:
 
     @property
     def local(self) -> str:
-        """The time it was due in the schedule's zone: "2030-03-31 02:00 Europe/Berlin"."""
+        """The time it was due in the schedule's zone, with its offset, as `trigger --firing`
+        takes it: "2030-03-31T02:00:00+02:00" (the two 02:30 of a night whose clocks go back
+        differ by their offsets)."""
         try:
             zone: tzinfo = ZoneInfo(self.timezone)
         except (ValueError, ZoneInfoNotFoundError):
             zone = timezone.utc
-        moment = datetime.fromtimestamp(self.at, zone)
-        return f"{moment:%Y-%m-%d %H:%M} {self.timezone}"
+        return datetime.fromtimestamp(self.at, zone).isoformat()
 
     def as_json(self) -> dict[str, Any]:
         return {
             "event_id": self.event_id,
             "at": self.iso,
             "local": self.local,
+            "timezone": self.timezone,
             "schedule": self.schedule,
             "status": self.status.value,
             "reason": self.reason,
@@ -123,7 +125,10 @@ class Evidence:
 
 def fire_times(schedule: EventSchedule, since: float, until: float) -> list[float]:
     """Every time the schedule fires in (since, until], in its zone (a skipped local time does
-    not fire, a repeated one fires once), disabled or not; none for a bad expression."""
+    not fire, a repeated one fires once), disabled or not; none for a bad expression, and none
+    before the schedule was created: a time its expression names before then was no firing."""
+    if schedule.created is not None:
+        since = max(since, schedule.created.timestamp())
     after = datetime.fromtimestamp(since, timezone.utc)
     window = Window(schedule.start, schedule.end, schedule.created)
     times: list[float] = []
@@ -132,7 +137,9 @@ def fire_times(schedule: EventSchedule, since: float, until: float) -> list[floa
             batch = next_fires(schedule.expression, schedule.timezone, after, 500, window).times
         except ScheduleExpressionError:
             return times
-        times += [t.timestamp() for t in batch if t.timestamp() <= until]
+        # To the second, as the Scheduler's scheduled-time says it (a rate() counts from its
+        # start, which may have microseconds): the times shown are the times commands take.
+        times += [float(int(t.timestamp())) for t in batch if t.timestamp() <= until]
         if len(batch) < 500 or batch[-1].timestamp() > until:
             return times
         after = batch[-1]
@@ -250,8 +257,6 @@ def missed_reason(
     """Why a firing with no run did not run, checked in the ledger's order; None: not known."""
     if not schedule.enabled:
         return "schedule disabled"
-    if schedule.created is not None and at < schedule.created.timestamp():
-        return "schedule not yet created"
     if any(span.holds(schedule.event_id or "", at) for span in evidence.pauses):
         return "event paused"
     for letter in evidence.letters:

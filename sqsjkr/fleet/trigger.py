@@ -148,6 +148,12 @@ def firing_of(schedule: EventSchedule, at: float, now: float) -> Firing:
     firing = Firing(at, schedule.arn or schedule.name, schedule.expression, schedule.timezone)
     if at > now:
         raise RequestError(f"--firing {firing.iso} has not come yet: trigger runs past firings")
+    if schedule.created is not None and at < schedule.created.timestamp():
+        created = schedule.created.astimezone(timezone.utc).isoformat(timespec="seconds")
+        raise RequestError(
+            f"--firing {firing.iso} is before schedule {quote(schedule.name)} was created "
+            f"({created.replace('+00:00', 'Z')}): it has no firing then"
+        )
     moment = datetime.fromtimestamp(at, timezone.utc)
     window = Window(schedule.start, schedule.end, schedule.created)
     try:
@@ -156,7 +162,10 @@ def firing_of(schedule: EventSchedule, at: float, now: float) -> Firing:
         )
     except ScheduleExpressionError:
         return firing  # an expression sqsjkr cannot compute: the schedule's word stands
-    if fires.exact and [t.timestamp() for t in fires.times] != [at]:
+    # Compared by key, to the second: a rate()'s fire times carry its start's microseconds.
+    if fires.exact and [Firing(t.timestamp(), firing.schedule).key for t in fires.times] != [
+        firing.key
+    ]:
         then = "none" if not fires.times else fires.times[0].isoformat()
         raise RequestError(
             f"schedule {quote(schedule.name)} ({schedule.expression}, {schedule.timezone}) "
