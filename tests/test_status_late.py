@@ -136,8 +136,9 @@ def test_a_disabled_schedule_is_not_late(
     code, line = check(capsys, conf, "--schedules")
     assert code == 2
     assert line.startswith("SQSJKR CRITICAL - on: the ") and "off" not in line
-    # Without --schedules the check does not know the schedule is disabled.
-    assert "off: the " in check(capsys, conf)[1]
+    # Without --schedules too: the schedules' states come with their list.
+    code, line = check(capsys, conf)
+    assert code == 2 and "on: the " in line and "off" not in line
 
 
 def test_a_schedule_no_firing_has_reached_is_late_by_the_scheduler(
@@ -149,7 +150,16 @@ def test_a_schedule_no_firing_has_reached_is_late_by_the_scheduler(
              StartDate=start)  # fmt: skip
     code, line = check(capsys, conf, "--schedules")
     assert code == 2 and "firing of new has not run" in line, line
-    assert check(capsys, conf) == (0, "SQSJKR OK - 0 events")
+    # The plain check too: a scheduled event that never ran is judged from its first firing.
+    code, line = check(capsys, conf)
+    assert code == 2 and "firing of new has not run" in line, line
+    # And status lists it, with nothing run yet.
+    code, out, _ = sqsjkr(capsys, "status", "-c", conf)
+    assert code == 0 and any(
+        row.startswith("new ") and "no run ended yet" in row for row in out.splitlines()
+    ), out
+    code, out, _ = sqsjkr(capsys, "status", "--json", "-c", conf)
+    assert [e["event_id"] for e in json.loads(out)["events"]] == ["new"]
 
 
 @contextmanager

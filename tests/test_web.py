@@ -815,19 +815,22 @@ def ledgered(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> It
     with module_env(moto_endpoint):
         own = make_fleet(tmp_path_factory.mktemp("ledger"))
         arn = own.sqs.get_queue_attributes(QueueUrl=own.queue_url, AttributeNames=["QueueArn"])
-        boto3.client("scheduler", region_name=REGION).create_schedule(
-            Name="sqsjkr-ledgered",
-            GroupName=own.table,
-            ScheduleExpression="cron(0 * * * ? *)",
-            FlexibleTimeWindow={"Mode": "OFF"},
-            Target={
-                "Arn": arn["Attributes"]["QueueArn"],
-                "RoleArn": "arn:aws:iam::123456789012:role/sqsjkr-scheduler",
-                "Input": json.dumps({"event_id": "ledgered", "command": "true"}),
-            },
-        )
-        backdate(own.table, "sqsjkr-ledgered", 86400)
         now = time.time()
+        # An hourly schedule, and a daily one whose event never ran (it fired 2 to 3 hours ago).
+        daily = f"cron(0 {(time.gmtime(now).tm_hour - 2) % 24} * * ? *)"
+        for event_id, expression in [("ledgered", "cron(0 * * * ? *)"), ("never-ran", daily)]:
+            boto3.client("scheduler", region_name=REGION).create_schedule(
+                Name=f"sqsjkr-{event_id}",
+                GroupName=own.table,
+                ScheduleExpression=expression,
+                FlexibleTimeWindow={"Mode": "OFF"},
+                Target={
+                    "Arn": arn["Attributes"]["QueueArn"],
+                    "RoleArn": "arn:aws:iam::123456789012:role/sqsjkr-scheduler",
+                    "Input": json.dumps({"event_id": event_id, "command": "true"}),
+                },
+            )
+            backdate(own.table, f"sqsjkr-{event_id}", 2 * 86400)
         last = now - now % 3600
         ran = record("ledgered", last + 20, RunOutcome.SUCCEEDED, firing_at=last, origin="schedule")
         own.history().finished(ran)
@@ -850,7 +853,25 @@ def test_the_event_strip_draws_firings_and_the_overview_counts_missed_ones(
     assert "missed (its reason in its title)" in page  # the legend's entry
     assert page.count("Run this firing") == 23
     overview = get(served, "/").text
-    assert re.search(r"<b>23</b> missed firings", overview), overview
+    # 23 of the hourly one, and the daily one's firing: the card links to them all.
+    assert re.search(r'href="/firings" title="[^"]*"><b>24</b> missed firings', overview)
+    listed = get(served, "/firings").text
+    assert listed.count("no live daemon then") == 24 and "never-ran" in listed
+
+
+def test_a_scheduled_event_that_never_ran_has_its_page_row_and_verdict(ledgered: Any) -> None:
+    _, served, _ = ledgered
+    page = get(served, "/event?id=never-ran")
+    assert page.status_code == 200
+    assert "firing of never-ran has not run" in page.text
+    assert 'class="cell missed"' in page.text and "Run this firing" in page.text
+    assert 'href="/event?id=never-ran"' in get(served, "/events").text
+    overview = get(served, "/").text
+    attention = overview.split("need someone")[1]
+    assert "never-ran" in attention and "has not run" in attention
+    # The late card counts what the rows say is late.
+    late = re.search(r"<b>(\d+)</b> late", overview)
+    assert late is not None and int(late.group(1)) == attention.count("has not run") >= 1
 
 
 def test_run_this_firing_sends_the_schedules_message_as_that_firing_audited(

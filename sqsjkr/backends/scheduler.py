@@ -158,6 +158,33 @@ def list_schedules(client: Any, group: str) -> list[EventSchedule]:
     return sorted(schedules, key=lambda schedule: schedule.name)
 
 
+@dataclass(frozen=True)
+class Listed:
+    """A schedule as ListSchedules gives it (one call per 100): no expression or input."""
+
+    name: str
+    arn: str
+    enabled: bool
+
+
+def list_states(client: Any, group: str) -> list[Listed]:
+    """Every schedule of the group with its state, from ListSchedules alone."""
+    return [
+        Listed(str(s["Name"]), str(s.get("Arn", "")), s.get("State") == "ENABLED")
+        for s in _listed(client, group, "")
+    ]
+
+
+def get_event_schedule(client: Any, group: str, name: str) -> EventSchedule | None:
+    """One schedule read whole (GetSchedule), or None if it is gone since it was listed."""
+    try:
+        return _event_schedule(client.get_schedule(GroupName=group, Name=name))
+    except ClientError as exc:
+        if error_code(exc) != "ResourceNotFoundException":
+            raise
+        return None
+
+
 def _schedules(client: Any, group: str, prefix: str) -> Iterator[dict[str, Any]]:
     """GetSchedule of each schedule of the group whose name starts with prefix."""
     for name in _names(client, group, prefix):
@@ -216,13 +243,17 @@ def text_field(value: object) -> str | None:
 
 
 def _names(client: Any, group: str, prefix: str) -> Iterator[str]:
+    return (str(summary["Name"]) for summary in _listed(client, group, prefix))
+
+
+def _listed(client: Any, group: str, prefix: str) -> Iterator[dict[str, Any]]:
     arguments = {"GroupName": group, **({"NamePrefix": prefix} if prefix else {})}
     try:
         for page in client.get_paginator("list_schedules").paginate(**arguments):
             for summary in page.get("Schedules", []):
                 # GroupName is checked too: moto matched the group by substring.
                 if summary.get("GroupName", group) == group:
-                    yield str(summary["Name"])
+                    yield summary
     except ClientError as exc:
         raise _missing_group(exc, group) from exc
 

@@ -27,7 +27,7 @@ from sqsjkr.fleet.pause import pause_text
 from sqsjkr.fleet.route import route_text
 from sqsjkr.fleet.running import Running
 from sqsjkr.fleet.schedules import Upcoming
-from sqsjkr.fleet.status import CheckPolicy, check_verdict, read_status
+from sqsjkr.fleet.status import CheckPolicy, check_verdict, read_status, scheduled_too
 from sqsjkr.fleet.status_data import known_next_runs, status_data
 from sqsjkr.fleet.wording import (
     failures_text,
@@ -110,6 +110,9 @@ def show_status(store: Store, *, as_json: bool, now: float) -> None:
     if isinstance(known, str):
         click.echo(f"sqsjkr: next runs unknown: {known}", err=True)
     soonest = None if isinstance(known, str) else known
+    if soonest is not None:
+        fleet = scheduled_too(fleet, [*soonest.soonest, *soonest.disabled])
+        summaries, running = fleet.summaries, fleet.running
     if as_json:
         click.echo(json.dumps(status_data(fleet, soonest, now), indent=2))
         return

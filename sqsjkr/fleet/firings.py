@@ -41,6 +41,8 @@ _RUNS_MARGIN = 20
 #: The message attributes EventBridge Scheduler puts on a firing it could not deliver.
 SCHEDULER_ERROR_CODE = "ERROR_CODE"
 SCHEDULER_ERROR_MESSAGE = "ERROR_MESSAGE"
+#: The reason of a firing skipped while its event was paused (FiringStatus.PAUSED).
+PAUSED_REASON = "event paused"
 #: Outcomes of a record that mean the firing's job did not run.
 _NOT_RUN = {
     RunOutcome.CANCELLED: "cancelled: older than its life_time when a daemon took it",
@@ -54,6 +56,8 @@ class FiringStatus(enum.Enum):
     DUPLICATE = "duplicate dropped"  # only a duplicate's record: the run it duplicated is gone
     DUE = "due"  # within its grace, no run yet
     MISSED = "missed"
+    #: Not run while its event (or every event) was paused on purpose: not missed.
+    PAUSED = "skipped while paused"
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,8 @@ def judge(
     reason = missed_reason(schedule, at, evidence, runs)
     if reason is None and now - at < grace:
         return _with(row, FiringStatus.DUE)
+    if reason == PAUSED_REASON:
+        return _with(row, FiringStatus.PAUSED, reason=reason)
     return _with(row, FiringStatus.MISSED, reason=reason or "no message reached the queue")
 
 
@@ -258,7 +264,7 @@ def missed_reason(
     if not schedule.enabled:
         return "schedule disabled"
     if any(span.holds(schedule.event_id or "", at) for span in evidence.pauses):
-        return "event paused"
+        return PAUSED_REASON
     for letter in evidence.letters:
         carried = letter_firing(letter)
         if carried is None or carried[0] != schedule.event_id or not _same(carried[1], at):

@@ -36,12 +36,22 @@ class Scheduler:
 
     enabled: Mapping[str, EventSchedule]
     disabled: frozenset[str]
+    #: Only some schedules were read whole (the plain check): the events the others send are
+    #: judged by the schedule their summaries keep, and none is known to be deleted.
+    partial: bool = False
 
     @classmethod
     def of(cls, schedules: Sequence[EventSchedule]) -> Scheduler:
         enabled = {s.event_id: s for s in schedules if s.enabled and s.event_id is not None}
         disabled = {s.event_id for s in schedules if not s.enabled and s.event_id not in enabled}
         return cls(enabled, frozenset(e for e in disabled if e is not None))
+
+    def deleted(self, event_id: str, summary: EventSummary | None) -> bool:
+        """Whether the event's schedule was deleted: its messages came from a schedule (the
+        summary names it), and the scheduler has none that sends it any more."""
+        if self.partial or summary is None or not summary.schedule:
+            return False
+        return event_id not in self.enabled and event_id not in self.disabled
 
 
 def first_fire(

@@ -5,22 +5,31 @@ rules, per [schedule] engine; and what the history says of each scheduled event.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.fleet import DynamoControls
 from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
 from sqsjkr.backends.rules import list_rules
-from sqsjkr.backends.scheduler import EventSchedule, list_schedules, queue_target
+from sqsjkr.backends.scheduler import (
+    EventSchedule,
+    get_event_schedule,
+    list_schedules,
+    list_states,
+    queue_target,
+)
 from sqsjkr.backends.sqs import resolve_queue_url
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary
 from sqsjkr.crontab.fires import Fires, Window, next_fires
-from sqsjkr.errors import ScheduleExpressionError
+from sqsjkr.errors import ResourceMissingError, ScheduleExpressionError
 from sqsjkr.fleet.history import Store, record_json
+from sqsjkr.fleet.late import Scheduler
 from sqsjkr.fleet.running import Running, running_now
 from sqsjkr.fleet.wording import command_line, fire_text
 
@@ -46,6 +55,30 @@ def read_schedules(config: Config, session: Any) -> list[EventSchedule]:
         ]
         return list_rules(make_client(session, "events"), arns)
     return list_schedules(make_client(session, "scheduler"), config.schedule.group)
+
+
+def unseen_schedules(
+    config: Config, session: Any, summaries: Sequence[EventSummary]
+) -> Scheduler | None:
+    """What the plain check knows of the scheduler, at a ListSchedules call per 100 schedules:
+    every schedule's state, and whole (a GetSchedule each) only the schedules no event's
+    summary names yet, whose events have never run: a scheduled event is judged from its first
+    firing on. None for the rules engine (`--schedules` reads rules)."""
+    if config.schedule.engine != "scheduler":
+        return None
+    client = make_client(session, "scheduler")
+    group = config.schedule.group
+    try:
+        listed = list_states(client, group)
+        named = {s.schedule: s.event_id for s in summaries if s.schedule}
+        unseen = [get_event_schedule(client, group, s.name) for s in listed if s.arn not in named]
+    except (ClientError, ResourceMissingError):
+        # The plain check judges by the summaries alone then, as it did before it read any.
+        return None
+    read = Scheduler.of([s for s in unseen if s is not None])
+    off = {named[s.arn] for s in listed if not s.enabled and s.arn in named}
+    on = {named[s.arn] for s in listed if s.enabled and s.arn in named}
+    return replace(read, disabled=read.disabled | (off - on - set(read.enabled)), partial=True)
 
 
 def timing(schedule: EventSchedule, now: datetime, count: int = FIRES_SHOWN) -> Timing:

@@ -8,7 +8,7 @@ import enum
 import functools
 import itertools
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sqsjkr.backends.fleet import DynamoControls
@@ -21,7 +21,7 @@ from sqsjkr.fleet.failures import failure_text
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.late import Scheduler, due_firing, late_problem
 from sqsjkr.fleet.running import Running, running_now
-from sqsjkr.fleet.schedules import read_schedules
+from sqsjkr.fleet.schedules import read_schedules, unseen_schedules
 from sqsjkr.fleet.wording import failures_text, format_span
 from sqsjkr.observability.logs import escape
 
@@ -168,7 +168,7 @@ def lateness(
     (read only then): the summary keeps the last run's firing, which an older firing run by hand
     after a newer one moves back; the newest firing that ran is where lateness counts from."""
     if scheduler is not None and (
-        event_id in scheduler.disabled or deleted(event_id, summary, scheduler)
+        event_id in scheduler.disabled or scheduler.deleted(event_id, summary)
     ):
         return True, None
     due = due_firing(event_id, summary, scheduler)
@@ -181,12 +181,6 @@ def lateness(
         return known, late
     due = due_firing(event_id, summary, scheduler, newest=max(fired))
     return known, late_problem(event_id, summary, due, policy.grace, now)
-
-
-def deleted(event_id: str, summary: EventSummary | None, scheduler: Scheduler) -> bool:
-    """Whether the event's schedule was deleted: its messages came from a schedule (the
-    summary says which), and the scheduler has none that sends it any more."""
-    return bool(summary and summary.schedule) and event_id not in scheduler.enabled
 
 
 def unrecorded_findings(
@@ -260,6 +254,23 @@ class FleetStatus:
     running: Sequence[Sequence[Running]]
 
 
+def with_scheduled(
+    summaries: Sequence[EventSummary], scheduled: Iterable[str]
+) -> list[EventSummary]:
+    """summaries, and an empty one for each scheduled event no run has reached yet: the
+    schedules are the list of what should run, so such an event is shown, and judged, from its
+    first firing on."""
+    known = {s.event_id for s in summaries}
+    return [*summaries, *(EventSummary(e) for e in sorted(set(scheduled) - known))]
+
+
+def scheduled_too(fleet: FleetStatus, scheduled: Iterable[str]) -> FleetStatus:
+    """fleet with a row for each scheduled event no run has reached yet (see with_scheduled)."""
+    summaries = with_scheduled(fleet.summaries, scheduled)
+    running = [*fleet.running, *([] for _ in summaries[len(fleet.summaries) :])]
+    return replace(fleet, summaries=summaries, running=running)
+
+
 def read_status(store: Store, now: float) -> FleetStatus:
     """The controls item, every summary and each run in progress checked against its claim."""
     with store.reading():
@@ -274,11 +285,13 @@ def check_fleet(store: Store, policy: CheckPolicy, now: float) -> tuple[list[Fin
     were judged. The summaries are read through the index in batches; an event's runs are read
     only to learn its interval, when its schedule is not known."""
     policy = replace(policy, grace=store.config.check.grace.seconds)
-    scheduler = None
-    if policy.read_schedules:
-        scheduler = Scheduler.of(read_schedules(store.config, store.session))
     with store.reading():
         summaries = store.history.summaries()
+    if policy.read_schedules:
+        scheduler: Scheduler | None = Scheduler.of(read_schedules(store.config, store.session))
+    else:
+        scheduler = unseen_schedules(store.config, store.session, summaries)
+    with store.reading():
         findings = judge_all(
             summaries,
             lambda event_id: store.history.runs(event_id, LEARN_FROM_RUNS),

@@ -210,6 +210,10 @@ def _fleet_pages(app: Flask, fleet: Fleet) -> None:
             malformed=malformed,
         )
 
+    @app.get("/firings")
+    def missed_firings() -> str:
+        return render_template("firings.html", ledger=fleet.firings())
+
     @app.get("/audit")
     def audit() -> str:
         since = request.args.get("since", "7d")

@@ -92,6 +92,11 @@ class Firings:
     def missed(self) -> list[FiringRow]:
         return [row for row in self.rows if row.status is FiringStatus.MISSED]
 
+    @property
+    def paused(self) -> list[FiringRow]:
+        """Skipped while their event was paused on purpose: shown apart from the missed."""
+        return [row for row in self.rows if row.status is FiringStatus.PAUSED]
+
 
 class Fleet:
     """What the fleet of one config shows, read through the cache."""

@@ -17,9 +17,17 @@ from sqsjkr.backends.routes import Route, routed
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord
 from sqsjkr.fleet.firings import FiringRow
+from sqsjkr.fleet.late import Scheduler
 from sqsjkr.fleet.locks import HeldLock
 from sqsjkr.fleet.running import RunningNow
-from sqsjkr.fleet.status import Finding, Level, age_problem, judge
+from sqsjkr.fleet.status import (
+    Finding,
+    Level,
+    age_problem,
+    judge,
+    lateness,
+    with_scheduled,
+)
 from sqsjkr.web.fleet import STRIP_RUNS, Budget, Firings, Fleet, Schedules
 
 #: The states an event can be filtered by, as the events page's select lists them.
@@ -91,6 +99,7 @@ class Overview:
     unread: int  # events whose intervals were not learned yet (read at the next views)
     problems: list[str] = field(default_factory=list)
     missed: int = 0  # missed firings in the last day (FIRINGS_WINDOW)
+    skipped: int = 0  # firings of the last day skipped while their event was paused
 
 
 def event_rows(fleet: Fleet, summaries: Sequence[EventSummary], budget: Budget) -> list[EventRow]:
@@ -101,13 +110,20 @@ def event_rows(fleet: Fleet, summaries: Sequence[EventSummary], budget: Budget) 
     running: dict[str, list[RunningNow]] = {}
     for run in fleet.running():
         running.setdefault(run.start.event_id, []).append(run)
+    scheduler = _scheduler(fleet.schedules())
     rows = []
     for summary in summaries:
         runs = fleet.runs(summary, budget)
         past = functools.partial(lambda r: r or [], runs)
         pause = paused(pauses, summary.event_id, now)
-        finding = judge(summary, past, fleet.policy, now, paused=pause is not None)
-        late = None if pause is not None else age_problem(summary, past, fleet.policy, now)
+        finding = judge(
+            summary, past, fleet.policy, now, paused=pause is not None, scheduler=scheduler
+        )
+        late = None
+        if pause is None:
+            # As the verdict says it: a late firing first, else too long without a success.
+            _, late = lateness(summary.event_id, summary, fleet.policy, now, scheduler, past)
+            late = late or age_problem(summary, past, fleet.policy, now)
         rows.append(
             EventRow(
                 summary,
@@ -122,10 +138,20 @@ def event_rows(fleet: Fleet, summaries: Sequence[EventSummary], budget: Budget) 
     return rows
 
 
+def _scheduler(schedules: Schedules) -> Scheduler | None:
+    """The scheduler's schedules as the verdicts read them, when they could be read."""
+    return None if schedules.problem else Scheduler.of(schedules.schedules)
+
+
+def _with_scheduled(summaries: Sequence[EventSummary], schedules: Schedules) -> list[EventSummary]:
+    return with_scheduled(summaries, (s.event_id for s in schedules.schedules if s.event_id))
+
+
 def overview(fleet: Fleet) -> Overview:
     """The overview: one index query and batched reads of the summaries, then runs only of the
     events that ran since they were last read (at most RUNS_QUERIES_PER_VIEW)."""
     summaries = [s for s in fleet.summaries() if not s.one_off or s.consecutive_failures]
+    summaries = _with_scheduled(summaries, fleet.schedules())
     budget = Budget()
     rows = event_rows(fleet, summaries, budget)
     counts = {state: sum(state in row.states for row in rows) for state in STATES}
@@ -147,6 +173,7 @@ def overview(fleet: Fleet) -> Overview:
         unread=budget.skipped,
         problems=problems,
         missed=len(ledger.missed),
+        skipped=len(ledger.paused),
     )
 
 
@@ -195,7 +222,7 @@ def events_page(fleet: Fleet, wanted: EventFilter) -> EventsPage:
     """The events of one page of the filtered list; runs are read for that page's events only
     (state filters that need them judge every event, within the budget)."""
     schedules = fleet.schedules()
-    summaries = fleet.summaries()
+    summaries = _with_scheduled(fleet.summaries(), schedules)
     budget = Budget()
     # Filters by the cheap fields first: only the events left are judged.
     cheap = EventFilter(queue=wanted.queue, text=wanted.text)
@@ -256,6 +283,8 @@ def event_page(fleet: Fleet, event_id: str, before: str | None) -> EventPage | N
     the very read its strip and verdict are made of, so that header, strip, table and chart
     agree on every refresh."""
     summary = fleet.summary(event_id)
+    if summary is None and fleet.schedules().of(event_id):
+        summary = EventSummary(event_id)  # scheduled, not run yet: its firings say why
     budget = Budget()
     rows = event_rows(fleet, [summary], budget) if summary is not None else []
     row = rows[0] if rows else None
