@@ -25,7 +25,15 @@ from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.commands.options import load
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import RunOutcome, RunStart
-from sqsjkr.fleet.firings import Evidence, FiringRow, FiringStatus, firings, judge
+from sqsjkr.fleet.firings import (
+    MAX_FIRES,
+    Evidence,
+    FiringRow,
+    FiringStatus,
+    fire_times,
+    firings,
+    judge,
+)
 from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.wording import local_time
 from tests.conftest import REGION, Cli
@@ -85,15 +93,14 @@ def hour_mark(moment: float) -> float:
 
 def fired(event_id: str, at: float, outcome: RunOutcome, **fields: Any) -> Any:
     """The record of a run of the firing at `at` (f27-once's daemon writes these)."""
+    defaults = {"origin": "schedule", "sent_at": at + 1}
     return record(
         event_id,
         at + 30,
         outcome,
         firing_at=at,
         firing_schedule=f"sqsjkr-{event_id}",
-        origin="schedule",
-        sent_at=at + 1,
-        **fields,
+        **{**defaults, **fields},
     )
 
 
@@ -293,3 +300,40 @@ def test_a_schedules_own_dead_letter_queue_is_read_too(fleet: WebFleet, moto_end
         [row] = firings(store(fleet), "own-dlq", 900, now)
     assert row.reason is not None
     assert row.reason.startswith("the scheduler could not deliver it: AWS.SQS.KmsAccessDenied")
+
+
+def test_a_long_window_keeps_the_newest_firings_and_says_it_cut() -> None:
+    """`firings --since 14d` of a minutely schedule: more than MAX_FIRES firings; the newest
+    are kept (the oldest cut), and the caller is told."""
+    now = hour_mark(time.time()) + 1800
+    made = datetime.fromtimestamp(now - 30 * 86400, timezone.utc)
+    minutely = EventSchedule(
+        "sqsjkr-minutely", "cron(* * * * ? *)", "UTC", True, "minutely", "true", None,
+        created=made,
+    )  # fmt: skip
+    told: list[str] = []
+    times = fire_times(minutely, now - 14 * 86400, now, told.append)
+    assert len(times) == MAX_FIRES and max(times) == now
+    assert min(times) == now - (MAX_FIRES - 1) * 60
+    assert told == [
+        f"schedule sqsjkr-minutely: only its newest {MAX_FIRES:,} firings of {14 * 1440:,} in "
+        "the window are listed (a shorter --since lists them all)"
+    ]
+
+
+def test_a_firing_run_again_shows_both_runs_and_its_lateness_apart_from_its_queue_delay() -> None:
+    schedule = EventSchedule(
+        "sqsjkr-judged", "cron(0 * * * ? *)", "UTC", True, "judged", "true", None
+    )
+    at = hour_mark(time.time()) - 86400
+    first = fired("judged", at, RunOutcome.ERRORED)
+    # Run again by hand a day later: its message waited 2 s on the queue.
+    again = fired(
+        "judged", at, RunOutcome.SUCCEEDED, origin="trigger", firing_rerun="r1",
+        sent_at=at + 86400, started_at=at + 86402,
+    )  # fmt: skip
+    row = judge(schedule, at, Evidence(records=[again, first]), at + 90000, 300)
+    assert row.status is FiringStatus.RAN and row.run == again and row.reruns == (first,)
+    assert [r["message_id"] for r in row.as_json()["reruns"]] == [first.message_id]
+    assert again.queue_delay == 2 and again.lateness == 86402  # apart
+    assert first.queue_delay == first.lateness  # the schedule's own: from its firing

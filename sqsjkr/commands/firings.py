@@ -41,7 +41,14 @@ def firings_command(
         back = parse_duration(since, days=True).seconds
     except DurationError as exc:
         raise UsageFailure(f"--since {quote(since)}: {exc}") from exc
-    rows = firings(store_of(where.config()), event_id, back, time.time(), missed_only=missed)
+    rows = firings(
+        store_of(where.config()),
+        event_id,
+        back,
+        time.time(),
+        missed_only=missed,
+        warn=lambda text: click.echo(f"sqsjkr: {text}", err=True),
+    )
     if as_json:
         click.echo(json.dumps([row.as_json() for row in rows], indent=2))
         return
@@ -60,6 +67,8 @@ def firings_command(
 def _what(row: FiringRow) -> str:
     """The run (outcome, host, its id) or the reason, on one line."""
     extra = f" (+{row.duplicates} duplicate dropped)" if row.duplicates else ""
+    if row.reruns:
+        extra += f" (ran {len(row.reruns) + 1} times: re-run by trigger --firing)"
     if row.run is not None and row.status is FiringStatus.RAN:
         run = row.run
         return (

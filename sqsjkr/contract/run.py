@@ -217,10 +217,21 @@ class RunRecord:
 
     @property
     def queue_delay(self) -> float:
-        """From the schedule's firing (the time it was due, when the message says, else SQS's
-        SentTimestamp) to the command's start, or to the end: the scheduler's delay included."""
-        fired = self.sent_at if self.firing_at is None else self.firing_at
+        """From the schedule's firing to the command's start, or to the end: the scheduler's
+        delay included. From SQS's SentTimestamp for a message sent otherwise (by hand, a
+        firing run again later): its wait on the queue, not how late the firing ran."""
+        by_schedule = self.firing_at is not None and self.origin in (None, "schedule")
+        fired = self.firing_at if by_schedule and self.firing_at is not None else self.sent_at
         return (self.started_at or self.ended_at) - fired
+
+    @property
+    def lateness(self) -> float | None:
+        """From the firing the run fills to the command's start (or the end); None for a run of
+        no firing. Apart from queue_delay: a missed firing run by hand a day later is a day late,
+        though its message waited seconds."""
+        if self.firing_at is None:
+            return None
+        return (self.started_at or self.ended_at) - self.firing_at
 
     def as_dict(self) -> dict[str, Any]:
         """The record as JSON-able data, with its derived figures."""
@@ -230,6 +241,7 @@ class RunRecord:
         data["outcome"] = self.outcome.value
         data["duration"] = self.duration
         data["queue_delay"] = self.queue_delay
+        data["lateness"] = self.lateness
         return data
 
     @classmethod

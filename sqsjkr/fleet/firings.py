@@ -4,9 +4,10 @@
 
 from __future__ import annotations
 
+import collections
 import enum
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 from typing import Any
@@ -73,6 +74,8 @@ class FiringRow:
     run: RunRecord | None = None
     duplicates: int = 0
     timezone: str = "UTC"  # the schedule's zone, which its fire times are read in
+    #: Its other runs that ran (re-runs by `trigger --firing`): the row shows the newest.
+    reruns: tuple[RunRecord, ...] = ()
 
     @property
     def iso(self) -> str:
@@ -100,6 +103,7 @@ class FiringRow:
             "reason": self.reason,
             "duplicates": self.duplicates,
             "run": None if self.run is None else record_json(self.run, output=False),
+            "reruns": [record_json(r, output=False) for r in self.reruns],
         }
 
 
@@ -127,27 +131,38 @@ class Evidence:
     letters: Sequence[DeadLetter] = field(default_factory=tuple)
 
 
-def fire_times(schedule: EventSchedule, since: float, until: float) -> list[float]:
+def fire_times(
+    schedule: EventSchedule, since: float, until: float, warn: Callable[[str], None] | None = None
+) -> list[float]:
     """Every time the schedule fires in (since, until], in its zone (a skipped local time does
     not fire, a repeated one fires once), disabled or not; none for a bad expression, and none
-    before the schedule was created: a time its expression names before then was no firing."""
+    before the schedule was created: a time its expression names before then was no firing.
+    At most the newest MAX_FIRES: warn hears when older ones were cut."""
     if schedule.created is not None:
         since = max(since, schedule.created.timestamp())
     after = datetime.fromtimestamp(since, timezone.utc)
     window = Window(schedule.start, schedule.end, schedule.created)
-    times: list[float] = []
-    while len(times) < MAX_FIRES:
+    times: collections.deque[float] = collections.deque(maxlen=MAX_FIRES)
+    seen = 0
+    while True:
         try:
             batch = next_fires(schedule.expression, schedule.timezone, after, 500, window).times
         except ScheduleExpressionError:
-            return times
+            break
         # To the second, as the Scheduler's scheduled-time says it (a rate() counts from its
         # start, which may have microseconds): the times shown are the times commands take.
-        times += [float(int(t.timestamp())) for t in batch if t.timestamp() <= until]
+        found = [float(int(t.timestamp())) for t in batch if t.timestamp() <= until]
+        times.extend(found)
+        seen += len(found)
         if len(batch) < 500 or batch[-1].timestamp() > until:
-            return times
+            break
         after = batch[-1]
-    return times
+    if seen > MAX_FIRES and warn is not None:
+        warn(
+            f"schedule {schedule.name}: only its newest {MAX_FIRES:,} firings of {seen:,} in the "
+            "window are listed (a shorter --since lists them all)"
+        )
+    return list(times)
 
 
 def pause_spans(entries: Iterable[AuditEntry]) -> list[PauseSpan]:
@@ -236,9 +251,9 @@ def judge(
         duplicates=len(dropped),
         timezone=schedule.timezone,
     )
-    ran = next((r for r in runs if r.final and r.outcome not in _NOT_RUN), None)
-    if ran is not None:
-        return _with(row, FiringStatus.RAN, run=ran)
+    done = [r for r in runs if r.final and r.outcome not in _NOT_RUN]
+    if done:
+        return _with(row, FiringStatus.RAN, run=done[0], reruns=tuple(done[1:]))
     if runs and not any(r.final for r in runs):
         return _with(row, FiringStatus.RUNNING, run=runs[0])
     if not runs and any(at - 1 <= s.sent_at <= at + grace for s in evidence.running):
@@ -288,12 +303,14 @@ def ledger(
     since: float,
     now: float,
     grace: float = DEFAULT_GRACE,
+    warn: Callable[[str], None] | None = None,
 ) -> list[FiringRow]:
-    """Every firing of the schedules in (since, now], judged, newest first."""
+    """Every firing of the schedules in (since, now], judged, newest first; warn hears of a
+    schedule whose oldest firings were cut (MAX_FIRES)."""
     rows = [
         judge(schedule, at, evidence.get(schedule.event_id or "", Evidence()), now, grace)
         for schedule in schedules
-        for at in fire_times(schedule, since, now)
+        for at in fire_times(schedule, since, now, warn)
     ]
     return sorted(rows, key=lambda row: (row.at, row.schedule), reverse=True)
 
@@ -365,6 +382,7 @@ def firings(
     missed_only: bool = False,
     grace: float | None = None,
     letters: bool = True,
+    warn: Callable[[str], None] | None = None,
 ) -> list[FiringRow]:
     """The ledger of the config's schedules (of event_id's, when given) from now - since to now,
     newest first; missed_only keeps the missed firings; without letters, the dead-letter queues
@@ -382,5 +400,5 @@ def firings(
         raise ResourceMissingError(f"no schedule sends event {event_id!r}")
     start = now - since
     evidence = read_evidence(store, found, start, now, letters=letters)
-    rows = ledger(found, evidence, start, now, grace)
+    rows = ledger(found, evidence, start, now, grace, warn)
     return [r for r in rows if r.status is FiringStatus.MISSED] if missed_only else rows

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.fleet.wording import format_duration, signal_name
 from sqsjkr.web.shown import plain_output
@@ -55,6 +56,15 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
+def _firing_text(record: RunRecord) -> str | None:
+    """The firing the run fills: its time and schedule, and whether it is a re-run of it."""
+    if record.firing_at is None or record.firing_schedule is None:
+        return None
+    firing = Firing(record.firing_at, record.firing_schedule)
+    again = f" (re-run {record.firing_rerun})" if record.firing_rerun else ""
+    return f"{firing.iso} of {record.firing_schedule}{again}"
+
+
 def field_groups(record: RunRecord) -> list[FieldGroup]:
     """The record's fields under timing, placement and the job, each in words."""
     timing = FieldGroup(
@@ -64,6 +74,11 @@ def field_groups(record: RunRecord) -> list[FieldGroup]:
             Field("claimed by a worker", record.claimed_at, "time"),
             Field("command started", record.started_at, "time"),
             Field("ended", record.ended_at, "time"),
+            Field("firing it fills", _firing_text(record)),
+            Field(
+                "late by (from its firing)",
+                None if record.lateness is None else format_duration(record.lateness),
+            ),
             Field("queue delay", format_duration(record.queue_delay)),
             Field("lock wait", format_duration(record.lock_wait)),
             Field("duration", format_duration(record.duration)),
