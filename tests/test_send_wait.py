@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import sqsjkr as sqsjkr_api
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import AuditRefused, WaitTimedOut
@@ -133,7 +134,7 @@ def test_a_jobs_state_goes_from_queued_to_running_to_ended(
     )["MessageId"]
     assert sender.job(message_id).phase is JobPhase.QUEUED
     code, out, _ = sqsjkr(capsys, "job", message_id, "-c", site.conf)
-    assert code == 0 and "state    queued" in out
+    assert code == 1 and "state    queued" in out  # exits 1 until a daemon has taken it
     running = wait_until(
         lambda: (s := sender.job(message_id)).phase is JobPhase.RUNNING and s,
         what="the job running",
@@ -183,3 +184,27 @@ def test_a_unique_send_that_fails_gives_its_item_up(
         site.sender().send(body, queue=site.idle, unique_for=600)
     key = unique_key(site.idle, body)
     assert site.aws.item(key["Id"]["S"], key["Type"]["S"]) is None  # the next send may send it
+
+
+def test_a_job_is_found_by_its_message_id_alone_and_a_handle_waits_for_it(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sender = sqsjkr_api.Fleet(site.conf)
+    body = json.dumps({"command": "echo found", "event_id": f"found-{uuid.uuid4().hex[:6]}"})
+    # Delayed, so that the handle is made before any daemon has taken it.
+    message_id = site.aws.sqs.send_message(
+        QueueUrl=site.aws.queue_url, MessageBody=body, DelaySeconds=2
+    )["MessageId"]
+    handle = sender.handle(message_id)  # no event id: not known yet
+    record = handle.wait(timeout=30)
+    assert record.message_id == message_id and record.outcome is RunOutcome.SUCCEEDED
+    # Its claim names its event: found without it, ended with its record.
+    state = sender.job(message_id)
+    assert state.phase is JobPhase.ENDED and state.record == record
+    code, out, _ = sqsjkr(capsys, "job", message_id, "-c", site.conf)
+    assert code == 0 and re.search(r"^state    ended succeeded at ", out, re.M), out
+    # What is no message id is said so; an unknown one is not taken (exit 1).
+    code, _, err = sqsjkr(capsys, "job", "", "-c", site.conf)
+    assert code == 2 and '"" is not a message id' in err and "Exception" not in err, err
+    code, out, _ = sqsjkr(capsys, "job", str(uuid.uuid4()), "-c", site.conf)
+    assert code == 1 and "no daemon has taken it yet" in out

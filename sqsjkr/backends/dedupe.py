@@ -37,6 +37,9 @@ HOLDER = "MessageId"
 #: The attribute of a message's mark that names the firing claimed for it: a mark without it
 #: is the Go daemon's throttle item, which took the message itself.
 CLAIMED_AS = "Firing"
+#: The attribute of a claim (and a message's mark) naming the job's event: `sqsjkr job ID`
+#: finds the run of a message by it, without the event's id.
+EVENT_ID = "EventId"
 #: How long after its first run a copy of a firing can still arrive, beyond the queue's own
 #: retention: EventBridge retries a delivery for up to 24 hours (the most a schedule's or a
 #: rule's maximum event age allows), and a letter waits up to 14 days (SQS's longest
@@ -281,8 +284,9 @@ class DynamoDedupe:
     ) -> Claim:
         now = self._clock()
         lease = Lease(key, new_owner(), until=now + self._lease_seconds)
-        put = self._claim_put(lease, now, _CLAIM_CONDITION, {}, message_id)
-        written = self._write(put, running, lock, self._mark(lease.key, message_id, now))
+        event_id = None if running is None else running.event_id
+        put = self._claim_put(lease, now, _CLAIM_CONDITION, {}, message_id, event_id)
+        written = self._write(put, running, lock, self._mark(lease.key, message_id, now, event_id))
         if written.claimed or owner_of(written.old) == lease.owner:
             # The second case: our own write, retried after its answer was lost.
             return self._claimed(lease, _attempts(written.old) + 1, written)
@@ -307,8 +311,9 @@ class DynamoDedupe:
         runs as the message that claims it, whichever of its messages that is)."""
         attempts = _attempts(old)
         values = {":attempts": {"N": str(attempts)}, "Attempts": {"N": str(attempts)}}
-        put = self._claim_put(lease, now, _CLAIM_AGAIN_CONDITION, values, message_id)
-        written = self._write(put, running, lock, self._mark(lease.key, message_id, now))
+        event_id = None if running is None else running.event_id
+        put = self._claim_put(lease, now, _CLAIM_AGAIN_CONDITION, values, message_id, event_id)
+        written = self._write(put, running, lock, self._mark(lease.key, message_id, now, event_id))
         if written.claimed or owner_of(written.old) == lease.owner:
             return self._claimed(lease, attempts + 1, written)
         if written.taken_by_go:
@@ -350,6 +355,7 @@ class DynamoDedupe:
         condition: str,
         extra: dict[str, Any],
         message_id: str | None,
+        event_id: str | None = None,
     ) -> dict[str, Any]:
         lives = self._retention_seconds
         item = {
@@ -365,13 +371,17 @@ class DynamoDedupe:
             item[HOLDER] = {"S": message_id}
             lives += LATE_COPY_SECONDS
         item["Expired"] = {"N": str(int(now) + lives)}
+        if event_id is not None:
+            item[EVENT_ID] = {"S": event_id}
         values = {":now": lease_time(now)}
         if extra:
             item["Attempts"] = extra.pop("Attempts")
             values.update(extra)
         return {"Item": item, "ConditionExpression": condition, "ExpressionAttributeValues": values}
 
-    def _mark(self, key: str, message_id: str | None, now: float) -> dict[str, Any] | None:
+    def _mark(
+        self, key: str, message_id: str | None, now: float, event_id: str | None = None
+    ) -> dict[str, Any] | None:
         """A firing's claim also marks its message as the Go daemon marks the messages it takes
         ({Id: message id, Type: "throttle", Expired}), naming the firing (CLAIMED_AS): a Go daemon
         on the same table skips the message, and a port daemon learns that a Go daemon took it
@@ -383,6 +393,8 @@ class DynamoDedupe:
             "Expired": {"N": str(int(now) + self._retention_seconds)},
             CLAIMED_AS: {"S": key},
         }
+        if event_id is not None:
+            item[EVENT_ID] = {"S": event_id}
         return {
             "Item": item,
             "ConditionExpression": "attribute_not_exists(Expired) OR #claimed = :claimed",

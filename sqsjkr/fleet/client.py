@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sqsjkr.fleet.client_actions import Actions
-from sqsjkr.fleet.jobs import JobHandle, JobState, job_state
+from sqsjkr.fleet.jobs import JobHandle, JobPhase, JobState, job_state
 
 
 class Fleet(Actions):
@@ -46,6 +46,9 @@ class Fleet(Actions):
     ) -> JobHandle:
         """The handle of a job sent elsewhere (by another process, a trigger, a schedule), to
         wait for its run; without event_id, its state names its event."""
+        known = True
         if event_id is None:
-            event_id = self.job(message_id).event_id
-        return JobHandle(message_id, event_id, queue or self.config.sqs.queue_name, self.store)
+            state = self.job(message_id)
+            event_id, known = state.event_id, state.phase is not JobPhase.QUEUED
+        queue = queue or self.config.sqs.queue_name
+        return JobHandle(message_id, event_id, queue, self.store, event_known=known)

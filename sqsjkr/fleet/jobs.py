@@ -9,12 +9,12 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqsjkr.backends.dedupe import CLAIMED_AS, claim_key
+from sqsjkr.backends.dedupe import CLAIMED_AS, EVENT_ID, claim_key
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
-from sqsjkr.errors import ResourceMissingError, WaitTimedOut, quote
+from sqsjkr.errors import RequestError, ResourceMissingError, WaitTimedOut, quote
 from sqsjkr.fleet.history import Store, record_json
-from sqsjkr.fleet.trigger import wait_for_run
+from sqsjkr.fleet.trigger import WAIT_POLL_SECONDS, wait_for_run
 from sqsjkr.fleet.waiting import Deadline
 from sqsjkr.fleet.wording import local_time
 
@@ -79,6 +79,9 @@ class JobHandle:
     event_id: str
     queue: str
     store: Store = field(repr=False, compare=False)
+    #: False for a handle made from a message id alone whose job no daemon had taken yet: its
+    #: event is learnt from the job's state while waiting.
+    event_known: bool = field(default=True, compare=False)
 
     def state(self) -> JobState:
         """Where the job is now (a few reads of the table)."""
@@ -91,23 +94,47 @@ class JobHandle:
             raise ResourceMissingError(
                 'waiting for a run reads the run history, which is off ([history] backend = "none")'
             )
+        deadline = Deadline(timeout)
         try:
+            event_id = self.event_id if self.event_known else self._event(deadline)
             # A run that ends but runs again (a retry, a stopped daemon) is no answer yet.
-            return wait_for_run(
-                self.store, self.event_id, self.message_id, Deadline(timeout), lambda _: None
-            )
+            return wait_for_run(self.store, event_id, self.message_id, deadline, lambda _: None)
         except WaitTimedOut as exc:
             raise WaitTimedOut(
                 f"gave up waiting for the run of message {quote(self.message_id)} after "
                 f"{timeout:g}s: it stays queued or runs"
             ) from exc
 
+    def _event(self, deadline: Deadline) -> str:
+        """The job's event, once a daemon has taken it (its claim names it)."""
+        while True:
+            state = job_state(self.store, self.message_id)
+            if state.phase is not JobPhase.QUEUED:
+                return state.event_id
+            deadline.pause(
+                WAIT_POLL_SECONDS,
+                f"the run of message {self.message_id}",
+                "no daemon has taken it yet",
+            )
+
+
+#: The longest message id looked up: SQS's are UUIDs, and DynamoDB keys stop at 2,048 bytes.
+MAX_MESSAGE_ID = 128
+
 
 def job_state(store: Store, message_id: str, event_id: str | None = None) -> JobState:
-    """The state of the job of message_id. event_id: its event, when known; without it, the
-    events' summaries tell which it is, else it is a job sent without one (its message id)."""
+    """The state of the job of message_id. event_id: its event, when known; without it, its
+    claim names it (or else the events' summaries), else it is a job sent without one (its
+    message id). RequestError for what cannot be a message id."""
+    if not message_id.strip() or len(message_id) > MAX_MESSAGE_ID or not message_id.isprintable():
+        raise RequestError(
+            f"{quote(message_id)} is not a message id (as `sqsjkr send` prints it: "
+            "SQS's are like 0b5e7c2a-3f1d-4a8e-9c6b-2d4f8a1e7c3b)"
+        )
     with store.reading():
         claim = _claim(store, message_id)
+        if event_id is None and claim is not None and EVENT_ID in claim:
+            event_id = claim[EVENT_ID]["S"]
         if claim is not None and CLAIMED_AS in claim:
             # The message's mark: its claim is its firing's.
             claim = _claim(store, claim[CLAIMED_AS]["S"])
