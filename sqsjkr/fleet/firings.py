@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
@@ -17,6 +16,7 @@ from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.members import LOST_AFTER_REFRESHES, Member
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.backends.sqs import dead_letter_queue_url
+from sqsjkr.contract import safe_json
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.crontab.fires import Window, next_fires
@@ -187,7 +187,7 @@ def _alive(member: Member, at: float) -> bool:
 def letter_firing(letter: DeadLetter) -> tuple[str, float] | None:
     """The event_id and firing time a dead letter's body carries, or None."""
     try:
-        body = json.loads(letter.body)
+        body = safe_json.loads(letter.body)
         at = datetime.fromisoformat(str(body["firing"]["time"]).replace("Z", "+00:00"))
         return str(body["event_id"]), at.timestamp()
     except (ValueError, KeyError, TypeError):

@@ -136,11 +136,11 @@ class Metrics:
         # arithmetic (`sqsjkr run` imports no crontab code, for its start-up time).
         from sqsjkr.crontab.fires import next_fires
 
-        after = datetime.fromtimestamp(firing.at, timezone.utc)
         try:
+            after = datetime.fromtimestamp(firing.at, timezone.utc)
             fires = next_fires(firing.expression, firing.timezone or "UTC", after, 1).times
-        except ScheduleExpressionError:
-            return
+        except (ScheduleExpressionError, OverflowError, ValueError):
+            return  # past Python's dates too: the contract refuses such a firing
         if fires:
             self._next_firing.labels(event_id).set(fires[0].timestamp())
         else:
