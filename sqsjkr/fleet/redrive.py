@@ -146,7 +146,8 @@ def redrive_letters(
     message not found is one of its errors; say hears each one moved, warn each one left as
     malformed and each one that stays hidden a while."""
     target = "every dead letter" if message_ids is None else " ".join(message_ids)
-    audit("dlq redrive", target, reason=reason, detail=f"{queues.dlq_name} to {queues.name}")
+    detail = f"{queues.dlq_name} to {queues.name}"
+    audit("dlq redrive", target, reason=reason, detail=detail, force=force)
     with Peek(queues.sqs, queues.dlq_url, warn) as peek:
         run = Redrive(queues, peek, force, say=say, warn=warn)
         missing: list[str] = []

@@ -101,7 +101,7 @@ def audit_send(
     """The audit item of a send (now, or at when), written before it; and its detail."""
     parsed = parse_job(body, message_id="(not sent)", sent_at=0.0)
     detail = f"{shorten_command(parsed.what)} to queue {queue_name}" + (
-        "" if when is None else f" at {when}"
+        "" if when is None else f" at {when.iso}"
     )
     # A job sent without an event_id is its message's own event: named once it is sent.
     target = ONE_OFF if one_off(parsed.event_id, parsed.message_id) else parsed.event_id
