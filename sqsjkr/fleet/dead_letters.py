@@ -110,6 +110,13 @@ class Undelivered:
             f" ({error})" if error else ""
         )
 
+    @property
+    def error(self) -> str:
+        """The scheduler's own error, code and message: what to act on."""
+        return ": ".join(part for part in (self.error_code, self.error_message) if part) or (
+            "no error given"
+        )
+
     def as_json(self) -> dict[str, Any]:
         return {
             "schedule": self.schedule,
@@ -270,10 +277,11 @@ class Peek:
     ) -> None:
         self.release()
 
-    def pages(self) -> Iterator[list[DeadLetter]]:
-        """The messages, a receive at a time, until a receive brings no message not yet read."""
+    def pages(self, expected: int | None = None) -> Iterator[list[DeadLetter]]:
+        """The messages, a receive at a time, until a receive brings no message not yet read
+        (which waits PEEK_WAIT_SECONDS), or once `expected` of them were read."""
         seen: set[str] = set()
-        while True:
+        while expected is None or len(seen) < expected:
             response = self._sqs.receive_message(
                 QueueUrl=self._url,
                 MaxNumberOfMessages=MAX_BATCH,
@@ -336,11 +344,28 @@ class Peek:
                 )
 
 
-def read_letters(queues: Queues, warn: Callable[[str], None] | None = None) -> list[DeadLetter]:
-    """Every message of the dead-letter queue, oldest sent first, left there."""
+def read_letters(
+    queues: Queues, warn: Callable[[str], None] | None = None, *, counted: bool = False
+) -> list[DeadLetter]:
+    """Every message of the dead-letter queue, oldest sent first, left there.
+
+    counted: read as many as the queue counts (one GetQueueAttributes) and stop, without the
+    last receive that waits to prove none is left: a page's read, which must not block each
+    view. A letter that arrived a moment ago, not counted yet, shows at the next read."""
+    expected = letter_count(queues) if counted else None
+    if expected == 0:
+        return []
     with Peek(queues.sqs, queues.dlq_url, warn) as peek:
-        letters = [letter for page in peek.pages() for letter in page]
+        letters = [letter for page in peek.pages(expected) for letter in page]
     return sorted(letters, key=lambda letter: letter.sent_at)
+
+
+def letter_count(queues: Queues) -> int:
+    """How many messages the dead-letter queue holds, visible to a reader, as SQS counts them."""
+    attributes = queues.sqs.get_queue_attributes(
+        QueueUrl=queues.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return int(attributes.get("ApproximateNumberOfMessages", 0))
 
 
 def find_letter(
