@@ -40,6 +40,7 @@ def test_pages_escape_what_messages_and_operators_wrote(
         error=HOSTILE,
     )
     fleet.history().finished(run)
+    fleet.history().finished(record(HOSTILE, clock() - 60, RunOutcome.SUCCEEDED))
     firing = Firing(time.time() - 3600, f"arn:aws:scheduler:us-east-1:1:schedule/g/{HOSTILE}")
     body = {"event_id": "shown", "command": "true", "firing": firing.as_fields()}
     attributes = {
@@ -60,15 +61,21 @@ def test_pages_escape_what_messages_and_operators_wrote(
         MessageBody='{"event_id": "x"}',
         MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in ours.items()},
     )
-    served = fleet.serve()
+    served = fleet.serve(enable_actions=True)
     try:
         run_page = _page(served.url + "run", event="shown", key=run_type(run))
         letters = wait_until(lambda: _letters_page(served.url), what="both letters on the page")
+        event_page = _page(served.url + "event", id=HOSTILE)
     finally:
         served.close()
-    for page in (run_page, letters):
+    # A form's field goes back as it came, so that an action names that very event; every
+    # text a page shows is escaped.
+    field = f'name="event_id" value="{HOSTILE}"'
+    assert field in event_page
+    for page in (run_page, letters, event_page.replace(field, "")):
         for raw in RAW:
             assert raw not in page
+    assert ESCAPED in event_page
     assert run_page.count(ESCAPED) >= 3  # triggered by, its reason, the error
     assert letters.count(ESCAPED) >= 4  # error code, message, sqsjkr_error, sqsjkr_message_id
 

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from markupsafe import Markup
+from markupsafe import escape as escape_html
 
 from sqsjkr.contract.masking import shown_body
 from sqsjkr.fleet.wording import ended_how, format_duration, format_span, local_time
@@ -55,6 +56,12 @@ def ago(then: float | None, now: float | None = None) -> str:
     return f"{format_span((now or time.time()) - then)} ago"
 
 
+def form_value(value: Any) -> Markup:
+    """A form field's value, HTML-escaped only: it goes back to the dashboard as it came (an
+    event id with a bidi override must name that event), and no page shows a hidden field."""
+    return escape_html("" if value is None else str(value))
+
+
 FILTERS = {
     "moment": lambda t: "-" if t is None else local_time(t),
     "ago": ago,
@@ -65,4 +72,5 @@ FILTERS = {
     # What came from a message (an event id, a message id, a user): its control characters and
     # bidirectional overrides shown as escapes, as the CLI prints them.
     "visible": lambda text: "" if text is None else escape(str(text)),
+    "form_value": form_value,
 }
