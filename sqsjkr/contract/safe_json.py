@@ -23,8 +23,10 @@ class JsonError(ValueError):
 
 
 def nesting_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
-    """How deeply text's arrays and objects nest, counted without recursion; the count stops
-    once it passes limit (a body of brackets is as deep as it is long)."""
+    """How deeply text's arrays and objects nest, counted without recursion, or limit when it
+    cannot nest deeper than that (it opens no more); the count stops once it passes limit (a body of brackets is as deep as it is long)."""
+    if text.count("[") + text.count("{") <= limit:
+        return limit  # at most this deep, whatever the strings hold: no scan (every job's case)
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
     depth = deepest = 0
     for bracket in brackets:
