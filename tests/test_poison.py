@@ -14,6 +14,7 @@ import boto3
 import pytest
 import requests
 
+from sqsjkr.backends.scheduler import job_message
 from sqsjkr.contract import safe_json
 from sqsjkr.contract.firing import MAX_SCHEDULE_BYTES
 from sqsjkr.contract.job import parse_job
@@ -175,3 +176,9 @@ def _letters(fleet: WebFleet, count: int) -> dict[str, str] | None:
             reason = raw.get("MessageAttributes", {}).get("sqsjkr_error", {})
             found[raw["MessageId"]] = reason.get("StringValue", "(moved by SQS, no reason)")
     return found if len(found) == count else None
+
+
+def test_a_schedules_input_nested_thousands_deep_is_no_job_message() -> None:
+    # Every schedule read goes through this: one hostile input must not fail them all.
+    assert job_message('{"command": "true", "x": ' + DEEP + "}") == {}
+    assert job_message('{"command": "true"}') == {"command": "true"}
