@@ -23,6 +23,7 @@ from sqsjkr.contract.run import RunOutcome
 from sqsjkr.crontab.fires import next_firing
 from sqsjkr.errors import InvalidJobError
 from sqsjkr.fleet.dead_letters import DeadLetter
+from sqsjkr.fleet.send import by_hand
 from tests.conftest import Cli, Start, wait_until
 from tests.web_fleet import WebFleet, make_fleet, record
 
@@ -182,3 +183,11 @@ def test_a_schedules_input_nested_thousands_deep_is_no_job_message() -> None:
     # Every schedule read goes through this: one hostile input must not fail them all.
     assert job_message('{"command": "true", "x": ' + DEEP + "}") == {}
     assert job_message('{"command": "true"}') == {"command": "true"}
+
+
+def test_a_send_of_a_deep_body_is_refused_not_a_recursion_error() -> None:
+    # Fleet.send marks a body sent by hand before the parser sees it: that read is safe too.
+    deep = job(None).replace("null", DEEP)
+    assert by_hand(deep) == deep
+    with pytest.raises(InvalidJobError, match="^body nests deeper"):
+        parse_job(by_hand(deep), message_id="m", sent_at=0.0)

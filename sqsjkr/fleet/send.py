@@ -20,6 +20,7 @@ from sqsjkr.backends.sqs import (
     resolve_queue_url,
     send_settings,
 )
+from sqsjkr.contract import safe_json
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Origin
 from sqsjkr.contract.job import parse_job
@@ -49,8 +50,8 @@ class Outgoing:
 def by_hand(body: str) -> str:
     """body marked `"origin": "send"`: a job sent by hand (or by a program), not a firing."""
     try:
-        fields = json.loads(body)
-    except ValueError:
+        fields = safe_json.loads(body)
+    except ValueError:  # safe_json's JsonError
         return body  # not JSON: the parser's refusal says why
     if not isinstance(fields, dict):
         return body  # not a job: the parser's refusal says why
