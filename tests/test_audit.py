@@ -212,8 +212,13 @@ def test_a_refused_action_is_recorded_as_refused_not_as_done(site: Aws, cli: Run
     assert cli("resume", "--", "nightly", "--reason", "again")[0] == 1
     assert cli("resume", "--", "--all", "--reason", "all again")[0] == 1
     assert cli("unlock", "--", "no-such-lock", "--reason", "gone")[0] == 1
+    assert cli("dlq", "redrive", "--", "no-such-letter", "--reason", "retry")[0] == 1
+    assert cli("dlq", "delete", "--", "no-such-letter", "--reason", "junk")[0] == 1
     items = audit_items(cli)
-    assert [(i["action"], i["target"], i["detail"]) for i in items[:4]] == [
+    none_found = f"none of them was in dead-letter queue {site.queue_name}-dlq"
+    assert [(i["action"], i["target"], i["detail"]) for i in items[:6]] == [
+        ("dlq delete (refused)", "no-such-letter", none_found),
+        ("dlq redrive (refused)", "no-such-letter", none_found),
         ("unlock (refused)", "lock no-such-lock", "none was held"),
         ("resume (refused)", "every pause", "nothing was paused"),
         ("resume (refused)", "nightly", "nothing was paused"),
