@@ -22,26 +22,24 @@ class JsonError(ValueError):
     "body " + str(error) reads "body is not JSON: Expecting value at line 1 column 1"."""
 
 
-def nesting_depth(text: str, limit: int = MAX_JSON_DEPTH) -> int:
-    """How deeply text's arrays and objects nest, counted without recursion, or limit when it
-    cannot nest deeper than that (it opens no more); the count stops once it passes limit (a body of brackets is as deep as it is long)."""
+def too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether text's arrays and objects nest deeper than limit, counted without recursion (a
+    body of brackets is as deep as it is long): brackets inside strings do not count."""
     if text.count("[") + text.count("{") <= limit:
-        return limit  # at most this deep, whatever the strings hold: no scan (every job's case)
+        return False  # it opens no more than that: no scan (every job's case)
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    depth = deepest = 0
+    depth = 0
     for bracket in brackets:
         depth += 1 if bracket in "[{" else -1
-        if depth > deepest:
-            deepest = depth
-            if deepest > limit:
-                break
-    return deepest
+        if depth > limit:
+            return True
+    return False
 
 
 def loads(text: str) -> Any:
     """text's JSON value; JsonError when it is none, holds NaN or Infinity, or nests deeper
     than MAX_JSON_DEPTH (which every reader of it may then walk by recursion)."""
-    if nesting_depth(text) > MAX_JSON_DEPTH:
+    if too_deep(text):
         raise JsonError(f"nests deeper than {MAX_JSON_DEPTH} arrays and objects")
     try:
         return json.loads(text, parse_constant=_reject_constant)
