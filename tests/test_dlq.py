@@ -479,3 +479,24 @@ def test_a_pages_read_of_the_letters_waits_for_no_empty_receive(site: Aws, conf:
     [read] = fleet.dead_letters()
     assert {letter.original_id for letter in read.letters} == originals
     assert 0 not in receives  # no receive that found nothing (a 1 s wait each view)
+
+
+def test_a_scheduler_letter_with_a_firing_past_the_dates_is_shown_with_why(
+    site: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = json.loads(JOB)
+    body["firing"] = {"time": "9999-12-31T23:59:59-01:00", "schedule": "sqsjkr-nightly"}
+    attributes = {"SCHEDULE_ARN": "arn:aws:scheduler:us-east-1:1:schedule/g/sqsjkr-nightly"}
+    attributes["ERROR_CODE"] = "AWS.SQS.AccessDenied"
+    sent = site.sqs.send_message(
+        QueueUrl=dlq_url(site),
+        MessageBody=json.dumps(body),
+        MessageAttributes={
+            k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()
+        },
+    )["MessageId"]
+    code, out, err = sqsjkr(capsys, "dlq", "list", "-c", str(conf))
+    assert (code, err) == (0, "") and "the scheduler could not deliver it" in out
+    code, out, err = sqsjkr(capsys, "dlq", "show", sent, "-c", str(conf))
+    assert (code, err) == (0, "")
+    assert '  firing:      unreadable: field "firing.time": is 9999-12-31T23:59:59-01:00' in out

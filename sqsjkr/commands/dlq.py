@@ -119,7 +119,7 @@ def undelivered_lines(letter: DeadLetter) -> list[str]:
     return [
         "undelivered:   a firing EventBridge Scheduler could not put on the queue",
         f"  schedule:    {escape(undelivered.schedule)}",
-        f"  firing:      {'unknown (its body names none)' if firing is None else firing.iso}",
+        f"  firing:      {escape(letter.firing_unknown) if firing is None else firing.iso}",
         f"  error code:  {escape(undelivered.error_code or '-')}",
         f"  error:       {escape(undelivered.error_message or '-')}",
         f"  retries:     {escape(undelivered.retry_attempts or '-')}"

@@ -195,6 +195,17 @@ class DeadLetter:
             return None
 
     @property
+    def firing_unknown(self) -> str:
+        """Why no firing is known of it (firing is None), in words."""
+        try:
+            parse_firing(parse_job_fields(self.body))
+        except InvalidJobError as exc:
+            return f"unreadable: {exc}"  # a firing the contract refuses (issue 30, item 8)
+        except ValueError as exc:
+            return f"unknown: its body {exc}"
+        return "unknown (its body names none)"
+
+    @property
     def error(self) -> str | None:
         """Why it is here: the daemon's reason, or the Scheduler's for a firing it could not
         deliver; None when SQS moved it after maxReceiveCount."""
