@@ -4,8 +4,10 @@ state-changing command with who, what, why and when, `sqsjkr audit`, and a refus
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,9 @@ from sqsjkr.backends.audit import (
     MemoryAudit,
 )
 from sqsjkr.backends.pause import DynamoPauses
+from sqsjkr.contract.when import one_time_at
+from sqsjkr.fleet.audit import Actor, Auditor
+from sqsjkr.fleet.send import audit_send
 
 from .conftest import Aws, config_text
 from .faults import Fault, FaultProxy
@@ -100,7 +105,8 @@ def test_every_state_change_writes_who_what_why_and_when_first(site: Aws, cli: R
         cli("dlq", "purge", "--", "--yes", "--reason", "clean"),
         cli("status", "--", "--forget", "gone", "--reason", "retired"),
     ]
-    # No such lock, no such event: nothing removed, and the asking is in the trail all the same.
+    # No such lock, no such event: nothing removed, and the asking is in the trail all the same
+    # (the unlock marked refused).
     assert [code for code, _, _ in done] == [0, 0, 1, 0, 0, 0, 0, 1]
     items = audit_items(cli)
     assert [(i["action"], i["target"], i["reason"]) for i in items[1:]] == [
@@ -108,12 +114,12 @@ def test_every_state_change_writes_who_what_why_and_when_first(site: Aws, cli: R
         ("dlq delete", other, "junk"),
         ("dlq redrive", letter, "fixed"),
         ("send", "nightly", "rerun"),
-        ("unlock", "lock nightly-lock", "host gone"),
+        ("unlock (refused)", "lock nightly-lock", "host gone"),
         ("resume", "nightly", "db moved"),
         ("pause", "nightly", "db move"),
     ]
     assert (items[0]["action"], items[0]["target"], items[0]["reason"]) == (
-        "forget",
+        "forget (refused)",
         "gone",
         "retired",
     )
@@ -195,3 +201,63 @@ def test_an_action_is_refused_when_sts_cannot_name_the_caller(
     assert code == 1 and out == ""
     assert err.startswith("sqsjkr: error: not done: the caller's AWS identity could not be read")
     assert DynamoPauses(site.dynamodb, site.table).pauses() == []
+
+
+# -- refused and forced actions, and times (issue 30, item 18) ------------------------------------
+
+
+def test_a_refused_action_is_recorded_as_refused_not_as_done(site: Aws, cli: Run) -> None:  # noqa: F811
+    assert cli("pause", "--", "nightly", "--reason", "db move")[0] == 0
+    assert cli("resume", "--", "nightly", "weekly", "--reason", "moved")[0] == 0
+    assert cli("resume", "--", "nightly", "--reason", "again")[0] == 1
+    assert cli("resume", "--", "--all", "--reason", "all again")[0] == 1
+    assert cli("unlock", "--", "no-such-lock", "--reason", "gone")[0] == 1
+    assert cli("dlq", "redrive", "--", "no-such-letter", "--reason", "retry")[0] == 1
+    assert cli("dlq", "delete", "--", "no-such-letter", "--reason", "junk")[0] == 1
+    items = audit_items(cli)
+    none_found = f"none of them was in dead-letter queue {site.queue_name}-dlq"
+    assert [(i["action"], i["target"], i["detail"]) for i in items[:6]] == [
+        ("dlq delete (refused)", "no-such-letter", none_found),
+        ("dlq redrive (refused)", "no-such-letter", none_found),
+        ("unlock (refused)", "lock no-such-lock", "none was held"),
+        ("resume (refused)", "every pause", "nothing was paused"),
+        ("resume (refused)", "nightly", "nothing was paused"),
+        ("resume", "nightly, weekly", "no pause of weekly"),
+    ]
+
+
+def test_a_forced_action_says_so(site: Aws, cli: Run) -> None:  # noqa: F811
+    lease = {"Id": {"S": "held-lock"}, "Type": {"S": "lock"}, "EventId": {"S": "nightly"}}
+    lease["Owner"] = {"S": "host-b:1:x"}
+    lease["LeaseUntil"] = {"N": str(int(time.time()) + 3600)}
+    site.dynamodb.put_item(TableName=site.table, Item=lease)
+    assert cli("unlock", "--", "held-lock", "--reason", "stuck")[0] == 1  # a live lease
+    assert cli("unlock", "--", "held-lock", "--force", "--reason", "stuck")[0] == 0
+    letter = dead_letter(site, '{"command": ""}')  # malformed: moved only with --force
+    assert cli("dlq", "redrive", "--", letter, "--force", "--reason", "retry")[0] == 0
+    items = audit_items(cli)
+    assert [(i["action"], i["detail"]) for i in items[:2]] == [
+        ("dlq redrive", f"forced: {site.queue_name}-dlq to {site.queue_name}"),
+        ("unlock", "forced"),
+    ]
+    assert items[2]["action"] == "unlock (refused)"
+    assert items[2]["detail"].startswith("its lease lives (")
+
+
+def test_a_forced_items_amended_detail_stays_forced() -> None:
+    trail = MemoryAudit()
+    audit = Auditor(trail, Actor("alice@ops1", "arn:aws:iam::1:user/alice"))
+    entry = audit("trigger", "nightly", detail="schedule s to queue q", force=True)
+    assert entry.detail == "forced: schedule s to queue q"
+    assert audit.amend(entry, "schedule s to queue q, message m-1") is None
+    [kept] = trail.entries(0)
+    assert kept.detail == "forced: schedule s to queue q, message m-1"
+
+
+def test_a_send_at_is_audited_with_its_time_in_iso() -> None:
+    when = one_time_at("2030-01-31 09:30", "Asia/Tokyo", datetime(2030, 1, 1, tzinfo=timezone.utc))
+    trail = MemoryAudit()
+    audit = Auditor(trail, Actor("alice@ops1", "arn:aws:iam::1:user/alice"))
+    audit_send(audit, '{"command": "echo hi", "event_id": "e"}', "jobs", "later", when)
+    [kept] = trail.entries(0)
+    assert kept.detail == "echo hi to queue jobs at 2030-01-31T09:30:00+09:00"

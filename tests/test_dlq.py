@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 
 from sqsjkr.backends.sqs import SqsSource
+from sqsjkr.commands.options import load
 from sqsjkr.contract.job import parse_job
 from sqsjkr.errors import InvalidJobError
 from sqsjkr.local.endpoint import create_queue
+from sqsjkr.web.fleet import Fleet
 
 from .conftest import (
     Aws,
@@ -425,3 +427,76 @@ def test_a_firing_the_scheduler_could_not_deliver_is_named_and_redriven_as_that_
         SCHEDULE,
     )
     assert visible(site, url) == []
+
+
+# -- issue 30, item 20: a scheduler's error whole, and a page's read that does not wait ---------
+
+SCHEDULER_ERROR = (
+    "The scheduler's role cannot send to the queue: it is not authorized to perform "
+    "sqs:SendMessage on resource arn:aws:sqs:us-east-1:123456789012:jobs because no policy "
+    "allows it"
+)
+
+
+def test_list_shows_a_schedulers_error_whole(
+    site: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    attributes = {
+        "SCHEDULE_ARN": "arn:aws:scheduler:us-east-1:123456789012:schedule/g/sqsjkr-nightly",
+        "ERROR_CODE": "AWS.SQS.AccessDenied",
+        "ERROR_MESSAGE": SCHEDULER_ERROR,
+    }
+    site.sqs.send_message(
+        QueueUrl=dlq_url(site),
+        MessageBody=JOB,
+        MessageAttributes={
+            k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()
+        },
+    )
+    dead_letter(site, "x" * 200)  # the daemon's reason stays cut in the listing
+    code, out, err = sqsjkr(capsys, "dlq", "list", "-c", str(conf))
+    assert (code, err) == (0, "")
+    scheduler_row, daemon_row = sorted(out.splitlines()[1:], key=lambda row: "AWS.SQS" not in row)
+    assert (
+        f"the scheduler could not deliver it: AWS.SQS.AccessDenied: {SCHEDULER_ERROR}"
+        in scheduler_row
+    )
+    assert "body is not JSON: Expecting value at line 1 column 1" in daemon_row
+
+
+def test_a_pages_read_of_the_letters_waits_for_no_empty_receive(site: Aws, conf: Path) -> None:
+    fleet = Fleet(load(str(conf)))
+    receives: list[int] = []
+
+    def count(parsed: dict[str, Any], **_: Any) -> None:
+        receives.append(len(parsed.get("Messages", [])))
+
+    fleet.sqs.meta.events.register("after-call.sqs.ReceiveMessage", count)
+    [empty] = fleet.dead_letters()
+    assert (empty.count, receives) == (0, [])  # counted empty: no receive at all
+    originals = {dead_letter(site, JOB) for _ in range(3)}
+    fleet.cache.forget()
+    [read] = fleet.dead_letters()
+    assert {letter.original_id for letter in read.letters} == originals
+    assert 0 not in receives  # no receive that found nothing (a 1 s wait each view)
+
+
+def test_a_scheduler_letter_with_a_firing_past_the_dates_is_shown_with_why(
+    site: Aws, conf: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = json.loads(JOB)
+    body["firing"] = {"time": "9999-12-31T23:59:59-01:00", "schedule": "sqsjkr-nightly"}
+    attributes = {"SCHEDULE_ARN": "arn:aws:scheduler:us-east-1:1:schedule/g/sqsjkr-nightly"}
+    attributes["ERROR_CODE"] = "AWS.SQS.AccessDenied"
+    sent = site.sqs.send_message(
+        QueueUrl=dlq_url(site),
+        MessageBody=json.dumps(body),
+        MessageAttributes={
+            k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()
+        },
+    )["MessageId"]
+    code, out, err = sqsjkr(capsys, "dlq", "list", "-c", str(conf))
+    assert (code, err) == (0, "") and "the scheduler could not deliver it" in out
+    code, out, err = sqsjkr(capsys, "dlq", "show", sent, "-c", str(conf))
+    assert (code, err) == (0, "")
+    assert '  firing:      unreadable: field "firing.time": is 9999-12-31T23:59:59-01:00' in out

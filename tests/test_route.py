@@ -273,7 +273,7 @@ def test_route_refuses_a_dead_letter_queue_or_one_no_live_daemon_serves_unless_f
     assert out.splitlines()[1] == f"  warning: {refusals[f'{jobs}-dlq']}"
     assert [r.queue for r in DynamoRoutes(aws.dynamodb, aws.table).routes()] == [f"{jobs}-dlq"]
     code, out, _ = sqsjkr(capsys, "audit", "--json", "-c", conf)
-    assert json.loads(out)[0]["detail"] == f"to queue {jobs}-dlq (forced)"
+    assert json.loads(out)[0]["detail"] == f"forced: to queue {jobs}-dlq"
     # The queue a live daemon serves is taken without --force.
     code, out, err = sqsjkr(capsys, "route", "heavy", "--queue", jobs, "-c", conf)
     assert code == 0, err

@@ -335,7 +335,8 @@ def test_a_forced_rerun_of_a_firing_runs_once_and_a_cancelled_firing_runs_withou
     assert first.firing_rerun is None and second.firing_rerun
     assert second.triggered_by == os_user() and second.outcome is RunOutcome.SUCCEEDED
     code, out, _ = sqsjkr(capsys, "audit", "--json", "-c", conf)
-    assert f"a re-run {second.firing_rerun} (--force)" in json.loads(out)[0]["detail"]
+    detail = json.loads(out)[0]["detail"]
+    assert detail.startswith("forced") and f"a re-run {second.firing_rerun}" in detail
 
     # A firing cancelled for its life_time never ran: its claim is finished, and its record
     # says so. Run this firing runs it without --force, as a re-run its claim does not drop.

@@ -585,7 +585,7 @@ def test_route_and_clear_confirm_then_act_audited_and_show_on_the_event_pages(
     assert "routed event &#34;hourly&#34; to queue " + other in done.text
     assert "daemons honour it within 1m ([kicker] pause_refresh)" in done.text
     [entry] = audit_of(fleet, "route", "hourly")
-    assert entry.user.startswith("web:") and entry.detail == f"to queue {other} (forced)"
+    assert entry.user.startswith("web:") and entry.detail == f"forced: to queue {other}"
     facts = done.text.split('<dd class="route">')[1].split("</dd>")[0]
     assert f"routed to {other}" in facts and "heavy &lt;b&gt;" in facts
     events = get(with_actions, "/events", params={"q": "hourly"}).text

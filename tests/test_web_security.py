@@ -231,7 +231,7 @@ def test_a_dead_lettered_http_job_shows_no_secret(
 def test_a_body_nested_thousands_deep_shows_as_text(letters: tuple[str, str]) -> None:
     page = letters[0]
     assert "[[[[[[[[" in page and "&#34;deep&#34;" in page
-    assert "would be refused again: body is not JSON" in page
+    assert "would be refused again: body nests deeper than 64 arrays and objects" in page
 
 
 def test_a_body_not_json_shows_as_escaped_text(letters: tuple[str, str]) -> None:

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import error_code
+from sqsjkr.contract import safe_json
 from sqsjkr.contract.when import OneTime
 from sqsjkr.errors import ResourceMissingError
 
@@ -227,8 +228,8 @@ def _flexible_minutes(window: dict[str, Any]) -> int:
 def job_message(text: str | None) -> dict[str, Any]:
     """A target's input as a job message; empty when it is none (not JSON, not an object)."""
     try:
-        message = json.loads(text or "{}")
-    except ValueError:
+        message = safe_json.loads(text or "{}")
+    except ValueError:  # safe_json's JsonError: not JSON, or nested past any job's depth
         return {}
     return message if isinstance(message, dict) else {}
 

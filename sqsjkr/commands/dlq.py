@@ -63,9 +63,22 @@ def list_row(letter: DeadLetter) -> list[str]:
         letter.original_id,
         str(letter.receive_count),
         local_time(letter.sent_at),
-        excerpt(letter.error, ERROR_EXCERPT) if letter.error is not None else "-",
+        error_cell(letter),
         excerpt(letter.shown_body(None)),
     ]
+
+
+def error_cell(letter: DeadLetter) -> str:
+    """Why a letter is there, in a listing: the daemon's reason cut to ERROR_EXCERPT; for a
+    firing the Scheduler could not deliver, its error whole (its schedule and time are in the
+    body, and `dlq show` names them)."""
+    error = letter.error
+    if error is None:
+        return "-"
+    undelivered = letter.undelivered
+    if undelivered is not None and error == undelivered.why:
+        return escape(f"the scheduler could not deliver it: {undelivered.error}")
+    return excerpt(error, ERROR_EXCERPT)
 
 
 def show_text(letter: DeadLetter) -> list[str]:
@@ -106,7 +119,7 @@ def undelivered_lines(letter: DeadLetter) -> list[str]:
     return [
         "undelivered:   a firing EventBridge Scheduler could not put on the queue",
         f"  schedule:    {escape(undelivered.schedule)}",
-        f"  firing:      {'unknown (its body names none)' if firing is None else firing.iso}",
+        f"  firing:      {escape(letter.firing_unknown) if firing is None else firing.iso}",
         f"  error code:  {escape(undelivered.error_code or '-')}",
         f"  error:       {escape(undelivered.error_message or '-')}",
         f"  retries:     {escape(undelivered.retry_attempts or '-')}"

@@ -5,9 +5,9 @@ Shared by the job (job.py) and its HTTP call (http_call.py).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
+from sqsjkr.contract import safe_json
 from sqsjkr.contract.duration import Duration, duration_value
 from sqsjkr.contract.limits import MAX_KEY_BYTES, MAX_SHOWN
 from sqsjkr.errors import DurationError, InvalidJobError, quote, shorten
@@ -22,21 +22,12 @@ def load_object(body: str | bytes) -> dict[str, object]:
                 f"body is not valid UTF-8: {error.reason} at byte offset {error.start}"
             ) from None
     try:
-        data = json.loads(body, parse_constant=_reject_constant)
-    except json.JSONDecodeError as error:
-        raise InvalidJobError(
-            f"body is not JSON: {error.msg} at line {error.lineno} column {error.colno}"
-        ) from None
-    except (ValueError, RecursionError) as error:
-        # Python-only leniencies and limits: NaN/Infinity, huge integers, deep nesting.
-        raise InvalidJobError(f"body is not JSON: {error}") from None
+        data = safe_json.loads(body)
+    except safe_json.JsonError as error:
+        raise InvalidJobError(f"body {error}") from None
     if not isinstance(data, dict):
         raise InvalidJobError(f"body must be a JSON object, got {json_type(data)}")
     return data
-
-
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not a JSON value")
 
 
 def optional_text(fields: Mapping[str, object], name: str) -> str:

@@ -6,12 +6,18 @@ A message's `firing` and `origin` fields; the Go daemon ignores both (unknown JS
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sqsjkr.contract.fields import field_error, json_type
-from sqsjkr.contract.limits import MAX_KEY_BYTES
+from sqsjkr.contract.fields import field_error, json_type, text
+from sqsjkr.contract.limits import (
+    EARLIEST_FIRING,
+    LATEST_FIRING,
+    MAX_KEY_BYTES,
+    MAX_RATE_SECONDS,
+)
 
 #: The Scheduler's context attributes, as the module's schedules write them into the message
 #: (its guide's "Adding context attributes"); a rule's input transformer writes <time>.
@@ -26,6 +32,14 @@ MAX_EXPRESSION = 256
 FIRING_SKEW_SECONDS = 300
 #: Longest id of a re-run (trigger sends 32 hex digits).
 MAX_RERUN = 64
+#: Longest schedule a firing names, in bytes of UTF-8: its claim's key is `<schedule>@<time>`,
+#: a DynamoDB key of at most MAX_KEY_BYTES, and half of that leaves room for what a claim may
+#: add to it. An ARN of EventBridge's longest group and schedule names is about 200 bytes.
+MAX_SCHEDULE_BYTES = MAX_KEY_BYTES // 2
+#: A rate() expression, loosely: any spacing or case, any unit, so that every value is bounded
+#: whatever form the next firing's arithmetic (crontab/fires.py) comes to take.
+_RATE = re.compile(r"\s*rate\s*\(\s*(\d+)\s*([a-z]*)\s*\)\s*", re.IGNORECASE)
+_UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 
 
 class Origin(enum.Enum):
@@ -88,8 +102,12 @@ def parse_firing(fields: Mapping[str, object]) -> Firing | None:
     if not isinstance(value, dict):
         raise field_error("firing", f"must be an object, got {json_type(value)}")
     at = _time(value.get("time"))
-    schedule = _text(value, "schedule", MAX_KEY_BYTES, required=True)
+    schedule = _text(
+        value, "schedule", MAX_SCHEDULE_BYTES, required=True, why=" (part of its claim's key)"
+    )
     expression = _text(value, "expression", MAX_EXPRESSION)
+    if expression is not None:
+        _check_rate(expression)
     zone = _text(value, "timezone", MAX_EXPRESSION)
     rerun = _text(value, "rerun", MAX_RERUN)
     return Firing(at, schedule or "", expression, zone, rerun)
@@ -137,11 +155,33 @@ def _time(value: object) -> float:
         ) from None
     if moment.tzinfo is None:
         raise field_error("firing.time", "must give its UTC offset (Z, or +09:00)")
-    return moment.timestamp()
+    at = moment.timestamp()  # plain arithmetic: a date past 9999 in UTC does not raise here
+    if not EARLIEST_FIRING <= at < LATEST_FIRING:
+        raise field_error(
+            "firing.time",
+            f"is {value[:40]}: must lie from 1970-01-01 to before 9000-01-01 (UTC)",
+        )
+    return at
+
+
+def _check_rate(expression: str) -> None:
+    """A rate() whose period is longer than MAX_RATE_SECONDS is refused: its next firing
+    could lie past Python's dates, and computing it would stop the run's record."""
+    rate = _RATE.fullmatch(expression)
+    if rate is None:
+        return  # cron(), at(), or what no one computes: crontab/fires.py says so itself
+    value, unit = int(rate[1]), rate[2].lower().rstrip("s")
+    # An unknown unit is counted as the shortest: any value is bounded all the same.
+    if value * _UNIT_SECONDS.get(unit, 60) > MAX_RATE_SECONDS:
+        raise field_error(
+            "firing.expression",
+            f"{expression[:40]} repeats less often than every {MAX_RATE_SECONDS // 86400} "
+            "days, the longest rate() a firing may carry",
+        )
 
 
 def _text(
-    value: Mapping[str, object], name: str, limit: int, *, required: bool = False
+    value: Mapping[str, object], name: str, limit: int, *, required: bool = False, why: str = ""
 ) -> str | None:
     item = value.get(name)
     path = f"firing.{name}"
@@ -149,10 +189,10 @@ def _text(
         if required:
             raise field_error(path, "is required: the schedule's ARN or name")
         return None
-    if not isinstance(item, str):
-        raise field_error(path, f"must be a string, got {json_type(item)}")
-    if len(item.encode()) > limit:
-        raise field_error(path, f"must be at most {limit} bytes")
+    item = text(path, item)  # a string, without an unpaired surrogate
+    size = len(item.encode("utf-8"))
+    if size > limit:
+        raise field_error(path, f"must be at most {limit} bytes, got {size}{why}")
     if item.startswith("<aws."):
         raise field_error(path, f"is {item[:40]}: the schedule's target did not substitute it")
     return item

@@ -18,6 +18,20 @@ MAX_WAIT_SECONDS = 10 * 365 * 86400.0
 #: concurrency_key each become one (of its run records and summary, its lock, its group's slots).
 MAX_KEY_BYTES = 2048
 
+#: The deepest a JSON body may nest its arrays and objects (a job's own fields nest three deep).
+#: Every reader of a body or a dead letter decodes it through contract/safe_json.py, which
+#: refuses a deeper one before Python's recursive decoder and any walk of the value see it.
+MAX_JSON_DEPTH = 64
+
+#: A firing's time lies in [EARLIEST_FIRING, LATEST_FIRING) (unix seconds, UTC): far inside
+#: Python's dates (years 1 to 9999), so that its next firing, a claim's expiry or any time
+#: computed from it is a date too. 1970-01-01 and 9000-01-01.
+EARLIEST_FIRING = 0.0
+LATEST_FIRING = 221845392000.0
+#: The longest period of a firing's rate() expression: ten years. No real schedule waits
+#: longer, and its next firing (LATEST_FIRING plus this) is still a date.
+MAX_RATE_SECONDS = 3650 * 86400
+
 #: The most characters of a message's own text that an error about it quotes. A reason is
 #: logged and kept in a dead letter's attribute: it must stay small whatever the message holds.
 MAX_SHOWN = 100

@@ -8,6 +8,7 @@ import json
 import re
 from typing import Any
 
+from sqsjkr.contract import safe_json
 from sqsjkr.contract.http_call import origin
 
 #: Words of a key whose value is masked wherever a message is shown (dashboard, `dlq`).
@@ -43,8 +44,6 @@ NOT_SECRET = frozenset({"concurrency_key", "lock_id", "event_id"})
 #: A job's environment: never shown, whatever its keys.
 ENVIRONMENT_KEYS = frozenset({"env", "envs"})
 MASK = "••••••"
-#: The deepest body shown as parsed JSON; a deeper one is shown as its text.
-MAX_SHOWN_DEPTH = 64
 
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
@@ -102,27 +101,10 @@ def masked_message(data: Any) -> Any:
 
 def shown_body(body: str, indent: int | None = 2) -> str | None:
     """A message body as it may be shown: JSON masked (indented, or on one line when indent is
-    None); None when it is not JSON (or nests deeper than MAX_SHOWN_DEPTH), for the face to show
-    as escaped text."""
+    None); None when it is not JSON safe_json reads (or nests deeper than MAX_JSON_DEPTH), for
+    the face to show as escaped text."""
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):  # not JSON, or nested beyond Python's recursion limit
-        return None
-    if _depth(data) > MAX_SHOWN_DEPTH:
+        data = safe_json.loads(body)
+    except safe_json.JsonError:
         return None
     return json.dumps(masked_message(data), indent=indent, ensure_ascii=False)
-
-
-def _depth(value: Any) -> int:
-    """How deeply value nests, walked without recursion (a body may nest thousands deep)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        deepest = max(deepest, level)
-        if level > MAX_SHOWN_DEPTH:
-            break
-        if isinstance(item, dict):
-            stack.extend((inner, level + 1) for inner in item.values())
-        elif isinstance(item, list):
-            stack.extend((inner, level + 1) for inner in item)
-    return deepest

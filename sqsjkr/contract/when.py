@@ -29,6 +29,12 @@ class OneTime:
     timezone: str
     instant: datetime  # aware, in UTC
 
+    @property
+    def iso(self) -> str:
+        """The instant in RFC 3339, in its zone's offset (2030-01-31T09:30:00+09:00): the time
+        the job runs, as the audit trail and messages name it."""
+        return self.instant.astimezone(zone(self.timezone)).isoformat(timespec="seconds")
+
 
 def zone(name: str) -> ZoneInfo:
     """The IANA zone of that name; ValueError says it is unknown."""

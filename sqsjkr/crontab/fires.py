@@ -180,12 +180,13 @@ def _rate_fires(
 def next_firing(expression: str, zone_name: str | None, at: float) -> float | None:
     """The firing after the one due at `at` (unix seconds) of a schedule of this expression and
     zone (UTC when None), in unix seconds: a rate() counts from that firing. None when it fires
-    no more, or EventBridge would not take the expression. Cached: a schedule's messages ask
-    for the same firing again and again."""
-    after = datetime.fromtimestamp(at, timezone.utc)
-    anchor = Window(created=after)
+    no more, EventBridge would not take the expression, or it is past year 9999. Cached: a
+    schedule's messages ask for the same firing again and again."""
     try:
-        fires = next_fires(expression, zone_name or "UTC", after, 1, anchor)
-    except ScheduleExpressionError:
+        after = datetime.fromtimestamp(at, timezone.utc)
+        fires = next_fires(expression, zone_name or "UTC", after, 1, Window(created=after))
+        return fires.times[0].timestamp() if fires.times else None
+    except (ScheduleExpressionError, OverflowError, ValueError):
+        # Past Python's dates too: the contract refuses such a firing (contract/firing.py),
+        # and a run's record, which asks for this, is written whatever the message said.
         return None
-    return fires.times[0].timestamp() if fires.times else None

@@ -1,7 +1,8 @@
 """The audit trail: who acts (Actor), the item each action writes before it acts (Auditor), and the
 entries that were written, for `sqsjkr audit` and the dashboard's audit page.
 
-An action calls its Auditor first; when the item cannot be written, AuditRefused, and it changes nothing.
+An action calls its Auditor first; when the item cannot be written, AuditRefused, and it changes
+nothing. One that then finds nothing to do marks its item refused (docs/semantics.md, "Audit").
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ from sqsjkr.observability.logs import escape
 #: The target of a send of a job without an event_id: its message, named in the detail once
 #: it is sent, is its event.
 ONE_OFF = "(one-off)"
+#: How an item's detail starts when the action was forced (`--force`, the dashboard's checkbox),
+#: past a check that would have refused it; an amended detail keeps it.
+FORCED = "forced"
+#: What an action's name becomes in its item once it was refused and changed nothing.
+REFUSED = " (refused)"
 
 
 @dataclass(frozen=True)
@@ -63,10 +69,13 @@ def audited(
     *,
     reason: str = "",
     detail: str = "",
+    force: bool = False,
     clock: Callable[[], float] = time.time,
 ) -> AuditEntry:
-    """Write the audit item of an action about to be taken; AuditRefused when it was not kept,
-    so that the caller does not act."""
+    """Write the audit item of an action about to be taken (forced past its checks: force);
+    AuditRefused when it was not kept, so that the caller does not act."""
+    if force:
+        detail = forced(detail)
     entry = AuditEntry(clock(), action, target, reason, actor.user, actor.identity, detail)
     try:
         trail.write(entry)
@@ -86,18 +95,45 @@ class Auditor:
     actor: Actor
 
     def __call__(
-        self, action: str, target: str, *, reason: str = "", detail: str = ""
+        self, action: str, target: str, *, reason: str = "", detail: str = "", force: bool = False
     ) -> AuditEntry:
-        return audited(self.trail, self.actor, action, target, reason=reason, detail=detail)
+        return audited(
+            self.trail, self.actor, action, target, reason=reason, detail=detail, force=force
+        )
 
     def amend(self, entry: AuditEntry, detail: str) -> str | None:
-        """Give entry, written before the action, what the action did (detail); why the trail
-        could not keep it, or None. The action is done by then: the caller only warns."""
+        """Give entry, written before the action, what the action did (detail; a forced one
+        stays marked so); why the trail could not keep it, or None. The action is done by then:
+        the caller only warns."""
+        if is_forced(entry.detail):
+            detail = forced(detail)
+        return self._replace(entry, replace(entry, detail=detail), detail)
+
+    def refused(self, entry: AuditEntry, why: str) -> str | None:
+        """Mark entry, written before an action that then changed nothing (a resume of no pause,
+        an unlock of no lock), as refused, with why: the trail does not show it as done. Why
+        the trail could not keep that, or None."""
+        action = entry.action + REFUSED
+        return self._replace(entry, replace(entry, action=action, detail=why), f"{action}: {why}")
+
+    def _replace(self, entry: AuditEntry, amended: AuditEntry, said: str) -> str | None:
         try:
-            self.trail.amend(entry, replace(entry, detail=detail))
+            self.trail.amend(entry, amended)
         except Exception as exc:
-            return f"the audit item of {entry.action} {quote(entry.target)} does not say {escape(detail)} ({escape(describe(exc))})"
+            return (
+                f"the audit item of {entry.action} {quote(entry.target)} does not say "
+                f"{escape(said)} ({escape(describe(exc))})"
+            )
         return None
+
+
+def forced(detail: str) -> str:
+    """detail marked as the detail of a forced action."""
+    return detail if is_forced(detail) else f"{FORCED}: {detail}" if detail else FORCED
+
+
+def is_forced(detail: str) -> bool:
+    return detail == FORCED or detail.startswith(f"{FORCED}: ")
 
 
 def command_auditor(config: Config) -> Auditor:

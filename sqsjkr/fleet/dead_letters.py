@@ -5,7 +5,6 @@ read from it (DeadLetter), and the reader (Peek), which makes every message it r
 from __future__ import annotations
 
 import base64
-import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from sqsjkr.backends.sqs import (
     queue_settings,
     resolve_queue_url,
 )
+from sqsjkr.contract import safe_json
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Firing, parse_firing
 from sqsjkr.contract.masking import MASK, secret_key, shown_body
@@ -110,6 +110,13 @@ class Undelivered:
             f" ({error})" if error else ""
         )
 
+    @property
+    def error(self) -> str:
+        """The scheduler's own error, code and message: what to act on."""
+        return ": ".join(part for part in (self.error_code, self.error_message) if part) or (
+            "no error given"
+        )
+
     def as_json(self) -> dict[str, Any]:
         return {
             "schedule": self.schedule,
@@ -139,6 +146,13 @@ class DeadLetter:
             raw.get("Body", ""),
             raw.get("Attributes", {}),
             raw.get("MessageAttributes", {}),
+        )
+
+    def __repr__(self) -> str:
+        # A program's log may print a letter: its body masked as every face shows it.
+        return (
+            f"DeadLetter(message_id={self.message_id!r}, original_id={self.original_id!r}, "
+            f"error={self.error!r}, body={self.shown_body(None)!r})"
         )
 
     def _ours(self, name: str) -> str | None:
@@ -181,6 +195,17 @@ class DeadLetter:
             return None
 
     @property
+    def firing_unknown(self) -> str:
+        """Why no firing is known of it (firing is None), in words."""
+        try:
+            parse_firing(parse_job_fields(self.body))
+        except InvalidJobError as exc:
+            return f"unreadable: {exc}"  # a firing the contract refuses (issue 30, item 8)
+        except ValueError as exc:
+            return f"unknown: its body {exc}"
+        return "unknown (its body names none)"
+
+    @property
     def error(self) -> str | None:
         """Why it is here: the daemon's reason, or the Scheduler's for a firing it could not
         deliver; None when SQS moved it after maxReceiveCount."""
@@ -219,11 +244,8 @@ class DeadLetter:
 
 
 def parse_job_fields(body: str) -> dict[str, Any]:
-    """A body's JSON object; ValueError when it is none."""
-    fields = json.loads(body)
-    if not isinstance(fields, dict):
-        raise ValueError("not an object")
-    return fields
+    """A body's JSON object, by the one safe decoder; JsonError (a ValueError) when it is none."""
+    return safe_json.loads_object(body)
 
 
 def attribute_json(value: Mapping[str, Any]) -> dict[str, str]:
@@ -266,10 +288,11 @@ class Peek:
     ) -> None:
         self.release()
 
-    def pages(self) -> Iterator[list[DeadLetter]]:
-        """The messages, a receive at a time, until a receive brings no message not yet read."""
+    def pages(self, expected: int | None = None) -> Iterator[list[DeadLetter]]:
+        """The messages, a receive at a time, until a receive brings no message not yet read
+        (which waits PEEK_WAIT_SECONDS), or once `expected` of them were read."""
         seen: set[str] = set()
-        while True:
+        while expected is None or len(seen) < expected:
             response = self._sqs.receive_message(
                 QueueUrl=self._url,
                 MaxNumberOfMessages=MAX_BATCH,
@@ -332,11 +355,28 @@ class Peek:
                 )
 
 
-def read_letters(queues: Queues, warn: Callable[[str], None] | None = None) -> list[DeadLetter]:
-    """Every message of the dead-letter queue, oldest sent first, left there."""
+def read_letters(
+    queues: Queues, warn: Callable[[str], None] | None = None, *, counted: bool = False
+) -> list[DeadLetter]:
+    """Every message of the dead-letter queue, oldest sent first, left there.
+
+    counted: read as many as the queue counts (one GetQueueAttributes) and stop, without the
+    last receive that waits to prove none is left: a page's read, which must not block each
+    view. A letter that arrived a moment ago, not counted yet, shows at the next read."""
+    expected = letter_count(queues) if counted else None
+    if expected == 0:
+        return []
     with Peek(queues.sqs, queues.dlq_url, warn) as peek:
-        letters = [letter for page in peek.pages() for letter in page]
+        letters = [letter for page in peek.pages(expected) for letter in page]
     return sorted(letters, key=lambda letter: letter.sent_at)
+
+
+def letter_count(queues: Queues) -> int:
+    """How many messages the dead-letter queue holds, visible to a reader, as SQS counts them."""
+    attributes = queues.sqs.get_queue_attributes(
+        QueueUrl=queues.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return int(attributes.get("ApproximateNumberOfMessages", 0))
 
 
 def find_letter(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import enum
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
@@ -18,6 +17,7 @@ from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.members import LOST_AFTER_REFRESHES, Member
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.backends.sqs import dead_letter_queue_url
+from sqsjkr.contract import safe_json
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
 from sqsjkr.crontab.fires import Window, next_fires
@@ -213,7 +213,7 @@ def _alive(member: Member, at: float) -> bool:
 def letter_firing(letter: DeadLetter) -> tuple[str, float] | None:
     """The event_id and firing time a dead letter's body carries, or None."""
     try:
-        body = json.loads(letter.body)
+        body = safe_json.loads(letter.body)
         at = datetime.fromisoformat(str(body["firing"]["time"]).replace("Z", "+00:00"))
         return str(body["event_id"]), at.timestamp()
     except (ValueError, KeyError, TypeError):
@@ -358,7 +358,7 @@ def _letters(store: Store, schedules: Sequence[EventSchedule]) -> list[DeadLette
             queues = queues_of(store.config, queue.name)
         except ResourceMissingError:
             continue  # a queue without a dead-letter queue dead-letters nothing
-        letters += read_letters(queues)
+        letters += read_letters(queues, counted=True)
         read.add(queues.dlq_url)
     sqs = make_client(store.session, "sqs")
     for arn in sorted({s.dead_letter_arn for s in schedules if s.dead_letter_arn}):

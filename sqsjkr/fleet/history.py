@@ -113,8 +113,11 @@ def forget_event(
 ) -> EventSummary | None:
     """Delete the event's summary, audited first: the summary it had, or None (none to delete).
     Its run records expire as before."""
-    audit("forget", event_id, reason=reason)
-    return history.forget(event_id)
+    entry = audit("forget", event_id, reason=reason)
+    had = history.forget(event_id)
+    if had is None:
+        audit.refused(entry, "it had no summary")  # nothing forgotten: not a forget in the trail
+    return had
 
 
 def forget_events(

@@ -4,6 +4,7 @@ and when the daemons honour a change of the controls item (docs/semantics.md, "P
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Iterator, Sequence
@@ -18,6 +19,8 @@ from sqsjkr.fleet.audit import Auditor
 from sqsjkr.fleet.locks import table_of
 from sqsjkr.fleet.wording import format_duration, format_span, local_time
 from sqsjkr.observability.logs import escape
+
+_log = logging.getLogger(__name__)
 
 # A date and a time (seconds optional), "T" or a blank between them, and an optional UTC offset.
 _TIME = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}(?::\d{2})?)(Z|[+-]\d{2}:\d{2})?", re.I)
@@ -155,9 +158,20 @@ def unpaused(store: PauseStore, events: Sequence[str], lifted: Sequence[Pause]) 
 def resume_events(
     store: PauseStore, audit: Auditor, events: Sequence[str] | None, reason: str
 ) -> list[Pause]:
-    """Lift the pauses of events (None: every pause), audited first; the pauses lifted."""
-    audit("resume", "every pause" if events is None else ", ".join(events), reason=reason)
-    return store.resume(events)
+    """Lift the pauses of events (None: every pause), audited first; the pauses lifted. Its
+    audit item is marked refused when nothing was paused, and names the events that were not."""
+    entry = audit("resume", "every pause" if events is None else ", ".join(events), reason=reason)
+    lifted = store.resume(events)
+    done = {p.event_id for p in lifted}
+    missed = [] if events is None else [e for e in events if e not in done]
+    problem = None
+    if not lifted:
+        problem = audit.refused(entry, "nothing was paused")
+    elif missed:
+        problem = audit.amend(entry, f"no pause of {', '.join(missed)}")
+    if problem is not None:
+        _log.warning("%s", problem)  # the resume is done: the trail only says less of it
+    return lifted
 
 
 def honour_text(config: Config) -> str:

@@ -146,7 +146,8 @@ def redrive_letters(
     message not found is one of its errors; say hears each one moved, warn each one left as
     malformed and each one that stays hidden a while."""
     target = "every dead letter" if message_ids is None else " ".join(message_ids)
-    audit("dlq redrive", target, reason=reason, detail=f"{queues.dlq_name} to {queues.name}")
+    detail = f"{queues.dlq_name} to {queues.name}"
+    entry = audit("dlq redrive", target, reason=reason, detail=detail, force=force)
     with Peek(queues.sqs, queues.dlq_url, warn) as peek:
         run = Redrive(queues, peek, force, say=say, warn=warn)
         missing: list[str] = []
@@ -158,7 +159,15 @@ def redrive_letters(
             missing = redrive_named(run, message_ids)
     for message_id in missing:
         run.errors.append(f"no message {quote(message_id)} in dead-letter queue {queues.dlq_name}")
+    if message_ids is not None and len(set(missing)) == len(set(message_ids)):
+        problem = audit.refused(entry, _none_found(queues))
+        if problem is not None:
+            warn(problem)
     return run
+
+
+def _none_found(queues: Queues) -> str:
+    return f"none of them was in dead-letter queue {queues.dlq_name}"
 
 
 def letter_label(letter: DeadLetter) -> str:
@@ -174,11 +183,16 @@ def delete_letters(
 ) -> tuple[list[DeadLetter], list[str]]:
     """Delete the named messages (DLQ or original ids) for good, unrun, audited first; those
     deleted and the ids not found."""
-    audit("dlq delete", " ".join(message_ids), reason=reason, detail=f"from {queues.dlq_name}")
+    target = " ".join(message_ids)
+    entry = audit("dlq delete", target, reason=reason, detail=f"from {queues.dlq_name}")
     with Peek(queues.sqs, queues.dlq_url, warn) as peek:
         found, missing = find_named(peek, message_ids)
         for letter in found:
             peek.delete(letter)
+    if not found:
+        problem = audit.refused(entry, _none_found(queues))
+        if problem is not None and warn is not None:
+            warn(problem)
     return found, missing
 
 

@@ -130,8 +130,7 @@ def set_route(
     refusal = route_refusal(config, table, made.queue, sqs)
     if refusal is not None and not force:
         raise RouteRefused(f"{refusal}: {_FORCE_HINT}")
-    detail = f"to queue {made.queue}" + (" (forced)" if refusal is not None else "")
-    audit("route", made.event_id, reason=made.reason, detail=detail)
+    audit("route", made.event_id, reason=made.reason, detail=f"to queue {made.queue}", force=force)
     with table.reading():
         store.route(made)
     lines = [f"routed {route_text(made)}"]

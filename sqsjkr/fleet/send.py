@@ -20,6 +20,7 @@ from sqsjkr.backends.sqs import (
     resolve_queue_url,
     send_settings,
 )
+from sqsjkr.contract import safe_json
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Origin
 from sqsjkr.contract.job import parse_job
@@ -49,8 +50,8 @@ class Outgoing:
 def by_hand(body: str) -> str:
     """body marked `"origin": "send"`: a job sent by hand (or by a program), not a firing."""
     try:
-        fields = json.loads(body)
-    except ValueError:
+        fields = safe_json.loads(body)
+    except ValueError:  # safe_json's JsonError
         return body  # not JSON: the parser's refusal says why
     if not isinstance(fields, dict):
         return body  # not a job: the parser's refusal says why
@@ -101,7 +102,7 @@ def audit_send(
     """The audit item of a send (now, or at when), written before it; and its detail."""
     parsed = parse_job(body, message_id="(not sent)", sent_at=0.0)
     detail = f"{shorten_command(parsed.what)} to queue {queue_name}" + (
-        "" if when is None else f" at {when}"
+        "" if when is None else f" at {when.iso}"
     )
     # A job sent without an event_id is its message's own event: named once it is sent.
     target = ONE_OFF if one_off(parsed.event_id, parsed.message_id) else parsed.event_id

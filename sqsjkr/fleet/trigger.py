@@ -177,7 +177,7 @@ def firing_of(schedule: EventSchedule, at: float, now: float) -> Firing:
 def message_of(schedule: EventSchedule, firing: Firing | None) -> str:
     """The schedule's message as a trigger sends it: origin "trigger", and as firing the one
     given; without one (run now) no firing, and never the placeholders EventBridge fills in."""
-    fields = json.loads(schedule.message or "{}")
+    fields = job_message(schedule.message)
     fields["origin"] = Origin.TRIGGER.value
     fields.pop("firing", None)
     if firing is not None:
@@ -258,8 +258,8 @@ def trigger_event(
         "" if fired is None else f" as its firing of {fired.iso}"
     )
     if fired is not None and fired.rerun is not None:
-        detail += f", a re-run {fired.rerun}" + (" (--force)" if force else "")
-    entry = audit("trigger", event_id, reason=reason, detail=detail)
+        detail += f", a re-run {fired.rerun}"
+    entry = audit("trigger", event_id, reason=reason, detail=detail, force=force)
     body = message_of(schedule, fired)
     sqs = make_client(store.session, "sqs")
     message_id = send_now(sqs, schedule, to, entry.user, reason, body)

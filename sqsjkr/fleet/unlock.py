@@ -64,18 +64,29 @@ def unlock_held(
     first; the lock removed. NotHeld when none is held, UnlockRefused for a live lease
     without force."""
     target = f"lock {lock_id}" if slot is None else f"slot {slot} of group {lock_id}"
-    audit("unlock", target, reason=reason, detail="--force" if force else "")
+    entry = audit("unlock", target, reason=reason, force=force)
     removed, item = remove_lock(table, lock_id, force=force, now=now, slot=slot)
     what = f"lock {quote(lock_id)}" if slot is None else f"slot {slot} of group {quote(lock_id)}"
     if not removed and "EventId" not in item:
-        raise NotHeld(f"no {what} is held in table {table.name!r}: nothing removed")
+        problem = audit.refused(entry, "none was held")
+        raise NotHeld(_with(f"no {what} is held in table {table.name!r}: nothing removed", problem))
     lock = HeldLock.from_item(item) if slot is None else HeldSlot.from_item(item)
     if not removed:
+        left = lock.lease_text(now)
+        problem = audit.refused(entry, f"its lease lives ({left} left)")
         raise UnlockRefused(
-            f"{what} is held by {escape(lock.owner or '-')} with "
-            f"{lock.lease_text(now)} of its lease left: not removed"
+            _with(
+                f"{what} is held by {escape(lock.owner or '-')} with {left} of its lease left: "
+                "not removed",
+                problem,
+            )
         )
     return lock
+
+
+def _with(refusal: str, problem: str | None) -> str:
+    """A refusal, and why its audit item still reads as if it were done, when it does."""
+    return refusal if problem is None else f"{refusal} ({problem})"
 
 
 def removed_text(lock: HeldLock, now: float) -> str:

@@ -22,6 +22,7 @@ from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import FAILURES, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import ScheduleExpressionError
 from sqsjkr.observability.health import Health
+from sqsjkr.observability.logs import escape
 from sqsjkr.observability.stats import Stats, StatsSnapshot
 
 #: Seconds: from a few milliseconds (a trivial job, a free lock) to a day.
@@ -31,7 +32,7 @@ _BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 10800,
 #: ever. No event_id is empty (an empty one is the message id), so it names no real event.
 ONE_OFF_LABEL = ""
 
-__all__ = ["CONTENT_TYPE_LATEST", "ONE_OFF_LABEL", "Metrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "ONE_OFF_LABEL", "Metrics", "label"]
 
 
 class Metrics:
@@ -120,18 +121,18 @@ class Metrics:
     def report(self, record: RunRecord) -> None:
         if record.started_at is not None:
             event = ONE_OFF_LABEL if record.one_off else record.event_id
-            self._duration.labels(event).observe(record.duration)
+            self._duration.labels(label(event)).observe(record.duration)
             self._queue_delay.observe(max(0.0, record.queue_delay))
             if not record.one_off:
-                self._last_duration.labels(record.event_id).set(record.duration)
-                self._last_end.labels(record.event_id).set(record.ended_at)
+                self._last_duration.labels(label(record.event_id)).set(record.duration)
+                self._last_end.labels(label(record.event_id)).set(record.ended_at)
         if record.lock_id:
             self._lock_wait.observe(record.lock_wait)
         if record.failure:
             self._failures.labels(record.outcome.value).inc()
         # A one-off job has no next run to succeed: its gauge would only age into an alarm.
         if record.outcome is RunOutcome.SUCCEEDED and not record.one_off:
-            self._last_success.labels(record.event_id).set(record.ended_at)
+            self._last_success.labels(label(record.event_id)).set(record.ended_at)
 
     def fired(self, event_id: str, firing: Firing) -> None:
         """A run of the message of firing has ended: the event's next firing is the one after
@@ -144,11 +145,11 @@ class Metrics:
         # arithmetic (`sqsjkr run` imports no crontab code, for its start-up time).
         from sqsjkr.crontab.fires import next_fires
 
-        after = datetime.fromtimestamp(firing.at, timezone.utc)
         try:
+            after = datetime.fromtimestamp(firing.at, timezone.utc)
             fires = next_fires(firing.expression, firing.timezone or "UTC", after, 1).times
-        except (ScheduleExpressionError, OverflowError):
-            return
+        except (ScheduleExpressionError, OverflowError, ValueError):
+            return  # past Python's dates too: the contract refuses such a firing
         following = fires[0].timestamp() if fires else None
         pending = self._next_at.get(event_id)
         to_come = pending is not None and pending > self._clock()
@@ -156,18 +157,25 @@ class Metrics:
             return
         if following is None:
             if self._next_at.pop(event_id, None) is not None:
-                self._next_firing.remove(event_id)  # it has ended: no firing is due
+                self._next_firing.remove(label(event_id))  # it has ended: no firing is due
             return
         self._next_at[event_id] = following
-        self._next_firing.labels(event_id).set(following)
+        self._next_firing.labels(label(event_id)).set(following)
 
     # -- AWS calls -------------------------------------------------------------------------
 
     def aws_error(self, service: str, code: str) -> None:
-        self._aws_errors.labels(service, code).inc()
+        self._aws_errors.labels(service, label(code)).inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def label(value: str) -> str:
+    """A label value from a message (an event_id) as /metrics writes it: its control characters
+    and bidi overrides escaped as the logs write them, so that a scrape read in a terminal or a
+    page shows what it holds (the text format itself escapes only \\, " and newline)."""
+    return escape(value)
 
 
 def _per_event(name: str, documentation: str, registry: CollectorRegistry) -> Gauge:

@@ -25,7 +25,7 @@ from sqsjkr.web import run_view, views
 from sqsjkr.web.actions import ACTIONS, Actions
 from sqsjkr.web.fleet import Fleet
 from sqsjkr.web.guard import HEADERS, Guard, Refused
-from sqsjkr.web.shown import FILTERS, message_text, plain_output
+from sqsjkr.web.shown import FILTERS, message_text, page_value, plain_output
 
 #: How often an open page reads its live part again, in seconds.
 REFRESH_SECONDS = 5
@@ -42,6 +42,7 @@ def create_app(fleet: Fleet, guard: Guard, *, enable_actions: bool = False) -> F
         SEND_FILE_MAX_AGE_DEFAULT=3600,
     )
     app.jinja_env.filters.update(FILTERS)
+    app.jinja_env.finalize = page_value
     app.jinja_env.globals.update(
         refresh=REFRESH_SECONDS,
         actions_on=enable_actions,

@@ -22,7 +22,7 @@ from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, RunRecord
 from sqsjkr.fleet.daemons import live
-from sqsjkr.fleet.dead_letters import DeadLetter, Peek, Queues, queues_of
+from sqsjkr.fleet.dead_letters import DeadLetter, Queues, letter_count, queues_of, read_letters
 from sqsjkr.fleet.failures import failure_text
 from sqsjkr.fleet.firings import FiringRow, FiringStatus, firings
 from sqsjkr.fleet.history import Store, store_of
@@ -286,15 +286,11 @@ class Fleet:
 
 
 def _count(queues: Queues) -> DeadLetters:
-    attributes = queues.sqs.get_queue_attributes(
-        QueueUrl=queues.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
-    )["Attributes"]
-    count = int(attributes.get("ApproximateNumberOfMessages", 0))
-    return DeadLetters(queues.name, queues.dlq_name, count=count)
+    return DeadLetters(queues.name, queues.dlq_name, count=letter_count(queues))
 
 
 def _letters(queues: Queues) -> DeadLetters:
-    with Peek(queues.sqs, queues.dlq_url) as peek:
-        letters = [letter for page in peek.pages() for letter in page]
-    letters.sort(key=lambda letter: letter.sent_at)
+    # As many as SQS counts: the page does not wait on each view for a receive that proves
+    # none is left.
+    letters = read_letters(queues, counted=True)
     return DeadLetters(queues.name, queues.dlq_name, tuple(letters), len(letters))

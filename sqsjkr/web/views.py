@@ -5,7 +5,6 @@ someone (judged as `status --check` judges), the events table and its filters, a
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -15,6 +14,7 @@ from sqsjkr.backends.history import run_type
 from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
 from sqsjkr.backends.scheduler import EventSchedule
+from sqsjkr.contract import safe_json
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord
 from sqsjkr.fleet.firings import FiringRow
 from sqsjkr.fleet.late import Scheduler
@@ -329,8 +329,8 @@ def _lock_of(
 
 def _message_lock(message: str | None) -> str | None:
     try:
-        data = json.loads(message or "")
-    except ValueError:
+        data = safe_json.loads(message or "")
+    except ValueError:  # safe_json's JsonError
         return None
     lock_id = data.get("lock_id") if isinstance(data, dict) else None
     return lock_id if isinstance(lock_id, str) and lock_id else None
