@@ -690,9 +690,9 @@ def test_follow_gives_up_after_its_timeout_with_exit_124(
     assert (code, out) == (124, "")
     assert time.monotonic() - started < 10
     assert err.endswith(
-        'sqsjkr: gave up waiting for a run of event "nightly" after 1s (--timeout): the run '
+        'sqsjkr: gave up waiting for a run of event "nightly" after 1s (--wait-timeout): the run '
         "goes on\n"
     )
     assert "waiting for the next one to start" in err
     code, _, err = sqsjkr(capsys, "history", "nightly", "-f", "--timeout", "-1s", "-c", str(conf))
-    assert code == 2 and "--timeout" in err
+    assert code == 2 and "--wait-timeout" in err

@@ -18,7 +18,7 @@ import pytest
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import AuditRefused, WaitTimedOut
-from sqsjkr.fleet.jobs import JobPhase
+from sqsjkr.fleet.jobs import JobHandle, JobPhase
 from sqsjkr.fleet.send import Sender
 from sqsjkr.fleet.unique import unique_key
 
@@ -131,9 +131,11 @@ def test_a_jobs_state_goes_from_queued_to_running_to_ended(
     message_id = site.aws.sqs.send_message(
         QueueUrl=url, MessageBody=json.dumps({"command": command}), DelaySeconds=2
     )["MessageId"]
-    assert sender.job(message_id).phase is JobPhase.QUEUED
+    # No trace of it yet: taken by no daemon, or no job of the fleet; its handle knows better.
+    assert sender.job(message_id).phase is JobPhase.UNKNOWN
+    assert JobHandle(message_id, message_id, url, sender.store).state().phase is JobPhase.QUEUED
     code, out, _ = sqsjkr(capsys, "job", message_id, "-c", site.conf)
-    assert code == 0 and "state    queued" in out
+    assert code == 1 and "state    unknown (no daemon has taken it yet" in out
     running = wait_until(
         lambda: (s := sender.job(message_id)).phase is JobPhase.RUNNING and s,
         what="the job running",

@@ -11,10 +11,10 @@ from typing import Any
 
 from sqsjkr.backends.dedupe import claim_key
 from sqsjkr.backends.history import DynamoHistory
-from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
-from sqsjkr.errors import ResourceMissingError, WaitTimedOut, quote
+from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
+from sqsjkr.errors import RequestError, ResourceMissingError, WaitTimedOut, quote
 from sqsjkr.fleet.history import Store, record_json
-from sqsjkr.fleet.trigger import wait_for_run
+from sqsjkr.fleet.trigger import WAIT_POLL_SECONDS, wait_for_run
 from sqsjkr.fleet.waiting import Deadline
 from sqsjkr.fleet.wording import local_time
 
@@ -26,6 +26,9 @@ class JobPhase(enum.Enum):
     """Where a job is on its way: sent, taken and waiting, running, or ended."""
 
     QUEUED = "queued"  # on the queue (or in flight to a daemon), not taken yet
+    #: No trace of it in the table (no claim, no note, no record) for an id not known to be
+    #: sent: not taken yet, or no job of this fleet (a mistyped id, one past retention).
+    UNKNOWN = "unknown"
     WAITING = "waiting"  # taken, waiting for its lock, its concurrency group's slot or its retry
     RUNNING = "running"
     ENDED = "ended"
@@ -79,10 +82,17 @@ class JobHandle:
     event_id: str
     queue: str
     store: Store = field(repr=False, compare=False)
+    #: A send with unique_for that found the same job unfinished, and sent nothing: this is
+    #: that earlier job's handle.
+    deduplicated: bool = field(default=False, compare=False)
+    #: False for Fleet.handle of a job no daemon had taken (its event not known): event_id is
+    #: then a guess (the message id), and the wait finds its event once a daemon takes it.
+    event_known: bool = field(default=True, repr=False, compare=False)
 
     def state(self) -> JobState:
         """Where the job is now (a few reads of the table)."""
-        return job_state(self.store, self.message_id, self.event_id)
+        event_id = self.event_id if self.event_known else None
+        return job_state(self.store, self.message_id, event_id, sent=True)
 
     def wait(self, timeout: float | None = 3600.0) -> RunRecord:
         """The final record of the job's run, once it has ended (retries included);
@@ -91,52 +101,99 @@ class JobHandle:
             raise ResourceMissingError(
                 'waiting for a run reads the run history, which is off ([history] backend = "none")'
             )
+        deadline = Deadline(timeout, named="timeout")
         try:
+            event_id = self.event_id if self.event_known else self._event(deadline)
+            if isinstance(event_id, RunRecord):
+                return event_id
             # A run that ends but runs again (a retry, a stopped daemon) is no answer yet.
-            return wait_for_run(
-                self.store, self.event_id, self.message_id, Deadline(timeout), lambda _: None
-            )
+            return wait_for_run(self.store, event_id, self.message_id, deadline, lambda _: None)
         except WaitTimedOut as exc:
             raise WaitTimedOut(
                 f"gave up waiting for the run of message {quote(self.message_id)} after "
                 f"{timeout:g}s: it stays queued or runs"
             ) from exc
 
+    def _event(self, deadline: Deadline) -> str | RunRecord:
+        """The job's event, once its state names it; or its final record, found first."""
+        while True:
+            state = job_state(self.store, self.message_id, None, sent=True)
+            if state.ended and state.record is not None:
+                return state.record
+            if state.event_id != self.message_id or state.phase is not JobPhase.QUEUED:
+                return state.event_id
+            deadline.pause(
+                WAIT_POLL_SECONDS, f"the run of message {self.message_id}", "it stays queued"
+            )
 
-def job_state(store: Store, message_id: str, event_id: str | None = None) -> JobState:
+
+def job_state(
+    store: Store, message_id: str, event_id: str | None = None, *, sent: bool = False
+) -> JobState:
     """The state of the job of message_id. event_id: its event, when known; without it, the
-    events' summaries tell which it is, else it is a job sent without one (its message id)."""
+    events' summaries, then their last runs, tell which it is, else it is a job sent without
+    one (its message id). sent: the id is known to be a sent job's, so that no trace of it
+    means QUEUED, not UNKNOWN. RequestError for an empty id."""
+    if not message_id:
+        raise RequestError("a message id is needed (as `sqsjkr send` printed it), not an empty one")
     with store.reading():
         claim = store.client.get_item(
             TableName=store.table, Key=claim_key(message_id), ConsistentRead=True
         ).get("Item")
-        note, event_id = _note(store.history, message_id, event_id)
+        note, found, summaries = _note(store.history, message_id, event_id)
         if note is not None:
             return _from_note(note)
-        if claim is not None:
-            return _from_claim(store.history, message_id, event_id, claim)
-        # No claim: not taken yet; or a run only its record shows: with dedupe off, or a
-        # firing's run (its claim is the firing's key) or duplicate.
-        record = final_record(store.history, event_id, message_id)
+        if claim is not None and ("LeaseUntil" in claim or "RetryAt" in claim):
+            return _from_claim(message_id, found, claim)
+        # A finished claim; or none: not taken yet, or a run only its record shows (with dedupe
+        # off, a firing's run, a duplicate).
+        record = _record(store.history, message_id, found, summaries, known=event_id is not None)
         if record is not None:
-            return JobState(message_id, event_id, JobPhase.ENDED, record=record)
-        return JobState(message_id, event_id, JobPhase.QUEUED)
+            return JobState(message_id, record.event_id, JobPhase.ENDED, record=record)
+        if claim is not None:
+            return JobState(message_id, found, JobPhase.ENDED)
+        return JobState(message_id, found, JobPhase.QUEUED if sent else JobPhase.UNKNOWN)
 
 
 def _note(
     history: DynamoHistory, message_id: str, event_id: str | None
-) -> tuple[RunStart | None, str]:
-    """The job's note in its event's summary (running or waiting), and its event's id."""
-    summaries = [history.summary(event_id)] if event_id is not None else history.summaries()
-    for summary in summaries:
-        if summary is None:
-            continue
+) -> tuple[RunStart | None, str, list[EventSummary]]:
+    """The job's note in its event's summary (running or waiting), its event's id (the message
+    id when no summary names it), and the summaries read (none when event_id was given)."""
+    if event_id is not None:
+        summary = history.summary(event_id)
+        summaries = []
+        found: list[EventSummary] = [] if summary is None else [summary]
+    else:
+        summaries = found = history.summaries()
+    for summary in found:
         for start in summary.running:
             if start.message_id == message_id:
-                return start, start.event_id
+                return start, start.event_id, summaries
         if summary.last_run is not None and summary.last_run.message_id == message_id:
             event_id = summary.event_id
-    return None, event_id if event_id is not None else message_id
+    return None, event_id if event_id is not None else message_id, summaries
+
+
+def _record(
+    history: DynamoHistory,
+    message_id: str,
+    event_id: str,
+    summaries: list[EventSummary],
+    *,
+    known: bool,
+) -> RunRecord | None:
+    """The job's final record: among event_id's last runs; when its event was not given, and
+    no summary names it as its last run, among every event's (a few reads each)."""
+    record = final_record(history, event_id, message_id)
+    if record is not None or known:
+        return record
+    for summary in summaries:
+        if summary.event_id != event_id:
+            record = final_record(history, summary.event_id, message_id)
+            if record is not None:
+                return record
+    return None
 
 
 def _from_note(start: RunStart) -> JobState:
@@ -152,19 +209,14 @@ def _from_note(start: RunStart) -> JobState:
     )
 
 
-def _from_claim(
-    history: DynamoHistory, message_id: str, event_id: str, claim: dict[str, Any]
-) -> JobState:
-    """A claim with no note (the history is off, or the note is not written yet): its lease
-    says running, its RetryAt waiting for a retry, neither that the job has ended."""
+def _from_claim(message_id: str, event_id: str, claim: dict[str, Any]) -> JobState:
+    """A live claim with no note (the history is off, or the note is not written yet): its
+    lease says running, its RetryAt waiting for a retry."""
     if "LeaseUntil" in claim:
         # The owner is host:pid:random (backends/lease.py).
         host = claim.get("Owner", {}).get("S", "").rsplit(":", 2)[0] or None
         return JobState(message_id, event_id, JobPhase.RUNNING, host=host)
-    if "RetryAt" in claim:
-        return JobState(message_id, event_id, JobPhase.WAITING, waiting_for="retry")
-    record = final_record(history, event_id, message_id)
-    return JobState(message_id, event_id, JobPhase.ENDED, record=record)
+    return JobState(message_id, event_id, JobPhase.WAITING, waiting_for="retry")
 
 
 def final_record(history: DynamoHistory, event_id: str, message_id: str) -> RunRecord | None:

@@ -29,7 +29,13 @@ from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.crontab.eventbridge import load_zone
 from sqsjkr.crontab.fires import Window, next_fires
-from sqsjkr.errors import RequestError, ResourceMissingError, ScheduleExpressionError, quote
+from sqsjkr.errors import (
+    AlreadyDone,
+    RequestError,
+    ResourceMissingError,
+    ScheduleExpressionError,
+    quote,
+)
 from sqsjkr.fleet.audit import Auditor
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.schedules import read_schedules
@@ -266,7 +272,7 @@ def trigger_firing(
 def _refuse_a_firing_that_ran(store: Store, event_id: str, firing: Firing) -> None:
     ran = run_of_firing(store, event_id, firing)
     if ran is not None:
-        raise RequestError(
+        raise AlreadyDone(
             f"the {firing.iso} firing of event {quote(event_id)} already ran (message "
             f"{ran.message_id} on {ran.host}, {ran.outcome.value}): --force to run it again"
         )
