@@ -21,6 +21,7 @@ from sqsjkr.fleet import client_actions
 from sqsjkr.fleet.firings import FiringRow, FiringStatus
 from sqsjkr.fleet.waiting import Deadline
 
+from .conftest import Aws, config_text
 from .conftest import sqsjkr as run_sqsjkr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,3 +136,13 @@ def test_every_waiting_command_names_its_limit_wait_timeout(
         code, out, _ = run_sqsjkr(capsys, command, "--help")
         assert code == 0 and "--wait-timeout" in out, (command, out)
         assert not re.search(r"^\s+--timeout DURATION", out, re.M), (command, out)
+
+
+def test_every_note_of_an_empty_table_has_the_one_prefix(
+    aws: Aws, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
+    for command in ("history", "route", "audit", "locks", "daemons"):
+        code, _, err = run_sqsjkr(capsys, command, "-c", str(conf))
+        assert code == 0 and err.startswith("sqsjkr: no "), (command, err)
