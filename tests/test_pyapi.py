@@ -19,6 +19,7 @@ from sqsjkr.commands.cli import refusal_exit
 from sqsjkr.errors import AlreadyDone, NothingToDo, RequestError, WaitTimedOut
 from sqsjkr.fleet import client_actions
 from sqsjkr.fleet.firings import FiringRow, FiringStatus
+from sqsjkr.fleet.jobs import JobPhase, JobState
 from sqsjkr.fleet.waiting import Deadline
 
 from .conftest import Aws, config_text
@@ -146,3 +147,9 @@ def test_every_note_of_an_empty_table_has_the_one_prefix(
     for command in ("history", "route", "audit", "locks", "daemons"):
         code, _, err = run_sqsjkr(capsys, command, "-c", str(conf))
         assert code == 0 and err.startswith("sqsjkr: no "), (command, err)
+
+
+def test_job_json_writes_every_time_as_unix_seconds_as_its_record_does() -> None:
+    running = JobState("m-1", "nightly", JobPhase.RUNNING, host="batch1", started_at=1750000000.5)
+    shown = running.as_json()
+    assert (shown["state"], shown["started_at"]) == ("running", 1750000000.5)

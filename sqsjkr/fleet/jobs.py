@@ -16,7 +16,6 @@ from sqsjkr.errors import RequestError, ResourceMissingError, WaitTimedOut, quot
 from sqsjkr.fleet.history import Store, record_json
 from sqsjkr.fleet.trigger import WAIT_POLL_SECONDS, wait_for_run
 from sqsjkr.fleet.waiting import Deadline
-from sqsjkr.fleet.wording import local_time
 
 #: How many of an event's last runs are read for a job's final record.
 RECORD_RUNS = 20
@@ -60,13 +59,13 @@ class JobState:
         return self.phase is JobPhase.ENDED
 
     def as_json(self) -> dict[str, object]:
-        """`job --json`'s object."""
+        """`job --json`'s object: its times unix seconds, as its record's and history --json's."""
         return {
             "message_id": self.message_id,
             "event_id": self.event_id,
             "state": self.phase.value,
             "host": self.host,
-            "started_at": None if self.started_at is None else local_time(self.started_at),
+            "started_at": self.started_at,
             "waiting_for": self.waiting_for,
             "waiting_key": self.waiting_key,
             "outcome": None if self.outcome is None else self.outcome.value,
