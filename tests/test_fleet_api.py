@@ -342,3 +342,18 @@ def test_a_send_with_a_bad_window_or_delay_is_refused_and_leaves_nothing(
     assert not fleet.send(job, queue=site.idle, unique_for=60).deduplicated
     with pytest.raises(RequestError, match="timeout"):
         fleet.handle("no-such-message", "ev").wait(timeout=math.nan)
+
+
+def test_a_handle_made_before_any_daemon_took_its_job_waits_for_it_by_its_event(
+    site: ApiSite,
+) -> None:
+    # Sent by another program, delayed: no daemon has taken it when its handle is made.
+    body = json.dumps({"command": "echo elsewhere", "event_id": "api-elsewhere"})
+    message_id = site.aws.sqs.send_message(
+        QueueUrl=site.aws.queue_url, MessageBody=body, DelaySeconds=1
+    )["MessageId"]
+    fleet = site.fleet()
+    handle = fleet.handle(message_id)
+    assert handle.state().phase is not JobPhase.UNKNOWN  # a handle knows its job was sent
+    record = handle.wait(timeout=30)
+    assert (record.event_id, record.output) == ("api-elsewhere", "elsewhere\n")
