@@ -126,9 +126,15 @@ class RequestError(SqsjkrError):
     store it needs that the config turns off): nothing was done. The CLI exits 2 with it."""
 
 
-class WaitTimedOut(SqsjkrError):
-    """A wait's deadline (--timeout) passed before what it waited for: nothing was stopped. The
-    CLI exits 124 with it."""
+class AlreadyDone(NothingToDo, RequestError):
+    """What was asked is done already (a firing asked to run that already ran): nothing was
+    sent. A RequestError for programs that caught one before; the CLI exits 1 with it, as with
+    every nothing-to-do refusal."""
+
+
+class WaitTimedOut(SqsjkrError, TimeoutError):
+    """A wait's deadline (--timeout) passed before what it waited for: nothing was stopped. A
+    TimeoutError, as a program's other waits raise; the CLI exits 124 with it."""
 
 
 class UniqueSendBusy(SqsjkrError):

@@ -216,7 +216,7 @@ def test_no_daemons_says_so_and_min_daemons_needs_check(
     assert sqsjkr(capsys, "daemons", "-c", str(conf)) == (
         0,
         "",
-        f"no daemons recorded in table {aws.table!r} (Go daemons write none)\n",
+        f"sqsjkr: no daemons recorded in table {aws.table!r} (Go daemons write none)\n",
     )
     code, _, err = sqsjkr(capsys, "status", "-c", str(conf), "--min-daemons", "1")
     assert code == 2 and "--min-daemons only applies with --check" in err

@@ -6,6 +6,7 @@ kill, routes, dead letters and the audit trail as the Fleet's actor; one session
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -26,9 +27,10 @@ from sqsjkr.backends import aws as aws_module
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import NothingToDo, RequestError, RouteRefused
 from sqsjkr.fleet import trigger as trigger_module
+from sqsjkr.fleet.jobs import JobPhase
 from sqsjkr.fleet.status import Level
 
-from .conftest import REGION, Aws, Daemon, config_text, new_aws, wait_until
+from .conftest import REGION, Aws, Cli, Daemon, config_text, new_aws, wait_until
 from .test_send_wait import Site
 from .test_trigger import ROLE_ARN
 from .web_fleet import module_env
@@ -100,6 +102,7 @@ def site(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             "[lock]\n", '[lock]\nlease = "3s"\n'
         )
         text += f'\n[history]\nlive_output_interval = "1s"\n\n[schedule]\ngroup = "{scheduled_group(aws, aws.queue_url)}"\n'
+        text += f'role_arn = "{ROLE_ARN}"\n'  # send_later's
         conf = directory / "config.toml"
         conf.write_text(text)
         daemon = Daemon(["run", "-c", str(conf)], {}, directory)
@@ -278,3 +281,79 @@ def test_the_python_api_docs_examples_run_as_written(site: ApiSite) -> None:
         # The doc's config, and its second queue that a daemon serves: the module's own.
         block = block.replace("/etc/sqsjkr/config.toml", site.conf)
         exec(block.replace('"jobs-big"', repr(site.aws.queue_name)), namespace)  # noqa: S102
+
+
+def test_a_finished_job_not_its_events_last_run_is_found_without_its_event(
+    site: ApiSite, cli: Cli
+) -> None:
+    fleet = site.fleet()
+    earlier = fleet.send({"command": "echo first", "event_id": "api-twice"})
+    record = earlier.wait(timeout=30)
+    fleet.send({"command": "echo second", "event_id": "api-twice"}).wait(timeout=30)
+    # No event given, and the event's last run is another's: found among its runs all the same.
+    state = fleet.job(earlier.message_id)
+    assert (state.phase, state.event_id, state.record) == (JobPhase.ENDED, "api-twice", record)
+    assert fleet.handle(earlier.message_id).wait(timeout=5) == record
+    done = cli("job", earlier.message_id, "-c", site.conf)
+    assert done.returncode == 0 and "ended succeeded" in done.stdout, done
+
+
+def test_an_unknown_or_empty_message_id_is_no_queued_job(site: ApiSite, cli: Cli) -> None:
+    fleet = site.fleet()
+    assert fleet.job("no-such-message").phase is JobPhase.UNKNOWN
+    unknown = cli("job", "no-such-message", "-c", site.conf)
+    assert unknown.returncode == 1 and "unknown" in unknown.stdout, unknown
+    with pytest.raises(RequestError, match="message id is needed"):
+        fleet.job("")
+    empty = cli("job", "", "-c", site.conf)
+    assert empty.returncode == 2 and "message id is needed" in empty.stderr, empty
+    assert "ValidationException" not in empty.stderr
+
+
+def test_a_send_says_it_was_deduplicated_by_the_callers_unique_key(site: ApiSite) -> None:
+    fleet, key = site.fleet(), f"tenant-7/report-{uuid.uuid4().hex[:6]}"
+    first = fleet.send({"command": "echo a"}, queue=site.idle, unique_for=600, unique_key=key)
+    # Another body, the same key: that job, unsent; another key: sent.
+    again = fleet.send({"command": "echo b"}, queue=site.idle, unique_for=600, unique_key=key)
+    other = fleet.send({"command": "echo a"}, queue=site.idle, unique_for=600, unique_key="x")
+    assert not first.deduplicated and again.deduplicated and not other.deduplicated
+    assert again.message_id == first.message_id != other.message_id
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"unique_for": math.nan}, "unique_for"),
+        ({"unique_for": math.inf}, "unique_for"),
+        ({"unique_for": -5}, "unique_for"),
+        ({"delay": -1}, "delay"),
+        ({"delay": 901}, "delay"),
+        ({"unique_key": "k"}, "unique_key"),
+    ],
+)
+def test_a_send_with_a_bad_window_or_delay_is_refused_and_leaves_nothing(
+    site: ApiSite, options: dict[str, Any], field: str
+) -> None:
+    job = {"command": f"echo {uuid.uuid4().hex}"}
+    fleet = site.fleet()
+    with pytest.raises(RequestError, match=field):
+        fleet.send(job, queue=site.idle, **options)
+    # No uniqueness item left pending: the same job sends at once.
+    assert not fleet.send(job, queue=site.idle, unique_for=60).deduplicated
+    with pytest.raises(RequestError, match="timeout"):
+        fleet.handle("no-such-message", "ev").wait(timeout=math.nan)
+
+
+def test_a_handle_made_before_any_daemon_took_its_job_waits_for_it_by_its_event(
+    site: ApiSite,
+) -> None:
+    # Sent by another program, delayed: no daemon has taken it when its handle is made.
+    body = json.dumps({"command": "echo elsewhere", "event_id": "api-elsewhere"})
+    message_id = site.aws.sqs.send_message(
+        QueueUrl=site.aws.queue_url, MessageBody=body, DelaySeconds=1
+    )["MessageId"]
+    fleet = site.fleet()
+    handle = fleet.handle(message_id)
+    assert handle.state().phase is not JobPhase.UNKNOWN  # a handle knows its job was sent
+    record = handle.wait(timeout=30)
+    assert (record.event_id, record.output) == ("api-elsewhere", "elsewhere\n")

@@ -660,5 +660,5 @@ def test_locks_shows_the_slots_of_running_jobs_with_their_daemon(
 
     (tmp_path / "release").touch()
     wait_until(counted(port, succeeded=3), timeout=30, what="the three jobs run")
-    assert cli("locks") == (0, "", f"no locks held in table {aws.table!r}\n")
+    assert cli("locks") == (0, "", f"sqsjkr: no locks held in table {aws.table!r}\n")
     assert daemon.stop() == 0

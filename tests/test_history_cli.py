@@ -690,9 +690,25 @@ def test_follow_gives_up_after_its_timeout_with_exit_124(
     assert (code, out) == (124, "")
     assert time.monotonic() - started < 10
     assert err.endswith(
-        'sqsjkr: gave up waiting for a run of event "nightly" after 1s (--timeout): the run '
+        'sqsjkr: gave up waiting for a run of event "nightly" after 1s (--wait-timeout): the run '
         "goes on\n"
     )
     assert "waiting for the next one to start" in err
     code, _, err = sqsjkr(capsys, "history", "nightly", "-f", "--timeout", "-1s", "-c", str(conf))
-    assert code == 2 and "--timeout" in err
+    assert code == 2 and "--wait-timeout" in err
+
+
+def test_history_failed_lists_each_failed_run_once_not_its_dropped_copies(
+    conf: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = time.time()
+    failed = record("nightly", now - 600, RunOutcome.ERRORED)
+    # A second copy of its message, dropped as a duplicate of the run: not a failed run.
+    copy = record(
+        "nightly", now - 600, RunOutcome.DUPLICATE, message_id=failed.message_id, duration=3.0
+    )
+    write(aws, failed, copy)
+    for args in ((), ("nightly",)):
+        code, out, _ = sqsjkr(capsys, "history", "-c", str(conf), "--failed", *args)
+        [row] = out.splitlines()[1:]
+        assert code == 0 and local_time(failed.ended_at) in row and " errored " in row, out

@@ -344,7 +344,7 @@ def test_kill_wait_gives_up_after_its_timeout_with_exit_124_and_the_kill_asked(
     assert time.monotonic() - started < 10
     assert out.startswith("kill requested: the run of event")
     assert err.endswith(
-        "after 1s (--timeout): the kill request stays on the run's claim, for its daemon's next "
+        "after 1s (--wait-timeout): the kill request stays on the run's claim, for its daemon's next "
         "heartbeat\n"
     )
     assert "KillAt" in (site.item(message_id, "throttle") or {})

@@ -227,6 +227,7 @@ def test_a_taken_stats_port_fails_before_the_banner_and_names_the_option(taken_p
     (line,) = result.stderr.strip().splitlines()
     assert f"cannot serve stats on 127.0.0.1:{taken_port}" in line
     assert "pass another --stats-port, or --stats-port 0 for any free port" in line
+    assert "make demo DEMO_ARGS='--stats-port 0'" in line  # pastes, as make demo is run
 
 
 def test_a_taken_endpoint_port_fails_and_names_the_option(taken_port: int) -> None:
@@ -260,3 +261,21 @@ def test_local_mode_imports_its_demo_and_not_the_other_way_round() -> None:
             todo += imported_by(module)
     assert "sqsjkr.commands.local" not in seen
     assert "sqsjkr.local.demo" in imported_by("sqsjkr.commands.local")
+
+
+def test_a_taken_dashboard_port_gives_way_to_a_free_one_and_says_so(
+    taken_port: int, tmp_path: Path
+) -> None:
+    # Another local mode holds 8061 and 8070: its --stats-port 0 must not drop the dashboard.
+    from sqsjkr.commands.local import start_dashboard
+
+    conf = tmp_path / "config.toml"
+    conf.write_text(
+        '[account]\nid = "123456789012"\nregion = "us-east-1"\n\n[sqs]\nqueue_name = "q"\n'
+    )
+    url, close = start_dashboard(conf, taken_port)
+    try:
+        assert re.fullmatch(rf"http://127\.0\.0\.1:\d+/ \(port {taken_port} is taken: .+\)", url)
+        assert f":{taken_port}/" not in url
+    finally:
+        close()

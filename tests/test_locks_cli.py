@@ -132,7 +132,7 @@ def test_locks_reads_every_page_of_the_scan(aws: Aws) -> None:
 
 def test_locks_of_a_table_without_locks(aws: Aws, cli: Run) -> None:
     released(aws, "free")
-    assert cli("locks") == (0, "", f"no locks held in table {aws.table!r}\n")
+    assert cli("locks") == (0, "", f"sqsjkr: no locks held in table {aws.table!r}\n")
     code, out, err = cli("locks", "--json")
     assert (code, json.loads(out), err) == (0, {"locks": [], "groups": [], "waiting": []}, "")
 

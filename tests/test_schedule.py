@@ -26,6 +26,7 @@ from sqsjkr.contract.firing import SCHEDULE_ARN, SCHEDULED_TIME
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.when import one_time_at, one_time_in
 from sqsjkr.errors import ConfigError, ResourceMissingError
+from sqsjkr.fleet.wording import local_time
 
 from .conftest import (
     REGION,
@@ -92,11 +93,15 @@ def test_send_at_creates_a_one_time_schedule_that_deletes_itself(
     result = cli(
         "send", "-c", conf(tmp_path, aws, group), "--command", "echo later",
         "--event-id", "nightly report", "--lock-id", "L", "--at", at.isoformat(),
+        "--region", REGION,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     name = result.stdout.strip()
     assert re.fullmatch(rf"at\.nightly-report\.{at:%Y%m%dT%H%M%S}Z\.[0-9a-f]{{8}}", name)
-    assert f"sqsjkr send -c {tmp_path / 'config.toml'} --cancel {name}" in result.stderr
+    # The time as every output writes one; the cancel pastes with the send's own --region.
+    assert f"the job runs at {local_time(at.timestamp())} (at(" in result.stderr
+    cancel = f"sqsjkr send -c {tmp_path / 'config.toml'} --region {REGION} --cancel {name}"
+    assert result.stderr.rstrip().endswith(f"cancel it with: {cancel}"), result.stderr
     (schedule,) = schedules(group).values()
     assert schedule["Name"] == name
     assert schedule["ScheduleExpression"] == f"at({at:%Y-%m-%dT%H:%M:%S})"
@@ -189,8 +194,8 @@ def test_list_scheduled_and_cancel(tmp_path: Path, aws: Aws, group: str, cli: Cl
     assert listed.returncode == 0, listed.stderr
     assert [line.split() for line in listed.stdout.splitlines()] == [
         ["NAME", "RUNS", "AT", "EVENT", "COMMAND"],
-        [names[1], f"{sooner:%Y-%m-%dT%H:%M:%S}", "UTC", "soon", "run-soon"],
-        [names[0], f"{later:%Y-%m-%dT%H:%M:%S}", "UTC", "late", "run-late"],
+        [names[1], local_time(sooner.timestamp()), "soon", "run-soon"],
+        [names[0], local_time(later.timestamp()), "late", "run-late"],
     ]
     # How to cancel one, with this config: the default config would be another.
     assert listed.stderr == f"sqsjkr: cancel one with: sqsjkr send -c {path} --cancel NAME\n"

@@ -19,7 +19,7 @@ import sqsjkr as sqsjkr_api
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import AuditRefused, WaitTimedOut
-from sqsjkr.fleet.jobs import JobPhase
+from sqsjkr.fleet.jobs import JobHandle, JobPhase
 from sqsjkr.fleet.send import Sender
 from sqsjkr.fleet.unique import unique_key
 
@@ -132,9 +132,11 @@ def test_a_jobs_state_goes_from_queued_to_running_to_ended(
     message_id = site.aws.sqs.send_message(
         QueueUrl=url, MessageBody=json.dumps({"command": command}), DelaySeconds=2
     )["MessageId"]
-    assert sender.job(message_id).phase is JobPhase.QUEUED
+    # No trace of it yet: taken by no daemon, or no job of the fleet; its handle knows better.
+    assert sender.job(message_id).phase is JobPhase.UNKNOWN
+    assert JobHandle(message_id, message_id, url, sender.store).state().phase is JobPhase.QUEUED
     code, out, _ = sqsjkr(capsys, "job", message_id, "-c", site.conf)
-    assert code == 1 and "state    queued" in out  # exits 1 until a daemon has taken it
+    assert code == 1 and "state    unknown (no daemon has taken it yet" in out
     running = wait_until(
         lambda: (s := sender.job(message_id)).phase is JobPhase.RUNNING and s,
         what="the job running",
@@ -205,6 +207,6 @@ def test_a_job_is_found_by_its_message_id_alone_and_a_handle_waits_for_it(
     assert code == 0 and re.search(r"^state    ended succeeded at ", out, re.M), out
     # What is no message id is said so; an unknown one is not taken (exit 1).
     code, _, err = sqsjkr(capsys, "job", "", "-c", site.conf)
-    assert code == 2 and '"" is not a message id' in err and "Exception" not in err, err
+    assert code == 2 and "a message id is needed" in err and "Exception" not in err, err
     code, out, _ = sqsjkr(capsys, "job", str(uuid.uuid4()), "-c", site.conf)
     assert code == 1 and "no daemon has taken it yet" in out

@@ -262,7 +262,7 @@ def test_trigger_firing_sends_it_as_that_firing_and_refuses_one_that_ran(
     code, out, err = sqsjkr(
         capsys, "trigger", "nightly", "--firing", "2026-01-15T01:00:00Z", "-c", conf
     )
-    assert code != 0 and "already ran" in err and "--force" in err, err
+    assert code == 1 and "already ran" in err and "--force" in err, err
     assert received(aws, aws.queue_url) == []
     code, out, err = sqsjkr(
         capsys, "trigger", "nightly", "--firing", "2026-01-15T01:00:00Z", "--force", "-c", conf
@@ -517,7 +517,7 @@ def test_trigger_wait_gives_up_after_its_timeout_with_exit_124(
     assert code == 124, err
     message_id = out.strip()
     assert err.endswith(
-        f"sqsjkr: gave up waiting for the run of message {message_id} after 1s (--timeout): the "
+        f"sqsjkr: gave up waiting for the run of message {message_id} after 1s (--wait-timeout): the "
         'message stays queued or runs; `sqsjkr history "nightly"` shows it\n'
     )
     assert aws.queue_counts() == (1, 0)

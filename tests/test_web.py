@@ -6,6 +6,7 @@ refusals, each kind of sign-in, and the actions' effects and audit entries.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -27,6 +28,8 @@ from sqsjkr.backends.locks import LOCK_TYPE
 from sqsjkr.backends.sqs import TRIGGERED_BY_ATTRIBUTE
 from sqsjkr.commands.options import load
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
+from sqsjkr.errors import RequestError
+from sqsjkr.fleet.pause import parse_until
 from sqsjkr.web import views
 from sqsjkr.web.cache import Cache
 from sqsjkr.web.fleet import Fleet
@@ -895,3 +898,28 @@ def test_run_this_firing_sends_the_schedules_message_as_that_firing_audited(
     [entry] = audit_of(own, "trigger", "ledgered")
     assert entry.user.startswith("web:") and entry.reason == "missed in the outage"
     assert firing in entry.detail
+
+
+def test_a_pause_until_the_fleet_would_refuse_is_refused_on_the_form_and_said_in_its_words(
+    with_actions: Dashboard,
+) -> None:
+    session = requests.Session()
+    page = session.get(with_actions.url + "event?id=hourly", timeout=30).text
+    found = re.search(r'name="until"[^>]*pattern="([^"]*)"', page)
+    assert found, "the until field has no pattern"
+    pattern, now = html.unescape(found.group(1)), time.time()
+    for good in ("2h", "90m", "1d", "1h30m", "2030-01-31 09:30", "2030-01-31T09:30:00+09:00"):
+        assert re.fullmatch(pattern, good) and parse_until(good, now) > now, good
+    for bad in ("soon", "tomorrow", "in 2h", "31/01/2030 09:30", "2h ago"):
+        assert not re.fullmatch(pattern, bad), bad
+        with pytest.raises(RequestError):
+            parse_until(bad, now)
+    # Sent all the same (no browser): refused, in the page's words, not the command line's.
+    form = {"csrf_token": form_token(page), "event_id": "hourly", "until": "soon"}
+    done = session.post(
+        with_actions.url + "actions/pause",
+        data={**form, "confirmed": "yes", "next": "/event?id=hourly"},
+        timeout=30,
+    )
+    assert "until &#34;soon&#34;: give a time" in done.text, done.text
+    assert "--until" not in done.text

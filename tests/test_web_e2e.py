@@ -263,7 +263,8 @@ def a_page_refreshes_itself_without_a_reload(demo: Demo, page: Any) -> None:
 
 #: Each page at each width; the overview on a phone too.
 PAGES = ["", "events", "running", "daemons", "locks", "dead-letters", "audit", "event?id=demo-fail"]
-#: Where a page is wider than its screen, where a time wraps, and where the header stops short.
+#: Where a page is wider than its screen, where a time wraps, where the header stops short, where
+#: the overview squeezes its reasons, and the audit rows taller than five lines.
 LAYOUT = """() => ({
   overflow: document.documentElement.scrollWidth - window.innerWidth,
   wrapped: Array.from(document.querySelectorAll("time"))
@@ -271,12 +272,17 @@ LAYOUT = """() => ({
   header: document.documentElement.scrollWidth - document.querySelector("header").offsetWidth,
   loose: Array.from(document.querySelectorAll("main table:not(.u-legend)"))
     .filter(t => !t.closest(".scroll")).length,
+  squeezed: Array.from(document.querySelectorAll("td.why")).filter(td => td.offsetWidth < 200)
+    .length,
+  tall: Array.from(document.querySelectorAll("table.audit tbody tr"))
+    .filter(tr => tr.offsetHeight > 120).map(tr => tr.offsetHeight + ": " + tr.textContent),
 })"""
 
 
 def every_page_fits_its_screen(demo: Demo, page: Any) -> None:
     """No page is wider than 1400 or 800 px (the overview than a 375 px phone): wide tables
-    scroll inside their box; no time breaks over two lines; the header spans the page."""
+    scroll inside their box; no time breaks over two lines; the header spans the page; the
+    overview's reasons keep a readable width and an audit row is a few lines at most."""
     run = page.locator("table.runs tbody tr a")
     for width, paths in ((1400, PAGES), (800, PAGES), (375, [""])):
         page.set_viewport_size({"width": width, "height": 900})
@@ -288,4 +294,11 @@ def every_page_fits_its_screen(demo: Demo, page: Any) -> None:
             else:
                 page.goto(demo.url + path)
             found = page.evaluate(LAYOUT)
-            assert found == {"overflow": 0, "wrapped": [], "header": 0, "loose": 0}, (width, path)
+            assert found == {
+                "overflow": 0,
+                "wrapped": [],
+                "header": 0,
+                "loose": 0,
+                "squeezed": 0,
+                "tall": [],
+            }, (width, path)

@@ -266,7 +266,10 @@ def test_the_start_up_line_says_who_may_act() -> None:
 def test_web_help_names_every_action() -> None:
     shown = run_main("web", "--help")
     text = " ".join(shown.stdout.split())
-    assert "run now, kill, pause, resume, route, unlock and redrive" in text
+    assert (
+        "run now, run a past firing, kill, pause, resume, route (and clear a route), unlock and "
+        "redrive" in text
+    )
 
 
 # -- 22: basic auth -----------------------------------------------------------------------------

@@ -101,7 +101,7 @@ CONFLICT_RETRY_SECONDS = 2
 #: The longest one DynamoDB call can take, retries included, before it fails: tries after
 #: conflicts start within 2 s, and the last one may take 3 x (2 s + 3 s) + 3 s = 18 s, so
 #: 20 s. lease.MIN_SAFE_LEASE_SECONDS follows from it.
-DYNAMODB_CALL_SECONDS = (
+DYNAMODB_CALL_SECONDS: int = (
     CONFLICT_RETRY_SECONDS
     + ATTEMPTS * (DYNAMODB_CONNECT_TIMEOUT + DYNAMODB_READ_TIMEOUT)
     + BACKOFF_SECONDS

@@ -339,8 +339,9 @@ class DynamoHistory:
     def runs(
         self, event_id: str, limit: int, *, failed: bool = False, before: str | None = None
     ) -> list[RunRecord]:
-        """The event's last runs, newest first; failed: only those that did not succeed;
-        before: only those older than the run of that run_type (a page after it)."""
+        """The event's last runs, newest first; failed: only those that did not succeed (a
+        duplicate, a copy dropped because its job ran, is no such run); before: only those
+        older than the run of that run_type (a page after it)."""
         request: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "Id = :id AND begins_with(#type, :prefix)",
@@ -357,8 +358,9 @@ class DynamoHistory:
             request["ExpressionAttributeValues"][":before"] = {"S": before}
             request["ExclusiveStartKey"] = _key(event_id, before)
         if failed:
-            request["FilterExpression"] = "Outcome <> :succeeded"
+            request["FilterExpression"] = "Outcome <> :succeeded AND Outcome <> :duplicate"
             request["ExpressionAttributeValues"][":succeeded"] = {"S": RunOutcome.SUCCEEDED.value}
+            request["ExpressionAttributeValues"][":duplicate"] = {"S": RunOutcome.DUPLICATE.value}
         records: list[RunRecord] = []
         # A query answers at most 1 MB: with long output tails, a page holds fewer runs.
         while len(records) < limit:

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.options import UsageFailure, note
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.duration import parse_duration
@@ -49,9 +49,7 @@ def audit(
         click.echo(json.dumps([entry_json(e) for e in entries], indent=2))
         return
     if not entries:
-        click.echo(
-            f"no audit entries in the last {escape(since)} in table {store.table!r}", err=True
-        )
+        note(f"no audit entries in the last {escape(since)} in table {store.table!r}")
         return
     rows = [["when", "action", "target", "user", "identity", "reason", "detail"]]
     rows += [

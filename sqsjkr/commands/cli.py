@@ -108,12 +108,18 @@ def cli() -> None:
     """SQS Job Kicker: run the jobs a schedule puts on an SQS queue, once, on one host of a fleet."""
 
 
-#: The exit code of each refusal of the fleet layer that is not a failure.
-_EXIT_CODES: dict[type[SqsjkrError], int] = {
-    NothingToDo: 1,
-    RequestError: 2,
-    WaitTimedOut: WAIT_TIMEOUT_EXIT,
-}
+#: The exit code of each kind of refusal of the fleet layer that is not a failure, first match
+#: first: nothing to do (AlreadyDone among them) 1, a malformed request 2, a wait's limit 124.
+_EXIT_CODES: tuple[tuple[type[SqsjkrError], int], ...] = (
+    (NothingToDo, 1),
+    (RequestError, 2),
+    (WaitTimedOut, WAIT_TIMEOUT_EXIT),
+)
+
+
+def refusal_exit(exc: SqsjkrError) -> int:
+    """The exit code of one of the fleet layer's refusals, by its kind."""
+    return next(code for kind, code in _EXIT_CODES if isinstance(exc, kind))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -134,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (NothingToDo, RequestError, WaitTimedOut) as exc:
         # The fleet layer's refusals, said as the command line's own: no "error:".
         click.echo(f"sqsjkr: {exc}", err=True)
-        sys.exit(_EXIT_CODES[type(exc)])
+        sys.exit(refusal_exit(exc))
     except Exception as exc:
         # One of sqsjkr's errors or an AWS failure; failure_text raises again any other.
         click.echo(f"sqsjkr: error: {failure_text(exc)}", err=True)

@@ -59,7 +59,8 @@ from sqsjkr.errors import CrontabError
     "--split-dom-dow",
     is_flag=True,
     help="A line restricting day-of-month and day-of-week (cron: either matches) becomes two "
-    "rules sharing a lock_id; they both run on days matching both.",
+    "schedules (or rules) sharing a lock_id; they both fire on days matching both, and the "
+    "lock runs one of them at a time. Without it such a line is refused.",
 )
 @click.option(
     "--system", is_flag=True, help="System crontab (/etc/crontab, cron.d): a user column."
@@ -76,8 +77,8 @@ from sqsjkr.errors import CrontabError
     default=MAX_KEY_LENGTH,
     show_default=True,
     metavar="N",
-    help="Longest job key, prefix included. The module names rules <name>-<key>, at most 64 "
-    "characters: use 63 minus the length of its `name`.",
+    help="Longest job key, prefix included. The module names each schedule (or rule) "
+    "<name>-<key>, at most 64 characters: use 63 minus the length of its `name`.",
 )
 def crontab2tf(
     crontab: IO[bytes],
@@ -93,14 +94,13 @@ def crontab2tf(
 ) -> None:
     """Convert a crontab (a file, or - for stdin) to terraform's `jobs` variable.
 
-    Each job line becomes a schedule (keyed by a stable id made of its command and a hash) with
-    the sqsjkr job it sends: the command (a `%` stdin part becomes a printf piped into
+    Each job line becomes a schedule (keyed by a stable id: --key-prefix, a slug of its command
+    and a hash) with the sqsjkr job it sends: the command (a `%` stdin part becomes a printf piped into
     `/bin/sh -c`), the env lines above it, and the line as its description. For EventBridge
     Scheduler (the default) a schedule keeps the line's times in its zone (--timezone, or a
     CRON_TZ line above it); for rules (--engine rules) it is converted to UTC, and a line with no
     exact UTC equivalent is refused with the reason. Every refused line is reported, and then
-    nothing is written. Jobs run with the daemon's
-    environment and working directory, not cron's (PATH=/usr/bin:/bin and the user's home).
+    nothing is written. Jobs run with the daemon's environment and working directory, not cron's (PATH=/usr/bin:/bin and the user's home).
     """
     wrong = options_problem(zone, engine, accept_dst_shift, key_prefix, max_key_length)
     if wrong is not None:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import click
 
 from sqsjkr.backends.members import Member, State
+from sqsjkr.commands.options import note
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.fleet.daemons import daemons_json, ordered, read_members
@@ -54,10 +55,7 @@ def show_daemons(members: Sequence[Member], *, as_json: bool, now: float, table:
         click.echo(json.dumps(daemons_json(members, now), indent=2))
         return
     if not members:
-        click.echo(
-            f"no daemons recorded in table {table!r} (Go daemons write none)",
-            err=True,
-        )
+        note(f"no daemons recorded in table {table!r} (Go daemons write none)")
         return
     echo_lines(aligned([HEADER, *(daemon_row(m, now) for m in members)]))
 

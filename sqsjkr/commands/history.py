@@ -10,6 +10,7 @@ import json
 import click
 
 from sqsjkr.commands.follow import follow_run
+from sqsjkr.commands.options import note
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
@@ -63,7 +64,7 @@ def history(
     if as_json:
         click.echo(json.dumps([record_json(r, output=output) for r in records], indent=2))
     elif not records:
-        click.echo(f"no {what} recorded in table {store.table!r}", err=True)
+        note(f"no {what} recorded in table {store.table!r}")
     else:
         echo_lines(history_lines(records, output=output, events=event_id is None))
     return 0

@@ -20,7 +20,9 @@ from sqsjkr.observability.logs import escape
 def state_text(state: JobState) -> str:
     """The job's state in words, on one line."""
     if state.phase is JobPhase.QUEUED:
-        return "queued: no daemon has taken it yet (or it is no message of this fleet's queues)"
+        return "queued (no daemon has taken it yet)"
+    if state.phase is JobPhase.UNKNOWN:
+        return "unknown (no daemon has taken it yet, or it is no job of this fleet's table)"
     if state.phase is JobPhase.ENDED:
         if state.record is None:
             return "ended (its record is not kept: the history is off, or past its retention)"
@@ -49,22 +51,19 @@ def job(
     message_id: str,
     event_id: str | None,
     as_json: bool,
-) -> None:
-    """Show where the job of MESSAGE_ID (as `sqsjkr send` printed it) is now: queued, waiting for
-    its lock or concurrency group, running on a host, or ended, with its run's record. Exits 1
-    while no daemon has taken it (queued, or unknown to the fleet)."""
+) -> int:
+    """Show where the job of MESSAGE_ID (as `sqsjkr send` printed it) is now: waiting for its lock
+    or concurrency group, running on a host, or ended, with its run's record. Exits 1 when no
+    daemon has taken it: still queued, or an id no daemon of this table knows."""
     config = where.config()
     state = job_state(store_of(config), message_id, event_id)
     if as_json:
         click.echo(json.dumps(state.as_json(), indent=2))
-        if state.phase is JobPhase.QUEUED:
-            raise click.exceptions.Exit(1)
-        return
+        return 1 if state.phase is JobPhase.UNKNOWN else 0
     click.echo(f"message  {escape(state.message_id)}")
     click.echo(f"event    {escape(state.event_id)}")
     click.echo(f"state    {state_text(state)}")
     if state.record is not None:
         click.echo("")
         echo_lines(history_lines([state.record], output=True))
-    if state.phase is JobPhase.QUEUED:
-        raise click.exceptions.Exit(1)
+    return 1 if state.phase is JobPhase.UNKNOWN else 0

@@ -49,15 +49,24 @@ def import_dashboard() -> threading.Thread:
 
 def start_dashboard(conf: Path, port: int) -> tuple[str, Callable[[], None]]:
     """The web dashboard of local mode's fleet, on 127.0.0.1:port with its actions (this host's
-    own user only): its URL, or why it is not served, and how to close it."""
+    own user only): its URL, or why it is not served, and how to close it. A taken port (another
+    local mode's, whose stats port sent this one to --stats-port 0) gives way to any free port,
+    said beside the URL: the dashboard is never dropped for it."""
     if not web_available():
         return f"not served ({INSTALL_HINT})", lambda: None
+    config, note = load_config(conf), ""
     try:
-        served = listening(load_config(conf), port=port, enable_actions=True)
+        served = listening(config, port=port, enable_actions=True)
     except OSError as exc:
-        return f"not served ({exc.strerror}: pass another --web-port, or 0)", lambda: None
+        if port == 0:
+            return f"not served ({exc.strerror})", lambda: None
+        try:
+            served = listening(config, port=0, enable_actions=True)
+        except OSError as again:
+            return f"not served ({again.strerror})", lambda: None
+        note = f" (port {port} is taken: {exc.strerror}; --web-port chooses it)"
     served.start()
-    return served.url, served.close
+    return served.url + note, served.close
 
 
 @dataclass

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from sqsjkr.commands.options import reason_option, warn
+from sqsjkr.commands.options import note, reason_option, warn
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.errors import NotHeld, UnlockRefused
@@ -60,7 +60,7 @@ def locks(where: Where, as_json: bool) -> None:
         click.echo(json.dumps(holdings.as_json(now), indent=2))
         return
     if not holdings.locks and not holdings.groups:
-        click.echo(f"no locks held in table {table.name!r}", err=True)
+        note(f"no locks held in table {table.name!r}")
     show_tables(holdings, now)
 
 

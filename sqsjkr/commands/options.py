@@ -18,6 +18,11 @@ class UsageFailure(click.UsageError):
     """A bad command line, reported on one line."""
 
 
+def note(line: str) -> None:
+    """A note of a command on stderr (nothing to list, say), with every message's one prefix."""
+    click.echo(f"sqsjkr: {line}", err=True)
+
+
 def warn(line: str) -> None:
     """A warning of a command, on stderr."""
     click.echo(f"sqsjkr: warning: {line}", err=True)

@@ -10,7 +10,7 @@ import time
 import click
 
 from sqsjkr.backends.routes import DynamoRoutes, Route
-from sqsjkr.commands.options import UsageFailure, reason_option
+from sqsjkr.commands.options import UsageFailure, note, reason_option
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.fleet.audit import command_auditor, os_user
@@ -24,7 +24,7 @@ def list_routes(store: DynamoRoutes, table: Table, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([route.as_dict() for route in routes], indent=2))
     elif not routes:
-        click.echo(f"no routes in table {table.name!r}", err=True)
+        note(f"no routes in table {table.name!r}")
     else:
         rows = [["EVENT", "QUEUE", "SINCE", "BY", "REASON"]]
         rows += [[r.event_id, r.queue, local_time(r.since), r.by, r.reason] for r in routes]

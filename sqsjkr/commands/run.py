@@ -98,7 +98,13 @@ def run(
     show_default=True,
     help="Port of the web dashboard on 127.0.0.1, with the web extra (0: any free port).",
 )
-@click.option("--workers", type=click.IntRange(1, 1000), default=4, show_default=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 1000),
+    default=4,
+    show_default=True,
+    help="Jobs run at once ([kicker] max_concurrent_num of local mode's config).",
+)
 @log_level_option
 @log_all_option
 def local(

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from sqsjkr.backends.scheduler import ScheduledJob
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
@@ -19,6 +20,7 @@ from sqsjkr.fleet.audit import Auditor, command_auditor
 from sqsjkr.fleet.scheduled import cancel_scheduled, scheduled_jobs
 from sqsjkr.fleet.scheduled import schedule_job as create_scheduled
 from sqsjkr.fleet.send import Outgoing
+from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import shorten_command
 
 
@@ -31,25 +33,38 @@ def schedule_job(
     when: OneTime,
     *,
     conf: str = DEFAULT_CONFIG_PATH,
+    account: tuple[str | None, str | None] = (None, None),
     reason: str = "",
 ) -> None:
-    """Schedule out's job at when (audited); prints its name, and when it runs on stderr."""
+    """Schedule out's job at when (audited); prints its name, and when it runs on stderr, in
+    the time format of every output, with the command that cancels it (account: the --profile
+    and --region the send was given, which the cancel needs too)."""
     try:
         name = create_scheduled(config, session, sqs, audit, out, when, reason=reason)
     except ConfigError as exc:
         raise UsageFailure(str(exc)) from exc
     click.echo(name)
     click.echo(
-        f"sqsjkr: the job runs at {when.expression[3:-1]} {when.timezone} "
-        f"({when.instant:%Y-%m-%d %H:%M:%S} UTC); cancel it with: {cancel_command(conf, name)}",
+        f"sqsjkr: the job runs at {local_time(when.instant.timestamp())} ({when.expression} "
+        f"in {when.timezone}); cancel it with: {cancel_command(conf, name, account)}",
         err=True,
     )
 
 
-def cancel_command(conf: str, name: str) -> str:
-    """The command line that cancels a one-time job, with the config when it is not the default."""
-    config = "" if conf == DEFAULT_CONFIG_PATH else f" -c {shlex.quote(conf)}"
-    return f"sqsjkr send{config} --cancel {shlex.quote(name)}"
+def cancel_command(
+    conf: str, name: str, account: tuple[str | None, str | None] = (None, None)
+) -> str:
+    """The command line that cancels a one-time job: with the config when it is not the
+    default, and the --profile and --region given, so that it pastes as it is."""
+    words = ["sqsjkr", "send"]
+    if conf != DEFAULT_CONFIG_PATH:
+        words += ["-c", conf]
+    for option, value in zip(("--profile", "--region"), account, strict=True):
+        if value is not None:
+            words += [option, value]
+    # NAME is the placeholder of the list's hint: left bare, for the reader to replace.
+    quoted = [shlex.quote(word) for word in words]
+    return " ".join([*quoted, "--cancel", name if name == "NAME" else shlex.quote(name)])
 
 
 def manage_scheduled(
@@ -59,6 +74,7 @@ def manage_scheduled(
     cancel: str | None,
     other_options: bool,
     conf: str = DEFAULT_CONFIG_PATH,
+    account: tuple[str | None, str | None] = (None, None),
     reason: str = "",
 ) -> None:
     """--cancel NAME, or --list-scheduled: a table of the jobs still to run, soonest first."""
@@ -84,11 +100,19 @@ def manage_scheduled(
         rows.append(
             [
                 job.name,
-                f"{job.when} {job.timezone}",
+                _runs_at(job),
                 *([job.state] if states else []),
                 job.event_id or "-",
                 shorten_command(job.command or "-"),
             ]
         )
     echo_lines(aligned(rows))
-    click.echo(f"sqsjkr: cancel one with: {cancel_command(conf, 'NAME')}", err=True)
+    click.echo(f"sqsjkr: cancel one with: {cancel_command(conf, 'NAME', account)}", err=True)
+
+
+def _runs_at(job: ScheduledJob) -> str:
+    """When a one-time job runs, as every output writes a time; as its schedule says it when
+    that is no time (a schedule changed by hand)."""
+    if job.instant is None:
+        return f"{job.when} {job.timezone}"
+    return local_time(job.instant.timestamp())

@@ -231,6 +231,7 @@ def send(
             cancel=cancel,
             other_options=bool(others),
             conf=conf,
+            account=(profile, region),
             reason=reason,
         )
         return 0
@@ -254,7 +255,10 @@ def send(
     )  # fmt: skip
     audit = command_auditor(config)
     if when is not None:
-        schedule_job(config, store.session, sqs, audit, outgoing, when, conf=conf, reason=reason)
+        schedule_job(
+            config, store.session, sqs, audit, outgoing, when,
+            conf=conf, account=(profile, region), reason=reason,
+        )  # fmt: skip
         return 0
     sent = send_job(store, audit, outgoing, reason=reason, unique_for=waits.unique_for)
     click.echo(sent.handle.message_id)

@@ -1,5 +1,5 @@
-"""The --timeout of the commands that wait for a run (`trigger --wait`, `kill --wait`, `history
---follow`): the option, its value, and the exit code when it passes (sqsjkr.fleet.waiting waits).
+"""The --wait-timeout of the commands that wait for a run (`send --wait`, `trigger --wait`, `kill
+--wait`, `history --follow`): the option, its value, and the exit code when it passes.
 """
 
 from __future__ import annotations
@@ -13,16 +13,32 @@ from sqsjkr.commands.options import UsageFailure
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, quote
 
-#: The exit code of a command whose --timeout passed (timeout(1)'s), apart from 0 and 1 (the
+#: The one name of the wait limit on every waiting command (`send`'s --timeout is its job's own).
+WAIT_OPTION = "--wait-timeout"
+#: The exit code of a command whose --wait-timeout passed (timeout(1)'s), apart from 0 and 1 (the
 #: run's verdict), 2 (a bad command line), 3 (status --check UNKNOWN) and 130 (Ctrl-C).
 WAIT_TIMEOUT_EXIT = 124
 
 
+class _FirstNameOnly(click.Option):
+    """An option whose help shows its first name only: the others are kept for old scripts."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        names, self.opts = self.opts, self.opts[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = names
+
+
 def timeout_option(default: str, waits_for: str) -> Callable[[Any], Any]:
-    """--timeout DURATION of a command that waits for waits_for, default as given."""
+    """--wait-timeout DURATION of a command that waits for waits_for, default as given; the
+    --timeout it had before still works, unlisted."""
     return click.option(
+        WAIT_OPTION,
         "--timeout",
         "timeout",
+        cls=_FirstNameOnly,
         default=default,
         show_default=True,
         metavar="DURATION",
@@ -32,9 +48,9 @@ def timeout_option(default: str, waits_for: str) -> Callable[[Any], Any]:
 
 
 def timeout_of(text: str) -> float | None:
-    """The seconds of a --timeout value (None: no limit); a UsageFailure when it is not a
+    """The seconds of a --wait-timeout value (None: no limit); a UsageFailure when it is not a
     duration."""
-    return duration_seconds("--timeout", text) or None
+    return duration_seconds(WAIT_OPTION, text) or None
 
 
 def duration_seconds(option: str, text: str) -> float:

@@ -51,7 +51,8 @@ def check_proxies(proxies: tuple[str, ...], auth_header: str | None) -> None:
 @click.option(
     "--enable-actions",
     is_flag=True,
-    help="Offer run now, kill, pause, resume, route, unlock and redrive (POST, with a CSRF "
+    help="Offer run now, run a past firing, kill, pause, resume, route (and clear a route), "
+    "unlock and redrive (POST, with a CSRF "
     "token and a confirm step, audited). They need a signed-in user unless the listener is "
     "loopback and no --allowed-host puts a proxy in front.",
 )
@@ -88,8 +89,9 @@ def web(
     auth_header: str | None,
     basic_auth_file: str | None,
 ) -> None:
-    """Serve the web dashboard of the config's fleet: what is wrong now, every event's runs,
-    daemons, locks, dead letters and the audit trail (read-only unless --enable-actions)."""
+    """Serve the web dashboard of the config's fleet: what is wrong now, every event's runs and
+    firings, what runs now, daemons, locks and groups, dead letters and the audit trail
+    (read-only unless --enable-actions)."""
     host, port = parse_listen(listen)
     check_proxies(trusted_proxies, auth_header)
     if not web_available():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from datetime import datetime, timezone
 
 from sqsjkr.backends.kills import KillResult
 from sqsjkr.backends.pause import ALL_SCOPE, DynamoPauses, Pause
@@ -15,6 +16,7 @@ from sqsjkr.contract.run import EventSummary
 from sqsjkr.errors import RequestError
 from sqsjkr.fleet.client_reads import Reads
 from sqsjkr.fleet.dead_letters import DeadLetter
+from sqsjkr.fleet.firings import FiringRow
 from sqsjkr.fleet.history import forget_event
 from sqsjkr.fleet.kill import Target, kill_runs, need_claims
 from sqsjkr.fleet.locks import HeldLock
@@ -27,6 +29,12 @@ from sqsjkr.fleet.unlock import unlock_held
 #: Where the layer's notes go (a disabled schedule triggered, a forced route's warning, a run of
 #: a kill's target that has ended): a program's logging, not a terminal.
 _log = logging.getLogger("sqsjkr.fleet")
+
+
+def _firing_time(at: float) -> str:
+    """A firing's unix time as trigger --firing takes it: RFC 3339 in UTC, its microseconds
+    kept when it has them (a rate() schedule's firings have its start's)."""
+    return datetime.fromtimestamp(at, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _events(event_ids: str | Sequence[str] | None) -> list[str] | None:
@@ -55,16 +63,28 @@ class Actions(Reads):
 
     def trigger_firing(
         self,
-        event_id: str,
-        at: str,
+        event_id: str | FiringRow,
+        at: str | datetime | None = None,
         *,
         schedule: str | None = None,
         reason: str = "",
         force: bool = False,
     ) -> Triggered:
-        """Run the firing of event_id's schedule due at `at` (RFC 3339, or a wall time in the
-        schedule's zone) as that firing, as `sqsjkr trigger --firing` does; RequestError if a
-        run of it is recorded, unless force."""
+        """Run the firing of event_id's schedule due at `at` as that firing, as `sqsjkr trigger
+        --firing` does: at is an aware datetime, or text (RFC 3339, or a wall time in the
+        schedule's zone); or give a row of firings() alone, its event, schedule and time.
+        AlreadyDone (a RequestError) if a run of it is recorded, unless force."""
+        if isinstance(event_id, FiringRow):
+            row = event_id
+            if at is not None:
+                raise RequestError("a firing row names its own time: give no `at` with it")
+            event_id, at, schedule = row.event_id, _firing_time(row.at), schedule or row.schedule
+        elif isinstance(at, datetime):
+            if at.utcoffset() is None:
+                raise RequestError(f"at {at.isoformat()} has no time zone: give an aware datetime")
+            at = _firing_time(at.timestamp())
+        elif at is None:
+            raise RequestError("name the firing to run: its time (at), or a row of firings()")
         return trigger_firing(
             self.config,
             self.store,

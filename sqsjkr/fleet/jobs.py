@@ -11,12 +11,11 @@ from typing import Any
 
 from sqsjkr.backends.dedupe import CLAIMED_AS, EVENT_ID, claim_key
 from sqsjkr.backends.history import DynamoHistory
-from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
+from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import RequestError, ResourceMissingError, WaitTimedOut, quote
 from sqsjkr.fleet.history import Store, record_json
 from sqsjkr.fleet.trigger import WAIT_POLL_SECONDS, wait_for_run
 from sqsjkr.fleet.waiting import Deadline
-from sqsjkr.fleet.wording import local_time
 
 #: How many of an event's last runs are read for a job's final record.
 RECORD_RUNS = 20
@@ -26,6 +25,9 @@ class JobPhase(enum.Enum):
     """Where a job is on its way: sent, taken and waiting, running, or ended."""
 
     QUEUED = "queued"  # on the queue (or in flight to a daemon), not taken yet
+    #: No trace of it in the table (no claim, no note, no record) for an id not known to be
+    #: sent: not taken yet, or no job of this fleet (a mistyped id, one past retention).
+    UNKNOWN = "unknown"
     WAITING = "waiting"  # taken, waiting for its lock, its concurrency group's slot or its retry
     RUNNING = "running"
     ENDED = "ended"
@@ -57,13 +59,13 @@ class JobState:
         return self.phase is JobPhase.ENDED
 
     def as_json(self) -> dict[str, object]:
-        """`job --json`'s object."""
+        """`job --json`'s object: its times unix seconds, as its record's and history --json's."""
         return {
             "message_id": self.message_id,
             "event_id": self.event_id,
             "state": self.phase.value,
             "host": self.host,
-            "started_at": None if self.started_at is None else local_time(self.started_at),
+            "started_at": self.started_at,
             "waiting_for": self.waiting_for,
             "waiting_key": self.waiting_key,
             "outcome": None if self.outcome is None else self.outcome.value,
@@ -79,13 +81,17 @@ class JobHandle:
     event_id: str
     queue: str
     store: Store = field(repr=False, compare=False)
-    #: False for a handle made from a message id alone whose job no daemon had taken yet: its
-    #: event is learnt from the job's state while waiting.
-    event_known: bool = field(default=True, compare=False)
+    #: A send with unique_for that found the same job unfinished, and sent nothing: this is
+    #: that earlier job's handle.
+    deduplicated: bool = field(default=False, compare=False)
+    #: False for Fleet.handle of a job no daemon had taken (its event not known): event_id is
+    #: then a guess (the message id), and the wait finds its event once a daemon takes it.
+    event_known: bool = field(default=True, repr=False, compare=False)
 
     def state(self) -> JobState:
         """Where the job is now (a few reads of the table)."""
-        return job_state(self.store, self.message_id, self.event_id)
+        event_id = self.event_id if self.event_known else None
+        return job_state(self.store, self.message_id, event_id, sent=True)
 
     def wait(self, timeout: float | None = 3600.0) -> RunRecord:
         """The final record of the job's run, once it has ended (retries included);
@@ -94,9 +100,11 @@ class JobHandle:
             raise ResourceMissingError(
                 'waiting for a run reads the run history, which is off ([history] backend = "none")'
             )
-        deadline = Deadline(timeout)
+        deadline = Deadline(timeout, named="timeout")
         try:
             event_id = self.event_id if self.event_known else self._event(deadline)
+            if isinstance(event_id, RunRecord):
+                return event_id
             # A run that ends but runs again (a retry, a stopped daemon) is no answer yet.
             return wait_for_run(self.store, event_id, self.message_id, deadline, lambda _: None)
         except WaitTimedOut as exc:
@@ -105,50 +113,48 @@ class JobHandle:
                 f"{timeout:g}s: it stays queued or runs"
             ) from exc
 
-    def _event(self, deadline: Deadline) -> str:
-        """The job's event, once a daemon has taken it (its claim names it)."""
+    def _event(self, deadline: Deadline) -> str | RunRecord:
+        """The job's event, once its state names it; or its final record, found first."""
         while True:
-            state = job_state(self.store, self.message_id)
-            if state.phase is not JobPhase.QUEUED:
+            state = job_state(self.store, self.message_id, None, sent=True)
+            if state.ended and state.record is not None:
+                return state.record
+            if state.event_id != self.message_id or state.phase is not JobPhase.QUEUED:
                 return state.event_id
             deadline.pause(
-                WAIT_POLL_SECONDS,
-                f"the run of message {self.message_id}",
-                "no daemon has taken it yet",
+                WAIT_POLL_SECONDS, f"the run of message {self.message_id}", "it stays queued"
             )
 
 
-#: The longest message id looked up: SQS's are UUIDs, and DynamoDB keys stop at 2,048 bytes.
-MAX_MESSAGE_ID = 128
-
-
-def job_state(store: Store, message_id: str, event_id: str | None = None) -> JobState:
-    """The state of the job of message_id. event_id: its event, when known; without it, its
-    claim names it (or else the events' summaries), else it is a job sent without one (its
-    message id). RequestError for what cannot be a message id."""
-    if not message_id.strip() or len(message_id) > MAX_MESSAGE_ID or not message_id.isprintable():
-        raise RequestError(
-            f"{quote(message_id)} is not a message id (as `sqsjkr send` prints it: "
-            "SQS's are like 0b5e7c2a-3f1d-4a8e-9c6b-2d4f8a1e7c3b)"
-        )
+def job_state(
+    store: Store, message_id: str, event_id: str | None = None, *, sent: bool = False
+) -> JobState:
+    """The state of the job of message_id. event_id: its event, when known; without it, the
+    events' summaries, then their last runs, tell which it is, else it is a job sent without
+    one (its message id). sent: the id is known to be a sent job's, so that no trace of it
+    means QUEUED, not UNKNOWN. RequestError for an empty id."""
+    if not message_id:
+        raise RequestError("a message id is needed (as `sqsjkr send` printed it), not an empty one")
     with store.reading():
         claim = _claim(store, message_id)
         if event_id is None and claim is not None and EVENT_ID in claim:
-            event_id = claim[EVENT_ID]["S"]
+            event_id = claim[EVENT_ID]["S"]  # its claim names its event: one read, no scan
         if claim is not None and CLAIMED_AS in claim:
             # The message's mark: its claim is its firing's.
             claim = _claim(store, claim[CLAIMED_AS]["S"])
-        note, event_id = _note(store.history, message_id, event_id)
+        note, found, summaries = _note(store.history, message_id, event_id)
         if note is not None:
             return _from_note(note)
-        if claim is not None:
-            return _from_claim(store.history, message_id, event_id, claim)
-        # No claim: not taken yet; or a run only its record shows: with dedupe off, or a
-        # firing's run (its claim is the firing's key) or duplicate.
-        record = final_record(store.history, event_id, message_id)
+        if claim is not None and ("LeaseUntil" in claim or "RetryAt" in claim):
+            return _from_claim(message_id, found, claim)
+        # A finished claim; or none: not taken yet, or a run only its record shows (with dedupe
+        # off, a firing's run, a duplicate).
+        record = _record(store.history, message_id, found, summaries, known=event_id is not None)
         if record is not None:
-            return JobState(message_id, event_id, JobPhase.ENDED, record=record)
-        return JobState(message_id, event_id, JobPhase.QUEUED)
+            return JobState(message_id, record.event_id, JobPhase.ENDED, record=record)
+        if claim is not None:
+            return JobState(message_id, found, JobPhase.ENDED)
+        return JobState(message_id, found, JobPhase.QUEUED if sent else JobPhase.UNKNOWN)
 
 
 def _claim(store: Store, claim_id: str) -> dict[str, Any] | None:
@@ -160,18 +166,43 @@ def _claim(store: Store, claim_id: str) -> dict[str, Any] | None:
 
 def _note(
     history: DynamoHistory, message_id: str, event_id: str | None
-) -> tuple[RunStart | None, str]:
-    """The job's note in its event's summary (running or waiting), and its event's id."""
-    summaries = [history.summary(event_id)] if event_id is not None else history.summaries()
-    for summary in summaries:
-        if summary is None:
-            continue
+) -> tuple[RunStart | None, str, list[EventSummary]]:
+    """The job's note in its event's summary (running or waiting), its event's id (the message
+    id when no summary names it), and the summaries read (none when event_id was given)."""
+    if event_id is not None:
+        summary = history.summary(event_id)
+        summaries = []
+        found: list[EventSummary] = [] if summary is None else [summary]
+    else:
+        summaries = found = history.summaries()
+    for summary in found:
         for start in summary.running:
             if start.message_id == message_id:
-                return start, start.event_id
+                return start, start.event_id, summaries
         if summary.last_run is not None and summary.last_run.message_id == message_id:
             event_id = summary.event_id
-    return None, event_id if event_id is not None else message_id
+    return None, event_id if event_id is not None else message_id, summaries
+
+
+def _record(
+    history: DynamoHistory,
+    message_id: str,
+    event_id: str,
+    summaries: list[EventSummary],
+    *,
+    known: bool,
+) -> RunRecord | None:
+    """The job's final record: among event_id's last runs; when its event was not given, and
+    no summary names it as its last run, among every event's (a few reads each)."""
+    record = final_record(history, event_id, message_id)
+    if record is not None or known:
+        return record
+    for summary in summaries:
+        if summary.event_id != event_id:
+            record = final_record(history, summary.event_id, message_id)
+            if record is not None:
+                return record
+    return None
 
 
 def _from_note(start: RunStart) -> JobState:
@@ -187,19 +218,14 @@ def _from_note(start: RunStart) -> JobState:
     )
 
 
-def _from_claim(
-    history: DynamoHistory, message_id: str, event_id: str, claim: dict[str, Any]
-) -> JobState:
-    """A claim with no note (the history is off, or the note is not written yet): its lease
-    says running, its RetryAt waiting for a retry, neither that the job has ended."""
+def _from_claim(message_id: str, event_id: str, claim: dict[str, Any]) -> JobState:
+    """A live claim with no note (the history is off, or the note is not written yet): its
+    lease says running, its RetryAt waiting for a retry."""
     if "LeaseUntil" in claim:
         # The owner is host:pid:random (backends/lease.py).
         host = claim.get("Owner", {}).get("S", "").rsplit(":", 2)[0] or None
         return JobState(message_id, event_id, JobPhase.RUNNING, host=host)
-    if "RetryAt" in claim:
-        return JobState(message_id, event_id, JobPhase.WAITING, waiting_for="retry")
-    record = final_record(history, event_id, message_id)
-    return JobState(message_id, event_id, JobPhase.ENDED, record=record)
+    return JobState(message_id, event_id, JobPhase.WAITING, waiting_for="retry")
 
 
 def final_record(history: DynamoHistory, event_id: str, message_id: str) -> RunRecord | None:

@@ -5,6 +5,7 @@ answered at once by a handle that reads its state and waits for its run.
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import threading
 from collections.abc import Callable, Mapping
@@ -26,6 +27,7 @@ from sqsjkr.contract.firing import Origin
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.run import one_off
 from sqsjkr.contract.when import OneTime
+from sqsjkr.errors import RequestError
 from sqsjkr.fleet.audit import ONE_OFF, Auditor, command_auditor
 from sqsjkr.fleet.checks import retries_warning
 from sqsjkr.fleet.fifo import fifo_parameters
@@ -33,6 +35,9 @@ from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.jobs import JobHandle, JobState, job_state
 from sqsjkr.fleet.unique import Earlier, Reservation, UniqueSends
 from sqsjkr.observability.logs import shorten_command
+
+#: SQS's longest DelaySeconds.
+MAX_DELAY = 900
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,27 @@ def audit_send(
     return audit("send", target, reason=reason, detail=detail), detail
 
 
+def check_send(delay: int, unique_for: float | None, unique_key: str | None) -> None:
+    """RequestError, before anything is written or sent, for a delay SQS would refuse or a
+    uniqueness window that is not a number of seconds above 0 (nan, inf, negative)."""
+    if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= MAX_DELAY:
+        raise RequestError(
+            f"delay {delay!r}: give whole seconds from 0 to {MAX_DELAY} (SQS DelaySeconds)"
+        )
+    if unique_for is not None and not (
+        isinstance(unique_for, int | float) and 0 < unique_for < math.inf
+    ):
+        raise RequestError(
+            f"unique_for {unique_for!r}: give the seconds a send stays unique, a number above "
+            "0, or None"
+        )
+    if unique_key is not None and (unique_for is None or not unique_key):
+        raise RequestError(
+            "unique_key names what makes a send unique (a tenant and a report, say): give it "
+            "with unique_for, and not empty"
+        )
+
+
 def send_job(
     store: Store,
     audit: Auditor,
@@ -116,13 +142,16 @@ def send_job(
     *,
     reason: str = "",
     unique_for: float | None = None,
+    unique_key: str | None = None,
 ) -> Sent:
     """Put the job on its queue now, audited first, and return its handle.
 
-    unique_for (seconds): while an identical job (same body, same queue) sent with it in the
-    last unique_for seconds is unfinished, return that job's handle and send nothing."""
+    unique_for (seconds): while a job sent with it in the last unique_for seconds is
+    unfinished, and is the same (same queue, and the same unique_key, or the same body without
+    one), return that job's handle, earlier, and send nothing."""
+    check_send(out.delay, unique_for, unique_key)
     sqs = make_client(store.session, "sqs")
-    if not unique_for:
+    if unique_for is None:
         return _send(store, sqs, audit, out, reason)
     uniques = UniqueSends(store.client, store.table)
 
@@ -130,9 +159,10 @@ def send_job(
         return not job_state(store, earlier.message_id, earlier.event_id).ended
 
     with store.reading():
-        held = uniques.reserve(out.queue_name, out.body, unfinished)
+        held = uniques.reserve(out.queue_name, out.body, unfinished, key=unique_key)
     if isinstance(held, Earlier):
-        return Sent(JobHandle(held.message_id, held.event_id, out.queue_name, store), True)
+        handle = JobHandle(held.message_id, held.event_id, out.queue_name, store, True)
+        return Sent(handle, True)
     return _send_held(store, sqs, audit, out, reason, uniques, held, unique_for)
 
 
@@ -189,11 +219,25 @@ class Sender:
         queue: str | None = None,
         delay: int = 0,
         unique_for: float | None = None,
+        unique_key: str | None = None,
         reason: str = "",
     ) -> JobHandle:
         """Put job (a message body, or its fields as a dict) on queue (default: [sqs]
         queue_name) and return its handle at once. InvalidJobError for a job the daemon would
-        refuse: nothing is sent. unique_for: see send_job."""
+        refuse, RequestError for a bad delay or unique_for: nothing is sent. unique_for,
+        unique_key: see send_job; the handle's deduplicated says whether this send was one."""
+        check_send(delay, unique_for, unique_key)
+        return send_job(
+            self.store,
+            self._audit,
+            self.outgoing(job, queue, delay),
+            reason=reason,
+            unique_for=unique_for,
+            unique_key=unique_key,
+        ).handle
+
+    def outgoing(self, job: str | Mapping[str, Any], queue: str | None, delay: int) -> Outgoing:
+        """job checked with the daemon's parser (InvalidJobError) and addressed to queue."""
         body = by_hand(job if isinstance(job, str) else json.dumps(job))
         parse_job(body, message_id="(not sent)", sent_at=0.0, http_allow=self.config.http.allow)
         name = queue or self.config.sqs.queue_name
@@ -203,10 +247,7 @@ class Sender:
             # An id of its own: content-based deduplication would drop a repeat of the body.
             group = group_id_of(parse_job(body, message_id="-", sent_at=0.0).event_id)
             fifo = fifo_send_parameters(group, f"send-{secrets.token_hex(16)}")
-        outgoing = Outgoing(body, name, url, 0 if fifo else delay, fifo)
-        return send_job(
-            self.store, self._audit, outgoing, reason=reason, unique_for=unique_for
-        ).handle
+        return Outgoing(body, name, url, 0 if fifo else delay, fifo)
 
     def job(self, message_id: str, event_id: str | None = None) -> JobState:
         """The state of the job of message_id (see fleet.jobs.job_state)."""

@@ -30,7 +30,7 @@ from sqsjkr.contract.run import RunRecord
 from sqsjkr.crontab.eventbridge import load_zone
 from sqsjkr.crontab.fires import Window, next_fires
 from sqsjkr.errors import (
-    NothingToDo,
+    AlreadyDone,
     RequestError,
     ResourceMissingError,
     ScheduleExpressionError,
@@ -289,13 +289,13 @@ def trigger_firing(
 def _as_rerun(store: Store, event_id: str, firing: Firing, force: bool) -> Firing:
     """The firing as trigger sends it: a firing with no run is sent as itself, to fill it; one
     whose run was recorded is claimed already, so it is sent as a re-run of its own (Firing.rerun)
-    that the claim does not drop. NothingToDo for one whose command ran, unless force: a firing
+    that the claim does not drop. AlreadyDone for one whose command ran, unless force: a firing
     cancelled for its life_time or aborted on its lock never ran, and runs without force."""
     runs = runs_of_firing(store, event_id, firing)
     ran = [r for r in runs if r.started_at is not None]
     if ran and not force:
         last = ran[0]
-        raise NothingToDo(
+        raise AlreadyDone(
             f"the {firing.iso} firing of event {quote(event_id)} already ran (message "
             f"{last.message_id} on {last.host}, {last.outcome.value}): --force to run it again"
         )

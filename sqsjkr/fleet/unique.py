@@ -1,7 +1,7 @@
-"""send(unique_for=...): one item per job body and queue, so that an identical job sent while the
-first is unfinished is not sent again, found by its key instead of by scanning.
+"""send(unique_for=...): one item per job body (or caller's unique_key) and queue, so that the same
+job sent while the first is unfinished is not sent again, found by its key instead of by scanning.
 
-The item {Id: "unique:<sha256 of queue and body>", Type: "unique"} holds the first send's message
+The item {Id: "unique:<sha256 of queue and body, or of queue and key>", Type: "unique"} holds the first send's message
 id until Expired (unix seconds, the table's TTL); a job that has ended gives its item up to the
 next send, so the daemon need not know of it.
 """
@@ -48,9 +48,11 @@ class Earlier:
     event_id: str
 
 
-def unique_key(queue: str, body: str) -> dict[str, Any]:
-    """The key of the item of body sent to queue: identical jobs are the same body, same queue."""
-    digest = hashlib.sha256(f"{queue}\n{body}".encode()).hexdigest()
+def unique_key(queue: str, body: str, key: str | None = None) -> dict[str, Any]:
+    """The key of the item of body sent to queue: identical jobs are the same body, same queue;
+    with a caller's key, the same key, same queue, whatever the body (the two never meet)."""
+    same = f"{queue}\n{body}" if key is None else f"key\0{queue}\0{key}"
+    digest = hashlib.sha256(same.encode()).hexdigest()
     return {"Id": {"S": UNIQUE_PREFIX + digest}, "Type": {"S": UNIQUE_TYPE}}
 
 
@@ -71,12 +73,18 @@ class UniqueSends:
         self._sleep = sleep
 
     def reserve(
-        self, queue: str, body: str, unfinished: Callable[[Earlier], bool]
+        self,
+        queue: str,
+        body: str,
+        unfinished: Callable[[Earlier], bool],
+        *,
+        key: str | None = None,
     ) -> Reservation | Earlier:
-        """Hold the item of body on queue for this send, or the earlier job that holds it while
-        unfinished (it asks). UniqueSendBusy when another send holds it and names no message."""
-        key = unique_key(queue, body)
-        mine = Reservation(key, secrets.token_hex(16))
+        """Hold the item of body (or of the caller's key) on queue for this send, or the earlier
+        job that holds it while unfinished (it asks). UniqueSendBusy when another send holds it
+        and names no message."""
+        item_key = unique_key(queue, body, key)
+        mine = Reservation(item_key, secrets.token_hex(16))
         waited_since = self._clock()
         condition, values = _FREE, dict[str, Any]()
         while True:
@@ -86,7 +94,8 @@ class UniqueSends:
             if "MessageId" not in old:
                 if self._clock() - waited_since > BUSY_WAIT_SECONDS:
                     raise UniqueSendBusy(
-                        f"an identical job is being sent to queue {queue} by another sender: "
+                        f"{'a job of that unique_key' if key else 'an identical job'} is being "
+                        f"sent to queue {queue} by another sender: "
                         "nothing was sent; try again in a minute"
                     )
                 self._sleep(_POLL_SECONDS)

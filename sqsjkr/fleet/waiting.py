@@ -8,18 +8,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqsjkr.errors import WaitTimedOut
+from sqsjkr.errors import RequestError, WaitTimedOut
 
 
 @dataclass
 class Deadline:
-    """When a wait gives up; seconds None waits for ever. clock and sleep are for tests."""
+    """When a wait gives up; seconds None waits for ever (RequestError for a negative or nan
+    one). named: the limit's name in the WaitTimedOut, the commands' --wait-timeout by default.
+    clock and sleep are for tests."""
 
     seconds: float | None
+    named: str = "--wait-timeout"
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
 
     def __post_init__(self) -> None:
+        if self.seconds is not None and not self.seconds >= 0:  # nan compares false
+            raise RequestError(
+                f"a wait's timeout must be 0 or more seconds, or None for no limit, not {self.seconds!r}"
+            )
         self._ends = None if self.seconds is None else self.clock() + self.seconds
 
     def pause(self, seconds: float, what: str, still: str) -> None:
@@ -32,6 +39,6 @@ class Deadline:
         if left <= 0:
             assert self.seconds is not None
             raise WaitTimedOut(
-                f"gave up waiting for {what} after {self.seconds:g}s (--timeout): {still}"
+                f"gave up waiting for {what} after {self.seconds:g}s ({self.named}): {still}"
             )
         self.sleep(min(seconds, left))

@@ -158,7 +158,8 @@ def serve_local(
         )
     except StatsServerError as exc:
         raise LocalModeError(
-            f"{exc}; pass another --stats-port, or --stats-port 0 for any free port"
+            f"{exc}; pass another --stats-port, or --stats-port 0 for any free port "
+            "(with make demo: make demo DEMO_ARGS='--stats-port 0')"
         ) from exc
 
 
