@@ -174,7 +174,7 @@ def pause_and_resume_an_event_with_a_confirm_step(demo: Demo, page: Any) -> None
     form.get_by_label("Reason").fill("e2e check")
     form.get_by_label("Until").fill("1h")
     form.get_by_role("button", name="Pause this event").click()
-    expect(page.locator("h1")).to_have_text("Confirm: pause")
+    expect(page.locator("h1")).to_have_text("Confirm: Pause demo-hello")
     page.get_by_role("button", name="Yes, pause").click()
     expect(page.locator(".flash")).to_contain_text('paused event "demo-hello"')
     expect(page.locator(".facts")).to_contain_text("e2e check")
@@ -194,8 +194,8 @@ def run_now_and_kill_with_a_confirm_step(demo: Demo, page: Any) -> None:
     form = page.locator("form.action", has=page.get_by_role("button", name="Run now"))
     form.get_by_label("Reason").fill("e2e run now")
     form.get_by_role("button", name="Run now").click()
-    expect(page.locator("h1")).to_have_text("Confirm: trigger")
-    page.get_by_role("button", name="Yes, trigger").click()
+    expect(page.locator("h1")).to_have_text("Confirm: Run demo-hello now")
+    page.get_by_role("button", name="Yes, run demo-hello now").click()
     expect(page.locator(".flash")).to_contain_text("sent message")
 
     sent = demo.cli("send", "--event-id", "demo-e2e-kill", "--command", PRINTER)
@@ -205,7 +205,7 @@ def run_now_and_kill_with_a_confirm_step(demo: Demo, page: Any) -> None:
     # The page reads its live part again every few seconds: the run appears in place.
     row = page.locator("table.running tbody tr", has_text="demo-e2e-kill")
     row.get_by_role("button", name="Kill").click(timeout=30_000)
-    expect(page.locator("h1")).to_have_text("Confirm: kill")
+    expect(page.locator("h1")).to_contain_text("Confirm: Kill the run of message")
     page.get_by_label("Reason").fill("e2e kill")
     page.get_by_role("button", name="Yes, kill").click()
     expect(page.locator(".flash")).to_contain_text("kill requested")

@@ -372,7 +372,7 @@ def test_a_post_from_another_origin_is_refused(with_actions: Dashboard, fleet: W
     confirm = session.post(
         with_actions.url + "actions/pause", data=form, headers={"Origin": own}, timeout=30
     )
-    assert confirm.status_code == 200 and "Confirm: pause" in confirm.text
+    assert confirm.status_code == 200 and "Confirm: Pause" in confirm.text
     assert "Pause:*" not in (fleet.pauses_item() or {})
 
 
@@ -490,4 +490,4 @@ def test_a_second_dashboard_does_not_break_the_first_one_s_session(
     names = {cookie.name for cookie in session.cookies}
     assert names == {f"sqsjkr-{with_actions.guard.port}", f"sqsjkr-{proxied.guard.port}"}
     confirm = session.post(with_actions.url + "actions/pause", data=form, timeout=30)
-    assert confirm.status_code == 200 and "Confirm: pause" in confirm.text
+    assert confirm.status_code == 200 and "Confirm: Pause" in confirm.text

@@ -208,6 +208,26 @@ ACTIONS: dict[str, Callable[[Actions, str | None, Form], Outcome]] = {
 }
 
 
+def confirm_title(name: str, form: Form) -> str:
+    """What a confirm step asks, in words: "Run the 2030-01-31T04:28:00Z firing of nightly"."""
+    event = form.get("event_id") or "every event"
+    scope = "every event" if form.get("scope") == "all" else event
+    titles = {
+        "pause": f"Pause {scope}",
+        "resume": f"Resume {'every pause' if form.get('scope') == 'all' else event}",
+        "unlock": f"Unlock {form.get('lock_id', '')}"
+        + (f", slot {form['slot']}" if form.get("slot") else ""),
+        "redrive": f"Redrive dead letters of queue {form.get('queue', '')}",
+        "trigger": f"Run {event} now",
+        "trigger_firing": f"Run the {form.get('firing', '')} firing of {event}",
+        "kill": f"Kill the run of message {form.get('target', '')}",
+        "route": f"Clear the route of {event}"
+        if form.get("clear")
+        else f"Route {event} to queue {form.get('queue', '')}",
+    }
+    return titles.get(name, name)
+
+
 def _scope(form: Form) -> list[str] | None:
     """The events an action names: event_id, or None for all (scope=all)."""
     if form.get("scope") == "all":

@@ -22,7 +22,7 @@ from sqsjkr.fleet.failures import aws_failure
 from sqsjkr.fleet.redrive import malformed
 from sqsjkr.fleet.wording import format_span, queues_text
 from sqsjkr.web import run_view, views
-from sqsjkr.web.actions import ACTIONS, Actions
+from sqsjkr.web.actions import ACTIONS, Actions, confirm_title
 from sqsjkr.web.fleet import Fleet
 from sqsjkr.web.guard import HEADERS, Guard, Refused
 from sqsjkr.web.shown import FILTERS, message_text, page_value, plain_output
@@ -272,7 +272,13 @@ def _actions(app: Flask, enabled: bool) -> None:
             # A kill names a message: the step shows which run that is before it is stopped.
             run = views.running_run(fleet, form.get("target", "")) if name == "kill" else None
             return render_template(
-                "confirm.html", name=name, form=form, back=back, run=run, now=fleet.clock()
+                "confirm.html",
+                name=name,
+                title=confirm_title(name, form),
+                form=form,
+                back=back,
+                run=run,
+                now=fleet.clock(),
             )
         outcome = actions.run(name, g.user, form)
         for line in outcome.lines:
