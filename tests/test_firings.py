@@ -337,3 +337,21 @@ def test_a_firing_run_again_shows_both_runs_and_its_lateness_apart_from_its_queu
     assert [r["message_id"] for r in row.as_json()["reruns"]] == [first.message_id]
     assert again.queue_delay == 2 and again.lateness == 86402  # apart
     assert first.queue_delay == first.lateness  # the schedule's own: from its firing
+
+
+def test_a_deleted_schedules_past_firings_stay_readable_from_its_runs(
+    fleet: WebFleet, cli: Cli, aws_env: dict[str, str]
+) -> None:
+    last = hour_mark(time.time())
+    history = fleet.history()
+    history.finished(fired("retired", last - 2 * HOUR, RunOutcome.SUCCEEDED))
+    history.finished(fired("retired", last - HOUR, RunOutcome.CANCELLED))
+    shown = cli("firings", "retired", "--since", "1d", "-c", str(fleet.conf))
+    assert shown.returncode == 0, shown.stderr
+    assert "no schedule sends event 'retired' any more (deleted?)" in shown.stderr
+    rows = shown.stdout.splitlines()[1:]
+    assert len(rows) == 2
+    assert "missed" in rows[0] and "cancelled: older than its life_time" in rows[0]
+    assert "ran" in rows[1] and "succeeded" in rows[1]
+    unknown = cli("firings", "never-was", "-c", str(fleet.conf))
+    assert unknown.returncode == 1 and "no schedule sends event 'never-was'" in unknown.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
@@ -348,6 +349,42 @@ def read_evidence(
     return found
 
 
+#: Most runs a deleted schedule's ledger reads (one Query).
+RECORDED_RUNS = 500
+
+
+def recorded_firings(
+    store: Store,
+    event_id: str,
+    since: float,
+    missed_only: bool,
+    warn: Callable[[str], None] | None,
+) -> list[FiringRow]:
+    """The firings of an event no schedule sends any more, as its runs since `since` recorded
+    them (its missed ones are not known without the schedule), newest first. ResourceMissingError
+    when no run of it recorded a firing either."""
+    with store.reading():
+        records = store.history.runs(event_id, RECORDED_RUNS)
+    fired = [r for r in records if r.firing_at is not None and r.firing_schedule is not None]
+    if not fired:
+        raise ResourceMissingError(f"no schedule sends event {event_id!r}, and no run of it fired")
+    if warn is not None:
+        warn(
+            f"no schedule sends event {event_id!r} any more (deleted?): its firings as its runs "
+            "recorded them; its missed ones are not known"
+        )
+    rows: dict[str, FiringRow] = {}
+    for record in fired:
+        assert record.firing_at is not None and record.firing_schedule is not None
+        firing = Firing(record.firing_at, record.firing_schedule)
+        if record.firing_at <= since or firing.key in rows:
+            continue
+        schedule = EventSchedule(firing.schedule, "", "UTC", True, event_id, None, None)
+        rows[firing.key] = judge(schedule, firing.at, Evidence(records=fired), time.time(), 0)
+    found = sorted(rows.values(), key=lambda row: row.at, reverse=True)
+    return [r for r in found if r.status is FiringStatus.MISSED] if missed_only else found
+
+
 def _letters(store: Store, schedules: Sequence[EventSchedule]) -> list[DeadLetter]:
     """The dead letters of each queue's dead-letter queue, and of the schedules' own (a FIFO
     queue's schedules dead-letter into a standard queue: the Scheduler refuses a FIFO one)."""
@@ -396,9 +433,10 @@ def firings(
         for s in read_schedules(store.config, store.session)
         if s.event_id is not None and (event_id is None or s.event_id == event_id)
     ]
-    if event_id is not None and not found:
-        raise ResourceMissingError(f"no schedule sends event {event_id!r}")
     start = now - since
+    if event_id is not None and not found:
+        # Its schedule was deleted (or never existed): its past firings are its runs'.
+        return recorded_firings(store, event_id, start, missed_only, warn)
     evidence = read_evidence(store, found, start, now, letters=letters)
     rows = ledger(found, evidence, start, now, grace, warn)
     return [r for r in rows if r.status is FiringStatus.MISSED] if missed_only else rows
