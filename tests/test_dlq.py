@@ -144,7 +144,7 @@ def test_list_of_an_empty_dead_letter_queue(
 ) -> None:
     code, out, err = sqsjkr(capsys, "dlq", "list", "-c", str(conf))
     assert (code, out) == (0, "")
-    assert err == f"no messages in dead-letter queue {site.queue_name}-dlq\n"
+    assert err == f"sqsjkr: no messages in dead-letter queue {site.queue_name}-dlq\n"
 
 
 def test_show_prints_the_whole_message_by_either_id(

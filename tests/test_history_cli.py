@@ -463,7 +463,7 @@ def test_status_of_an_empty_table(aws: Aws, conf: Path, capsys: pytest.CaptureFi
     assert sqsjkr(capsys, "status", "-c", str(conf)) == (
         0,
         "",
-        f"no runs recorded in table {aws.table!r}\n",
+        f"sqsjkr: no runs recorded in table {aws.table!r}\n",
     )
     code, out, err = sqsjkr(capsys, "status", "-c", str(conf), "--json")
     assert (code, json.loads(out), err) == (0, {"pauses": [], "routes": [], "events": []}, "")

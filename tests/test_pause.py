@@ -378,7 +378,7 @@ def test_status_of_a_table_with_pauses_and_no_runs(aws: Aws, cli: Run) -> None:
     assert cli("pause", "--all")[0] == 0
     code, out, err = cli("status")
     assert code == 0 and out.startswith("PAUSED all events since ") and out.count("\n") == 1
-    assert err == f"no runs recorded in table {aws.table!r}\n"
+    assert err == f"sqsjkr: no runs recorded in table {aws.table!r}\n"
 
 
 def test_the_installed_commands_pause_and_resume(aws: Aws, conf: Path) -> None:

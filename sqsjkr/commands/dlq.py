@@ -16,6 +16,7 @@ import click
 from sqsjkr.commands.options import (
     UsageFailure,
     conf_option,
+    note,
     profile_option,
     queue_option,
     reason_option,
@@ -173,7 +174,7 @@ def list_(open_queues: Callable[[], Queues], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([letter.as_json() for letter in letters], indent=2))
     elif not letters:
-        click.echo(f"no messages in dead-letter queue {queues.dlq_name}", err=True)
+        note(f"no messages in dead-letter queue {queues.dlq_name}")
     else:
         echo_lines(aligned([LIST_HEADER, *map(list_row, letters)]))
 

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.options import UsageFailure, note
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.duration import parse_duration
@@ -47,14 +47,14 @@ def firings_command(
         back,
         time.time(),
         missed_only=missed,
-        warn=lambda text: click.echo(f"sqsjkr: {text}", err=True),
+        warn=note,
     )
     if as_json:
         click.echo(json.dumps([row.as_json() for row in rows], indent=2))
         return
     if not rows:
         what = "missed firings" if missed else "firings"
-        click.echo(f"no {what} in the last {escape(since)}", err=True)
+        note(f"no {what} in the last {escape(since)}")
         return
     table = [["due", "event", "schedule", "status", "what became of it"]]
     table += [

@@ -15,7 +15,7 @@ import click
 
 from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
-from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.options import UsageFailure, note
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.duration import parse_duration
@@ -121,7 +121,7 @@ def show_status(store: Store, *, as_json: bool, now: float) -> None:
     for moved in routes:
         click.echo(f"ROUTED {route_text(moved)}")
     if not summaries:
-        click.echo(f"no runs recorded in table {store.table!r}", err=True)
+        note(f"no runs recorded in table {store.table!r}")
         return
     rows_text = [STATUS_HEADER] + [
         status_row(s, r, now, next_run_cell(s.event_id, soonest))
