@@ -14,11 +14,11 @@ from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.contract.run import RunOutcome, RunRecord
+from sqsjkr.contract.text import escape
 from sqsjkr.errors import quote
 from sqsjkr.fleet.audit import command_auditor, os_user
 from sqsjkr.fleet.kill import Target, answer_line, kill_runs, need_claims, wait_ended
 from sqsjkr.fleet.waiting import Deadline
-from sqsjkr.observability.logs import escape
 
 
 @click.command()
