@@ -187,7 +187,23 @@ def graph() -> dict[str, Code]:
             methods[key.rpartition(".")[2]].add(key)
     for key, code in codes.items():
         _link(key, code, codes, imports[code.module], methods)
+        code.edges = {_through_imports(edge, codes, imports) for edge in code.edges}
     return codes
+
+
+def _through_imports(key: str, codes: dict[str, Code], imports: dict[str, dict[str, str]]) -> str:
+    """key, or the code it names when its module only imports it (a re-export, such as
+    sqsjkr.fleet.daemon's `from sqsjkr.daemon.service import serve_until_stopped as ...`)."""
+    seen: set[str] = set()
+    while key not in codes and key not in seen and not key.startswith("?"):
+        seen.add(key)
+        module, _, name = key.partition(":")
+        head, dot, rest = name.partition(".")
+        source = imports.get(module, {}).get(head, "")
+        if not source or source.endswith(":"):
+            break
+        key = source + dot + rest
+    return key
 
 
 def reachable(entry: str) -> set[str]:

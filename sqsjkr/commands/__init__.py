@@ -1,4 +1,4 @@
 """The `sqsjkr` command line: the daemon, local mode and the operator commands.
 
-The top layer: commands use the daemon, the backends and the contract, never the reverse.
+The top layer: commands stand on the fleet layer, local mode and the contract, never the reverse.
 """

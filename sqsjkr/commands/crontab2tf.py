@@ -1,6 +1,7 @@
 """`sqsjkr crontab2tf`: a crontab converted to the terraform module's jobs variable.
 
-Its options checked, the crontab read and converted: sqsjkr.crontab's; this is its command line.
+Its options checked, the crontab read and converted: sqsjkr.crontab's, through fleet.crontab;
+this is its command line.
 """
 
 from __future__ import annotations
@@ -11,18 +12,20 @@ from typing import IO
 import click
 
 from sqsjkr.commands.options import UsageFailure, warn
-from sqsjkr.crontab.convert import convert_file, options_problem, rendered
-from sqsjkr.crontab.eventbridge import (
+from sqsjkr.errors import CrontabError
+from sqsjkr.fleet.crontab import (
     DST_CHOICES,
     ENGINES,
     MAX_KEY_LENGTH,
     MAX_MODULE_KEY_LENGTH,
     ConvertOptions,
+    CrontabProblems,
     DstChoice,
     Engine,
+    convert_file,
+    options_problem,
+    rendered,
 )
-from sqsjkr.crontab.parse import CrontabProblems
-from sqsjkr.errors import CrontabError
 
 
 @click.command("crontab2tf")

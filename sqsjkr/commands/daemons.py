@@ -12,11 +12,10 @@ from collections.abc import Sequence
 
 import click
 
-from sqsjkr.backends.members import Member, State
 from sqsjkr.commands.options import note
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
-from sqsjkr.fleet.daemons import daemons_json, ordered, read_members
+from sqsjkr.fleet.daemons import Member, State, daemons_json, ordered, read_members
 from sqsjkr.fleet.wording import format_span, local_time, queues_text
 
 HEADER = [

@@ -25,6 +25,7 @@ from sqsjkr.commands.options import (
 )
 from sqsjkr.commands.store import Where
 from sqsjkr.commands.tables import aligned, echo_lines
+from sqsjkr.contract.text import escape
 from sqsjkr.errors import quote
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.dead_letters import (
@@ -37,7 +38,6 @@ from sqsjkr.fleet.dead_letters import (
 )
 from sqsjkr.fleet.redrive import delete_letters, letter_label, purge_letters, redrive_letters
 from sqsjkr.fleet.wording import local_time
-from sqsjkr.observability.logs import escape
 
 BODY_EXCERPT = 80
 #: The longest error a listing shows: a longer one is cut, so that one long reason does not pad

@@ -13,11 +13,11 @@ from sqsjkr.commands.options import UsageFailure, note
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.duration import parse_duration
+from sqsjkr.contract.text import escape
 from sqsjkr.errors import DurationError, quote
 from sqsjkr.fleet.firings import FiringRow, FiringStatus, firings
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.wording import local_time
-from sqsjkr.observability.logs import escape
 
 
 @click.command("firings")

@@ -16,12 +16,12 @@ from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.store import Where
 from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
+from sqsjkr.contract.text import escape
 from sqsjkr.errors import RunRecordLost, quote
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.live import Follower, new_part
 from sqsjkr.fleet.waiting import Deadline
 from sqsjkr.fleet.wording import local_time
-from sqsjkr.observability.logs import escape
 
 
 @dataclass

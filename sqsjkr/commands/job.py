@@ -10,11 +10,11 @@ import click
 
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import echo_lines, history_lines
+from sqsjkr.contract.text import escape
 from sqsjkr.errors import quote
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.jobs import JobPhase, JobState, job_state
 from sqsjkr.fleet.wording import local_time
-from sqsjkr.observability.logs import escape
 
 
 def state_text(state: JobState) -> str:

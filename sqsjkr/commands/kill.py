@@ -7,18 +7,24 @@ from __future__ import annotations
 
 import click
 
-from sqsjkr.backends.kills import KillAnswer
-from sqsjkr.backends.lease import lease_timing
 from sqsjkr.commands.options import reason_option
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.contract.run import RunOutcome, RunRecord
+from sqsjkr.contract.text import escape
 from sqsjkr.errors import quote
 from sqsjkr.fleet.audit import command_auditor, os_user
-from sqsjkr.fleet.kill import Target, answer_line, kill_runs, need_claims, wait_ended
+from sqsjkr.fleet.kill import (
+    KillAnswer,
+    Target,
+    answer_line,
+    heartbeat_seconds,
+    kill_runs,
+    need_claims,
+    wait_ended,
+)
 from sqsjkr.fleet.waiting import Deadline
-from sqsjkr.observability.logs import escape
 
 
 @click.command()
@@ -51,7 +57,7 @@ def kill(
     store = where.store()
     need_claims(store, where.conf)
     results = kill_runs(store, command_auditor(store.config), os_user(), target, reason, _warn)
-    beat, _ = lease_timing(store.config.lock.lease.seconds)
+    beat = heartbeat_seconds(store.config)
     for run, result in results:
         if result.answer is KillAnswer.ENDED:
             click.echo(f"sqsjkr: {answer_line(run, result, beat)}", err=True)

@@ -13,12 +13,12 @@ import click
 from sqsjkr.commands.options import note, reason_option, warn
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
+from sqsjkr.contract.text import escape
 from sqsjkr.errors import NotHeld, UnlockRefused
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.locks import Group, HeldLock, Holdings, held, table_of
 from sqsjkr.fleet.unlock import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.fleet.wording import local_time, waiting_text
-from sqsjkr.observability.logs import escape
 
 
 def lock_row(lock: HeldLock, now: float) -> list[str]:

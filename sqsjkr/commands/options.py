@@ -11,7 +11,7 @@ import click
 
 from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config, Overrides, load_config
 from sqsjkr.errors import ConfigError
-from sqsjkr.observability.logs import LOG_LEVELS
+from sqsjkr.fleet.daemon import LOG_LEVELS
 
 
 class UsageFailure(click.UsageError):

@@ -9,13 +9,20 @@ import time
 
 import click
 
-from sqsjkr.backends.routes import DynamoRoutes, Route
 from sqsjkr.commands.options import UsageFailure, note, reason_option
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.fleet.audit import command_auditor, os_user
 from sqsjkr.fleet.locks import Table, table_of
-from sqsjkr.fleet.route import clear_route, honour_lines, routes_of, set_route
+from sqsjkr.fleet.route import (
+    DynamoRoutes,
+    Route,
+    clear_route,
+    honour_lines,
+    routes_of,
+    routes_store,
+    set_route,
+)
 from sqsjkr.fleet.wording import local_time
 
 
@@ -74,7 +81,7 @@ def route(
         raise UsageFailure("--force goes with --queue NAME")
     config = where.config()
     table = table_of(config)
-    store = DynamoRoutes(table.client, table.name)
+    store = routes_store(table)
     if event_id is None:
         list_routes(store, table, as_json)
         return 0

@@ -1,6 +1,7 @@
 """`sqsjkr run`: the daemon, until a stop signal; and `sqsjkr local`, the daemon on an embedded endpoint.
 
-Both set up logging here; daemon.service wires the config into the daemon, daemon.signals stops it.
+Both set up logging here; fleet.daemon, their door to the daemon, wires the config into it and
+stops it on a signal.
 """
 
 from __future__ import annotations
@@ -17,9 +18,7 @@ from sqsjkr.commands.options import (
     region_option,
 )
 from sqsjkr.contract.config import Overrides
-from sqsjkr.daemon.service import serve_until_stopped
-from sqsjkr.daemon.signals import stop_signals
-from sqsjkr.observability.logs import LOG_FORMATS, setup_logging
+from sqsjkr.fleet.daemon import LOG_FORMATS, serve_until_stopped, setup_logging, stop_signals
 
 
 @click.command()

@@ -10,18 +10,17 @@ from typing import Any
 
 import click
 
-from sqsjkr.backends.scheduler import ScheduledJob
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
+from sqsjkr.contract.text import shorten_command
 from sqsjkr.contract.when import OneTime
 from sqsjkr.errors import ConfigError
 from sqsjkr.fleet.audit import Auditor, command_auditor
-from sqsjkr.fleet.scheduled import cancel_scheduled, scheduled_jobs
+from sqsjkr.fleet.scheduled import ScheduledJob, cancel_scheduled, scheduled_jobs
 from sqsjkr.fleet.scheduled import schedule_job as create_scheduled
 from sqsjkr.fleet.send import Outgoing
 from sqsjkr.fleet.wording import local_time
-from sqsjkr.observability.logs import shorten_command
 
 
 def schedule_job(

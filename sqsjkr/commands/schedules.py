@@ -11,12 +11,13 @@ from datetime import datetime, timezone
 
 import click
 
-from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
+from sqsjkr.contract.text import escape
 from sqsjkr.errors import quote
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.schedules import (
+    EventSchedule,
     EventState,
     Timing,
     event_states,
@@ -25,7 +26,6 @@ from sqsjkr.fleet.schedules import (
     timing,
 )
 from sqsjkr.fleet.wording import command_line, fire_text, local_time
-from sqsjkr.observability.logs import escape
 
 #: The columns of `schedules`; the last holds its event's last run, then its runs in progress and
 #: its marks.

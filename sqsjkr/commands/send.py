@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 import click
 
-from sqsjkr.backends.aws import make_client
 from sqsjkr.commands.options import (
     UsageFailure,
     conf_option,
@@ -248,7 +247,7 @@ def send(
     waits = Waits.of(wait, wait_timeout, unique_for, later=later, history=config.history.backend)
     when = when_of(config, at_time, in_time, zone) if later else None
     store = store_of(config)
-    sqs = make_client(store.session, "sqs")
+    sqs = store.service_client("sqs")
     outgoing = addressed(
         config, sqs, body, queue_name, delay=delay, group_id=group_id, dedupe_id=dedupe_id,
         later=later, warn=warn,

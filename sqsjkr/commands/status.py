@@ -13,8 +13,6 @@ from collections.abc import Sequence
 
 import click
 
-from sqsjkr.backends.pause import Pause, paused
-from sqsjkr.backends.routes import Route, routed
 from sqsjkr.commands.options import UsageFailure, note
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
@@ -23,8 +21,8 @@ from sqsjkr.contract.run import EventSummary
 from sqsjkr.errors import ConfigError, DurationError, quote
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.history import Store, forget_events
-from sqsjkr.fleet.pause import pause_text
-from sqsjkr.fleet.route import route_text
+from sqsjkr.fleet.pause import Pause, pause_text, paused
+from sqsjkr.fleet.route import Route, route_text, routed
 from sqsjkr.fleet.running import Running
 from sqsjkr.fleet.schedules import Upcoming
 from sqsjkr.fleet.status import CheckPolicy, check_verdict, read_status, scheduled_too

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 import click
 
 from sqsjkr.contract.run import RunRecord
+from sqsjkr.contract.text import escape
 from sqsjkr.fleet.wording import ended_how, format_duration, local_time, triggered_text
-from sqsjkr.observability.logs import escape
 
 
 def echo_lines(lines: Iterable[str]) -> None:

@@ -11,11 +11,11 @@ from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.contract.run import RunOutcome, RunRecord
+from sqsjkr.contract.text import escape
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.trigger import trigger_event, wait_for_run
 from sqsjkr.fleet.waiting import Deadline
-from sqsjkr.observability.logs import escape
 
 
 @click.command()

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqsjkr.backends.audit import AuditEntry, AuditTrail, DynamoAudit
+from sqsjkr.backends.audit import AuditEntry as AuditEntry
+from sqsjkr.backends.audit import AuditTrail, DynamoAudit
 from sqsjkr.backends.aws import describe, make_client, make_session
 from sqsjkr.contract.config import Config
 from sqsjkr.errors import AuditRefused, quote
@@ -147,6 +148,11 @@ def auditor_of(session: Any, table: str, user: str | None = None) -> Auditor:
     AWS identity, into table; AuditRefused when STS cannot name that identity."""
     trail = DynamoAudit(make_client(session, "dynamodb"), table)
     return Auditor(trail, Actor(user or os_user(), aws_identity(session)))
+
+
+def auditor_as(client: Any, table: str, actor: Actor) -> Auditor:
+    """The Auditor of actor, named already, into table through client (the dashboard's)."""
+    return Auditor(DynamoAudit(client, table), actor)
 
 
 def entries_since(client: Any, table: str, since: float) -> list[AuditEntry]:

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqsjkr.backends.aws import make_client, make_session
-from sqsjkr.backends.members import DynamoRoster, Member, State
+from sqsjkr.backends.members import DynamoRoster
+from sqsjkr.backends.members import Member as Member
+from sqsjkr.backends.members import State as State
 from sqsjkr.contract.config import Config
 from sqsjkr.fleet.history import reading_table
 
@@ -35,6 +37,11 @@ def read_members(config: Config, client: Any = None) -> list[Member]:
     table = config.lock.table
     with reading_table(table):
         return DynamoRoster(client, table).members()
+
+
+def members_in(client: Any, table: str) -> list[Member]:
+    """Every daemon's item in table, read through client; the caller names a missing table."""
+    return DynamoRoster(client, table).members()
 
 
 def daemons_json(members: Sequence[Member], now: float) -> dict[str, Any]:

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import error_code, make_client, make_session
+from sqsjkr.backends.history import RUN_TYPE_PREFIX as RUN_TYPE_PREFIX
 from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.backends.history import run_type as run_type
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, RunRecord
 from sqsjkr.errors import ResourceMissingError
@@ -34,6 +36,10 @@ class Store:
 
     def reading(self) -> AbstractContextManager[None]:
         return reading_table(self.table)
+
+    def service_client(self, service: str) -> Any:
+        """A client of another service ("sqs", ...) in the store's session: its account and region."""
+        return make_client(self.session, service)
 
 
 @contextmanager

@@ -11,7 +11,10 @@ from typing import Any
 
 from sqsjkr.backends.dedupe import claim_key
 from sqsjkr.backends.history import DynamoHistory
-from sqsjkr.backends.kills import KillAnswer, KillResult, request_kill
+from sqsjkr.backends.kills import KillAnswer as KillAnswer
+from sqsjkr.backends.kills import KillResult, request_kill
+from sqsjkr.backends.lease import lease_timing
+from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, KillMark, RunRecord, RunStart
 from sqsjkr.errors import NothingToDo, RequestError, quote
 from sqsjkr.fleet.audit import Auditor
@@ -26,6 +29,12 @@ WAIT_POLL_SECONDS = 1.0
 WAIT_RUNS = 20
 #: What a wait that gave up leaves behind.
 STILL = "the kill request stays on the run's claim, for its daemon's next heartbeat"
+
+
+def heartbeat_seconds(config: Config) -> float:
+    """How often the daemon that holds a run reads its claim's kill mark: a third of [lock] lease."""
+    beat, _ = lease_timing(config.lock.lease.seconds)
+    return beat
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,10 @@ follower polls, and the run's record at its end.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqsjkr.backends.live import DynamoLive, LiveOutput, LiveStore
+from sqsjkr.backends.live import DynamoLive, LiveStore
+from sqsjkr.backends.live import LiveOutput as LiveOutput
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, RunRecord, RunStart
 from sqsjkr.errors import RunRecordLost, quote
@@ -14,6 +16,12 @@ from sqsjkr.fleet.history import Store, find_record
 
 #: The longest wait between two polls; a shorter [history] live_output_interval polls at that.
 MAX_POLL_SECONDS = 2.0
+
+
+def live_output(client: Any, table: str, event_id: str, message_id: str) -> LiveOutput | None:
+    """The live output of a run in progress as its daemon last wrote it: one GetItem (None:
+    none written, or the run has ended)."""
+    return DynamoLive(client, table).read(event_id, message_id)
 
 
 def new_part(tail: str, printed: int, seen: int) -> tuple[int, bytes]:

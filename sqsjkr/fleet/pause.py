@@ -10,13 +10,18 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqsjkr.backends.pause import ALL_SCOPE, DynamoPauses, Pause, PauseStore
+from sqsjkr.backends.controls import ControlItem
+from sqsjkr.backends.pause import ALL_SCOPE, PauseStore, decode_pauses, in_effect
+from sqsjkr.backends.pause import DynamoPauses as DynamoPauses
+from sqsjkr.backends.pause import Pause as Pause
+from sqsjkr.backends.pause import paused as paused
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, RequestError, quote
 from sqsjkr.fleet.audit import Auditor
-from sqsjkr.fleet.locks import table_of
+from sqsjkr.fleet.locks import Table, table_of
 from sqsjkr.fleet.wording import format_duration, format_span, local_time
 from sqsjkr.observability.logs import escape
 
@@ -122,8 +127,23 @@ def pause_events(
 
 def pauses_of(config: Config) -> DynamoPauses:
     """The pauses kept in the config's lock table."""
-    table = table_of(config)
+    return pauses_store(table_of(config))
+
+
+def pauses_store(table: Table) -> DynamoPauses:
+    """The pauses kept in table."""
     return DynamoPauses(table.client, table.name)
+
+
+def read_controls(client: Any, table: str) -> dict[str, Any]:
+    """The controls item that holds the pauses and the routes, read consistently: one GetItem
+    serves pauses_in_effect and fleet.route.routes_in."""
+    return ControlItem(client, table).read_attributes()
+
+
+def pauses_in_effect(controls: dict[str, Any], now: float) -> list[Pause]:
+    """The pauses of the controls item as read (read_controls) that are in effect at now."""
+    return in_effect(decode_pauses(controls), now)
 
 
 def event_scopes(event_ids: Sequence[str], all_events: bool) -> list[str] | None:

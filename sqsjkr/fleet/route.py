@@ -11,7 +11,10 @@ from typing import Any
 
 from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.backends.members import DynamoRoster
-from sqsjkr.backends.routes import DynamoRoutes, Route, routed
+from sqsjkr.backends.routes import DynamoRoutes as DynamoRoutes
+from sqsjkr.backends.routes import Route as Route
+from sqsjkr.backends.routes import decode_routes
+from sqsjkr.backends.routes import routed as routed
 from sqsjkr.backends.sqs import FIFO_SUFFIX, queue_settings, resolve_queue_url
 from sqsjkr.contract.config import Config
 from sqsjkr.errors import NothingToDo, ResourceMissingError, RouteRefused, quote
@@ -94,6 +97,16 @@ def _dead_letter_source(sqs: Any, account: str, queue: str, fleet: Iterable[str]
         if arn is not None and arn.rsplit(":", 1)[-1] == queue:
             return name
     return None
+
+
+def routes_store(table: Table) -> DynamoRoutes:
+    """The routes kept in table."""
+    return DynamoRoutes(table.client, table.name)
+
+
+def routes_in(controls: dict[str, Any]) -> list[Route]:
+    """The routes of the controls item as read (read_controls)."""
+    return decode_routes(controls)
 
 
 def routes_of(store: DynamoRoutes, table: Table) -> list[Route]:

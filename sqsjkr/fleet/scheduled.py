@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqsjkr.backends.aws import make_client, make_session
+from sqsjkr.backends.scheduler import ScheduledJob as ScheduledJob
 from sqsjkr.backends.scheduler import (
-    ScheduledJob,
     cancel_one_time,
     create_one_time,
     list_one_time,

@@ -16,8 +16,8 @@ from sqsjkr.backends.fleet import DynamoControls
 from sqsjkr.backends.pause import Pause, paused
 from sqsjkr.backends.routes import Route, routed
 from sqsjkr.backends.rules import list_rules
+from sqsjkr.backends.scheduler import EventSchedule as EventSchedule
 from sqsjkr.backends.scheduler import (
-    EventSchedule,
     get_event_schedule,
     list_schedules,
     list_states,

@@ -9,7 +9,6 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
@@ -17,7 +16,11 @@ from datetime import datetime, timezone
 from typing import IO, Any
 
 from sqsjkr.contract.job import Job
-from sqsjkr.errors import shorten
+
+# The daemon and the fleet layer take these text helpers from here with the rest of logging.
+from sqsjkr.contract.text import MAX_LOGGED_COMMAND as MAX_LOGGED_COMMAND
+from sqsjkr.contract.text import escape as escape
+from sqsjkr.contract.text import shorten_command as shorten_command
 
 LOG_LEVELS = {
     "error": logging.ERROR,
@@ -26,21 +29,6 @@ LOG_LEVELS = {
     "info": logging.INFO,
     "debug": logging.DEBUG,
 }
-
-#: Longest command shown in a log line; the rest is cut and its length said. A message may
-#: carry a command of 256 KiB, which would make one log line of that size.
-MAX_LOGGED_COMMAND = 200
-
-# C0 and C1 controls, DEL, and Unicode's line and paragraph separators: anything that could end a
-# log line early or forge one (a newline in an event_id), or drive a terminal (ESC); and the
-# bidirectional controls, which make "bidi-\u202egnp.exe" read as "bidi-exe.png".
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def escape(text: str) -> str:
-    """text with every control character written as an escape, so a log line stays one line."""
-    return _UNSAFE.sub(lambda m: _NAMED.get(m[0]) or f"\\x{ord(m[0]):02x}", text)
 
 
 def moment(unix_seconds: float, timespec: str = "seconds") -> str:
@@ -64,11 +52,6 @@ class Moment:
 
     def __str__(self) -> str:
         return moment(self.unix_seconds, self.timespec)
-
-
-def shorten_command(command: str, limit: int = MAX_LOGGED_COMMAND) -> str:
-    """A command as logs show it: at most limit characters, the cut said."""
-    return shorten(command, limit)
 
 
 def job_label(job: Job) -> str:

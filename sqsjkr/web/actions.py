@@ -13,19 +13,21 @@ from dataclasses import dataclass, field
 
 import click
 
-from sqsjkr.backends.audit import DynamoAudit
-from sqsjkr.backends.kills import KillAnswer
-from sqsjkr.backends.lease import lease_timing
-from sqsjkr.backends.pause import DynamoPauses
-from sqsjkr.backends.routes import DynamoRoutes, Route
 from sqsjkr.errors import ActionError, NotHeld, UnlockRefused, quote
-from sqsjkr.fleet.audit import Actor, Auditor, aws_identity
+from sqsjkr.fleet.audit import Actor, Auditor, auditor_as, aws_identity
 from sqsjkr.fleet.dead_letters import queues_of
 from sqsjkr.fleet.failures import failure_text
-from sqsjkr.fleet.kill import answer_line, kill_runs, need_claims
-from sqsjkr.fleet.pause import parse_until, pause_events, pause_text, resume_events, scope_text
+from sqsjkr.fleet.kill import KillAnswer, answer_line, heartbeat_seconds, kill_runs, need_claims
+from sqsjkr.fleet.pause import (
+    parse_until,
+    pause_events,
+    pause_text,
+    pauses_store,
+    resume_events,
+    scope_text,
+)
 from sqsjkr.fleet.redrive import redrive_letters
-from sqsjkr.fleet.route import clear_route, honour_lines, set_route
+from sqsjkr.fleet.route import Route, clear_route, honour_lines, routes_store, set_route
 from sqsjkr.fleet.trigger import trigger_event, trigger_firing
 from sqsjkr.fleet.unlock import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.web.fleet import Fleet
@@ -56,8 +58,8 @@ class Actions:
         with self._mutex:
             if self._identity is None:
                 self._identity = aws_identity(self.fleet.store.session)
-        trail = DynamoAudit(self.fleet.store.client, self.fleet.store.table)
-        return Auditor(trail, Actor(self.actor_name(user), self._identity))
+        actor = Actor(self.actor_name(user), self._identity)
+        return auditor_as(self.fleet.store.client, self.fleet.store.table, actor)
 
     def actor_name(self, user: str | None) -> str:
         return f"web:{user or _os_login()}@{self.host}"
@@ -83,14 +85,14 @@ class Actions:
         now = time.time()
         until = form.get("until", "").strip()
         ends = parse_until(until, now) if until else None
-        store = DynamoPauses(self.fleet.store.client, self.fleet.store.table)
+        store = pauses_store(self.fleet.table)
         by = self.actor_name(user)
         made = pause_events(store, self.auditor(user), by, events, now, ends, _reason(form))
         return Outcome([f"paused {pause_text(p, now)}" for p in made])
 
     def resume(self, user: str | None, form: Form) -> Outcome:
         events = _scope(form)
-        store = DynamoPauses(self.fleet.store.client, self.fleet.store.table)
+        store = pauses_store(self.fleet.table)
         lifted = resume_events(store, self.auditor(user), events, _reason(form))
         if not lifted:
             return Outcome(["nothing was paused"], ok=False)
@@ -177,14 +179,14 @@ class Actions:
         lines: list[str] = []
         by = self.actor_name(user)
         results = kill_runs(store, self.auditor(user), by, target, _reason(form), lines.append)
-        beat, _ = lease_timing(store.config.lock.lease.seconds)
+        beat = heartbeat_seconds(store.config)
         lines += [answer_line(run, result, beat) for run, result in results]
         return Outcome(lines, ok=any(r.answer is not KillAnswer.ENDED for _, r in results))
 
     def route(self, user: str | None, form: Form) -> Outcome:
         event_id = _required(form, "event_id")
         table = self.fleet.table
-        store = DynamoRoutes(table.client, table.name)
+        store = routes_store(table)
         config, auditor = self.fleet.config, self.auditor(user)
         if form.get("clear") == "yes":
             done = [clear_route(store, table, auditor, event_id, _reason(form))]

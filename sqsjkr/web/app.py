@@ -13,12 +13,12 @@ from flask import Flask, Response, abort, flash, g, redirect, render_template, r
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from werkzeug.exceptions import HTTPException
 
-from sqsjkr.backends.history import RUN_TYPE_PREFIX
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, SqsjkrError
 from sqsjkr.fleet.audit import entry_json
 from sqsjkr.fleet.daemons import ordered
 from sqsjkr.fleet.failures import aws_failure
+from sqsjkr.fleet.history import RUN_TYPE_PREFIX
 from sqsjkr.fleet.redrive import malformed
 from sqsjkr.fleet.wording import format_span, queues_text
 from sqsjkr.web import run_view, views

@@ -1,4 +1,4 @@
-"""The dashboard's reads of a fleet: through the fleet layer (sqsjkr/fleet/) and the backends, behind the
+"""The dashboard's reads of a fleet: through the fleet layer (sqsjkr/fleet/) alone, behind the
 one short cache, each page view for a bounded number of AWS calls (no Scan but the locks page's).
 """
 
@@ -11,24 +11,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from sqsjkr.backends.audit import AuditEntry, DynamoAudit
-from sqsjkr.backends.aws import make_client
-from sqsjkr.backends.controls import ControlItem
-from sqsjkr.backends.live import DynamoLive, LiveOutput
-from sqsjkr.backends.members import DynamoRoster, Member
-from sqsjkr.backends.pause import Pause, decode_pauses, in_effect
-from sqsjkr.backends.routes import Route, decode_routes
-from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, RunRecord
-from sqsjkr.fleet.daemons import live
+from sqsjkr.fleet.audit import AuditEntry, entries_since
+from sqsjkr.fleet.daemons import Member, live, members_in
 from sqsjkr.fleet.dead_letters import DeadLetter, Queues, letter_count, queues_of, read_letters
 from sqsjkr.fleet.failures import failure_text
 from sqsjkr.fleet.firings import FiringRow, FiringStatus, firings
 from sqsjkr.fleet.history import Store, store_of
+from sqsjkr.fleet.live import LiveOutput, live_output
 from sqsjkr.fleet.locks import HeldLock, Holdings, Table, held, lock_of
+from sqsjkr.fleet.pause import Pause, pauses_in_effect, read_controls
+from sqsjkr.fleet.route import Route, routes_in
 from sqsjkr.fleet.running import RunningNow, read_claims, running_against
-from sqsjkr.fleet.schedules import next_runs, read_schedules
+from sqsjkr.fleet.schedules import EventSchedule, next_runs, read_schedules
 from sqsjkr.fleet.status import CheckPolicy
 from sqsjkr.web.cache import Cache
 
@@ -117,7 +113,7 @@ class Fleet:
     @functools.cached_property
     def sqs(self) -> Any:
         """One SQS client for every read and action of the dashboard's queues."""
-        return make_client(self.store.session, "sqs")
+        return self.store.service_client("sqs")
 
     # -- the table ------------------------------------------------------------------------------
 
@@ -130,26 +126,26 @@ class Fleet:
 
     def pauses(self) -> list[Pause]:
         """The pauses in effect, from the controls item."""
-        return in_effect(decode_pauses(self._controls()), self.clock())
+        return pauses_in_effect(self._controls(), self.clock())
 
     def routes(self) -> list[Route]:
         """The routes, from the controls item."""
-        return decode_routes(self._controls())
+        return routes_in(self._controls())
 
     def _controls(self) -> dict[str, Any]:
         """The controls item that holds the pauses and the routes: one GetItem serves both."""
-        item = ControlItem(self.store.client, self.store.table)
-        return self.cache.get("controls", self._read(item.read_attributes))
+        read = functools.partial(read_controls, self.store.client, self.store.table)
+        return self.cache.get("controls", self._read(read))
 
     def live(self, event_id: str, message_id: str) -> LiveOutput | None:
         """The live output of a run in progress, as its daemon last wrote it: one GetItem."""
-        live = DynamoLive(self.store.client, self.store.table)
-        read = functools.partial(live.read, event_id, message_id)
+        client, table = self.store.client, self.store.table
+        read = functools.partial(live_output, client, table, event_id, message_id)
         return self.cache.get(("live", event_id, message_id), self._read(read))
 
     def members(self) -> list[Member]:
-        roster = DynamoRoster(self.store.client, self.store.table)
-        return self.cache.get("members", self._read(roster.members))
+        read = functools.partial(members_in, self.store.client, self.store.table)
+        return self.cache.get("members", self._read(read))
 
     def live_members(self) -> list[Member]:
         return live(self.members(), self.clock())
@@ -164,10 +160,9 @@ class Fleet:
         return self.cache.get(("lock", lock_id), self._read(read))
 
     def audit(self, since: float) -> list[AuditEntry]:
-        trail = DynamoAudit(self.store.client, self.store.table)
+        read = functools.partial(entries_since, self.store.client, self.store.table, since)
         # Keyed by the minute: every tab asking for "the last 7 days" shares one read.
-        key = ("audit", int(since // 60))
-        return self.cache.get(key, self._read(functools.partial(trail.entries, since)))
+        return self.cache.get(("audit", int(since // 60)), self._read(read))
 
     def runs(self, summary: EventSummary, budget: Budget | None = None) -> list[RunRecord] | None:
         """The event's last STRIP_RUNS runs, newest first; cached until it runs again. None

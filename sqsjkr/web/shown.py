@@ -12,8 +12,8 @@ from markupsafe import Markup
 from markupsafe import escape as escape_html
 
 from sqsjkr.contract.masking import shown_body
+from sqsjkr.contract.text import escape
 from sqsjkr.fleet.wording import ended_how, format_duration, format_span, local_time
-from sqsjkr.observability.logs import escape
 
 # CSI sequences (colours, cursor moves), OSC sequences (titles, hyperlinks), and other escapes.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")

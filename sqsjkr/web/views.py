@@ -10,16 +10,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqsjkr.backends.history import run_type
-from sqsjkr.backends.pause import Pause, paused
-from sqsjkr.backends.routes import Route, routed
-from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.contract import safe_json
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord
 from sqsjkr.fleet.firings import FiringRow
+from sqsjkr.fleet.history import run_type
 from sqsjkr.fleet.late import Scheduler
 from sqsjkr.fleet.locks import HeldLock
+from sqsjkr.fleet.pause import Pause, paused
+from sqsjkr.fleet.route import Route, routed
 from sqsjkr.fleet.running import RunningNow
+from sqsjkr.fleet.schedules import EventSchedule
 from sqsjkr.fleet.status import (
     Finding,
     Level,
