@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint clean screenshots
+.PHONY: demo test docs lint clean screenshots
 
 $(BIN)/sqsjkr: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,7 @@ DEMO_ARGS ?=
 demo: $(BIN)/sqsjkr
 	$(BIN)/sqsjkr local --demo $(DEMO_ARGS)
 
+# The documentation site is built with --strict before the tests: a broken link or anchor fails.
 # The tests start some 150 daemons and commands: compiled once here, the package is not compiled
 # anew by each of them where PYTHONDONTWRITEBYTECODE is set. For the same reason each pytest
 # worker would rewrite the tests' asserts anew: one collection, beside mypy, caches them.
@@ -31,7 +32,12 @@ test: $(BIN)/sqsjkr
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m compileall -q sqsjkr
 	$(BIN)/mypy & mypy=$$!; PYTHONDONTWRITEBYTECODE= $(BIN)/pytest --collect-only -q >/dev/null; wait $$mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$(mktemp -d)"
 	$(BIN)/pytest -n 6 --maxschedchunk 2
+
+# The documentation site (mkdocs.yml, docs/), served on http://127.0.0.1:8000/ while it is edited.
+docs: $(BIN)/sqsjkr
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
 
 # The README's pictures of the dashboard, from the demo's data, by its end-to-end tests in
 # Debian's chromium (apt-get install chromium).

@@ -1,6 +1,8 @@
-"""The commands the READMEs give a newcomer: they work when pasted, and the install steps are one.
+"""The commands the README and the docs give a newcomer: they work when pasted, and the install
+steps are one.
 
-README.md's checkout commands are run in a fresh shell; the host install lives in systemd/README.md.
+The checkout commands of README.md and the pages of docs/ are run in a fresh shell; the host
+install lives in systemd/README.md.
 """
 
 from __future__ import annotations
@@ -15,17 +17,32 @@ import pytest
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 README = CHECKOUT / "README.md"
+DOCS = CHECKOUT / "docs"
 SYSTEMD_README = CHECKOUT / "systemd" / "README.md"
 
-#: The sections of README.md a newcomer pastes from inside the checkout; the others are about a
-#: host where sqsjkr is installed, where `sqsjkr` is on the PATH.
-CHECKOUT_SECTIONS = ("Two commands", "Install", "Stats", "Local mode", "Development")
+#: The sections a newcomer pastes from inside the checkout, by the file each lives in now (the
+#: README is the front door, the rest moved into the site); the others are about a host where
+#: sqsjkr is installed, where `sqsjkr` is on the PATH.
+CHECKOUT_SECTIONS = (
+    (README, "Two commands"),
+    (DOCS / "getting-started.md", "Two commands"),
+    (DOCS / "getting-started.md", "Install"),
+    (DOCS / "operating.md", "Stats"),
+    (DOCS / "getting-started.md", "Local mode"),
+    (DOCS / "development.md", "Development"),
+)
 
 
 def sections(path: Path) -> dict[str, str]:
     """The text under each ## heading of a markdown file, by heading."""
     parts = re.split(r"^## (.+)$", path.read_text(), flags=re.M)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def section(path: Path, heading: str) -> str:
+    """A ## section of a file, or the whole page when it is the page's # title."""
+    text = path.read_text()
+    return text if text.startswith(f"# {heading}\n") else sections(path)[heading]
 
 
 def commands(text: str) -> list[str]:
@@ -45,11 +62,13 @@ def program(line: str) -> str:
     return words[0] if words else ""
 
 
-@pytest.mark.parametrize("section", CHECKOUT_SECTIONS)
-def test_checkout_commands_do_not_expect_an_installed_sqsjkr(section: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "heading"), CHECKOUT_SECTIONS, ids=[f"{p.name}:{s}" for p, s in CHECKOUT_SECTIONS]
+)
+def test_checkout_commands_do_not_expect_an_installed_sqsjkr(path: Path, heading: str) -> None:
     """`sqsjkr` is not on a newcomer's PATH, and a bare `pip` installs outside any virtualenv."""
-    found = commands(sections(README)[section])
-    assert found, f"no commands found in README section {section!r}"
+    found = commands(section(path, heading))
+    assert found, f"no commands found in {path.name} section {heading!r}"
     for line in found:
         assert program(line) not in ("sqsjkr", "pip", "pip3"), line
 
@@ -62,11 +81,11 @@ def test_checkout_sqsjkr_commands_parse_when_pasted() -> None:
         pytest.skip("no .venv in this checkout: `make .venv/bin/sqsjkr` creates it")
     lines = [
         line
-        for section in CHECKOUT_SECTIONS
-        for line in commands(sections(README)[section])
+        for path, heading in CHECKOUT_SECTIONS
+        for line in commands(section(path, heading))
         if program(line) == ".venv/bin/sqsjkr"
     ]
-    assert lines, "README shows no .venv/bin/sqsjkr command"
+    assert lines, "the checkout sections show no .venv/bin/sqsjkr command"
     for line in lines:
         result = subprocess.run(
             ["sh", "-c", f"{line.split('#')[0]} --help"],
@@ -81,9 +100,9 @@ def test_checkout_sqsjkr_commands_parse_when_pasted() -> None:
 
 
 def test_make_demo_takes_the_documented_options() -> None:
-    """The README's fallback for a taken stats port reaches `sqsjkr local`."""
+    """Getting started's fallback for a taken stats port reaches `sqsjkr local`."""
     readme_line = "make demo DEMO_ARGS='--stats-port 0'"
-    assert readme_line in commands(sections(README)["Two commands"])
+    assert readme_line in commands(sections(DOCS / "getting-started.md")["Two commands"])
     result = subprocess.run(
         ["make", "-n", "--no-print-directory", *shlex.split(readme_line)[1:]],
         capture_output=True,
@@ -98,11 +117,17 @@ def test_make_demo_takes_the_documented_options() -> None:
 
 
 def test_the_host_install_steps_live_in_systemd_readme_only() -> None:
-    """README.md links to them instead of repeating them, so the two cannot disagree again."""
-    readme = README.read_text()
-    assert "systemd/README.md#install" in readme
-    for line in commands(readme):
-        assert program(line) not in ("useradd", "install", "ln", "systemctl"), line
+    """README.md and the docs link to them instead of repeating them, so they cannot disagree
+    again."""
+    assert "systemd/README.md#install" in README.read_text()
+    assert '`systemd/README.md`, section "Install"' in (DOCS / "getting-started.md").read_text()
+    for page in [README, *sorted(DOCS.glob("**/*.md"))]:
+        for line in commands(page.read_text()):
+            try:
+                first = program(line)
+            except ValueError:  # not a shell line (a JSON fragment, say): no install step
+                continue
+            assert first not in ("useradd", "install", "ln", "systemctl"), (page, line)
     install = sections(SYSTEMD_README)["Install"]
     assert "useradd" in install and "systemctl enable" in install
 
@@ -141,3 +166,14 @@ def test_installed_files_get_their_mode_and_owner(
     assert (argv[argv.index("-o") + 1], argv[argv.index("-g") + 1]) == owner
     # The source is a file of the checkout, and the steps run from its top directory.
     assert (CHECKOUT / argv[-2]).is_file(), argv
+
+
+def test_the_readme_is_a_front_door() -> None:
+    """Under 250 lines: what it is, the two commands as .ci/run and a newcomer call them, a first
+    job, and links into the site; the rest lives in docs/, each fact on one page."""
+    text = README.read_text()
+    assert len(text.splitlines()) < 250
+    assert commands(sections(README)["Two commands"]) == ["make demo", "make test"]
+    assert "A first job" in sections(README)
+    for target in re.findall(r"\]\((docs/[^)#]+)", text):
+        assert (CHECKOUT / target).exists(), target
