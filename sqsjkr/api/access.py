@@ -63,13 +63,17 @@ def install(app: object, access: Access) -> None:
     app.extensions[_KEY] = access  # type: ignore[attr-defined]
 
 
+def authenticate() -> None:
+    """Check the request's bearer token before anything else of it is read (401 or 429)."""
+    access: Access = current_app.extensions[_KEY]
+    g.token = access.tokens.check(request.headers.get("Authorization"))
+
+
 def caller(scope: str) -> Fleet:
     """The Fleet of the request's token, once the token is known to have scope (403 otherwise,
     and nothing done)."""
     access: Access = current_app.extensions[_KEY]
-    token = g.get("token")
-    if token is None:
-        token = g.token = access.tokens.check(request.headers.get("Authorization"))
+    token: Token = g.token
     if scope not in token.scopes:
         raise ApiProblem(
             403,

@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from flask import Response, jsonify
-from flask_openapi3 import Info, OpenAPI
+from flask import Response, jsonify, request
+from flask_openapi3 import Info, OpenAPI, Schema
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
 from sqsjkr import __version__
 from sqsjkr.api import actions, jobs, reads
-from sqsjkr.api.access import PREFIX, Access, install
-from sqsjkr.api.problems import ApiProblem, problem_of, problem_response
+from sqsjkr.api.access import PREFIX, Access, authenticate, install
+from sqsjkr.api.problems import PROBLEM_SCHEMA, ApiProblem, problem_of, problem_response
 from sqsjkr.api.tokens import Tokens, Unauthorized, load_tokens
 from sqsjkr.contract.config import Config
 
@@ -31,6 +31,26 @@ SECURITY_SCHEMES = {
 
 def create_api(config: Config, tokens: Tokens) -> OpenAPI:
     """The API of config's fleet, for the holders of tokens."""
+    app = _routes()
+    install(app, Access(config, tokens))
+
+    @app.before_request
+    def _token() -> None:
+        # The contract is public; everything else needs a token before its request is read.
+        if request.endpoint != "openapi":
+            authenticate()
+
+    return app
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI document, as served at /api/v1/openapi.json (docs/reference/openapi.json is
+    this, written by `make openapi`)."""
+    return _routes().api_doc
+
+
+def _routes() -> OpenAPI:
+    """The routes and their document, serving nobody yet."""
     app = OpenAPI(
         __name__,
         info=Info(
@@ -43,7 +63,7 @@ def create_api(config: Config, tokens: Tokens) -> OpenAPI:
         validation_error_status=400,
         validation_error_callback=_invalid,
     )
-    install(app, Access(config, tokens))
+    app.components_schemas["Problem"] = Schema(**PROBLEM_SCHEMA)
     for blueprint in (jobs.api, reads.api, actions.api):
         app.register_api(blueprint)
     app.add_url_rule(f"{PREFIX}/openapi.json", "openapi", lambda: jsonify(app.api_doc))

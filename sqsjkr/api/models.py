@@ -113,6 +113,18 @@ class Reason(Strict):
 
 
 class Submit(Reason):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "job": {"command": "echo hello", "event_id": "hello"},
+                    "unique_key": "hello-2026-11-28",
+                    "unique_for": "10m",
+                }
+            ]
+        }
+    )
+
     job: dict[str, Any] = Field(description="The message's fields, as docs/messages.md gives them")
     unique_key: str | None = Field(
         None,

@@ -106,7 +106,7 @@ def documented_problems() -> dict[Any, Any]:
     return {
         status: {
             "description": meaning,
-            "content": {MEDIA_TYPE: {"schema": PROBLEM_SCHEMA}},
+            "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
         }
         for status, meaning in STATUSES.items()
     }
