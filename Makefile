@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test docs lint clean screenshots
+.PHONY: demo test docs openapi lint clean screenshots
 
 $(BIN)/sqsjkr: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ test: $(BIN)/sqsjkr
 # The documentation site (mkdocs.yml, docs/), served on http://127.0.0.1:8000/ while it is edited.
 docs: $(BIN)/sqsjkr
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
+
+# The HTTP API's OpenAPI document, as `sqsjkr web` serves it, for the docs' reference page; a test
+# fails while the committed one differs from what the code makes.
+openapi: $(BIN)/sqsjkr
+	$(BIN)/python -c 'import json; from sqsjkr.api.app import document; print(json.dumps(document(), indent=2, sort_keys=True))' > docs/reference/openapi.json
 
 # The README's pictures of the dashboard, from the demo's data, by its end-to-end tests in
 # Debian's chromium (apt-get install chromium).

@@ -43,6 +43,7 @@ SUBCOMMANDS = {
     "trigger": "sqsjkr.commands.trigger:trigger",
     "job": "sqsjkr.commands.job:job",
     "web": "sqsjkr.commands.web:web",
+    "token": "sqsjkr.commands.token:token",
 }
 
 #: The Go binary's flags that take a value, and the option of `sqsjkr run` each one becomes.

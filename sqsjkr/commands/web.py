@@ -80,6 +80,12 @@ def check_proxies(proxies: tuple[str, ...], auth_header: str | None) -> None:
     metavar="PATH",
     help="Users and bcrypt hashes, as Prometheus' web config file: basic_auth_users: {USER: HASH}.",
 )
+@click.option(
+    "--api-tokens",
+    metavar="PATH",
+    help="Serve the HTTP API under /api/v1 to the tokens of this TOML file ([tokens.NAME] with "
+    "sha256 and scopes; `sqsjkr token new` makes one). Without it the API answers 404.",
+)
 def web(
     where: Where,
     listen: str,
@@ -88,6 +94,7 @@ def web(
     trusted_proxies: tuple[str, ...],
     auth_header: str | None,
     basic_auth_file: str | None,
+    api_tokens: str | None,
 ) -> None:
     """Serve the web dashboard of the config's fleet: what is wrong now, every event's runs and
     firings, what runs now, daemons, locks and groups, dead letters and the audit trail
@@ -106,9 +113,11 @@ def web(
         trusted_proxies=trusted_proxies,
         auth_header=auth_header,
         basic_auth_file=basic_auth_file,
+        api_tokens=api_tokens,
     )
     mode = served.guard.who_may_act() if enable_actions else "read-only"
-    click.echo(f"sqsjkr web: {served.url} ({mode}); stop: Ctrl-C", err=True)
+    api = f"; HTTP API: {served.url}api/v1/" if api_tokens else ""
+    click.echo(f"sqsjkr web: {served.url} ({mode}{api}); stop: Ctrl-C", err=True)
     try:
         served.run()
     except KeyboardInterrupt:

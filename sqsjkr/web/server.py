@@ -5,6 +5,7 @@ thread for `sqsjkr local`, or in the foreground for `sqsjkr web`.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ from sqsjkr.web.guard import Guard, load_users
 
 #: Requests served at once: pages wait on AWS, so a few more than the cores.
 THREADS = 8
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 @dataclass(frozen=True)
@@ -72,9 +74,15 @@ class Dashboard:
             self._thread.join(5)
 
 
-def dashboard(config: Config, options: WebOptions, fleet: Fleet | None = None) -> Dashboard:
+def dashboard(
+    config: Config,
+    options: WebOptions,
+    fleet: Fleet | None = None,
+    mounts: Mapping[str, WSGIApp] | None = None,
+) -> Dashboard:
     """The dashboard of config's fleet (read through fleet when given), listening (port 0: any
-    free port) but not serving yet."""
+    free port) but not serving yet; mounts: other applications on the listener, by the path
+    prefix they serve (the HTTP API under /api/v1), which the dashboard's guard never sees."""
     import waitress
 
     users = None if options.basic_auth_file is None else load_users(options.basic_auth_file)
@@ -88,10 +96,29 @@ def dashboard(config: Config, options: WebOptions, fleet: Fleet | None = None) -
     )
     app = create_app(fleet or Fleet(config), guard, enable_actions=options.enable_actions)
     server = waitress.create_server(
-        app, host=options.host, port=options.port, threads=THREADS, ident="sqsjkr"
+        mounted(app, mounts or {}),
+        host=options.host,
+        port=options.port,
+        threads=THREADS,
+        ident="sqsjkr",
     )
     guard.port = int(server.effective_port)
     # Browsers keep cookies by host, not port: each listener's session cookie has a name of its
     # own, so that a second dashboard on this host does not replace the first one's.
     app.config["SESSION_COOKIE_NAME"] = f"sqsjkr-{guard.port}"
     return Dashboard(server, guard)
+
+
+def mounted(app: WSGIApp, mounts: Mapping[str, WSGIApp]) -> WSGIApp:
+    """app, with each of mounts serving the paths under its prefix, the paths left whole."""
+    if not mounts:
+        return app
+
+    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        for prefix, other in mounts.items():
+            if path == prefix or path.startswith(prefix + "/"):
+                return other(environ, start_response)
+        return app(environ, start_response)
+
+    return serve

@@ -1,0 +1,111 @@
+"""What every route of the HTTP API shares: the caller's token checked for a scope, a Fleet per
+token (its actions audited as the token's name), lists cut into pages, and the long polls' bound.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from flask import current_app, g, request
+from flask_openapi3 import APIBlueprint, Tag
+
+from sqsjkr.api.problems import ApiProblem, documented_problems
+from sqsjkr.api.tokens import Token, Tokens
+from sqsjkr.contract.config import Config
+from sqsjkr.fleet.client import Fleet
+
+T = TypeVar("T")
+#: Every route's path starts with it.
+PREFIX = "/api/v1"
+#: Long polls (…/wait) served at once: each holds one of the listener's threads.
+MAX_WAITS = 4
+_KEY = "sqsjkr.api"
+
+
+@dataclass
+class Access:
+    """The API's tokens and the Fleet each token acts through, made on its first call."""
+
+    config: Config
+    tokens: Tokens
+    waits: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(MAX_WAITS)
+    )
+    _fleets: dict[str, Fleet] = field(default_factory=dict)
+    _mutex: threading.Lock = field(default_factory=threading.Lock)
+
+    def fleet_of(self, token: Token) -> Fleet:
+        with self._mutex:
+            if token.name not in self._fleets:
+                self._fleets[token.name] = Fleet(self.config, actor=token.actor)
+            return self._fleets[token.name]
+
+
+def blueprint(name: str, import_name: str, description: str) -> APIBlueprint:
+    """A group of routes under PREFIX, each behind a bearer token and answering problems."""
+    return APIBlueprint(
+        name,
+        import_name,
+        url_prefix=PREFIX,
+        abp_tags=[Tag(name=name, description=description)],
+        abp_security=[{"bearer": []}],
+        abp_responses=documented_problems(),
+    )
+
+
+def install(app: object, access: Access) -> None:
+    """Keep access on app, for the routes' caller()."""
+    app.extensions[_KEY] = access  # type: ignore[attr-defined]
+
+
+def authenticate() -> None:
+    """Check the request's bearer token before anything else of it is read (401 or 429)."""
+    access: Access = current_app.extensions[_KEY]
+    g.token = access.tokens.check(request.headers.get("Authorization"))
+
+
+def caller(scope: str) -> Fleet:
+    """The Fleet of the request's token, once the token is known to have scope (403 otherwise,
+    and nothing done)."""
+    access: Access = current_app.extensions[_KEY]
+    token: Token = g.token
+    if scope not in token.scopes:
+        raise ApiProblem(
+            403,
+            "scope-missing",
+            f"token {token.name!r} has no {scope!r} scope (it has: {', '.join(sorted(token.scopes))})",
+        )
+    return access.fleet_of(token)
+
+
+def waits() -> threading.BoundedSemaphore:
+    return current_app.extensions[_KEY].waits  # type: ignore[no-any-return]
+
+
+def page(items: Sequence[T], cursor: str | None, limit: int) -> tuple[list[T], str | None]:
+    """One page of items (a list read whole, in a stable order) and the cursor of the next."""
+    start = _offset(cursor)
+    end = start + limit
+    after = _cursor(end) if end < len(items) else None
+    return list(items[start:end]), after
+
+
+def _cursor(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"o{offset}".encode()).decode().rstrip("=")
+
+
+def _offset(cursor: str | None) -> int:
+    if not cursor:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        if text[:1] == "o" and text[1:].isdigit() and len(text) < 12:
+            return int(text[1:])
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise ApiProblem(400, "bad-cursor", "cursor is not one a page of this API gave")

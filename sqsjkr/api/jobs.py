@@ -1,0 +1,88 @@
+"""The API's jobs: submit one (unique for a while if asked), read its state, wait for it to end,
+and kill its run: the submit-and-poll pattern of a program in any language.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from sqsjkr.api.access import blueprint, caller, waits
+from sqsjkr.api.actions import killed_json
+from sqsjkr.api.models import Job, JobPath, JobQuery, Killed, Reason, Submit, Submitted, WaitQuery
+from sqsjkr.api.problems import ApiProblem
+from sqsjkr.contract.duration import parse_duration
+from sqsjkr.errors import WaitTimedOut
+from sqsjkr.fleet.jobs import JobState
+
+api = blueprint("jobs", __name__, "Submit a job and follow it to its end")
+
+
+@api.post("/jobs", responses={201: Submitted, 200: Submitted})
+def submit(body: Submit) -> tuple[dict[str, Any], int]:
+    """Submit a job (scope send)
+
+    Put the job on its queue, checked as the daemon will check it. With unique_for, an
+    identical job (the same unique_key, else the same body) sent that long ago and unfinished is
+    answered instead, with 200 and deduplicated true, and nothing is sent."""
+    fleet = caller("send")
+    unique_for = None if body.unique_for is None else parse_duration(body.unique_for, days=True)
+    handle = fleet.send(
+        body.job,
+        queue=body.queue,
+        delay=body.delay,
+        unique_for=None if unique_for is None else unique_for.seconds,
+        unique_key=body.unique_key,
+        reason=body.reason,
+    )
+    shown = {
+        "message_id": handle.message_id,
+        "event_id": handle.event_id,
+        "deduplicated": handle.deduplicated,
+    }
+    return shown, 200 if handle.deduplicated else 201
+
+
+@api.get("/jobs/<message_id>", responses={200: Job})
+def job(path: JobPath, query: JobQuery) -> dict[str, Any]:
+    """A job's state (scope read)
+
+    queued, waiting (for its lock, its group's slot or its retry), running, or ended with its
+    outcome and record. A job no daemon has left a trace of is queued with traced false: not
+    taken yet, or no job of this fleet."""
+    return job_json(caller("read").job(path.message_id, query.event_id))
+
+
+@api.get("/jobs/<message_id>/wait", responses={200: Job})
+def wait(path: JobPath, query: WaitQuery) -> dict[str, Any]:
+    """Wait for a job to end (scope read)
+
+    A long poll: the job's state once it has ended, or once timeout seconds (at most 60) have
+    passed, whichever comes first. Nothing is stopped."""
+    fleet = caller("read")
+    if not waits().acquire(blocking=False):
+        raise ApiProblem(429, "too-many-waits", "too many waits at once", {"Retry-After": "1"})
+    try:
+        handle = fleet.handle(path.message_id, query.event_id)
+        with contextlib.suppress(WaitTimedOut):
+            handle.wait(query.timeout)
+        return job_json(fleet.job(path.message_id, handle.event_id))
+    finally:
+        waits().release()
+
+
+@api.post("/jobs/<message_id>/kill", responses={200: Killed})
+def kill(path: JobPath, body: Reason) -> dict[str, Any]:
+    """Kill a job's run (scope act)
+
+    Its daemon stops it at its next heartbeat, as `sqsjkr kill MESSAGE_ID` does."""
+    return killed_json(caller("act").kill(path.message_id, reason=body.reason))
+
+
+def job_json(state: JobState) -> dict[str, Any]:
+    """A job's state as the API shows it: `job --json`'s object, its phase one of four."""
+    shown = state.as_json()
+    phase = shown.pop("state")
+    shown["traced"] = phase != "unknown"
+    shown["phase"] = "queued" if phase == "unknown" else phase
+    return shown

@@ -1,0 +1,304 @@
+"""The HTTP API's types, declared once: each request's path, query and body, and each answer, as
+pydantic models that both check the requests and make the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sqsjkr.contract.limits import MAX_KEY_BYTES
+
+#: The longest id, name or key a path or a field takes (a DynamoDB key's bytes).
+MAX_ID = MAX_KEY_BYTES
+#: The longest reason an action is audited with.
+MAX_REASON = 1000
+#: The longest long poll of one call.
+MAX_WAIT_SECONDS = 60
+#: The largest page of a list.
+MAX_PAGE = 500
+#: The longest span a list of firings or of the audit trail reaches back (90 days).
+MAX_SPAN = 90 * 86400
+
+IdText = Annotated[str, Field(min_length=1, max_length=MAX_ID)]
+
+
+class Strict(BaseModel):
+    """A request part: an unknown field is an error, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Open(BaseModel):
+    """An answer's object: the fields shown are always there; others may be added."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# -- paths ---------------------------------------------------------------------------------------
+
+
+class JobPath(Strict):
+    message_id: IdText
+
+
+class EventPath(Strict):
+    event_id: IdText
+
+
+class RunPath(Strict):
+    event_id: IdText
+    message_id: IdText
+
+
+class LockPath(Strict):
+    lock_id: IdText
+
+
+# -- queries -------------------------------------------------------------------------------------
+
+
+class JobQuery(Strict):
+    event_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_ID,
+        description="The job's event, when known: fewer reads",
+    )
+
+
+class WaitQuery(JobQuery):
+    timeout: float = Field(
+        30, ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for the job to end, at most 60"
+    )
+
+
+class Page(Strict):
+    cursor: str | None = Field(
+        None, max_length=200, description="The `next` of the previous page; none: the first page"
+    )
+    limit: int = Field(100, ge=1, le=MAX_PAGE, description="Items on a page")
+
+
+class RunsQuery(Page):
+    failed: bool = Field(False, description="Only the runs that did not succeed")
+
+
+class FiringsQuery(Page):
+    event_id: str | None = Field(None, min_length=1, max_length=MAX_ID)
+    since: float = Field(86400, ge=60, le=MAX_SPAN, description="Seconds back from now")
+    missed: bool = Field(False, description="Only the firings that did not run")
+
+
+class AuditQuery(Page):
+    since: float = Field(86400, ge=1, le=MAX_SPAN, description="Seconds back from now")
+
+
+class QueueQuery(Page):
+    queue: str | None = Field(
+        None, min_length=1, max_length=80, description="The queue (default: [sqs] queue_name)"
+    )
+
+
+class LetterQuery(Strict):
+    queue: str | None = Field(None, min_length=1, max_length=80)
+
+
+# -- bodies --------------------------------------------------------------------------------------
+
+
+class Reason(Strict):
+    reason: str = Field("", max_length=MAX_REASON, description="Why, for the audit trail")
+
+
+class Submit(Reason):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "job": {"command": "echo hello", "event_id": "hello"},
+                    "unique_key": "hello-2026-11-28",
+                    "unique_for": "10m",
+                }
+            ]
+        }
+    )
+
+    job: dict[str, Any] = Field(description="The message's fields, as docs/messages.md gives them")
+    unique_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_ID,
+        description="With unique_for: what makes two jobs the same (default: the whole body)",
+    )
+    unique_for: str | None = Field(
+        None,
+        min_length=1,
+        max_length=40,
+        description='A duration ("10m"): while an identical job sent that long ago is unfinished, '
+        "answer it instead of sending",
+    )
+    queue: str | None = Field(None, min_length=1, max_length=80)
+    delay: int = Field(0, ge=0, le=900, description="SQS's DelaySeconds")
+
+
+class Trigger(Reason):
+    schedule: str | None = Field(
+        None, min_length=1, max_length=MAX_ID, description="Which schedule, when it has several"
+    )
+
+
+class TriggerFiring(Trigger):
+    at: str = Field(
+        min_length=1,
+        max_length=64,
+        description="The firing's time: RFC 3339, or a wall time in the schedule's zone",
+    )
+    force: bool = Field(False, description="Run it again although a run of it is recorded")
+
+
+class Pausing(Reason):
+    events: list[str] | None = Field(
+        None, min_length=1, max_length=100, description="The events; none: every event"
+    )
+    until: str | None = Field(
+        None, min_length=1, max_length=64, description='"2h", or an RFC 3339 time; none: resumed'
+    )
+
+
+class Resuming(Reason):
+    events: list[str] | None = Field(None, min_length=1, max_length=100)
+
+
+class Routing(Reason):
+    queue: str = Field(min_length=1, max_length=80)
+    force: bool = Field(False, description="Route to a queue no live daemon serves")
+
+
+class Unlocking(Reason):
+    slot: int | None = Field(None, ge=0, le=999, description="A concurrency group's slot")
+    force: bool = Field(False, description="Remove a lock whose lease is live")
+
+
+class Redriving(Reason):
+    message_ids: list[str] | None = Field(
+        None, min_length=1, max_length=100, description="The letters; none: every one"
+    )
+    queue: str | None = Field(None, min_length=1, max_length=80)
+    force: bool = Field(False, description="Redrive letters the daemon would refuse again")
+
+
+# -- answers -------------------------------------------------------------------------------------
+
+
+class Submitted(BaseModel):
+    message_id: str
+    event_id: str
+    deduplicated: bool = Field(description="An identical unfinished job was answered: none sent")
+
+
+class Job(Open):
+    message_id: str
+    event_id: str
+    phase: Literal["queued", "waiting", "running", "ended"]
+    outcome: str | None = Field(description="ended: how its run ended (null: no record kept)")
+    traced: bool = Field(description="false: no daemon has left a trace of it yet")
+    host: str | None
+    started_at: float | None
+    waiting_for: str | None
+    waiting_key: str | None
+    record: dict[str, Any] | None
+
+
+class Listed(Open):
+    next: str | None = Field(description="The cursor of the next page; null: the last page")
+
+
+class Events(Listed):
+    items: list[dict[str, Any]] = Field(description="Each event's status and verdict")
+
+
+class Runs(Listed):
+    items: list[dict[str, Any]] = Field(description="Run records, newest first")
+
+
+class Firings(Listed):
+    items: list[dict[str, Any]] = Field(description="Firings, newest first")
+
+
+class Schedules(Listed):
+    items: list[dict[str, Any]]
+
+
+class Daemons(Listed):
+    items: list[dict[str, Any]]
+
+
+class DeadLetters(Listed):
+    items: list[dict[str, Any]]
+
+
+class AuditEntries(Listed):
+    items: list[dict[str, Any]] = Field(description="Audit entries, newest first")
+
+
+class Event(Open):
+    event_id: str
+    verdict: Literal["OK", "WARNING", "CRITICAL", "UNKNOWN"]
+    reasons: list[str]
+
+
+class Run(Open):
+    event_id: str
+    message_id: str
+    outcome: str
+    output: str | None
+
+
+class Letter(Open):
+    message_id: str
+    body: str
+
+
+class Live(Open):
+    event_id: str
+    message_id: str
+    output: str
+    printed: int
+    at: float
+    host: str
+
+
+class Locks(Open):
+    locks: list[dict[str, Any]]
+
+
+class Triggered(Open):
+    message_id: str
+    event_id: str
+    queue: str
+    firing: str | None = Field(description="The firing's time it was sent as, if one")
+
+
+class Killed(Open):
+    runs: list[dict[str, Any]]
+
+
+class Paused(Open):
+    pauses: list[dict[str, Any]]
+
+
+class Routed(Open):
+    event_id: str
+    queue: str | None
+
+
+class Unlocked(Open):
+    lock_id: str
+
+
+class Redriven(Open):
+    moved: int
+    skipped: list[str]
+    errors: list[str]

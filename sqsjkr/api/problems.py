@@ -1,0 +1,112 @@
+"""The HTTP API's errors as RFC 9457 problem details: each with a stable code, the status it is
+sent with, and the fleet layer's errors mapped to them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any
+
+from flask import Response
+
+from sqsjkr import errors
+from sqsjkr.fleet.failures import failure_text
+
+MEDIA_TYPE = "application/problem+json"
+
+#: The fleet layer's errors, most specific first: their status and code.
+_BY_ERROR: tuple[tuple[type[Exception], int, str], ...] = (
+    (errors.AlreadyDone, 409, "already-done"),
+    (errors.NothingToDo, 409, "nothing-to-do"),
+    (errors.NotHeld, 404, "not-held"),
+    (errors.UnlockRefused, 409, "unlock-refused"),
+    (errors.RouteRefused, 409, "route-refused"),
+    (errors.UniqueSendBusy, 409, "send-busy"),
+    (errors.ResourceMissingError, 404, "not-found"),
+    (errors.InvalidJobError, 400, "invalid-job"),
+    (errors.DurationError, 400, "invalid-duration"),
+    (errors.ScheduleExpressionError, 400, "invalid-expression"),
+    (errors.RequestError, 400, "bad-request"),
+    (errors.AuditRefused, 503, "audit-refused"),
+    (errors.StoreError, 503, "store-unavailable"),
+)
+
+#: The statuses any route may answer with a problem, and what each means.
+STATUSES = {
+    400: "The request is malformed: a field, a parameter or the cursor (its detail names which).",
+    401: "No token, or an unknown one: send 'Authorization: Bearer TOKEN'.",
+    403: "The token's scopes do not allow this route: nothing was done.",
+    404: "What the path names is not there (or the API is off: sqsjkr web --api-tokens).",
+    409: "The action found nothing to do, or what it would do is refused or done already.",
+    429: "Too many failed token checks, or long polls at once: try again after Retry-After.",
+    500: "The fleet layer failed in a way it names (a config it cannot use, say).",
+    502: "AWS refused or failed the call the fleet layer made.",
+    503: "The audit trail or the table could not be written or read: nothing was done.",
+}
+
+
+class ApiProblem(Exception):
+    """A problem to answer with: its status, stable code and detail."""
+
+    def __init__(
+        self, status: int, code: str, detail: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = dict(headers or {})
+
+
+def problem_of(exc: Exception) -> ApiProblem:
+    """The problem an error raised by the fleet layer (or by boto3 under it) is answered with."""
+    if isinstance(exc, ApiProblem):
+        return exc
+    for kind, status, code in _BY_ERROR:
+        if isinstance(exc, kind):
+            return ApiProblem(status, code, str(exc))
+    if isinstance(exc, errors.SqsjkrError):
+        return ApiProblem(500, "failed", str(exc))
+    # failure_text raises again what is neither sqsjkr's nor an AWS failure: a bug, a 500.
+    return ApiProblem(502, "aws-failed", failure_text(exc))
+
+
+def problem_response(problem: ApiProblem) -> Response:
+    """The problem as application/problem+json."""
+    body = {
+        "type": f"urn:sqsjkr:problem:{problem.code}",
+        "title": HTTPStatus(problem.status).phrase,
+        "status": problem.status,
+        "detail": problem.detail,
+        "code": problem.code,
+    }
+    response = Response(json.dumps(body), problem.status, mimetype=MEDIA_TYPE)
+    response.headers.update(problem.headers)
+    return response
+
+
+#: The problem object's JSON Schema, as the OpenAPI document shows it.
+PROBLEM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "title", "status", "detail", "code"],
+    "properties": {
+        "type": {"type": "string", "description": "A URI naming the problem's kind"},
+        "title": {"type": "string", "description": "The status's phrase"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string", "description": "What went wrong, for a person"},
+        "code": {"type": "string", "description": "A stable code, for a program"},
+    },
+}
+
+
+def documented_problems() -> dict[Any, Any]:
+    """Every problem status, as the OpenAPI document's responses of each route."""
+    return {
+        status: {
+            "description": meaning,
+            "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status, meaning in STATUSES.items()
+    }
