@@ -27,6 +27,7 @@ from sqsjkr.fleet.audit import entries_since
 from sqsjkr.fleet.daemons import read_members
 from sqsjkr.fleet.dead_letters import DeadLetter, Peek, queues_of, read_letters
 from sqsjkr.fleet.history import Store, record_json
+from sqsjkr.fleet.pipelines import PipelineView, with_pipelines
 from sqsjkr.fleet.running import running_now
 from sqsjkr.fleet.schedules import read_schedules
 
@@ -77,6 +78,8 @@ class FiringRow:
     timezone: str = "UTC"  # the schedule's zone, which its fire times are read in
     #: Its other runs that ran (re-runs by `trigger --firing`): the row shows the newest.
     reruns: tuple[RunRecord, ...] = ()
+    #: The run of the pipeline its root's run started, each step's state (fleet/pipelines.py).
+    pipeline: PipelineView | None = None
 
     @property
     def iso(self) -> str:
@@ -105,6 +108,7 @@ class FiringRow:
             "duplicates": self.duplicates,
             "run": None if self.run is None else record_json(self.run, output=False),
             "reruns": [record_json(r, output=False) for r in self.reruns],
+            "pipeline": None if self.pipeline is None else self.pipeline.as_json(),
         }
 
 
@@ -439,4 +443,6 @@ def firings(
         return recorded_firings(store, event_id, start, missed_only, warn)
     evidence = read_evidence(store, found, start, now, letters=letters)
     rows = ledger(found, evidence, start, now, grace, warn)
-    return [r for r in rows if r.status is FiringStatus.MISSED] if missed_only else rows
+    if missed_only:
+        return [r for r in rows if r.status is FiringStatus.MISSED]
+    return with_pipelines(store, rows, lambda row, view: _with(row, row.status, pipeline=view))

@@ -1,0 +1,234 @@
+"""Seeing a pipeline against moto over HTTP: Fleet.pipeline, `sqsjkr pipeline` and `sqsjkr firings`
+(text and --json) and the stuck line of `status --check`, each from a run's state item and its
+steps' records and runs in progress written through the backends as the daemons write them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+import sqsjkr
+from sqsjkr.backends.pipeline import DynamoPipelines, PipelineState
+from sqsjkr.contract.firing import Firing
+from sqsjkr.contract.pipeline import Pipeline, PipelineRun, Step
+from sqsjkr.contract.pipeline_progress import pending
+from sqsjkr.contract.run import RunOutcome, RunStart
+from sqsjkr.fleet.pipelines import StepStatus, stuck_reasons, view_of
+from tests.conftest import Cli
+from tests.test_firings import HOUR, create_schedule, hour_mark
+from tests.web_fleet import WebFleet, make_fleet, module_env, record
+
+
+@pytest.fixture(scope="module")
+def fleet(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebFleet]:
+    with module_env(moto_endpoint):
+        yield make_fleet(tmp_path_factory.mktemp("pipeview"))
+
+
+def nightly(name: str) -> Pipeline:
+    """extract -> (transform-a, transform-b) -> load; notify on transform-a's failure."""
+    job = {"command": "true"}
+    return Pipeline(
+        name,
+        "extract",
+        {
+            "extract": Step("extract"),
+            "transform-a": Step("transform-a", ("extract",), ("notify",), job),
+            "transform-b": Step("transform-b", ("extract",), (), job),
+            "load": Step("load", ("transform-a", "transform-b"), (), job),
+            "notify": Step("notify", (), (), job),
+        },
+    )
+
+
+class Seeder:
+    """Writes one run of a pipeline as its daemons would: the state item as each step ends, each
+    step's record, and a step's run in progress in its event's summary."""
+
+    def __init__(self, fleet: WebFleet, pipeline: Pipeline, root_event: str, at: float) -> None:
+        self.fleet, self.pipeline, self.root_event, self.at = fleet, pipeline, root_event, at
+        self.schedule = f"sqsjkr-{root_event}"
+        self.key = Firing(at, self.schedule).key
+        self.store = DynamoPipelines(fleet.dynamodb, fleet.table, lives_seconds=86400)
+        self.prefix = uuid.uuid4().hex[:6]
+
+    def event(self, step: str) -> str:
+        # A step's job names its own event (the diamond of test_pipelines does).
+        return self.root_event if step == self.pipeline.root else f"{self.prefix}-{step}"
+
+    def ended(self, step: str, outcome: RunOutcome, at: float, host: str = "host-a") -> None:
+        run = PipelineRun(self.pipeline, step, self.key)
+        self.fleet.history().finished(
+            record(
+                self.event(step),
+                at,
+                outcome,
+                host=host,
+                firing_at=self.at,
+                firing_schedule=self.schedule,
+                origin="schedule" if step == self.pipeline.root else "pipeline",
+                pipeline_key=self.key,
+                pipeline_step=step,
+            )
+        )
+        self.store.step_ended(run, outcome is RunOutcome.SUCCEEDED, at, self.at)
+
+    def running(self, step: str, host: str, since: float) -> None:
+        claim = PipelineRun(self.pipeline, step, self.key).claim_key()
+        start = RunStart(
+            self.event(step), uuid.uuid4().hex, host, f"{host}:1:x", since, since, "true"
+        )
+        self.fleet.history().started(RunStart(**{**start.__dict__, "claim_id": claim}))
+
+
+def test_a_runs_state_says_what_is_pending() -> None:
+    """The graph's arithmetic the faces and the gauge share: what is still to end."""
+    graph = nightly("p")
+    assert pending(graph, {"extract"}, ()) == ["transform-a", "transform-b", "load"]
+    assert pending(graph, {"extract", "transform-b"}, {"transform-a"}) == ["notify"]
+    assert pending(graph, {"extract", "transform-b", "notify"}, {"transform-a"}) == []
+    everything = {"extract", "transform-a", "transform-b", "load"}
+    assert pending(graph, everything, ()) == []
+
+
+def test_a_step_due_for_long_is_stuck_and_named_with_its_cause() -> None:
+    graph = nightly("p")
+    at = 1_800_000_000.0
+    state = PipelineState(
+        "k",
+        "p",
+        "extract",
+        graph.graph_fields(),
+        frozenset(graph.steps) - {"load", "notify"},
+        frozenset(),
+        at,
+        at + 600,
+        at,
+    )
+    records = {
+        n: [record(n, at + 300 * i, RunOutcome.SUCCEEDED, pipeline_key="k", pipeline_step=n)]
+        for i, n in enumerate(("extract", "transform-a", "transform-b"))
+    }
+    view = view_of(state, records, {}, {n: (n,) for n in graph.steps})
+    load = view.step("load")
+    assert load is not None and load.status is StepStatus.WAITING and load.due_since == at + 600
+    assert stuck_reasons(view, at + 600 + 1800) == []
+    [reason] = stuck_reasons(view, at + 600 + 2 * HOUR)
+    assert reason.startswith("load has not started 2h after transform-b succeeded for the ")
+    assert "firing" in reason
+
+
+def test_fleet_and_the_pipeline_command_show_each_steps_state(
+    fleet: WebFleet, cli: Cli, aws_env: dict[str, str]
+) -> None:
+    """A run in progress: extract and transform-a ran, transform-b runs on host-b, load waits for
+    it, notify is not needed; Fleet.pipeline, `sqsjkr pipeline` and --json say so, and --firing
+    picks an older run."""
+    now = time.time()
+    older = Seeder(fleet, nightly("nightly"), "nightly-show", hour_mark(now) - 2 * HOUR)
+    older.ended("extract", RunOutcome.SUCCEEDED, older.at + 60)
+    older.ended("transform-a", RunOutcome.ERRORED, older.at + 120)
+    seed = Seeder(fleet, nightly("nightly"), "nightly-show", hour_mark(now) - HOUR)
+    seed.ended("extract", RunOutcome.SUCCEEDED, seed.at + 60)
+    seed.ended("transform-a", RunOutcome.SUCCEEDED, seed.at + 120, host="host-c")
+    seed.running("transform-b", "host-b", seed.at + 70)
+
+    view = sqsjkr.Fleet(str(fleet.conf)).pipeline("nightly-show")
+    states = {s.name: (s.status, s.detail) for s in view.steps}
+    assert view.key == seed.key and view.in_progress
+    assert states["extract"][0] is StepStatus.SUCCEEDED
+    assert states["transform-a"][0] is StepStatus.SUCCEEDED and "host-c" in states["transform-a"][1]
+    assert states["transform-b"] == (StepStatus.RUNNING, states["transform-b"][1])
+    assert "running on host-b" in states["transform-b"][1]
+    assert states["load"] == (StepStatus.WAITING, "waiting for transform-b")
+    assert states["notify"][0] is StepStatus.NOT_NEEDED
+
+    shown = cli("pipeline", "nightly-show", "-c", str(fleet.conf))
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert (
+        lines[0].startswith("pipeline nightly (root extract), firing ")
+        and "in progress" in lines[0]
+    )
+    assert lines[1].split() == ["LAYER", "STEP", "EDGES", "STATE"]
+    load = next(line for line in lines if " load " in line)
+    assert load.split()[:4] == ["2", "load", "after", "transform-a,"]
+    assert load.endswith("waiting for transform-b")
+    on = cli("pipeline", "nightly-show", "--json", "-c", str(fleet.conf))
+    data = json.loads(on.stdout)
+    assert data["key"] == seed.key and data["in_progress"] is True
+    by_step = {s["step"]: s for s in data["steps"]}
+    assert by_step["load"]["waiting_for"] == ["transform-b"]
+    assert by_step["transform-b"]["running"]["host"] == "host-b"
+
+    earlier = Firing(older.at, "").iso
+    old = cli("pipeline", "nightly-show", "--firing", earlier, "--json", "-c", str(fleet.conf))
+    steps = {s["step"]: s for s in json.loads(old.stdout)["steps"]}
+    assert steps["transform-a"]["status"] == "failed"
+    assert steps["load"]["status"] == "skipped" and steps["load"]["skipped_by"] == "transform-a"
+    assert steps["load"]["detail"] == "skipped: transform-a failed"
+    assert steps["notify"]["status"] == "waiting"  # called for, not started yet
+    missing = cli(
+        "pipeline", "nightly-show", "--firing", "2001-01-01T00:00:00Z", "-c", str(fleet.conf)
+    )
+    assert missing.returncode == 1 and "2001-01-01T00:00:00Z firing" in missing.stderr
+
+
+def test_firings_shows_each_firings_steps(
+    fleet: WebFleet, cli: Cli, aws_env: dict[str, str]
+) -> None:
+    """`sqsjkr firings` lists each step of the pipeline a firing started under it, --json too."""
+    now = time.time()
+    create_schedule(fleet, "nightly-ledger", "cron(0 * * * ? *)", age=3 * HOUR)
+    seed = Seeder(fleet, nightly("ledger"), "nightly-ledger", hour_mark(now) - HOUR)
+    seed.ended("extract", RunOutcome.SUCCEEDED, seed.at + 60)
+    seed.ended("transform-a", RunOutcome.SUCCEEDED, seed.at + 100)
+    seed.ended("transform-b", RunOutcome.SUCCEEDED, seed.at + 110)
+    seed.ended("load", RunOutcome.SUCCEEDED, seed.at + 200, host="host-d")
+
+    shown = cli("firings", "nightly-ledger", "--since", "90m", "-c", str(fleet.conf))
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert "    pipeline ledger (root extract)" in text and ": over" in text
+    load = next(line for line in text.splitlines() if " load " in line)
+    assert line_indented(load) and "succeeded on host-d" in load
+    on = cli("firings", "nightly-ledger", "--since", "90m", "--json", "-c", str(fleet.conf))
+    [row] = [r for r in json.loads(on.stdout) if r["pipeline"] is not None]
+    assert row["pipeline"]["key"] == seed.key and row["pipeline"]["in_progress"] is False
+    assert {s["step"]: s["status"] for s in row["pipeline"]["steps"]} == {
+        "extract": "succeeded",
+        "transform-a": "succeeded",
+        "transform-b": "succeeded",
+        "load": "succeeded",
+        "notify": "not needed",
+    }
+
+
+def line_indented(line: str) -> bool:
+    return line.startswith("    ")
+
+
+def test_status_check_names_a_stuck_pipeline(
+    fleet: WebFleet, cli: Cli, aws_env: dict[str, str]
+) -> None:
+    """load's parents succeeded 3h ago and it never started: the check is critical and says so;
+    a run whose last step ended a minute ago is not stuck."""
+    now = time.time()
+    stuck = Seeder(fleet, nightly("stuck"), "nightly-stuck", hour_mark(now) - 5 * HOUR)
+    stuck.ended("extract", RunOutcome.SUCCEEDED, now - 4 * HOUR)
+    stuck.ended("transform-a", RunOutcome.SUCCEEDED, now - 3.5 * HOUR)
+    stuck.ended("transform-b", RunOutcome.SUCCEEDED, now - 3 * HOUR - 60)
+    fresh = Seeder(fleet, nightly("fresh"), "nightly-fresh", hour_mark(now) - HOUR)
+    fresh.ended("extract", RunOutcome.SUCCEEDED, now - 60)
+
+    shown = cli("status", "--check", "-c", str(fleet.conf))
+    assert shown.returncode == 2, shown.stdout + shown.stderr
+    line = shown.stdout.strip()
+    assert line.startswith("SQSJKR CRITICAL - ")
+    assert "pipeline stuck: load has not started 3h1m after transform-b succeeded for the " in line
+    assert "pipeline fresh" not in line
