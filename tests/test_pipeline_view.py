@@ -6,6 +6,7 @@ steps' records and runs in progress written through the backends as the daemons 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from sqsjkr.contract.run import RunOutcome, RunStart
 from sqsjkr.fleet.pipelines import StepStatus, stuck_reasons, view_of
 from tests.conftest import Cli
 from tests.test_firings import HOUR, create_schedule, hour_mark
-from tests.web_fleet import WebFleet, make_fleet, module_env, record
+from tests.web_fleet import HOSTILE_ID, WebFleet, make_fleet, module_env, record
 
 
 @pytest.fixture(scope="module")
@@ -232,3 +233,104 @@ def test_status_check_names_a_stuck_pipeline(
     assert line.startswith("SQSJKR CRITICAL - ")
     assert "pipeline stuck: load has not started 3h1m after transform-b succeeded for the " in line
     assert "pipeline fresh" not in line
+
+
+#: A step's name as a hand-written state item could carry it (the contract refuses it in a
+#: message): the page must show it as text.
+HOSTILE_STEP = '<img src=x onerror="alert(1)">'
+
+
+def hostile_run(fleet: WebFleet, root_event: str, at: float) -> str:
+    """A run's state item written by hand, with a hostile pipeline and step name; its key."""
+    key = f"hand-{uuid.uuid4().hex[:8]}"
+    graph = {
+        "name": HOSTILE_ID,
+        "root": "extract",
+        "steps": {
+            "extract": {"after": [], "on_failure": []},
+            HOSTILE_STEP: {"after": ["extract"], "on_failure": []},
+        },
+    }
+    fleet.dynamodb.put_item(
+        TableName=fleet.table,
+        Item={
+            "Id": {"S": f"pipeline|{key}"},
+            "Type": {"S": "pipeline"},
+            "Name": {"S": HOSTILE_ID},
+            "Root": {"S": "extract"},
+            "Graph": {"S": json.dumps(graph)},
+            "Succeeded": {"SS": ["extract"]},
+            "StartedAt": {"N": str(at)},
+            "UpdatedAt": {"N": str(at)},
+            "Expired": {"N": str(int(at + 86400))},
+        },
+    )
+    fleet.history().finished(
+        record(root_event, at, RunOutcome.SUCCEEDED, pipeline_key=key, pipeline_step="extract")
+    )
+    return key
+
+
+def test_the_event_page_draws_a_firings_pipeline_in_chromium(fleet: WebFleet) -> None:
+    """The event page draws the run: each step's box coloured by its state, the legend, a step's
+    run page linking back to its firing's pipeline; a hostile pipeline or step name is text."""
+    from tests.test_web_e2e import CHROMIUM, CHROMIUM_ARGS  # skips without a browser
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    now = time.time()
+    seed = Seeder(fleet, nightly("drawn"), "nightly-web", hour_mark(now) - HOUR)
+    seed.ended("extract", RunOutcome.SUCCEEDED, now - 300)
+    seed.ended("transform-a", RunOutcome.ERRORED, now - 200)
+    seed.running("transform-b", "host-b", now - 100)
+    hostile_key = hostile_run(fleet, "nightly-evil", now - 50)
+    served = fleet.serve()
+    dialogs: list[str] = []
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page()
+                page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+                page.goto(f"{served.url}event?id=nightly-web")
+                svg = page.locator("svg.pipeline-graph")
+                sync_api.expect(svg).to_be_visible()
+                fills = {
+                    step: svg.locator(f'g.step[data-step="{step}"] rect').evaluate(
+                        "(r) => getComputedStyle(r).fill"
+                    )
+                    for step in ("extract", "transform-a", "transform-b", "load", "notify")
+                }
+                assert fills["extract"] == "rgb(230, 244, 234)"  # succeeded
+                assert fills["transform-a"] == "rgb(253, 232, 238)"  # failed
+                assert fills["transform-b"] == "rgb(232, 240, 254)"  # running
+                statuses = svg.locator("g.step").evaluate_all(
+                    "(gs) => gs.map((g) => g.dataset.step + ':' + g.dataset.status)"
+                )
+                assert sorted(statuses) == [
+                    "extract:succeeded",
+                    "load:skipped",
+                    "notify:waiting",
+                    "transform-a:failed",
+                    "transform-b:running",
+                ]
+                if os.environ.get("SQSJKR_SCREENSHOTS"):
+                    page.screenshot(path=os.environ["SQSJKR_SCREENSHOTS"] + "/pipeline.png")
+                assert svg.locator("path.edge.on_failure").count() == 1
+                assert svg.locator("path.edge.after").count() == 4
+                sync_api.expect(page.locator("#pipeline .legend")).to_contain_text("not needed")
+                # The failed step's box links to its run, whose page links back here.
+                svg.locator('g.step[data-step="transform-a"] a').click()
+                sync_api.expect(page.locator("h1")).to_contain_text("Run of")
+                page.get_by_role("link", name="its firing's pipeline").click()
+                sync_api.expect(page.locator("#pipeline h2")).to_contain_text("drawn")
+
+                page.goto(f"{served.url}event?id=nightly-evil&pipeline={hostile_key}")
+                shown = page.locator("#pipeline")
+                sync_api.expect(shown.locator("h2")).to_contain_text(HOSTILE_ID)
+                sync_api.expect(shown.locator(".pipeline-steps")).to_contain_text(HOSTILE_STEP)
+                assert page.locator("#pipeline img, #pipeline script").count() == 0
+            finally:
+                browser.close()
+    finally:
+        served.close()
+    assert dialogs == []

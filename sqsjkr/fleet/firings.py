@@ -423,11 +423,13 @@ def firings(
     missed_only: bool = False,
     grace: float | None = None,
     letters: bool = True,
+    pipelines: bool = True,
     warn: Callable[[str], None] | None = None,
 ) -> list[FiringRow]:
     """The ledger of the config's schedules (of event_id's, when given) from now - since to now,
     newest first; missed_only keeps the missed firings; without letters, the dead-letter queues
-    are not read (a firing the scheduler could not deliver is missed for another reason).
+    are not read (a firing the scheduler could not deliver is missed for another reason);
+    without pipelines, the steps of the pipelines the firings started are not read.
     grace: how long a firing is due before it is missed (default: [check] grace, as the check
     calls it late)."""
     if grace is None:
@@ -445,4 +447,6 @@ def firings(
     rows = ledger(found, evidence, start, now, grace, warn)
     if missed_only:
         return [r for r in rows if r.status is FiringStatus.MISSED]
+    if not pipelines:
+        return rows
     return with_pipelines(store, rows, lambda row, view: _with(row, row.status, pipeline=view))
