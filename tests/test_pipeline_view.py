@@ -10,6 +10,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,10 @@ from sqsjkr.contract.pipeline import Pipeline, PipelineRun, Step
 from sqsjkr.contract.pipeline_progress import pending
 from sqsjkr.contract.run import RunOutcome, RunStart
 from sqsjkr.fleet.pipelines import StepStatus, stuck_reasons, view_of
-from tests.conftest import Cli
+from sqsjkr.observability.health import Health
+from sqsjkr.observability.metrics import Metrics
+from sqsjkr.observability.stats import Stats
+from tests.conftest import Aws, Cli, Start, config_text, http_get_text, wait_until
 from tests.test_firings import HOUR, create_schedule, hour_mark
 from tests.web_fleet import HOSTILE_ID, WebFleet, make_fleet, module_env, record
 
@@ -334,3 +338,75 @@ def test_the_event_page_draws_a_firings_pipeline_in_chromium(fleet: WebFleet) ->
     finally:
         served.close()
     assert dialogs == []
+
+
+def metric(port: int, name: str, pipeline: str) -> float | None:
+    """The value of a pipeline's gauge on the daemon's /metrics (None: no such series)."""
+    for line in http_get_text(port, "/metrics").splitlines():
+        if line.startswith(f'{name}{{pipeline="{pipeline}"}} '):
+            return float(line.split()[-1])
+    return None
+
+
+def test_a_real_daemons_pipeline_seen_by_its_gauges_and_the_faces(
+    aws: Aws, start_daemon: Start, tmp_path: Path, cli: Cli
+) -> None:
+    """One daemon runs extract -> load, load waiting on a file: while it runs, the gauge says in
+    progress and `sqsjkr pipeline` names load running on its host (its claim found by the run
+    key); once it ends, the gauge says over and every step succeeded."""
+    go = tmp_path / "go"
+    name = f"seen-{uuid.uuid4().hex[:6]}"
+    wait = f"while [ ! -f {go} ]; do sleep 0.05; done"
+    body = {
+        "event_id": f"{name}-extract",
+        "command": "true",
+        "pipeline": {
+            "name": name,
+            "root": "extract",
+            "steps": {
+                "extract": {},
+                "load": {
+                    "after": ["extract"],
+                    "job": {"command": wait, "event_id": f"{name}-load"},
+                },
+            },
+        },
+    }
+    conf = tmp_path / "seen.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
+    daemon = start_daemon("run", "-c", str(conf))
+    port = daemon.stats_port
+    key = aws.send(body)
+    wait_until(lambda: metric(port, "sqsjkr_pipeline_in_progress", name) == 1.0, what="in progress")
+
+    def load_running() -> str | None:
+        shown = cli("pipeline", f"{name}-extract", "-c", str(conf))
+        return shown.stdout if "running on" in shown.stdout else None
+
+    text = wait_until(load_running, what="load running")
+    row = next(line for line in text.splitlines() if " load " in line)
+    assert f"run {key}" in text.splitlines()[0]
+    assert "after extract" in row and "running on " in row
+    go.touch()
+    wait_until(lambda: metric(port, "sqsjkr_pipeline_in_progress", name) == 0.0, what="over")
+    ended = metric(port, "sqsjkr_pipeline_last_step_end_timestamp_seconds", name)
+    assert ended is not None and ended > time.time() - 60
+    view = sqsjkr.Fleet(str(conf)).pipeline(f"{name}-load")  # a step's event finds it too
+    assert [(s.name, s.status) for s in view.steps] == [
+        ("extract", StepStatus.SUCCEEDED),
+        ("load", StepStatus.SUCCEEDED),
+    ]
+    assert not view.in_progress and view.key == key
+    assert daemon.stop() == 0
+
+
+def test_the_gauges_follow_the_newest_step_end() -> None:
+    """An older state (a redelivery's, a late write) never moves the gauges back."""
+    metrics = Metrics(Stats(1), Health())
+    metrics.pipeline_step_ended("nightly", 200.0, True)
+    metrics.pipeline_step_ended("nightly", 100.0, False)
+    text = metrics.exposition().decode()
+    assert 'sqsjkr_pipeline_in_progress{pipeline="nightly"} 1.0' in text
+    assert 'sqsjkr_pipeline_last_step_end_timestamp_seconds{pipeline="nightly"} 200.0' in text
+    metrics.pipeline_step_ended("nightly", 300.0, False)
+    assert 'sqsjkr_pipeline_in_progress{pipeline="nightly"} 0.0' in metrics.exposition().decode()
