@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
-from sqsjkr.backends.pipeline import DynamoPipelines, PipelineState
+from sqsjkr.backends.index import BATCH_GET_LIMIT
+from sqsjkr.backends.pipeline import PREFIX, TYPE, DynamoPipelines, PipelineState, state_of
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.pipeline import STEP_MARK, Pipeline
 from sqsjkr.contract.pipeline_progress import called_for, graph_of, on_failure_only
@@ -153,6 +154,7 @@ class StepEvents:
 
 
 def learn_events(summaries: Iterable[EventSummary]) -> StepEvents:
+    """Which events run which steps, by the summaries' last runs and runs in progress."""
     by_step: dict[str, set[str]] = {}
     by_claim: dict[str, str] = {}
     running: dict[str, Sequence[RunStart]] = {}
@@ -309,28 +311,45 @@ def pipelines_of(store: Store) -> DynamoPipelines:
 
 
 def read_views(
-    store: Store, states: Sequence[PipelineState], root_event: str | None = None
+    store: Store, states: Sequence[PipelineState], root_events: Mapping[str, str] | None = None
 ) -> list[PipelineView]:
-    """The runs of states: every event's summary read once (the index, in batches: who runs
-    which step now, and under which event), then each step event's records once (a Query
-    each, enough for every run)."""
+    """The runs of states (root_events: each run's root's event, by run key, when known): every
+    event's summary read once (the index, in batches: who runs which step now, and under which
+    event), then each step event's records once (a Query each, enough for every run)."""
     if not states:
         return []
+    roots = root_events or {}
     with store.reading():
         learned = learn_events(store.history.summaries())
-    events = {s.key: events_of(s, learned, root_event) for s in states}
+    events = {s.key: events_of(s, learned, roots.get(s.key)) for s in states}
     wanted = sorted({e for by_step in events.values() for es in by_step.values() for e in es})
     limit = len(states) * RECORDS_PER_RUN + _RECORDS_MARGIN
     with store.reading():
         records = {event: store.history.runs(event, limit) for event in wanted}
-    return [with_due_times(view_of(s, records, learned.running, events[s.key])) for s in states]
+    return [view_of(s, records, learned.running, events[s.key]) for s in states]
 
 
-def read_view(store: Store, key: str, root_event: str | None = None) -> PipelineView | None:
+def read_view(store: Store, key: str) -> PipelineView | None:
     """The run of key (None: no step of it has ended yet, so none is kept)."""
     with store.reading():
         state = pipelines_of(store).state(key)
-    return None if state is None else read_views(store, [state], root_event)[0]
+    return None if state is None else read_views(store, [state])[0]
+
+
+def read_states(store: Store, keys: Iterable[str]) -> list[PipelineState]:
+    """The kept states of the runs of keys, read by key BATCH_GET_LIMIT a call."""
+    wanted = [{"Id": {"S": PREFIX + k}, "Type": {"S": TYPE}} for k in dict.fromkeys(keys)]
+    found: list[PipelineState] = []
+    with store.reading():
+        for i in range(0, len(wanted), BATCH_GET_LIMIT):
+            pending: dict[str, Any] = {
+                store.table: {"Keys": wanted[i : i + BATCH_GET_LIMIT], "ConsistentRead": True}
+            }
+            while pending:
+                answer = store.client.batch_get_item(RequestItems=pending)
+                found += [state_of(item) for item in answer["Responses"].get(store.table, [])]
+                pending = answer.get("UnprocessedKeys") or {}
+    return found
 
 
 class _HasRun(Protocol):
@@ -348,19 +367,14 @@ def with_pipelines(
     store: Store, rows: Sequence[R], attach: Callable[[R, PipelineView], R]
 ) -> list[R]:
     """rows (a ledger's firings) each with the run of the pipeline its root's run started, when
-    it did: the runs' states listed once (a Query of the index and a BatchGetItem), read only
-    when a row's run has a pipeline key; each step event's records read once for them all."""
+    it did: the runs' states read by key (a BatchGetItem per 100), only when a row's run has a
+    pipeline key, then the summaries and each step event's records once for them all."""
     keyed = {r.run.pipeline_key: r for r in rows if r.run is not None and r.run.pipeline_key}
     if not keyed:
         return list(rows)
-    with store.reading():
-        states = [s for s in pipelines_of(store).states() if s.key in keyed]
-    views: dict[str, PipelineView] = {}
-    by_event: dict[str, list[PipelineState]] = {}
-    for state in states:
-        by_event.setdefault(keyed[state.key].event_id, []).append(state)
-    for event, some in by_event.items():
-        views.update((v.key, v) for v in read_views(store, some, event))
+    states = read_states(store, keyed)
+    roots = {s.key: keyed[s.key].event_id for s in states}
+    views = {v.key: v for v in read_views(store, states, roots)}
     return [
         attach(r, views[key])
         if r.run is not None and (key := r.run.pipeline_key or "") in views
@@ -416,8 +430,8 @@ def event_pipeline(store: Store, event_id: str, firing: float | None = None) -> 
     if state is None:
         raise ResourceMissingError(f"no state kept of pipeline run {quote(key)} (expired?)")
     mine = [r for r in runs if r.pipeline_key == key]
-    root_event = event_id if any(r.pipeline_step == state.root for r in mine) else None
-    return read_views(store, [state], root_event)[0]
+    roots = {key: event_id} if any(r.pipeline_step == state.root for r in mine) else {}
+    return read_views(store, [state], roots)[0]
 
 
 # -- stuck ---------------------------------------------------------------------------------
