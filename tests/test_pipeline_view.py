@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import sqsjkr
+from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.backends.pipeline import DynamoPipelines, PipelineState
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.pipeline import Pipeline, PipelineRun, Step
@@ -83,12 +84,22 @@ class Seeder:
         )
         self.store.step_ended(run, outcome is RunOutcome.SUCCEEDED, at, self.at)
 
-    def running(self, step: str, host: str, since: float) -> None:
+    def running(self, step: str, host: str, since: float) -> str:
         claim = PipelineRun(self.pipeline, step, self.key).claim_key()
         start = RunStart(
             self.event(step), uuid.uuid4().hex, host, f"{host}:1:x", since, since, "true"
         )
         self.fleet.history().started(RunStart(**{**start.__dict__, "claim_id": claim}))
+        # Its claim, leased as a live daemon keeps it.
+        self.fleet.dynamodb.put_item(
+            TableName=self.fleet.table,
+            Item={
+                "Id": {"S": claim},
+                "Type": {"S": THROTTLE_TYPE},
+                "LeaseUntil": {"N": str(time.time() + 600)},
+            },
+        )
+        return claim
 
 
 def test_a_runs_state_says_what_is_pending() -> None:
@@ -99,6 +110,27 @@ def test_a_runs_state_says_what_is_pending() -> None:
     assert pending(graph, {"extract", "transform-b", "notify"}, {"transform-a"}) == []
     everything = {"extract", "transform-a", "transform-b", "load"}
     assert pending(graph, everything, ()) == []
+
+
+def test_a_failed_step_run_again_shows_running() -> None:
+    graph = nightly("p")
+    state = PipelineState(
+        "k",
+        "p",
+        "extract",
+        graph.graph_fields(),
+        frozenset({"extract"}),
+        frozenset({"transform-a"}),
+    )
+    start = RunStart(
+        "transform-a", "m", "host-z", "o", 1.0, 1.0, "true", claim_id="k#step-transform-a#rerun-1"
+    )
+    view = view_of(state, {}, {"transform-a": [start]}, {n: (n,) for n in graph.steps})
+    step = view.step("transform-a")
+    assert step is not None and step.status is StepStatus.RUNNING
+    assert step.detail.endswith("(again: it failed before)")
+    load = view.step("load")
+    assert load is not None and load.status is StepStatus.SKIPPED
 
 
 def test_a_step_due_for_long_is_stuck_and_named_with_its_cause() -> None:
@@ -141,7 +173,7 @@ def test_fleet_and_the_pipeline_command_show_each_steps_state(
     seed = Seeder(fleet, nightly("nightly"), "nightly-show", hour_mark(now) - HOUR)
     seed.ended("extract", RunOutcome.SUCCEEDED, seed.at + 60)
     seed.ended("transform-a", RunOutcome.SUCCEEDED, seed.at + 120, host="host-c")
-    seed.running("transform-b", "host-b", seed.at + 70)
+    claim = seed.running("transform-b", "host-b", seed.at + 70)
 
     view = sqsjkr.Fleet(str(fleet.conf)).pipeline("nightly-show")
     states = {s.name: (s.status, s.detail) for s in view.steps}
@@ -150,6 +182,7 @@ def test_fleet_and_the_pipeline_command_show_each_steps_state(
     assert states["transform-a"][0] is StepStatus.SUCCEEDED and "host-c" in states["transform-a"][1]
     assert states["transform-b"] == (StepStatus.RUNNING, states["transform-b"][1])
     assert "running on host-b" in states["transform-b"][1]
+    assert "stale" not in states["transform-b"][1]
     assert states["load"] == (StepStatus.WAITING, "waiting for transform-b")
     assert states["notify"][0] is StepStatus.NOT_NEEDED
 
@@ -178,6 +211,13 @@ def test_fleet_and_the_pipeline_command_show_each_steps_state(
     assert steps["load"]["status"] == "skipped" and steps["load"]["skipped_by"] == "transform-a"
     assert steps["load"]["detail"] == "skipped: transform-a failed"
     assert steps["notify"]["status"] == "waiting"  # called for, not started yet
+    # Its daemon died: its claim's lease is no longer renewed.
+    fleet.dynamodb.delete_item(
+        TableName=fleet.table, Key={"Id": {"S": claim}, "Type": {"S": THROTTLE_TYPE}}
+    )
+    stale = sqsjkr.Fleet(str(fleet.conf)).pipeline("nightly-show").step("transform-b")
+    assert stale is not None and stale.status is StepStatus.RUNNING
+    assert "(stale: its daemon stopped renewing its claim" in stale.detail
     missing = cli(
         "pipeline", "nightly-show", "--firing", "2001-01-01T00:00:00Z", "-c", str(fleet.conf)
     )
@@ -212,6 +252,11 @@ def test_firings_shows_each_firings_steps(
         "load": "succeeded",
         "notify": "not needed",
     }
+    # A step's event has no schedule: its firings are its root's, with the same run under each.
+    step = cli("firings", seed.event("load"), "--since", "90m", "-c", str(fleet.conf))
+    assert step.returncode == 0, step.stderr
+    assert "is a step of a pipeline, with no schedule of its own" in step.stderr
+    assert "    pipeline ledger (root extract)" in step.stdout and ": over" in step.stdout
 
 
 def line_indented(line: str) -> bool:

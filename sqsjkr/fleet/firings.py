@@ -372,7 +372,13 @@ def recorded_firings(
     fired = [r for r in records if r.firing_at is not None and r.firing_schedule is not None]
     if not fired:
         raise ResourceMissingError(f"no schedule sends event {event_id!r}, and no run of it fired")
-    if warn is not None:
+    if warn is not None and all(r.pipeline_step for r in fired):
+        # A pipeline's step has no schedule: its runs carry its root's firings.
+        warn(
+            f"event {event_id!r} is a step of a pipeline, with no schedule of its own: its "
+            "root's firings as its runs recorded them (`sqsjkr firings ROOT` lists them all)"
+        )
+    elif warn is not None:
         warn(
             f"no schedule sends event {event_id!r} any more (deleted?): its firings as its runs "
             "recorded them; its missed ones are not known"
@@ -442,9 +448,10 @@ def firings(
     start = now - since
     if event_id is not None and not found:
         # Its schedule was deleted (or never existed): its past firings are its runs'.
-        return recorded_firings(store, event_id, start, missed_only, warn)
-    evidence = read_evidence(store, found, start, now, letters=letters)
-    rows = ledger(found, evidence, start, now, grace, warn)
+        rows = recorded_firings(store, event_id, start, missed_only, warn)
+    else:
+        evidence = read_evidence(store, found, start, now, letters=letters)
+        rows = ledger(found, evidence, start, now, grace, warn)
     if missed_only:
         return [r for r in rows if r.status is FiringStatus.MISSED]
     if not pipelines:

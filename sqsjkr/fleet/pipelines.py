@@ -7,8 +7,9 @@ The stuck check is here too: a step whose parents all succeeded long ago and tha
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
@@ -20,6 +21,7 @@ from sqsjkr.contract.pipeline_progress import called_for, graph_of, on_failure_o
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import RequestError, ResourceMissingError, quote
 from sqsjkr.fleet.history import Store, record_json
+from sqsjkr.fleet.running import claim_is_live, read_claims
 from sqsjkr.fleet.wording import format_span, local_time
 
 #: A step whose parents all succeeded (or whose on_failure call came) this long ago and that has
@@ -247,10 +249,15 @@ def _judge(
     records: Sequence[RunRecord],
     running: RunStart | None,
 ) -> StepView:
-    """One step's state: ended (by the state), skipped, running, else waiting or not needed."""
+    """One step's state: running, else ended (by the state), skipped, waiting or not needed."""
     step = graph.steps[name]
     base = StepView(name, depth, step.after, step.on_failure, StepStatus.WAITING, "")
     final = [r for r in records if r.final and r.outcome is not RunOutcome.DUPLICATE]
+    if running is not None:
+        # A step run again for its firing (trigger --firing --force) runs whatever it did before.
+        again = " (again: it failed before)" if name in state.failed else ""
+        detail = f"running on {running.host} since {local_time(running.started_at)}{again}"
+        return _with(base, StepStatus.RUNNING, detail, running=running)
     if name in state.succeeded:
         run = next((r for r in final if r.outcome is RunOutcome.SUCCEEDED), None)
         return _with(base, StepStatus.SUCCEEDED, _ran("succeeded", run), run=run)
@@ -262,9 +269,6 @@ def _judge(
     if name in skipped:
         cause = skipped[name]
         return _with(base, StepStatus.SKIPPED, f"skipped: {cause} failed", skipped_by=cause)
-    if running is not None:
-        detail = f"running on {running.host} since {local_time(running.started_at)}"
-        return _with(base, StepStatus.RUNNING, detail, running=running)
     if on_failure_only(graph, name):
         caller = called_for(graph, state.failed).get(name)
         if caller is None:
@@ -326,7 +330,36 @@ def read_views(
     limit = len(states) * RECORDS_PER_RUN + _RECORDS_MARGIN
     with store.reading():
         records = {event: store.history.runs(event, limit) for event in wanted}
-    return [view_of(s, records, learned.running, events[s.key]) for s in states]
+    views = [view_of(s, records, learned.running, events[s.key]) for s in states]
+    return with_stale_runs(store, views)
+
+
+#: How a running step whose daemon died is told apart: its claim is no longer renewed.
+STALE = " (stale: its daemon stopped renewing its claim; it runs again after its lease)"
+
+
+def with_stale_runs(store: Store, views: Sequence[PipelineView]) -> list[PipelineView]:
+    """views with each running step checked against its claim (one BatchGetItem per 100): a
+    daemon that died leaves its run in its event's summary until the claim's lease ends."""
+    starts = [s.running for v in views for s in v.steps if s.running is not None]
+    if not starts:
+        return list(views)
+    with store.reading():
+        claims = read_claims(store.client, store.table, [s.claim_item for s in starts])
+    now = time.time()
+    return [
+        replace(
+            v,
+            steps=tuple(
+                replace(s, detail=s.detail + STALE)
+                if s.running is not None
+                and not claim_is_live(claims.get(s.running.claim_item), now)
+                else s
+                for s in v.steps
+            ),
+        )
+        for v in views
+    ]
 
 
 def read_view(store: Store, key: str) -> PipelineView | None:
