@@ -171,10 +171,11 @@ def test_a_diamond_on_two_daemons_with_every_message_twice_runs_each_step_once_i
     daemons = [run_daemon(start_daemon, tmp_path, aws, lease="3s")[0] for _ in range(2)]
     send_twice(aws, first)
     send_twice(aws, second)  # a second firing in flight at the same time
-    wait_until(lambda: lines(out).count("end-d") == 2, timeout=60, what="d of both firings")
+    aws.send(diamond(out, prefix))  # and one sent by hand: a run of its own, its steps doubled
+    wait_until(lambda: lines(out).count("end-d") == 3, timeout=60, what="d of the three runs")
     ran = lines(out)
     for step in "abcd":
-        assert ran.count(f"start-{step}") == 2, ran  # once per firing
+        assert ran.count(f"start-{step}") == 3, ran  # once per run
     assert "notified" not in ran
     for firing in (first, second):
         state = pipeline_state(aws, f"nightly@{firing['firing']['time']}")
