@@ -23,9 +23,9 @@ from sqsjkr.errors import InvalidJobError
 from sqsjkr.observability.logs import JobLog
 from tests.conftest import Aws, Start, run_daemon, wait_until
 from tests.faults import Fault, FaultProxy
-from tests.test_schedules import backdate, queue_arn, scheduler, sqsjkr, write_conf
 from tests.test_schedules import group as group  # noqa: F401 - the fixture
-from tests.test_trigger import ROLE_ARN, module_input
+from tests.test_schedules import sqsjkr, write_conf
+from tests.test_trigger import NIGHTLY, module_input, nightly_schedule
 
 
 def diamond(out: Path, prefix: str, **commands: str) -> dict[str, Any]:
@@ -171,10 +171,11 @@ def test_a_diamond_on_two_daemons_with_every_message_twice_runs_each_step_once_i
     daemons = [run_daemon(start_daemon, tmp_path, aws, lease="3s")[0] for _ in range(2)]
     send_twice(aws, first)
     send_twice(aws, second)  # a second firing in flight at the same time
-    wait_until(lambda: lines(out).count("end-d") == 2, timeout=60, what="d of both firings")
+    aws.send(diamond(out, prefix))  # and one sent by hand: a run of its own, its steps doubled
+    wait_until(lambda: lines(out).count("end-d") == 3, timeout=60, what="d of the three runs")
     ran = lines(out)
     for step in "abcd":
-        assert ran.count(f"start-{step}") == 2, ran  # once per firing
+        assert ran.count(f"start-{step}") == 3, ran  # once per run
     assert "notified" not in ran
     for firing in (first, second):
         state = pipeline_state(aws, f"nightly@{firing['firing']['time']}")
@@ -251,19 +252,11 @@ def test_trigger_firing_force_of_a_failed_step_runs_it_again_and_resumes_its_pip
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     out, fixed = tmp_path / "runs", tmp_path / "fixed"
-    expression = "cron(0 2 * * ? *)"
-    body = json.loads(module_input("scheduler", expression, "UTC"))
+    body = json.loads(module_input("scheduler", NIGHTLY, "UTC"))
     c_command = f"echo start-c >> {out}; test -f {fixed} || exit 3; echo end-c >> {out}"
     body.update(diamond(out, "nightly", c=c_command))
     body["event_id"] = "nightly"
-    scheduler().create_schedule(
-        Name="sqsjkr-nightly",
-        GroupName=group,
-        ScheduleExpression=expression,
-        FlexibleTimeWindow={"Mode": "OFF"},
-        Target={"Arn": queue_arn(aws), "RoleArn": ROLE_ARN, "Input": json.dumps(body)},
-    )
-    backdate(group, "sqsjkr-nightly", 5 * 365 * 86400)
+    nightly_schedule(aws, group, body)
     conf = write_conf(tmp_path, aws, group=group)
     daemon, _ = run_daemon(start_daemon, tmp_path, aws)
     firing = ["--firing", "2026-01-15T02:00:00Z", "-c", conf]

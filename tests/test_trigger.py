@@ -300,6 +300,21 @@ def test_trigger_firing_sends_it_as_that_firing_and_refuses_one_that_ran(
     assert received(aws, aws.queue_url) == []
 
 
+NIGHTLY = "cron(0 2 * * ? *)"
+
+
+def nightly_schedule(aws: Aws, group: str, body: dict[str, Any]) -> None:
+    """Schedule "sqsjkr-nightly" at 02:00 UTC sending body to aws's queue, made years ago."""
+    scheduler().create_schedule(
+        Name="sqsjkr-nightly",
+        GroupName=group,
+        ScheduleExpression=NIGHTLY,
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={"Arn": queue_arn(aws), "RoleArn": ROLE_ARN, "Input": json.dumps(body)},
+    )
+    backdate(group, "sqsjkr-nightly", 5 * 365 * 86400)
+
+
 def test_a_forced_rerun_of_a_firing_runs_once_and_a_cancelled_firing_runs_without_force(
     start_daemon: Start,
     tmp_path: Path,
@@ -307,17 +322,9 @@ def test_a_forced_rerun_of_a_firing_runs_once_and_a_cancelled_firing_runs_withou
     group: str,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    expression = "cron(0 2 * * ? *)"
-    body = json.loads(module_input("scheduler", expression, "UTC"))
+    body = json.loads(module_input("scheduler", NIGHTLY, "UTC"))
     body["command"] = "echo ran >> runs"
-    scheduler().create_schedule(
-        Name="sqsjkr-nightly",
-        GroupName=group,
-        ScheduleExpression=expression,
-        FlexibleTimeWindow={"Mode": "OFF"},
-        Target={"Arn": queue_arn(aws), "RoleArn": ROLE_ARN, "Input": json.dumps(body)},
-    )
-    backdate(group, "sqsjkr-nightly", 5 * 365 * 86400)  # made years ago
+    nightly_schedule(aws, group, body)
     conf = write_conf(tmp_path, aws, group=group)
     daemon, _ = run_daemon(start_daemon, tmp_path, aws)
     history = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=86400)

@@ -157,7 +157,7 @@ class Worker:
             )
             return Ending(PAUSE)
         holder = claim.holder
-        if _another_holds(job, claim):
+        if _another_holds(job, progress.claim_id, claim):
             assert holder is not None
             return self._duplicate(entry, progress, claim, holder, jlog)
         if claim.state is ClaimState.FINISHED:
@@ -243,17 +243,21 @@ class Worker:
     def _duplicate(
         self, entry: InFlight, progress: RunProgress, claim: Claim, holder: str, jlog: JobLog
     ) -> Ending:
-        """Another message of the job's firing holds its claim (it runs, ran, or waits for its
-        retry): this one is recorded as its duplicate and deleted. Should the holder's daemon
-        die, the holder's own message, still on the queue, runs the firing once its lease ends."""
-        assert entry.job.firing is not None
+        """Another message of the job's firing (or of its pipeline's step in one run) holds its
+        claim (it runs, ran, or waits for its retry): this one is recorded as its duplicate and
+        deleted. Should the holder's daemon die, the holder's own message, still on the queue,
+        runs the firing once its lease ends (and moves its pipeline on)."""
         what = {
             # Finished: its run ended, whether it ran or was cancelled, aborted or killed.
             ClaimState.FINISHED: "has ended",
             ClaimState.RUNNING: "is in progress",
             ClaimState.WAITING: "waits for its retry",
         }.get(claim.state, "is taken")
-        why = f"a duplicate of message {holder}: the firing {entry.job.firing.key} {what}"
+        firing, run = entry.job.firing, entry.job.pipeline
+        shared = f"the firing {firing.key}" if firing is not None else f"run {progress.claim_id}"
+        if run is not None and not run.is_root:
+            shared = f"step {run.step} of {shared}"
+        why = f"a duplicate of message {holder}: {shared} {what}"
         jlog.info("not run, message deleted: %s", escape(why))
         ending = Ending(DELETE, (Outcome.DUPLICATE,), RunOutcome.DUPLICATE, why)
         record = replace(progress.record(ending, self._clock()), duplicate_of=holder)
@@ -414,13 +418,13 @@ class Worker:
             jlog.warning("could not mark its event running (%s)", describe(exc))
 
 
-def _another_holds(job: Job, claim: Claim) -> bool:
-    """Whether another message of the job's firing holds its claim, so that this one is its
-    duplicate. Not while the claim waits for its retry: the holder's message may be gone by
+def _another_holds(job: Job, claim_id: str, claim: Claim) -> bool:
+    """Whether another message of the job's firing (or pipeline step's run: a claim shared by
+    several messages, claim_id) holds its claim, so that this one is its duplicate. Not while the claim waits for its retry: the holder's message may be gone by
     then (dead-lettered, or past its retention), so this copy is kept, hidden until the retry is
     due, and may take it over then."""
     holder = claim.holder
-    if job.firing is None or holder is None or holder == job.message_id:
+    if claim_id == job.message_id or holder is None or holder == job.message_id:
         return False
     return claim.state is not ClaimState.WAITING
 
