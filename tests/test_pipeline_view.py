@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 import sqsjkr
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
@@ -236,13 +237,13 @@ def test_firings_shows_each_firings_steps(
     seed.ended("transform-b", RunOutcome.SUCCEEDED, seed.at + 110)
     seed.ended("load", RunOutcome.SUCCEEDED, seed.at + 200, host="host-d")
 
-    shown = cli("firings", "nightly-ledger", "--since", "90m", "-c", str(fleet.conf))
+    shown = cli("firings", "nightly-ledger", "--since", "150m", "-c", str(fleet.conf))
     assert shown.returncode == 0, shown.stderr
     text = shown.stdout
     assert "    pipeline ledger (root extract)" in text and ": over" in text
     load = next(line for line in text.splitlines() if " load " in line)
     assert line_indented(load) and "succeeded on host-d" in load
-    on = cli("firings", "nightly-ledger", "--since", "90m", "--json", "-c", str(fleet.conf))
+    on = cli("firings", "nightly-ledger", "--since", "150m", "--json", "-c", str(fleet.conf))
     [row] = [r for r in json.loads(on.stdout) if r["pipeline"] is not None]
     assert row["pipeline"]["key"] == seed.key and row["pipeline"]["in_progress"] is False
     assert {s["step"]: s["status"] for s in row["pipeline"]["steps"]} == {
@@ -252,8 +253,17 @@ def test_firings_shows_each_firings_steps(
         "load": "succeeded",
         "notify": "not needed",
     }
+    # The event's page draws it, and links to each firing's run.
+    served = fleet.serve()
+    try:
+        page = requests.get(f"{served.url}event", params={"id": "nightly-ledger"}, timeout=10)
+    finally:
+        served.close()
+    assert page.status_code == 200
+    assert 'data-step="load" data-status="succeeded"' in page.text
+    assert f'pipeline={seed.key}#pipeline" aria-current="true"' in page.text
     # A step's event has no schedule: its firings are its root's, with the same run under each.
-    step = cli("firings", seed.event("load"), "--since", "90m", "-c", str(fleet.conf))
+    step = cli("firings", seed.event("load"), "--since", "150m", "-c", str(fleet.conf))
     assert step.returncode == 0, step.stderr
     assert "is a step of a pipeline, with no schedule of its own" in step.stderr
     assert "    pipeline ledger (root extract)" in step.stdout and ": over" in step.stdout

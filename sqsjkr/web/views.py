@@ -260,6 +260,10 @@ def _scheduled(row: EventRow, schedules: Schedules) -> EventRow:
     )
 
 
+#: The firings of a pipeline's root an event's page links to, newest first.
+PIPELINE_FIRINGS = 24
+
+
 @dataclass
 class EventPage:
     """An event's page: its row (None: no summary), a page of its runs, its lock and who holds
@@ -280,6 +284,11 @@ class EventPage:
     @property
     def drawing(self) -> Drawing | None:
         return None if self.pipeline is None else layout(self.pipeline)
+
+    @property
+    def pipeline_firings(self) -> list[FiringRow]:
+        """Its last day's firings that started a run of a pipeline, newest first: each a link."""
+        return [row for row in self.firings.rows if row.pipeline is not None][:PIPELINE_FIRINGS]
 
     @property
     def firing_strip(self) -> list[FiringRow]:
