@@ -19,7 +19,13 @@ import requests
 from openapi_spec_validator import validate
 
 from sqsjkr.api.app import document
-from sqsjkr.api.tokens import FAILURE_WINDOW, FAILURES_ALLOWED, Tokens, Unauthorized
+from sqsjkr.api.tokens import (
+    FAILURE_WINDOW,
+    FAILURES_ALLOWED,
+    MAX_AUTHORIZATION,
+    Tokens,
+    Unauthorized,
+)
 from sqsjkr.commands.dashboard import listening
 from sqsjkr.commands.options import load
 from sqsjkr.contract.run import RunOutcome
@@ -147,6 +153,13 @@ def test_a_job_the_daemon_would_refuse_is_400_naming_the_field(served: Served) -
     assert "life_time" in problem(refused, 400, "invalid-job")["detail"]
     malformed = served.call("POST", "api/v1/jobs", json={"jobs": {}})
     assert "job" in problem(malformed, 400, "invalid-request")["detail"]
+    window = served.call("POST", "api/v1/jobs", json={"job": {"command": "x"}, "unique_for": "1y"})
+    assert problem(window, 400, "invalid-duration")["detail"].startswith("unique_for: ")
+    text = served.call("POST", "api/v1/jobs", data="command=x")
+    assert "JSON object" in problem(text, 400, "invalid-request")["detail"]
+    method = served.call("DELETE", "api/v1/jobs")
+    problem(method, 405, "http-405")
+    assert "POST" in method.headers["Allow"]
 
 
 def test_wait_answers_after_its_timeout_and_once_the_job_has_ended(
@@ -222,19 +235,24 @@ def test_without_api_tokens_every_api_route_is_404(fleet: WebFleet, moto_endpoin
         off.close()
 
 
-def test_failed_token_checks_are_bounded_then_forgotten() -> None:
+def test_failed_token_checks_are_bounded_and_never_lock_a_right_token_out() -> None:
     now = [1000.0]
     tokens = Tokens({token_digest("good"): Token("ci", frozenset({"read"}))}, clock=lambda: now[0])
-    assert tokens.check("Bearer good").name == "ci"
     for _ in range(FAILURES_ALLOWED):
         with pytest.raises(Unauthorized) as refused:
             tokens.check("Bearer guess")
         assert refused.value.status == 401
     with pytest.raises(Unauthorized) as bounded:
-        tokens.check("Bearer good")
+        tokens.check("Bearer another-guess")
     assert bounded.value.status == 429 and "Retry-After" in bounded.value.headers
-    now[0] += FAILURE_WINDOW + 1
     assert tokens.check("Bearer good").name == "ci"
+    with pytest.raises(Unauthorized) as unread:
+        tokens.check("Bearer " + "x" * (MAX_AUTHORIZATION + 1))
+    assert unread.value.status == 429
+    now[0] += FAILURE_WINDOW + 1
+    with pytest.raises(Unauthorized) as forgotten:
+        tokens.check("Bearer guess")
+    assert forgotten.value.status == 401
 
 
 @pytest.mark.parametrize(

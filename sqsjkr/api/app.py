@@ -83,14 +83,22 @@ def _problem(exc: Exception) -> Response:
         return problem_response(ApiProblem(exc.status, "unauthorized", exc.detail, exc.headers))
     if isinstance(exc, HTTPException):
         status = exc.code or 500
-        return problem_response(ApiProblem(status, "http-" + str(status), exc.description or ""))
+        # 405's Allow names the methods the path takes.
+        kept = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
+        return problem_response(
+            ApiProblem(status, "http-" + str(status), exc.description or "", kept)
+        )
     return problem_response(problem_of(exc))
 
 
 def _invalid(exc: ValidationError) -> Response:
     """A request that its route's models refuse: the first error, naming the field."""
     first = exc.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or "the request"
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    if not where:
+        # The body as a whole: not JSON, or not an object.
+        detail = "the body must be a JSON object, sent as Content-Type: application/json"
+        return problem_response(ApiProblem(400, "invalid-request", detail))
     return problem_response(ApiProblem(400, "invalid-request", f"{where}: {first['msg']}"))
 
 
