@@ -201,6 +201,8 @@ def test_a_cursor_walks_a_list_page_by_page(served: Served, fleet: WebFleet) -> 
     assert len(seen) == len(set(seen)) == 5
     bad = served.call("GET", f"api/v1/events/{event}/runs", params={"cursor": "not-ours"})
     problem(bad, 400, "bad-cursor")
+    twice = served.call("GET", f"api/v1/events/{event}/runs", params={"cursor": ["", "a"]})
+    assert "cursor: given 2 times" in problem(twice, 400, "invalid-request")["detail"]
 
 
 def test_actions_are_audited_as_the_tokens_name(served: Served, fleet: WebFleet) -> None:

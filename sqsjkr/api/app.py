@@ -39,6 +39,7 @@ def create_api(config: Config, tokens: Tokens) -> OpenAPI:
         # The contract is public; everything else needs a token before its request is read.
         if request.endpoint != "openapi":
             authenticate()
+            _once_each()
 
     return app
 
@@ -100,6 +101,15 @@ def _invalid(exc: ValidationError) -> Response:
         detail = "the body must be a JSON object, sent as Content-Type: application/json"
         return problem_response(ApiProblem(400, "invalid-request", detail))
     return problem_response(ApiProblem(400, "invalid-request", f"{where}: {first['msg']}"))
+
+
+def _once_each() -> None:
+    """Refuse a query parameter given more than once: each one takes one value, and reading the
+    first of several would answer a request the document does not allow."""
+    for name, values in request.args.lists():
+        if len(values) > 1:
+            detail = f"{name}: given {len(values)} times; give it once"
+            raise ApiProblem(400, "invalid-request", detail)
 
 
 def _off(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
