@@ -32,6 +32,7 @@ from sqsjkr.contract.run import RunOutcome
 from sqsjkr.contract.tokens import Token, read_tokens, token_digest
 from sqsjkr.errors import ConfigError
 from tests.api_fleet import TOKENS, Served, aws_environment, serve_api, tokens_file
+from tests.test_firings import create_schedule
 from tests.test_web import form_token
 from tests.web_fleet import WebFleet, make_fleet, module_env, record
 
@@ -93,6 +94,18 @@ def test_without_a_token_or_with_an_unknown_one_the_api_answers_401(served: Serv
         "GET", "api/v1/events", token=None, headers={"Authorization": "Basic dXNlcjpwYXNz"}
     )
     problem(basic, 401, "unauthorized")
+
+
+def test_every_route_but_the_contract_refuses_a_request_without_a_token(served: Served) -> None:
+    routes = [
+        (method, re.sub(r"\{\w+\}", "x", path))
+        for path, methods in document()["paths"].items()
+        for method in methods
+    ]
+    assert len(routes) >= 20
+    for method, path in routes:
+        refused = served.call(method.upper(), path.lstrip("/"), token=None, json={})
+        problem(refused, 401, "unauthorized")
 
 
 def test_the_dashboards_session_cookie_does_not_reach_the_api(
@@ -207,6 +220,7 @@ def test_a_cursor_walks_a_list_page_by_page(served: Served, fleet: WebFleet) -> 
 
 def test_actions_are_audited_as_the_tokens_name(served: Served, fleet: WebFleet) -> None:
     event = f"acted-{uuid.uuid4().hex[:6]}"
+    create_schedule(fleet, event, "cron(0 * * * ? *)")
     paused = served.call(
         "POST", "api/v1/pauses", token="actor", json={"events": [event], "reason": "deploy"}
     )
@@ -215,9 +229,29 @@ def test_actions_are_audited_as_the_tokens_name(served: Served, fleet: WebFleet)
     assert [p["event_id"] for p in resumed.json()["pauses"]] == [event]
     nothing = served.call("POST", f"api/v1/events/{event}/kill", token="actor", json={})
     problem(nothing, 409, "nothing-to-do")
+    ran = served.call("POST", f"api/v1/events/{event}/trigger", token="actor", json={})
+    assert ran.status_code == 200 and ran.json()["queue"] == fleet.queue_name, ran.text
+    routed = served.call(
+        "POST",
+        f"api/v1/events/{event}/route",
+        token="actor",
+        json={"queue": fleet.queue_name, "force": True},
+    )
+    assert routed.json()["queue"] == fleet.queue_name and routed.json()["by"] == "api:actor"
+    cleared = served.call("POST", f"api/v1/events/{event}/route/clear", token="actor", json={})
+    assert cleared.json()["queue"] is None, cleared.text
+    job = {"job": {"command": "true", "event_id": event}}
+    assert served.call("POST", "api/v1/jobs", token="sender", json=job).status_code == 201
     audit = served.call("GET", "api/v1/audit", token="reader").json()["items"]
-    mine = [(e["action"], e["user"]) for e in audit if e["target"] == event]
-    assert ("pause", "api:actor") in mine and ("resume", "api:actor") in mine
+    mine = sorted((e["action"], e["user"]) for e in audit if e["target"] == event)
+    assert mine == [
+        ("pause", "api:actor"),
+        ("resume", "api:actor"),
+        ("route", "api:actor"),  # the route made, then cleared
+        ("route", "api:actor"),
+        ("send", "api:sender"),
+        ("trigger", "api:actor"),
+    ], mine
 
 
 def test_an_unknown_event_is_a_404_problem(served: Served) -> None:
