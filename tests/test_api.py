@@ -88,6 +88,8 @@ def test_without_a_token_or_with_an_unknown_one_the_api_answers_401(served: Serv
     refused = served.call("GET", "api/v1/events", token=None)
     problem(refused, 401, "unauthorized")
     assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+    assert refused.headers["Cache-Control"] == "no-store"
+    assert refused.headers["X-Content-Type-Options"] == "nosniff"
     bad = served.call("GET", "api/v1/events", token=None, headers={"Authorization": "Bearer no"})
     problem(bad, 401, "unauthorized")
     basic = served.call(

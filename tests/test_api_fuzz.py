@@ -24,6 +24,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from sqsjkr.backends.live import DynamoLive, LiveOutput
 from sqsjkr.contract.run import RunOutcome
 from tests.api_fleet import TOKENS, Served, aws_environment, serve_api, tokens_file
 from tests.test_firings import create_schedule
@@ -56,6 +57,8 @@ def served(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
         fleet.history().finished(
             record("hourly", now - 60, RunOutcome.SUCCEEDED, message_id="m-fuzzed")
         )
+        live = LiveOutput("hourly", "m-fuzzed", "so far\n", 7, now, "host-a")
+        DynamoLive(fleet.dynamodb, fleet.table).write(live)
         create_schedule(fleet, "hourly", "cron(0 * * * ? *)")
         dead_letter(fleet, {"command": "false", "event_id": "hourly"})
     args = ("--api-tokens", str(tokens_file(directory)), "--enable-actions")

@@ -20,6 +20,7 @@ from sqsjkr.api.tokens import Tokens, Unauthorized, load_tokens
 from sqsjkr.contract.config import Config
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 SECURITY_SCHEMES = {
     "bearer": {
         "type": "http",
@@ -40,6 +41,13 @@ def create_api(config: Config, tokens: Tokens) -> OpenAPI:
         if request.endpoint != "openapi":
             authenticate()
             _once_each()
+
+    @app.after_request
+    def _headers(response: Response) -> Response:
+        # Answers hold jobs' output and the fleet's state: no cache keeps them, and no browser
+        # reads a JSON answer as anything else.
+        response.headers.update(HEADERS)
+        return response
 
     return app
 
