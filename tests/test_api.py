@@ -172,6 +172,8 @@ def test_a_job_the_daemon_would_refuse_is_400_naming_the_field(served: Served) -
     assert problem(window, 400, "invalid-duration")["detail"].startswith("unique_for: ")
     text = served.call("POST", "api/v1/jobs", data="command=x")
     assert "JSON object" in problem(text, 400, "invalid-request")["detail"]
+    huge = {"job": {"command": "echo " + "x" * 1024 * 1024}}
+    problem(served.call("POST", "api/v1/jobs", json=huge), 413, "http-413")
     method = served.call("DELETE", "api/v1/jobs")
     problem(method, 405, "http-405")
     assert "POST" in method.headers["Allow"]

@@ -20,6 +20,8 @@ from sqsjkr.api.tokens import Tokens, Unauthorized, load_tokens
 from sqsjkr.contract.config import Config
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+#: The largest request body read (413 beyond).
+MAX_BODY = 1024 * 1024
 HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 SECURITY_SCHEMES = {
     "bearer": {
@@ -72,6 +74,8 @@ def _routes() -> OpenAPI:
         validation_error_status=400,
         validation_error_callback=_invalid,
     )
+    # No job is larger than an SQS message may be (1 MiB at most), nor any other body.
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.components_schemas["Problem"] = Schema(**PROBLEM_SCHEMA)
     for blueprint in (jobs.api, reads.api, actions.api):
         app.register_api(blueprint)
