@@ -58,6 +58,9 @@ class Fault:
     share: float = 1.0
     #: More fields of the error's body, made from the call (CancellationReasons, say).
     details: Callable[[Call], dict[str, Any]] | None = None
+    #: Forward the call this many more times after the first (its answer is the first's): a
+    #: SendMessage repeated puts that many more copies of the message on the queue.
+    repeat: int = 0
 
     def applies(self, call: Call, draw: Callable[[], float]) -> bool:
         """Whether this fault takes call: it matches, has times left, and draw() fell in its share."""
@@ -180,11 +183,21 @@ class FaultProxy:
             body = json.dumps(fields).encode()
             reply(handler, status, body, {"Content-Type": "application/x-amz-json-1.0"})
             return
+        headers = {k: v for k, v in handler.headers.items() if k.lower() != "host"}
+        status, data, reply_headers = self._forward(handler, body, headers)
+        for _ in range(0 if fault is None else fault.repeat):
+            self._forward(handler, body, headers)
+        if fault is not None and fault.hold:
+            time.sleep(fault.hold)  # the call took effect; its answer is late
+        reply(handler, status, data, reply_headers)
+
+    def _forward(
+        self, handler: http.server.BaseHTTPRequestHandler, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, bytes, dict[str, str]]:
         connection = http.client.HTTPConnection(
             self._upstream.hostname, self._upstream.port, timeout=60
         )
         try:
-            headers = {k: v for k, v in handler.headers.items() if k.lower() != "host"}
             connection.request(handler.command, handler.path, body=body, headers=headers)
             response = connection.getresponse()
             data = response.read()
@@ -193,11 +206,9 @@ class FaultProxy:
                 for k, v in response.getheaders()
                 if k.lower() not in ("transfer-encoding", "connection", "content-length")
             }
+            return response.status, data, reply_headers
         finally:
             connection.close()
-        if fault is not None and fault.hold:
-            time.sleep(fault.hold)  # the call took effect; its answer is late
-        reply(handler, response.status, data, reply_headers)
 
 
 def item_type(request: dict[str, Any]) -> str | None:

@@ -24,8 +24,8 @@ from .test_terraform import TERRAFORM_DIR, expr, host_statements, load_config
 
 DAEMON = SUBCOMMANDS["run"]
 #: The commands that make no AWS call of their own, or none on a deployment's resources:
-#: `run` has the host policy, `send` the sender's, `local` makes its own moto.
-NOT_IN_THE_TABLE = {"run", "send", "local", "crontab2tf"}
+#: `run` has the host policy, `send` the sender's, `local` makes its own moto, `token` makes none.
+NOT_IN_THE_TABLE = {"run", "send", "local", "crontab2tf", "token"}
 
 
 def module_policy_actions(name: str) -> set[str]:

@@ -349,6 +349,15 @@ class QueueForwarder:
             request.update(fifo_send_parameters(group, message.message_id))
         return str(self._client.send_message(**request)["MessageId"])
 
+    def send(self, body: str, queue: str, event_id: str, deduplication_id: str) -> str:
+        """Send a new message of body to the queue named queue (a pipeline's step); on a FIFO
+        queue, in event_id's group, kept once per deduplication_id. The id of the message sent."""
+        url = self._url(queue)
+        request: dict[str, Any] = {"QueueUrl": url, "MessageBody": body}
+        if is_fifo(url):
+            request.update(fifo_send_parameters(group_id_of(event_id), deduplication_id))
+        return str(self._client.send_message(**request)["MessageId"])
+
     def _url(self, queue: str) -> str:
         with self._mutex:
             known = self._urls.get(queue)

@@ -25,6 +25,7 @@ from sqsjkr.contract.fields import (
 )
 from sqsjkr.contract.firing import Firing, Origin, parse_firing, parse_origin
 from sqsjkr.contract.http_call import HttpCall, parse_http
+from sqsjkr.contract.pipeline import PipelineRun, parse_pipeline, parse_pipeline_run
 
 # The Go README documents "env" and the Go code reads "envs": merging in this order lets "envs" win.
 _ENV_FIELDS = ("env", "envs")
@@ -47,6 +48,9 @@ MESSAGE_FIELDS = frozenset(
         "retry_delay",
         "firing",
         "origin",
+        "pipeline",
+        "step",
+        "pipeline_key",
     }
 )
 #: Most runs one message may ask for: a first one and this many retries.
@@ -79,6 +83,8 @@ class Job:
     #: The schedule's firing this message is (None: sent without one, or by an older module).
     firing: Firing | None = None
     origin: Origin | None = None  # who sent it, when the message says
+    #: The pipeline the message carries, the step it runs and the run's key (docs/pipelines.md).
+    pipeline: PipelineRun | None = None
 
     def __post_init__(self) -> None:
         # The same defaults as parse_job, so that a Job built in code means what a message would.
@@ -120,6 +126,9 @@ def parse_job(
     fields = load_object(body)
     command, http = _command_or_http(fields, http_allow)
     key, limit = _concurrency(fields)
+    firing = parse_firing(fields)
+    # A run of a pipeline is keyed by its root's firing, or by the root's message when sent by hand.
+    run_key = message_id if firing is None else firing.key
     return Job(
         message_id=message_id,
         command=command,
@@ -136,8 +145,9 @@ def parse_job(
         concurrency_limit=limit,
         retries=integer(fields, "retries", 0, 0, MAX_RETRIES),
         retry_delay=_retry_delay(fields),
-        firing=parse_firing(fields),
+        firing=firing,
         origin=parse_origin(fields),
+        pipeline=parse_pipeline_run(fields, parse_pipeline(fields), run_key),
     )
 
 

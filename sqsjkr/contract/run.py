@@ -199,6 +199,10 @@ class RunRecord:
     #: Set on the record of a second message of one firing, which did not run: the message id
     #: of the run that the firing's claim belongs to.
     duplicate_of: str | None = None
+    #: A step of a pipeline: the run of its pipeline it belongs to (PipelineRun.key: its root's
+    #: firing key, or its root's message id) and its step's name.
+    pipeline_key: str | None = None
+    pipeline_step: str | None = None
 
     @property
     def failure(self) -> bool:

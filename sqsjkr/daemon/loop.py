@@ -20,6 +20,7 @@ from sqsjkr.backends.groups import Groups
 from sqsjkr.backends.history import History
 from sqsjkr.backends.lease import lease_timing
 from sqsjkr.backends.locks import Locker
+from sqsjkr.backends.pipeline import PipelineStore
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.http_call import LOOPBACK
 from sqsjkr.contract.job import Job
@@ -28,6 +29,7 @@ from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
 from sqsjkr.daemon.holds import LocksWanted
 from sqsjkr.daemon.intake import Intake, IntakeSettings
 from sqsjkr.daemon.pausing import Pausing
+from sqsjkr.daemon.pipeline import Steps, StepSender
 from sqsjkr.daemon.receiving import Daemon, HoldOff, Receiver
 from sqsjkr.daemon.routing import Forwarder, Routing
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, run_trigger
@@ -88,11 +90,14 @@ class Kicker:
         controls: ControlStore | None = None,
         forwarder: Forwarder | None = None,
         groups: Groups | None = None,
+        pipelines: PipelineStore | None = None,
+        step_sender: StepSender | None = None,
     ) -> None:
         """queues: one MessageSource (with settings.queue), or each queue with its own settings;
         history keeps the runs' records (none by default); listener hears of them as they start
         and end (the reporters); controls holds the fleet's pauses and routes, and forwarder
-        sends routed messages on (no routing without it)."""
+        sends routed messages on (no routing without it); pipelines keeps the state of each run
+        of a pipeline and step_sender sends its next steps (without both: ignored)."""
         if not isinstance(queues, Sequence):
             queues = [(queues, settings.queue)]
         self._notifier = notifier or NullNotifier()
@@ -121,7 +126,11 @@ class Kicker:
         )
         self._intakes = {}
         for source, queue in queues:
-            intake = Intake(source, queue, worker(settings=self._worker_settings(queue)), None)
+            steps = None
+            if pipelines is not None and step_sender is not None:
+                steps = Steps(pipelines, step_sender, queue.name, clock)
+            settled = self._worker_settings(queue)
+            intake = Intake(source, queue, worker(settings=settled, steps=steps), None)
             if controls is not None:
                 # One copy for both: routes cost no read more than the pauses do.
                 copy = ControlsCopy(controls, clock=clock, refresh=settings.pause_refresh)

@@ -131,7 +131,11 @@ class RunProgress:
     def claim_id(self) -> str:
         """The Id of the job's claim: its firing's key, which every message of one firing
         shares so that it runs once in the fleet, else its message id."""
-        firing = self.job.firing
+        firing, pipeline = self.job.firing, self.job.pipeline
+        if pipeline is not None and not pipeline.is_root:
+            # One claim per step of each run of its pipeline: two copies of a step's message
+            # (two parents that ended at once, a redelivery) run it once.
+            return pipeline.claim_key(None if firing is None else firing.rerun)
         return self.job.message_id if firing is None else firing.claim_key
 
     def claimed(self, owner: str, attempt: int | None) -> None:
@@ -169,7 +173,7 @@ class RunProgress:
             lock_id=self.job.lock_id,
             receive_count=self.message.receive_count,
             attempt=self.attempt,
-            claim_id=None if self.job.firing is None else self.job.firing.claim_key,
+            claim_id=None if self.claim_id == self.job.message_id else self.claim_id,
         )
 
     def record(self, ending: Ending, now: float) -> RunRecord:
@@ -218,4 +222,6 @@ class RunProgress:
             firing_schedule=None if firing is None else firing.schedule,
             firing_rerun=None if firing is None else firing.rerun,
             origin=None if origin is None else origin.value,
+            pipeline_key=None if self.job.pipeline is None else self.job.pipeline.key,
+            pipeline_step=None if self.job.pipeline is None else self.job.pipeline.step,
         )

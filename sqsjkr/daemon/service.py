@@ -25,7 +25,7 @@ from sqsjkr.backends.aws import (
     make_client,
     make_session,
 )
-from sqsjkr.backends.dedupe import DedupeStore, DynamoDedupe, NoopDedupe
+from sqsjkr.backends.dedupe import LATE_COPY_SECONDS, DedupeStore, DynamoDedupe, NoopDedupe
 from sqsjkr.backends.fleet import ControlStore, DynamoControls
 from sqsjkr.backends.groups import DynamoGroups, Groups, NoGroups
 from sqsjkr.backends.history import DynamoHistory, History, NoHistory, running_update
@@ -33,6 +33,7 @@ from sqsjkr.backends.lease import MIN_SAFE_LEASE_SECONDS, lease_timing
 from sqsjkr.backends.live import DynamoLive
 from sqsjkr.backends.locks import DynamoLocker, Locker, NoopLocker
 from sqsjkr.backends.members import DynamoRoster, Member, NoRoster, Roster
+from sqsjkr.backends.pipeline import DynamoPipelines
 from sqsjkr.backends.sqs import (
     QueueForwarder,
     QueueSettings,
@@ -133,6 +134,8 @@ def serve(
             controls=connected.controls,
             forwarder=connected.forwarder,
             groups=connected.groups,
+            pipelines=connected.pipelines,
+            step_sender=connected.forwarder,
             runner=runners,
             stats=stats,
             settings=kicker_settings(config),
@@ -261,6 +264,7 @@ class Connected:
     groups: Groups  # concurrency groups' slots, kept like locks
     roster: Roster  # this daemon's item, which `sqsjkr daemons` lists
     live: DynamoLive | None = None  # running jobs' output tails, for `history --follow`
+    pipelines: DynamoPipelines | None = None  # each run of a pipeline's state
 
 
 @dataclass(frozen=True)
@@ -358,7 +362,15 @@ def _connect(
     controls = DynamoControls(dynamodb, table) if uses_table else None
     roster: Roster = DynamoRoster(dynamodb, table) if uses_table else NoRoster()
     forwarder = QueueForwarder(sqs, config.account.id)
-    return Connected(sources, dedupe, locker, history, controls, forwarder, groups, roster, live)
+    # A run's state lives as long as its steps' claims: a late copy of a step finds it.
+    pipelines = (
+        DynamoPipelines(dynamodb, table, lives_seconds=retention + LATE_COPY_SECONDS)
+        if uses_table
+        else None
+    )
+    return Connected(
+        sources, dedupe, locker, history, controls, forwarder, groups, roster, live, pipelines
+    )
 
 
 def _sources(

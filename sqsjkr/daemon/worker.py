@@ -27,6 +27,7 @@ from sqsjkr.daemon.closing import RunCloser
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.holds import Holds, LocksWanted, lock_with_claim
 from sqsjkr.daemon.leases import LeaseKeeper
+from sqsjkr.daemon.pipeline import Steps
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, time_limit
 from sqsjkr.daemon.runs import (
     DELETE,
@@ -85,8 +86,10 @@ class Worker:
         listener: RunListener | None = None,
         groups: Groups | None = None,
         locks_wanted: LocksWanted | None = None,
+        steps: Steps | None = None,
     ) -> None:
-        """locks_wanted: one for the whole daemon, shared by the Workers of all its queues."""
+        """locks_wanted: one for the whole daemon, shared by the Workers of all its queues;
+        steps: moves pipelines on as their steps end (none: a message's pipeline is ignored)."""
         self._dedupe = dedupe
         self._runner = runner
         self._stopping = stopping
@@ -97,6 +100,7 @@ class Worker:
         self._groups = groups or NoGroups()
         self._listener = listener or NoListener()
         self._locks_wanted = locks_wanted or LocksWanted()
+        self._steps = steps
         self._keeper = LeaseKeeper(
             lease=settings.lease, stopping=stopping, clock=clock, lease_lost=lease_lost
         )
@@ -157,6 +161,8 @@ class Worker:
             assert holder is not None
             return self._duplicate(entry, progress, claim, holder, jlog)
         if claim.state is ClaimState.FINISHED:
+            if not self._moved_on(job, jlog, None):
+                return Ending(LEAVE)
             jlog.info("duplicate message deleted: its job has run")
             return Ending(DELETE, (Outcome.DUPLICATE,))
         if claim.state is ClaimState.RUNNING:
@@ -185,7 +191,7 @@ class Worker:
             ending = self._claimed(entry, progress, jlog)
         finally:
             self._closer.close(entry, ending, progress, jlog)
-        return ending
+        return self._step_ended(entry.job, ending, jlog)
 
     def _killed_unclaimed(
         self, entry: InFlight, progress: RunProgress, owner: str, claim: Claim, jlog: JobLog
@@ -201,7 +207,38 @@ class Worker:
         )
         ending = killed(claim.kill)
         self._closer.close(entry, ending, progress, jlog)
-        return ending
+        return self._step_ended(entry.job, ending, jlog)
+
+    def _step_ended(self, job: Job, ending: Ending, jlog: JobLog) -> Ending:
+        """A pipeline's step that ended for good moves its pipeline on before its message is
+        deleted; when that cannot be written, the message stays, and its redelivery does it."""
+        final = ending.run is not None and (ending.settle.delete or ending.last)
+        if job.pipeline is None or not final:
+            return ending
+        if self._moved_on(job, jlog, ending.run is RunOutcome.SUCCEEDED):
+            return ending
+        return replace(ending, settle=LEAVE) if ending.settle.delete else ending
+
+    def _moved_on(self, job: Job, jlog: JobLog, succeeded: bool | None) -> bool:
+        """Whether job's pipeline (if any) was moved on from its step's end: succeeded says how
+        it ended, None that it ended before (a redelivery: from the run's state)."""
+        if job.pipeline is None or self._steps is None:
+            return True
+        try:
+            if succeeded is None:
+                self._steps.again(job, jlog)
+            else:
+                self._steps.ended(job, succeeded, jlog)
+        except AWS_ERRORS as exc:
+            jlog.error(
+                "pipeline %s: the steps after %s could not be sent (%s); its message stays on "
+                "the queue, and its redelivery sends them",
+                job.pipeline.pipeline.name,
+                job.pipeline.step,
+                describe(exc),
+            )
+            return False
+        return True
 
     def _duplicate(
         self, entry: InFlight, progress: RunProgress, claim: Claim, holder: str, jlog: JobLog

@@ -26,11 +26,13 @@ from sqsjkr.backends.sqs import (
 )
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Firing, Origin
+from sqsjkr.contract.pipeline import Pipeline, parse_pipeline, step_fields
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.crontab.eventbridge import load_zone
 from sqsjkr.crontab.fires import Window, next_fires
 from sqsjkr.errors import (
     AlreadyDone,
+    InvalidJobError,
     RequestError,
     ResourceMissingError,
     ScheduleExpressionError,
@@ -242,7 +244,17 @@ def trigger_event(
     firing: the time of one of its firings (see firing_time), sent as that firing, so that the
     ledger sees it filled; RequestError if a run of it is recorded, unless force."""
     found = read_schedules(config, store.session)
-    schedule = pick_schedule(found, event_id, schedule_name, where_looked(config, store.session))
+    step = None
+    try:
+        schedule = pick_schedule(
+            found, event_id, schedule_name, where_looked(config, store.session)
+        )
+    except ResourceMissingError:
+        # A pipeline's step has no schedule of its own: its root's carries it.
+        step = step_of(found, event_id)
+        if step is None:
+            raise
+        schedule = step.schedule
     if schedule.message is None:
         raise ResourceMissingError(f"schedule {quote(schedule.name)} sends no input to send")
     fired = None
@@ -259,12 +271,46 @@ def trigger_event(
     )
     if fired is not None and fired.rerun is not None:
         detail += f", a re-run {fired.rerun}"
+    if step is not None:
+        detail += f", step {step.name} of pipeline {step.pipeline.name}"
     entry = audit("trigger", event_id, reason=reason, detail=detail, force=force)
-    body = message_of(schedule, fired)
+    body = message_of(schedule, fired) if step is None else step.message(fired)
     sqs = make_client(store.session, "sqs")
     message_id = send_now(sqs, schedule, to, entry.user, reason, body)
     problem = audit.amend(entry, f"{detail}, message {message_id}")
     return Triggered(message_id, schedule, to, problem, fired)
+
+
+@dataclass(frozen=True)
+class PipelineStep:
+    """A pipeline's step, found in its root's schedule's message."""
+
+    schedule: EventSchedule
+    pipeline: Pipeline
+    name: str
+
+    def message(self, firing: Firing | None) -> str:
+        """The step's message as a trigger sends it: of that firing's run of the pipeline (a
+        re-run of the step in it, when it ran), or of a run of its own (run now)."""
+        key = firing.key if firing is not None else f"trigger-{secrets.token_hex(16)}"
+        fired = None if firing is None else firing.as_fields()
+        fields = step_fields(self.pipeline, key, self.name, fired, Origin.TRIGGER.value)
+        return json.dumps(fields, ensure_ascii=False)
+
+
+def step_of(found: Sequence[EventSchedule], event_id: str) -> PipelineStep | None:
+    """The pipeline step whose event is event_id, in the first schedule's message that has one."""
+    for schedule in found:
+        try:
+            pipeline = parse_pipeline(job_message(schedule.message))
+        except InvalidJobError:
+            continue
+        if pipeline is None:
+            continue
+        for name, step in pipeline.steps.items():
+            if name != pipeline.root and (step.job or {}).get("event_id", name) == event_id:
+                return PipelineStep(schedule, pipeline, name)
+    return None
 
 
 def trigger_firing(

@@ -1,0 +1,94 @@
+"""What a daemon does when a pipeline's step ends: note it in the run's state, then send each step
+that is now ready (or the failed step's on_failure steps), before the step's message is deleted.
+
+No leader and no polling: the step that ends moves its pipeline on. Sends are idempotent (each
+step is claimed once per run), so a redelivered message of an ended step simply does it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from sqsjkr.backends.pipeline import PipelineState, PipelineStore
+from sqsjkr.contract.firing import Origin
+from sqsjkr.contract.job import Job
+from sqsjkr.contract.pipeline import PipelineRun, step_fields
+from sqsjkr.observability.logs import JobLog
+
+log = logging.getLogger("sqsjkr.pipeline")
+
+
+class StepSender(Protocol):
+    """Puts a step's message on a queue (backends/sqs.py QueueForwarder)."""
+
+    def send(self, body: str, queue: str, event_id: str, deduplication_id: str) -> str:
+        """The id of the message sent."""
+
+
+class Steps:
+    """Moves each run of a pipeline on as its steps end, for the jobs of one queue."""
+
+    def __init__(
+        self, store: PipelineStore, sender: StepSender, queue: str, clock: Callable[[], float]
+    ) -> None:
+        self._store = store
+        self._sender = sender
+        self._queue = queue
+        self._clock = clock
+
+    def ended(self, job: Job, succeeded: bool, jlog: JobLog) -> None:
+        """job's step has ended for good: note it, then send the steps that follow from it.
+        AWS errors are raised: the message is then kept, and its redelivery does it again."""
+        run = job.pipeline
+        assert run is not None
+        at = None if job.firing is None else job.firing.at
+        state = self._store.step_ended(run, succeeded, self._clock(), at)
+        self._follow(job, run, state, succeeded, jlog)
+
+    def again(self, job: Job, jlog: JobLog) -> None:
+        """A message of a step that has ended came again: send what follows from its end
+        again (it may have been cut short), from the run's state."""
+        run = job.pipeline
+        assert run is not None
+        state = self._store.state(run.key)
+        if state is None or run.step not in state.succeeded | state.failed:
+            return  # its end was not noted: the run of it that ends will move the pipeline on
+        self._follow(job, run, state, run.step in state.succeeded, jlog)
+
+    def _follow(
+        self, job: Job, run: PipelineRun, state: PipelineState, succeeded: bool, jlog: JobLog
+    ) -> None:
+        pipeline = run.pipeline
+        if succeeded:
+            nexts = pipeline.ready(state.succeeded, run.step)
+        else:
+            nexts = list(pipeline.steps[run.step].on_failure)
+            skipped = sorted(pipeline.skipped(state.succeeded, state.failed))
+            if skipped:
+                jlog.warning(
+                    "pipeline %s: skipped for this run, as %s failed: %s",
+                    pipeline.name,
+                    run.step,
+                    ", ".join(skipped),
+                )
+        for name in nexts:
+            body, event_id = step_message(job, run, name)
+            # On a FIFO queue, two parents' sends of one step within five minutes are kept once.
+            claim = PipelineRun(pipeline, name, run.key).claim_key()
+            dedupe = hashlib.sha256(claim.encode()).hexdigest()
+            sent = self._sender.send(body, self._queue, event_id, dedupe)
+            jlog.info("pipeline %s: step %s sent as message %s", pipeline.name, name, sent)
+
+
+def step_message(job: Job, run: PipelineRun, name: str) -> tuple[str, str]:
+    """The message of step name of job's run of its pipeline, and its event id."""
+    firing = None if job.firing is None else job.firing.as_fields()
+    if firing is not None:
+        # The root's firing, never a re-run's id: the steps a re-run starts are the run's own.
+        firing.pop("rerun", None)
+    fields = step_fields(run.pipeline, run.key, name, firing, Origin.PIPELINE.value)
+    return json.dumps(fields, separators=(",", ":")), str(fields["event_id"])
