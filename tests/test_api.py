@@ -136,6 +136,11 @@ def test_a_token_without_the_scope_gets_403_and_nothing_is_done(
     assert problem(sent, 403, "scope-missing")["detail"].startswith("token 'reader' has no 'send'")
     paused = served.call("POST", "api/v1/pauses", token="sender", json={"events": [event]})
     problem(paused, 403, "scope-missing")
+    # The scope is checked before the request is read: no hint of what a right body would be.
+    malformed = served.call("POST", "api/v1/jobs", token="reader", json={"jobs": 1})
+    problem(malformed, 403, "scope-missing")
+    bad_pause = served.call("POST", "api/v1/pauses", token="sender", json={"events": 5})
+    problem(bad_pause, 403, "scope-missing")
     audit = served.call("GET", "api/v1/audit", token="reader").json()["items"]
     assert not [entry for entry in audit if entry["target"] == event]
     queued = fleet.sqs.get_queue_attributes(

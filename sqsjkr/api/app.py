@@ -14,7 +14,7 @@ from werkzeug.exceptions import HTTPException
 
 from sqsjkr import __version__
 from sqsjkr.api import actions, jobs, reads
-from sqsjkr.api.access import PREFIX, Access, authenticate, install
+from sqsjkr.api.access import PREFIX, Access, authenticate, authorize, install
 from sqsjkr.api.problems import PROBLEM_SCHEMA, ApiProblem, problem_of, problem_response
 from sqsjkr.api.tokens import Tokens, Unauthorized, load_tokens
 from sqsjkr.contract.config import Config
@@ -42,6 +42,7 @@ def create_api(config: Config, tokens: Tokens) -> OpenAPI:
         # The contract is public; everything else needs a token before its request is read.
         if request.endpoint != "openapi":
             authenticate()
+            authorize()
             _once_each()
 
     @app.after_request
