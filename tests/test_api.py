@@ -344,6 +344,9 @@ def test_token_new_prints_a_token_that_the_lines_it_prints_accept(cli, tmp_path:
     assert found == Token("deploy-bot", frozenset({"read", "send"}))
     refused = cli("token", "new", "ci", "--scope", "read,admin")
     assert refused.returncode == 2 and "--scope" in refused.stderr
+    # A '.' would make [tokens.deploy.bot] two nested tables, a file it could not read back.
+    dotted = cli("token", "new", "deploy.bot")
+    assert dotted.returncode == 2 and 'NAME "deploy.bot"' in dotted.stderr
 
 
 def test_the_docs_curl_submit_and_poll_runs_as_written(
