@@ -11,6 +11,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 import requests
 from openapi_spec_validator import validate
 
+from sqsjkr.api.access import MAX_WAITS
 from sqsjkr.api.app import document
 from sqsjkr.api.tokens import (
     FAILURE_WINDOW,
@@ -204,6 +206,22 @@ def test_wait_answers_after_its_timeout_and_once_the_job_has_ended(
     assert run["outcome"] == "succeeded" and "waited" in run["output"]
     too_long = served.call("GET", f"api/v1/jobs/{message_id}/wait", params={"timeout": 61})
     assert "timeout" in problem(too_long, 400, "invalid-request")["detail"]
+
+
+def test_long_polls_at_once_are_bounded(served: Served) -> None:
+    """Each wait holds one of the listener's threads: of MAX_WAITS + 1 at once, one is refused at
+    once while the others wait their whole timeout (no daemon runs the job)."""
+    path = f"api/v1/jobs/{uuid.uuid4().hex}/wait"
+    with ThreadPoolExecutor(MAX_WAITS + 1) as pool:
+        calls = [
+            pool.submit(served.call, "GET", path, params={"timeout": 4})
+            for _ in range(MAX_WAITS + 1)
+        ]
+        answers = [call.result() for call in calls]
+    assert sorted(a.status_code for a in answers) == [200] * MAX_WAITS + [429]
+    (refused,) = [a for a in answers if a.status_code == 429]
+    problem(refused, 429, "too-many-waits")
+    assert refused.headers["Retry-After"] == "1"
 
 
 def test_a_cursor_walks_a_list_page_by_page(served: Served, fleet: WebFleet) -> None:
