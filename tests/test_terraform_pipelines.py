@@ -123,6 +123,7 @@ def plan_diamond(tmp_path: Path) -> dict[str, Any]:
         + call("scheduler", DIAMOND)
         + call("rules", DIAMOND, schedule_engine="rules")
         + 'output "pipelines" {\n  value = module.scheduler.pipelines\n}\n'
+        + 'output "bodies" {\n  value     = module.scheduler.job_messages\n  sensitive = true\n}\n'
     )
     init(diamond)
     terraform(diamond, "plan", "-input=false", "-lock=false", "-out=plan.bin")
@@ -132,7 +133,12 @@ def plan_diamond(tmp_path: Path) -> dict[str, Any]:
         for change in shown["resource_changes"]
         if "create" in change["change"]["actions"]
     }
-    return {"resources": resources, "pipelines": shown["planned_values"]["outputs"]["pipelines"]}
+    outputs = shown["planned_values"]["outputs"]
+    return {
+        "resources": resources,
+        "pipelines": outputs["pipelines"]["value"],
+        "bodies": outputs["bodies"]["value"],
+    }
 
 
 def plan_refused(tmp_path: Path) -> dict[str, str]:
@@ -178,7 +184,7 @@ def test_a_diamonds_root_schedule_carries_the_graph_the_daemon_parses(
     targets = by_key(diamond["resources"], "module.rules.aws_cloudwatch_event_target.job")
     # The steps have no schedule of their own: the daemons send each when it is due.
     assert set(schedules) == set(targets) == {"a", "plain"}
-    assert diamond["pipelines"]["value"] == {"a": ["a", "b", "c", "d", "notify"]}
+    assert diamond["pipelines"] == {"a": ["a", "b", "c", "d", "notify"]}
     for job in (
         root_message(schedules["a"]["target"][0]["input"], SCHEDULED_TIME, SCHEDULE_ARN),
         root_message(targets["a"]["input_transformer"][0]["input_template"], "<time>", "<rule>"),
@@ -202,6 +208,23 @@ def test_a_diamonds_root_schedule_carries_the_graph_the_daemon_parses(
         for step in STEPS:
             assert run.pipeline.steps[step].job == build_message(module, step, DIAMOND[step])
         assert run.pipeline.skipped({"a", "b"}, {"c"}) == {"d": "c"}
+
+
+@needs_providers
+@pytest.mark.slow
+def test_the_roots_body_in_job_messages_starts_its_pipeline_by_hand(
+    diamond: dict[str, Any],
+) -> None:
+    """`sqsjkr send --body` of it (test_pipelines_send.py runs one): a run keyed by its message."""
+    job = parse_job(diamond["bodies"]["a"], message_id="sent-by-hand", sent_at=0)
+    assert job.pipeline is not None and job.firing is None
+    assert (job.pipeline.step, job.pipeline.key) == ("a", "sent-by-hand")
+    assert job.pipeline.pipeline.order() == ["a", "notify", "b", "c", "d"]
+    # A step's body runs that job alone; a plain job's is its message.
+    for key in ("d", "plain"):
+        assert json.loads(diamond["bodies"][key]) == build_message(
+            load_config(TERRAFORM_DIR), key, DIAMOND[key]
+        )
 
 
 @needs_providers
