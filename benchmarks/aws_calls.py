@@ -66,6 +66,29 @@ class Scenario:
     jobs: int | None = None
     #: Each message is a schedule's firing (as the module's schedules send): claimed by it.
     firing: bool = False
+    #: Each firing's message is the root of a pipeline of this shape (its steps count as jobs):
+    #: "chain" a -> b, "diamond" a -> (b, c) -> d.
+    pipeline: str | None = None
+
+    @property
+    def steps(self) -> int:
+        """The jobs each message sent makes: one, or its pipeline's steps."""
+        return {None: 1, "chain": 2, "diamond": 4}[self.pipeline]
+
+    def pipeline_of(self, run_id: str, i: int) -> dict[str, Any] | None:
+        """The `pipeline` object of root message i, if the scenario has one."""
+        if self.pipeline is None:
+            return None
+        after = (
+            {"b": ["a"]} if self.pipeline == "chain" else {"b": ["a"], "c": ["a"], "d": ["b", "c"]}
+        )
+        steps: dict[str, Any] = {"a": {"after": []}}
+        for name, parents in after.items():
+            steps[name] = {
+                "after": parents,
+                "job": {"command": "true", "event_id": f"bench-{run_id}-{name}"},
+            }
+        return {"name": f"bench-{run_id}-{i}", "root": "a", "steps": steps}
 
     def command(self, i: int) -> str:
         if self.prints_for:
@@ -111,6 +134,26 @@ SCENARIOS = {
             3.3,
             "each message a schedule's firing: its claim is keyed by the firing",
             firing=True,
+        ),
+        Scenario(
+            "chain",
+            "pipelines a -> b",
+            "none",
+            None,
+            None,
+            "each message a firing and the root of a two-step pipeline: b sent by a's daemon",
+            firing=True,
+            pipeline="chain",
+        ),
+        Scenario(
+            "diamond",
+            "pipelines a -> (b, c) -> d",
+            "none",
+            None,
+            None,
+            "each message a firing and the root of a diamond: four steps, four edges",
+            firing=True,
+            pipeline="diamond",
         ),
         Scenario(
             "no-lock-no-history",
@@ -340,9 +383,13 @@ def fill_queue(sqs: Any, queue_url: str, scenario: Scenario, jobs: int, run_id: 
             firing=scenario.firing_of(run_id, i),
             origin=Origin.SCHEDULE if scenario.firing else None,
         )
-        for i in range(jobs)
+        for i in range(jobs // scenario.steps)
     ]
-    for start in range(0, jobs, 10):
+    for i, body in enumerate(bodies):
+        pipeline = scenario.pipeline_of(run_id, i)
+        if pipeline is not None:
+            bodies[i] = json.dumps({**json.loads(body), "pipeline": pipeline})
+    for start in range(0, len(bodies), 10):
         entries = [
             {"Id": str(n), "MessageBody": body} for n, body in enumerate(bodies[start : start + 10])
         ]
@@ -366,6 +413,7 @@ def count_locks(dynamodb: Any, table: str) -> int:
 
 def run_scenario(scenario: Scenario, *, jobs: int, workers: int, workdir: Path) -> Result:
     jobs = scenario.jobs or jobs
+    jobs -= jobs % scenario.steps  # whole pipelines
     run_id = uuid.uuid4().hex[:8]
     queue, table = f"bench-{scenario.key}-{run_id}", f"bench-{scenario.key}-{run_id}"
     session = boto3.session.Session(region_name=REGION)

@@ -277,8 +277,10 @@ def test_every_message_field_has_a_send_option() -> None:
     its errors name the option that set it."""
     options = {name for param in send.params for name in param.opts}
     http_parts = {f"http.{name}" for name in HttpCall.__dataclass_fields__}
-    # A message's firing and origin are the sender's to write (a schedule's, send's), not options.
-    for field in (MESSAGE_FIELDS - {"firing", "origin"}) | http_parts:
+    # A message's firing and origin are the sender's to write (a schedule's, send's), not
+    # options; a pipeline comes whole, in a --body (docs/pipelines.md) or from the module.
+    written = {"firing", "origin", "pipeline", "step", "pipeline_key"}
+    for field in (MESSAGE_FIELDS - written) | http_parts:
         error = InvalidJobError(f'field "{field}": wrong')
         option = option_of(error)
         assert option in options, f"{field}: no option of send sets it"
@@ -430,6 +432,8 @@ def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws, cli: Cli) 
         "disable_life_time_trigger": True, "concurrency_key": "db", "concurrency_limit": 2,
         "retries": 3, "retry_delay": "30s", "origin": "send",
         "firing": {"time": "2030-01-15T01:00:00Z", "schedule": "sqsjkr-nightly"},
+        "pipeline": {"name": "p", "root": "a", "steps": {"a": {"after": []}}},
+        "step": "a", "pipeline_key": "by-hand",
     }  # fmt: skip
     http = {"http": {"url": "http://127.0.0.1:8080/run"}}
     assert set(shell) | set(http) == MESSAGE_FIELDS

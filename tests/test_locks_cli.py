@@ -85,7 +85,8 @@ def test_locks_lists_the_held_locks_by_lock_id(
     assert header.split() == ["LOCK", "EVENT", "OWNER", "LEASE"]
     assert go.split() == ["a-go", "legacy", "-", "Go-style:", "no", "lease"]
     assert live.split()[:3] == ["b-live", "report", four_locks["live"].owner]
-    assert live.split()[3] in ("60s", "59s", "1m")
+    # A lease of 60s, read a moment after it was taken (seconds, on a loaded machine).
+    assert live.split()[3] in ("1m", *(f"{n}s" for n in range(50, 61)))
     assert expired.split()[:3] == ["c-expired", "backup", four_locks["expired"].owner]
     assert " ".join(expired.split()[3:]) in (
         "expired 3m ago: free to take",

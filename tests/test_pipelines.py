@@ -23,6 +23,9 @@ from sqsjkr.errors import InvalidJobError
 from sqsjkr.observability.logs import JobLog
 from tests.conftest import Aws, Start, run_daemon, wait_until
 from tests.faults import Fault, FaultProxy
+from tests.test_schedules import backdate, queue_arn, scheduler, sqsjkr, write_conf
+from tests.test_schedules import group as group  # noqa: F401 - the fixture
+from tests.test_trigger import ROLE_ARN, module_input
 
 
 def diamond(out: Path, prefix: str, **commands: str) -> dict[str, Any]:
@@ -238,3 +241,43 @@ def test_a_daemon_killed_mid_step_loses_nothing(
     assert ran.count("start-d") == 1
     assert ran.index("start-d") > len(ran) - 1 - ran[::-1].index("end-b")
     assert survivor.stop() == 0
+
+
+def test_trigger_firing_force_of_a_failed_step_runs_it_again_and_resumes_its_pipeline(
+    start_daemon: Start,
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out, fixed = tmp_path / "runs", tmp_path / "fixed"
+    expression = "cron(0 2 * * ? *)"
+    body = json.loads(module_input("scheduler", expression, "UTC"))
+    c_command = f"echo start-c >> {out}; test -f {fixed} || exit 3; echo end-c >> {out}"
+    body.update(diamond(out, "nightly", c=c_command))
+    body["event_id"] = "nightly"
+    scheduler().create_schedule(
+        Name="sqsjkr-nightly",
+        GroupName=group,
+        ScheduleExpression=expression,
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={"Arn": queue_arn(aws), "RoleArn": ROLE_ARN, "Input": json.dumps(body)},
+    )
+    backdate(group, "sqsjkr-nightly", 5 * 365 * 86400)
+    conf = write_conf(tmp_path, aws, group=group)
+    daemon, _ = run_daemon(start_daemon, tmp_path, aws)
+    firing = ["--firing", "2026-01-15T02:00:00Z", "-c", conf]
+    code, _, err = sqsjkr(capsys, "trigger", "nightly", *firing)
+    assert code == 0, err
+    wait_until(lambda: "notified" in lines(out), timeout=30, what="c's on_failure step")
+    assert "start-d" not in lines(out)
+    code, _, err = sqsjkr(capsys, "trigger", "nightly-c", *firing)
+    assert code == 1 and "already ran" in err, err
+    fixed.touch()
+    code, _, err = sqsjkr(capsys, "trigger", "nightly-c", *firing, "--force", "--wait")
+    assert code == 0, err
+    wait_until(lambda: "end-d" in lines(out), timeout=30, what="d after c's forced re-run")
+    ran = lines(out)
+    assert ran.count("start-c") == 2 and ran.count("start-d") == 1 and ran.count("start-a") == 1
+    assert ran.count("notified") == 1
+    assert daemon.stop() == 0

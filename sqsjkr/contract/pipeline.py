@@ -177,8 +177,9 @@ def parse_pipeline_run(
     """The message's place in its pipeline: `step` (default: the root) and `pipeline_key`
     (default: default_key, the root's firing key or message id)."""
     if pipeline is None:
-        if fields.get("step") is not None:
-            raise field_error("step", 'names a step of a "pipeline", and the message has none')
+        for name in ("step", "pipeline_key"):
+            if fields.get(name) is not None:
+                raise field_error(name, 'belongs to a "pipeline", and the message has none')
         return None
     step = fields.get("step", pipeline.root)
     if not isinstance(step, str) or step not in pipeline.steps:
