@@ -174,6 +174,14 @@ variable "jobs" {
   }
 
   validation {
+    # A job without a schedule_expression has no schedule or rule for these to set.
+    condition = alltrue([
+      for key, job in var.jobs : job.schedule_expression != null || (job.enabled && job.description == null && job.schedule_expression_timezone == null && job.flexible_time_window == null)
+    ])
+    error_message = "enabled, description, schedule_expression_timezone and flexible_time_window belong to a schedule, and a pipeline's step has none (its root's schedule sets them for the whole pipeline): ${join(", ", [for key, job in var.jobs : key if job.schedule_expression == null && !(job.enabled && job.description == null && job.schedule_expression_timezone == null && job.flexible_time_window == null)])} sets one."
+  }
+
+  validation {
     # The daemon refuses what a process environment cannot hold.
     condition = alltrue(flatten([
       for key, job in var.jobs : [for env in keys(job.envs) : can(regex("^[^=]+$", env))]

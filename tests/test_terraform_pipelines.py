@@ -80,6 +80,7 @@ REFUSED = {
             "both": {"schedule_expression": "rate(1 day)", "after": ["a"], "command": "x"},
             "f": {"after": ["a"], "command": "x", "on_failure": ["a"]},
             "lost": {"command": "x"},
+            "zoned": {"after": ["a"], "command": "x", "schedule_expression_timezone": "UTC"},
         },
     ),
     "graph": call(
@@ -247,7 +248,7 @@ def test_a_job_outside_any_pipeline_keeps_its_message(diamond: dict[str, Any]) -
 
 @needs_providers
 @pytest.mark.slow
-def test_plan_refuses_unknown_names_a_schedule_with_after_and_a_job_that_never_runs(
+def test_plan_refuses_unknown_names_a_schedule_with_after_a_job_that_never_runs_and_a_steps_zone(
     refused: dict[str, str],
 ) -> None:
     said = refused["jobs"]
@@ -257,6 +258,8 @@ def test_plan_refuses_unknown_names_a_schedule_with_after_and_a_job_that_never_r
         "A job runs on its schedule_expression or after other jobs, not both: both has both",
         "on_failure must name jobs without a schedule_expression: job f names a.",
         "or to be named in another job's on_failure: lost has none of them.",
+        "a pipeline's step has none (its root's schedule sets them for the whole pipeline): "
+        "zoned sets one.",
     ):
         assert message in said, message
 
