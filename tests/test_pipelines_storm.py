@@ -16,7 +16,7 @@ import pytest
 
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.run import RunOutcome, RunRecord
-from tests.conftest import Aws, Daemon, Start, run_daemon, wait_until
+from tests.conftest import Aws, Daemon, Start, config_text, run_on, wait_until
 from tests.faults import FaultProxy
 from tests.test_pipelines import diamond, firing_fields, lines, pipeline_state, send_twice
 from tests.test_pipelines import doubled as doubled  # noqa: F401 - the fixture
@@ -30,9 +30,13 @@ HOSTS = 3
 
 def step_command(out: Path, pids: Path, step: str) -> str:
     """A step that leaves its process id where the storm finds it, then takes its time."""
-    return (
-        f"echo $$ > {pids / step}; echo start-{step} >> {out}; sleep 1.5; echo end-{step} >> {out}"
-    )
+    return f"echo $$ > {pids / step}; echo start-{step} >> {out}; sleep 1; echo end-{step} >> {out}"
+
+
+def host(start: Start, tmp_path: Path, aws: Aws) -> Daemon:
+    """A daemon with a short lease, not waited for: hosts start side by side."""
+    text = config_text(aws, stats="stats_port = 0").replace("[lock]\n", '[lock]\nlease = "2s"\n')
+    return run_on(start, tmp_path, text, wait_ready=False)
 
 
 def parent_of(pid: int) -> int | None:
@@ -66,14 +70,14 @@ def victim(daemons: list[Daemon], pid_dirs: list[Path], wanted: set[str]) -> Dae
     return None
 
 
-def kill_a_host(victim: Daemon, pid_dirs: list[Path]) -> list[str]:
+def kill_a_host(dying: Daemon, pid_dirs: list[Path]) -> list[str]:
     """SIGKILL the daemon and every step it runs, as when its host dies; the steps killed."""
     steps = running(pid_dirs)
-    victim.proc.send_signal(signal.SIGKILL)
-    victim.kill()
+    dying.proc.send_signal(signal.SIGKILL)
+    dying.kill()
     killed = []
     for path, pid, parent in steps:
-        if parent == victim.proc.pid:
+        if parent == dying.proc.pid:
             try:
                 os.killpg(pid, signal.SIGKILL)  # a job is the leader of a session of its own
             except ProcessLookupError:
@@ -106,19 +110,21 @@ def test_a_kill_storm_over_two_firings_of_a_diamond_runs_each_step_once_per_firi
         commands = {s: step_command(out, pids, s) for s in "abcd"}
         body = {**diamond(out, prefix, **commands), "firing": firing_fields("nightly", moment)}
         firings[f"nightly@{body['firing']['time']}"] = {"body": body, "out": out}
-    daemons = [run_daemon(start_daemon, tmp_path, aws, lease="2s")[0] for _ in range(HOSTS)]
+    daemons = [host(start_daemon, tmp_path, aws) for _ in range(HOSTS)]
+    for daemon in daemons:
+        daemon.wait_for_log("receiving with")
     for firing in firings.values():
         send_twice(aws, firing["body"])
     killed: list[str] = []
     for wanted in KILLS:
-        host = wait_until(
+        dying = wait_until(
             lambda w=wanted: victim(daemons, pid_dirs, w),
             timeout=60,
             what=f"a step of {sorted(wanted)} running on a live daemon",
         )
-        killed += kill_a_host(host, pid_dirs)
-        daemons.remove(host)
-        daemons.append(run_daemon(start_daemon, tmp_path, aws, lease="2s")[0])
+        killed += kill_a_host(dying, pid_dirs)
+        daemons.remove(dying)
+        daemons.append(host(start_daemon, tmp_path, aws))
     for key in firings:
         wait_until(
             lambda k=key: "d" in getattr(pipeline_state(aws, k), "succeeded", ()),
