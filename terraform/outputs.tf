@@ -54,8 +54,8 @@ output "rule_arns" {
 }
 
 output "job_messages" {
-  description = "The message body each schedule or rule sends, by job key (`terraform output -json job_messages`): pass one to `sqsjkr send --body` to run a job now."
-  value       = { for key, message in local.job_messages : key => jsonencode(message) }
+  description = "The message body each schedule or rule sends, by job key (`terraform output -json job_messages`): pass one to `sqsjkr send --body` to run a job now; a pipeline's root's starts its pipeline, a step's runs that job alone."
+  value       = { for key, message in local.job_messages : key => jsonencode(merge(message, [for root, fields in local.pipeline_fields : fields if root == key]...)) }
   # Job envs may hold credentials; keep them out of plan and apply output.
   sensitive = true
 }

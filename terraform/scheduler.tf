@@ -114,5 +114,9 @@ resource "aws_scheduler_schedule" "job" {
       condition     = length("${var.name}-${each.key}") <= 64
       error_message = "The schedule name ${var.name}-${each.key} is longer than EventBridge Scheduler's 64 characters: shorten the module's name or the job's key."
     }
+    precondition {
+      condition     = length(local.job_inputs[each.key]) <= 8192
+      error_message = "The message of job ${each.key} is longer than the 8192 characters EventBridge Scheduler allows as a target's input (a pipeline's root carries every step's message): move long commands into a script on the hosts."
+    }
   }
 }

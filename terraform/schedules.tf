@@ -2,8 +2,10 @@
 # with schedule_engine = "rules", an EventBridge rule and its target (here).
 
 locals {
-  rule_jobs      = var.schedule_engine == "rules" ? var.jobs : {}
-  scheduler_jobs = var.schedule_engine == "scheduler" ? var.jobs : {}
+  # Only the jobs with a schedule_expression: a pipeline's other steps are sent by the daemons,
+  # each when the steps it runs after have succeeded for the firing (pipelines.tf).
+  rule_jobs      = { for key, job in var.jobs : key => job if job.schedule_expression != null && var.schedule_engine == "rules" }
+  scheduler_jobs = { for key, job in var.jobs : key => job if job.schedule_expression != null && var.schedule_engine == "scheduler" }
 
   # The message body of each job, in the daemon's format. Unset fields are left out rather than
   # sent as null or false: the daemon reads an absent field as its default, and a short body is
@@ -44,9 +46,10 @@ locals {
 
   # Each target's input: the job's message, with its firing (the placeholders, and the schedule's
   # own expression and zone, so that a daemon knows the next firing without reading the scheduler)
-  # and origin "schedule". jsonencode writes < and > as \u003c and \u003e, which EventBridge would
-  # not substitute: the two placeholders are put back as they are, while a command's own < and >
-  # stay escaped, never taken for a placeholder. The one place both engines' input is built.
+  # and origin "schedule"; a pipeline's root adds its pipeline (pipelines.tf). jsonencode writes <
+  # and > as \u003c and \u003e, which EventBridge would not substitute: the two placeholders are
+  # put back as they are, while a command's own < and > stay escaped, never taken for a
+  # placeholder. The one place both engines' input is built, for each job with a schedule.
   job_inputs = {
     for key, message in local.job_messages : key => replace(replace(
       jsonencode(merge(message, {
@@ -55,10 +58,10 @@ locals {
           expression = var.jobs[key].schedule_expression
           timezone   = var.schedule_engine == "rules" ? "UTC" : coalesce(var.jobs[key].schedule_expression_timezone, var.schedule_expression_timezone)
         })
-      })),
+      }, [for root, fields in local.pipeline_fields : fields if root == key]...)),
       replace(replace(local.firing_placeholders.time, "<", "\\u003c"), ">", "\\u003e"), local.firing_placeholders.time),
       replace(replace(local.firing_placeholders.schedule, "<", "\\u003c"), ">", "\\u003e"), local.firing_placeholders.schedule
-    )
+    ) if var.jobs[key].schedule_expression != null
   }
 }
 
@@ -124,7 +127,7 @@ resource "aws_cloudwatch_event_target" "job" {
   lifecycle {
     precondition {
       condition     = length(local.job_inputs[each.key]) <= 8192
-      error_message = "The message of job ${each.key} is longer than the 8192 characters EventBridge allows as a target's input: move long commands into a script on the hosts."
+      error_message = "The message of job ${each.key} is longer than the 8192 characters EventBridge allows as a target's input (a pipeline's root carries every step's message): move long commands into a script on the hosts."
     }
   }
 }

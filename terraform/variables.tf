@@ -59,9 +59,9 @@ variable "retry_policy" {
 }
 
 variable "jobs" {
-  description = "The schedule: one EventBridge Scheduler schedule (or, with schedule_engine = \"rules\", one EventBridge rule) per entry, putting a job message on the queue. The map key names the schedule or rule (<name>-<key>) and is the job's event_id unless event_id is set. Each job has a command or an http call. Durations use Go syntax (\"90s\", \"1h30m\")."
+  description = "The schedule: one EventBridge Scheduler schedule (or, with schedule_engine = \"rules\", one EventBridge rule) per entry with a schedule_expression, putting a job message on the queue. The map key names the schedule or rule (<name>-<key>) and is the job's event_id unless event_id is set. Each job has a command or an http call. Durations use Go syntax (\"90s\", \"1h30m\"). A job may instead run `after` other jobs of the module (a pipeline: docs/pipelines.md), or only as some job's `on_failure`: it then has no schedule of its own, and the whole pipeline travels in its scheduled root's message."
   type = map(object({
-    schedule_expression       = string                    # "cron(0 3 * * ? *)" or "rate(5 minutes)"
+    schedule_expression       = optional(string)          # "cron(0 3 * * ? *)" or "rate(5 minutes)"; none with after
     command                   = optional(string)          # run as sh -c COMMAND (or give http)
     envs                      = optional(map(string), {}) # added to the daemon's environment
     event_id                  = optional(string)          # defaults to the map key
@@ -83,6 +83,11 @@ variable "jobs" {
       timeout        = optional(string)       # give up on the call after this long
       success_status = optional(list(number)) # statuses that succeed, instead of any 2xx
     }))
+    # A pipeline (docs/pipelines.md): run once each job of the module named here has succeeded
+    # for the same firing of the pipeline's scheduled root, instead of on a schedule; run the
+    # jobs named in on_failure (jobs without a schedule_expression) if this one fails for good.
+    after       = optional(list(string), [])
+    on_failure  = optional(list(string), [])
     enabled     = optional(bool, true) # false keeps the schedule or rule, DISABLED
     description = optional(string)     # the schedule's or rule's description
     # EventBridge Scheduler only:
@@ -102,7 +107,7 @@ variable "jobs" {
     # at() is a one-time schedule, for EventBridge Scheduler only.
     condition = alltrue([
       for key, job in var.jobs :
-      can(regex("^(rate\\((1 (minute|hour|day)|([2-9]|[1-9][0-9]+) (minutes|hours|days))\\)|cron\\([^ ()]+( [^ ()]+){5}\\)|at\\([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\))$", job.schedule_expression))
+      can(regex("^(rate\\((1 (minute|hour|day)|([2-9]|[1-9][0-9]+) (minutes|hours|days))\\)|cron\\([^ ()]+( [^ ()]+){5}\\)|at\\([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\))$", job.schedule_expression)) if job.schedule_expression != null
     ])
     error_message = "Each schedule_expression must be \"rate(1 hour)\", \"rate(N minutes|hours|days)\", \"cron(min hour day-of-month month day-of-week year)\" or (EventBridge Scheduler only) \"at(yyyy-mm-ddThh:mm:ss)\"."
   }
@@ -136,6 +141,44 @@ variable "jobs" {
   validation {
     condition     = alltrue([for key, job in var.jobs : job.command != ""])
     error_message = "Each job needs a non-empty command."
+  }
+
+  # A pipeline's graph (docs/pipelines.md); pipelines.tf checks what needs the whole graph (a
+  # cycle, one scheduled root per pipeline, its size and its root's message).
+  validation {
+    condition = alltrue(flatten([
+      for key, job in var.jobs : [for name in concat(job.after, job.on_failure) : contains(keys(var.jobs), name)]
+    ]))
+    error_message = "after and on_failure must name jobs of this module: ${join("; ", [for key, job in var.jobs : "job ${key} names ${join(", ", [for name in concat(job.after, job.on_failure) : name if !contains(keys(var.jobs), name)])}" if !alltrue([for name in concat(job.after, job.on_failure) : contains(keys(var.jobs), name)])])}, which the module does not have."
+  }
+
+  validation {
+    condition     = alltrue([for key, job in var.jobs : job.schedule_expression == null || length(job.after) == 0])
+    error_message = "A job runs on its schedule_expression or after other jobs, not both: ${join(", ", [for key, job in var.jobs : key if job.schedule_expression != null && length(job.after) > 0])} has both (a step runs for its pipeline's firing, which its scheduled root's schedule makes)."
+  }
+
+  validation {
+    # A scheduled job runs on its own firings: run once more as another's on_failure it would
+    # carry no job of its own in the pipeline's message.
+    condition = alltrue(flatten([
+      for key, job in var.jobs : [for name in job.on_failure : try(var.jobs[name].schedule_expression == null, true)]
+    ]))
+    error_message = "on_failure must name jobs without a schedule_expression: ${join("; ", [for key, job in var.jobs : "job ${key} names ${join(", ", [for name in job.on_failure : name if try(var.jobs[name].schedule_expression != null, false)])}" if anytrue([for name in job.on_failure : try(var.jobs[name].schedule_expression != null, false)])])}."
+  }
+
+  validation {
+    condition = alltrue([
+      for key, job in var.jobs : job.schedule_expression != null || length(job.after) > 0 || anytrue([for other in values(var.jobs) : contains(other.on_failure, key)])
+    ])
+    error_message = "Each job needs a schedule_expression, or after = [the jobs it follows], or to be named in another job's on_failure: ${join(", ", [for key, job in var.jobs : key if job.schedule_expression == null && length(job.after) == 0 && !anytrue([for other in values(var.jobs) : contains(other.on_failure, key)])])} has none of them."
+  }
+
+  validation {
+    # A job without a schedule_expression has no schedule or rule for these to set.
+    condition = alltrue([
+      for key, job in var.jobs : job.schedule_expression != null || (job.enabled && job.description == null && job.schedule_expression_timezone == null && job.flexible_time_window == null)
+    ])
+    error_message = "enabled, description, schedule_expression_timezone and flexible_time_window belong to a schedule, and a pipeline's step has none (its root's schedule sets them for the whole pipeline): ${join(", ", [for key, job in var.jobs : key if job.schedule_expression == null && !(job.enabled && job.description == null && job.schedule_expression_timezone == null && job.flexible_time_window == null)])} sets one."
   }
 
   validation {

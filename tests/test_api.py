@@ -11,6 +11,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,22 @@ import pytest
 import requests
 from openapi_spec_validator import validate
 
+from sqsjkr.api.access import MAX_WAITS
 from sqsjkr.api.app import document
-from sqsjkr.api.tokens import FAILURE_WINDOW, FAILURES_ALLOWED, Tokens, Unauthorized
+from sqsjkr.api.tokens import (
+    FAILURE_WINDOW,
+    FAILURES_ALLOWED,
+    MAX_AUTHORIZATION,
+    Tokens,
+    Unauthorized,
+)
 from sqsjkr.commands.dashboard import listening
 from sqsjkr.commands.options import load
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.contract.tokens import Token, read_tokens, token_digest
 from sqsjkr.errors import ConfigError
 from tests.api_fleet import TOKENS, Served, aws_environment, serve_api, tokens_file
+from tests.test_firings import create_schedule
 from tests.test_web import form_token
 from tests.web_fleet import WebFleet, make_fleet, module_env, record
 
@@ -81,12 +90,26 @@ def test_without_a_token_or_with_an_unknown_one_the_api_answers_401(served: Serv
     refused = served.call("GET", "api/v1/events", token=None)
     problem(refused, 401, "unauthorized")
     assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+    assert refused.headers["Cache-Control"] == "no-store"
+    assert refused.headers["X-Content-Type-Options"] == "nosniff"
     bad = served.call("GET", "api/v1/events", token=None, headers={"Authorization": "Bearer no"})
     problem(bad, 401, "unauthorized")
     basic = served.call(
         "GET", "api/v1/events", token=None, headers={"Authorization": "Basic dXNlcjpwYXNz"}
     )
     problem(basic, 401, "unauthorized")
+
+
+def test_every_route_but_the_contract_refuses_a_request_without_a_token(served: Served) -> None:
+    routes = [
+        (method, re.sub(r"\{\w+\}", "x", path))
+        for path, methods in document()["paths"].items()
+        for method in methods
+    ]
+    assert len(routes) >= 20
+    for method, path in routes:
+        refused = served.call(method.upper(), path.lstrip("/"), token=None, json={})
+        problem(refused, 401, "unauthorized")
 
 
 def test_the_dashboards_session_cookie_does_not_reach_the_api(
@@ -115,6 +138,11 @@ def test_a_token_without_the_scope_gets_403_and_nothing_is_done(
     assert problem(sent, 403, "scope-missing")["detail"].startswith("token 'reader' has no 'send'")
     paused = served.call("POST", "api/v1/pauses", token="sender", json={"events": [event]})
     problem(paused, 403, "scope-missing")
+    # The scope is checked before the request is read: no hint of what a right body would be.
+    malformed = served.call("POST", "api/v1/jobs", token="reader", json={"jobs": 1})
+    problem(malformed, 403, "scope-missing")
+    bad_pause = served.call("POST", "api/v1/pauses", token="sender", json={"events": 5})
+    problem(bad_pause, 403, "scope-missing")
     audit = served.call("GET", "api/v1/audit", token="reader").json()["items"]
     assert not [entry for entry in audit if entry["target"] == event]
     queued = fleet.sqs.get_queue_attributes(
@@ -147,6 +175,15 @@ def test_a_job_the_daemon_would_refuse_is_400_naming_the_field(served: Served) -
     assert "life_time" in problem(refused, 400, "invalid-job")["detail"]
     malformed = served.call("POST", "api/v1/jobs", json={"jobs": {}})
     assert "job" in problem(malformed, 400, "invalid-request")["detail"]
+    window = served.call("POST", "api/v1/jobs", json={"job": {"command": "x"}, "unique_for": "1y"})
+    assert problem(window, 400, "invalid-duration")["detail"].startswith("unique_for: ")
+    text = served.call("POST", "api/v1/jobs", data="command=x")
+    assert "JSON object" in problem(text, 400, "invalid-request")["detail"]
+    huge = {"job": {"command": "echo " + "x" * 1024 * 1024}}
+    problem(served.call("POST", "api/v1/jobs", json=huge), 413, "http-413")
+    method = served.call("DELETE", "api/v1/jobs")
+    problem(method, 405, "http-405")
+    assert "POST" in method.headers["Allow"]
 
 
 def test_wait_answers_after_its_timeout_and_once_the_job_has_ended(
@@ -171,6 +208,22 @@ def test_wait_answers_after_its_timeout_and_once_the_job_has_ended(
     assert "timeout" in problem(too_long, 400, "invalid-request")["detail"]
 
 
+def test_long_polls_at_once_are_bounded(served: Served) -> None:
+    """Each wait holds one of the listener's threads: of MAX_WAITS + 1 at once, one is refused at
+    once while the others wait their whole timeout (no daemon runs the job)."""
+    path = f"api/v1/jobs/{uuid.uuid4().hex}/wait"
+    with ThreadPoolExecutor(MAX_WAITS + 1) as pool:
+        calls = [
+            pool.submit(served.call, "GET", path, params={"timeout": 4})
+            for _ in range(MAX_WAITS + 1)
+        ]
+        answers = [call.result() for call in calls]
+    assert sorted(a.status_code for a in answers) == [200] * MAX_WAITS + [429]
+    (refused,) = [a for a in answers if a.status_code == 429]
+    problem(refused, 429, "too-many-waits")
+    assert refused.headers["Retry-After"] == "1"
+
+
 def test_a_cursor_walks_a_list_page_by_page(served: Served, fleet: WebFleet) -> None:
     event = f"paged-{uuid.uuid4().hex[:6]}"
     now = time.time()
@@ -188,10 +241,13 @@ def test_a_cursor_walks_a_list_page_by_page(served: Served, fleet: WebFleet) -> 
     assert len(seen) == len(set(seen)) == 5
     bad = served.call("GET", f"api/v1/events/{event}/runs", params={"cursor": "not-ours"})
     problem(bad, 400, "bad-cursor")
+    twice = served.call("GET", f"api/v1/events/{event}/runs", params={"cursor": ["", "a"]})
+    assert "cursor: given 2 times" in problem(twice, 400, "invalid-request")["detail"]
 
 
 def test_actions_are_audited_as_the_tokens_name(served: Served, fleet: WebFleet) -> None:
     event = f"acted-{uuid.uuid4().hex[:6]}"
+    create_schedule(fleet, event, "cron(0 * * * ? *)")
     paused = served.call(
         "POST", "api/v1/pauses", token="actor", json={"events": [event], "reason": "deploy"}
     )
@@ -200,9 +256,29 @@ def test_actions_are_audited_as_the_tokens_name(served: Served, fleet: WebFleet)
     assert [p["event_id"] for p in resumed.json()["pauses"]] == [event]
     nothing = served.call("POST", f"api/v1/events/{event}/kill", token="actor", json={})
     problem(nothing, 409, "nothing-to-do")
+    ran = served.call("POST", f"api/v1/events/{event}/trigger", token="actor", json={})
+    assert ran.status_code == 200 and ran.json()["queue"] == fleet.queue_name, ran.text
+    routed = served.call(
+        "POST",
+        f"api/v1/events/{event}/route",
+        token="actor",
+        json={"queue": fleet.queue_name, "force": True},
+    )
+    assert routed.json()["queue"] == fleet.queue_name and routed.json()["by"] == "api:actor"
+    cleared = served.call("POST", f"api/v1/events/{event}/route/clear", token="actor", json={})
+    assert cleared.json()["queue"] is None, cleared.text
+    job = {"job": {"command": "true", "event_id": event}}
+    assert served.call("POST", "api/v1/jobs", token="sender", json=job).status_code == 201
     audit = served.call("GET", "api/v1/audit", token="reader").json()["items"]
-    mine = [(e["action"], e["user"]) for e in audit if e["target"] == event]
-    assert ("pause", "api:actor") in mine and ("resume", "api:actor") in mine
+    mine = sorted((e["action"], e["user"]) for e in audit if e["target"] == event)
+    assert mine == [
+        ("pause", "api:actor"),
+        ("resume", "api:actor"),
+        ("route", "api:actor"),  # the route made, then cleared
+        ("route", "api:actor"),
+        ("send", "api:sender"),
+        ("trigger", "api:actor"),
+    ], mine
 
 
 def test_an_unknown_event_is_a_404_problem(served: Served) -> None:
@@ -222,19 +298,24 @@ def test_without_api_tokens_every_api_route_is_404(fleet: WebFleet, moto_endpoin
         off.close()
 
 
-def test_failed_token_checks_are_bounded_then_forgotten() -> None:
+def test_failed_token_checks_are_bounded_and_never_lock_a_right_token_out() -> None:
     now = [1000.0]
     tokens = Tokens({token_digest("good"): Token("ci", frozenset({"read"}))}, clock=lambda: now[0])
-    assert tokens.check("Bearer good").name == "ci"
     for _ in range(FAILURES_ALLOWED):
         with pytest.raises(Unauthorized) as refused:
             tokens.check("Bearer guess")
         assert refused.value.status == 401
     with pytest.raises(Unauthorized) as bounded:
-        tokens.check("Bearer good")
+        tokens.check("Bearer another-guess")
     assert bounded.value.status == 429 and "Retry-After" in bounded.value.headers
-    now[0] += FAILURE_WINDOW + 1
     assert tokens.check("Bearer good").name == "ci"
+    with pytest.raises(Unauthorized) as unread:
+        tokens.check("Bearer " + "x" * (MAX_AUTHORIZATION + 1))
+    assert unread.value.status == 429
+    now[0] += FAILURE_WINDOW + 1
+    with pytest.raises(Unauthorized) as forgotten:
+        tokens.check("Bearer guess")
+    assert forgotten.value.status == 401
 
 
 @pytest.mark.parametrize(
@@ -281,6 +362,9 @@ def test_token_new_prints_a_token_that_the_lines_it_prints_accept(cli, tmp_path:
     assert found == Token("deploy-bot", frozenset({"read", "send"}))
     refused = cli("token", "new", "ci", "--scope", "read,admin")
     assert refused.returncode == 2 and "--scope" in refused.stderr
+    # A '.' would make [tokens.deploy.bot] two nested tables, a file it could not read back.
+    dotted = cli("token", "new", "deploy.bot")
+    assert dotted.returncode == 2 and 'NAME "deploy.bot"' in dotted.stderr
 
 
 def test_the_docs_curl_submit_and_poll_runs_as_written(

@@ -725,6 +725,8 @@ def test_cli_hcl_and_json_hold_the_same_jobs(tmp_path: Path) -> None:
     }
     assert """'"'"'%{x}'"'"' "\\\\" caf\u00e9""" in echo["command"]
     assert "MAILTO is ignored" in hcl.stderr
+    # What a crontab cannot express, said where the user reads the output.
+    assert "# A crontab cannot say that a job runs after another" in hcl.stdout
     for key, body in jobs.items():
         assert key == body["event_id"] and KEY.fullmatch(key)
         message = {k: body[k] for k in ("command", "envs", "event_id", "lock_id")}

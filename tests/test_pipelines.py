@@ -178,7 +178,10 @@ def test_a_diamond_on_two_daemons_with_every_message_twice_runs_each_step_once_i
         assert ran.count(f"start-{step}") == 3, ran  # once per run
     assert "notified" not in ran
     for firing in (first, second):
-        state = pipeline_state(aws, f"nightly@{firing['firing']['time']}")
+        # d's end is noted in the run's item just after its command prints it.
+        key = f"nightly@{firing['firing']['time']}"
+        wait_until(lambda k=key: "d" in pipeline_state(aws, k).succeeded, what="d noted")
+        state = pipeline_state(aws, key)
         assert state.succeeded == {"a", "b", "c", "d"} and not state.failed
     # d started only after b and c ended, in each firing.
     starts = [i for i, line in enumerate(ran) if line == "start-d"]
@@ -215,6 +218,7 @@ def test_a_failed_step_skips_what_needs_it_runs_on_failure_once_and_a_forced_rer
     aws.send({**message, "pipeline_key": step.key, "firing": rerun})
     wait_until(lambda: "end-d" in lines(out), timeout=30, what="d after c's re-run")
     assert lines(out).count("notified") == 1 and lines(out).count("start-b") == 1
+    wait_until(lambda: "d" in pipeline_state(aws, key).succeeded, what="d noted")
     state = pipeline_state(aws, key)
     assert state.succeeded == {"a", "b", "c", "d", "notify"} and not state.failed
     assert daemon.stop() == 0

@@ -43,7 +43,7 @@ PLUGIN_DIR = Path(os.environ.get("SQSJKR_TF_PLUGIN_DIR", "/opt/tf-plugins"))
 #: The attributes of var.jobs exactly as written in variables.tf: a crontab converter writes maps
 #: of this shape, so a renamed or retyped attribute breaks it.
 JOB_SCHEMA = {
-    "schedule_expression": "string",
+    "schedule_expression": "optional(string)",
     "command": "optional(string)",
     "envs": "optional(map(string), {})",
     "event_id": "optional(string)",
@@ -59,6 +59,8 @@ JOB_SCHEMA = {
     "http": "optional(object({url = string, method = optional(string), "
     "headers = optional(map(string)), body = optional(string), timeout = optional(string), "
     "success_status = optional(list(number))}))",
+    "after": "optional(list(string), [])",
+    "on_failure": "optional(list(string), [])",
     "enabled": "optional(bool, true)",
     "description": "optional(string)",
     "schedule_expression_timezone": "optional(string)",
@@ -299,7 +301,7 @@ def job_defaults(module: Config) -> dict[str, Any]:
         if match:
             # optional(TYPE) or optional(TYPE, DEFAULT); TYPE may hold commas of its own.
             default = (split_top_level(match.group(1))[1:] or [None])[0]
-            defaults[name] = {"{}": {}, "false": False, "true": True, None: None}[default]
+            defaults[name] = {"{}": {}, "[]": [], "false": False, "true": True, None: None}[default]
     return defaults
 
 
@@ -437,6 +439,7 @@ def validation_regex(module: Config, subject: str) -> str:
         "dynamodb.tf",
         "schedules.tf",
         "scheduler.tf",
+        "pipelines.tf",
         "iam.tf",
         "README.md",
         "examples/multi-job/main.tf",
@@ -670,10 +673,12 @@ def test_engine_is_the_scheduler_by_default_rules_on_request(module: Config) -> 
     assert engine["default"] == "scheduler"
     [validation] = engine["validation"]
     assert expr(validation["condition"]) == 'contains(["scheduler", "rules"], var.schedule_engine)'
-    assert expr(module.locals["rule_jobs"]) == 'var.schedule_engine == "rules" ? var.jobs : {}'
-    assert expr(module.locals["scheduler_jobs"]) == (
-        'var.schedule_engine == "scheduler" ? var.jobs : {}'
-    )
+    # Only the jobs with a schedule: a pipeline's steps are sent by the daemons.
+    for kind, local in (("rules", "rule_jobs"), ("scheduler", "scheduler_jobs")):
+        assert expr(module.locals[local]) == (
+            "{for key, job in var.jobs : key => job if job.schedule_expression != null "
+            f'&& var.schedule_engine == "{kind}"}}'
+        )
 
 
 def test_one_rule_per_job_disabled_by_enabled_false(module: Config) -> None:
@@ -805,8 +810,10 @@ def test_one_schedule_per_job_in_the_modules_group(module: Config) -> None:
         == 'coalesce(each.value.description, "sqsjkr job ${each.key}")'
     )
     [lifecycle] = schedule["lifecycle"]
-    [name_check] = lifecycle["precondition"]
+    [name_check, input_check] = lifecycle["precondition"]
     assert expr(name_check["condition"]) == 'length("${var.name}-${each.key}") <= 64'
+    # A pipeline's root carries every step's message: the Scheduler's limit on a target's input.
+    assert expr(input_check["condition"]) == "length(local.job_inputs[each.key]) <= 8192"
 
 
 def test_each_job_has_its_zone_or_the_modules(module: Config) -> None:

@@ -69,18 +69,35 @@ def authenticate() -> None:
     g.token = access.tokens.check(request.headers.get("Authorization"))
 
 
+def scope_of(method: str, path: str) -> str:
+    """The scope a request needs: every GET reads, a submit sends, every other POST acts."""
+    if method in ("GET", "HEAD", "OPTIONS"):
+        return "read"
+    return "send" if path.rstrip("/") == f"{PREFIX}/jobs" else "act"
+
+
+def authorize() -> None:
+    """Refuse the request (403) before its parameters or body are read when its token lacks
+    the scope it needs."""
+    _require(g.token, scope_of(request.method, request.path))
+
+
 def caller(scope: str) -> Fleet:
     """The Fleet of the request's token, once the token is known to have scope (403 otherwise,
     and nothing done)."""
     access: Access = current_app.extensions[_KEY]
     token: Token = g.token
+    _require(token, scope)
+    return access.fleet_of(token)
+
+
+def _require(token: Token, scope: str) -> None:
     if scope not in token.scopes:
         raise ApiProblem(
             403,
             "scope-missing",
             f"token {token.name!r} has no {scope!r} scope (it has: {', '.join(sorted(token.scopes))})",
         )
-    return access.fleet_of(token)
 
 
 def waits() -> threading.BoundedSemaphore:

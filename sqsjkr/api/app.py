@@ -14,12 +14,15 @@ from werkzeug.exceptions import HTTPException
 
 from sqsjkr import __version__
 from sqsjkr.api import actions, jobs, reads
-from sqsjkr.api.access import PREFIX, Access, authenticate, install
+from sqsjkr.api.access import PREFIX, Access, authenticate, authorize, install
 from sqsjkr.api.problems import PROBLEM_SCHEMA, ApiProblem, problem_of, problem_response
 from sqsjkr.api.tokens import Tokens, Unauthorized, load_tokens
 from sqsjkr.contract.config import Config
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+#: The largest request body read (413 beyond).
+MAX_BODY = 1024 * 1024
+HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 SECURITY_SCHEMES = {
     "bearer": {
         "type": "http",
@@ -39,6 +42,15 @@ def create_api(config: Config, tokens: Tokens) -> OpenAPI:
         # The contract is public; everything else needs a token before its request is read.
         if request.endpoint != "openapi":
             authenticate()
+            authorize()
+            _once_each()
+
+    @app.after_request
+    def _headers(response: Response) -> Response:
+        # Answers hold jobs' output and the fleet's state: no cache keeps them, and no browser
+        # reads a JSON answer as anything else.
+        response.headers.update(HEADERS)
+        return response
 
     return app
 
@@ -63,6 +75,8 @@ def _routes() -> OpenAPI:
         validation_error_status=400,
         validation_error_callback=_invalid,
     )
+    # No job is larger than an SQS message may be (1 MiB at most), nor any other body.
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
     app.components_schemas["Problem"] = Schema(**PROBLEM_SCHEMA)
     for blueprint in (jobs.api, reads.api, actions.api):
         app.register_api(blueprint)
@@ -83,15 +97,32 @@ def _problem(exc: Exception) -> Response:
         return problem_response(ApiProblem(exc.status, "unauthorized", exc.detail, exc.headers))
     if isinstance(exc, HTTPException):
         status = exc.code or 500
-        return problem_response(ApiProblem(status, "http-" + str(status), exc.description or ""))
+        # 405's Allow names the methods the path takes.
+        kept = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
+        return problem_response(
+            ApiProblem(status, "http-" + str(status), exc.description or "", kept)
+        )
     return problem_response(problem_of(exc))
 
 
 def _invalid(exc: ValidationError) -> Response:
     """A request that its route's models refuse: the first error, naming the field."""
     first = exc.errors(include_url=False)[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or "the request"
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    if not where:
+        # The body as a whole: not JSON, or not an object.
+        detail = "the body must be a JSON object, sent as Content-Type: application/json"
+        return problem_response(ApiProblem(400, "invalid-request", detail))
     return problem_response(ApiProblem(400, "invalid-request", f"{where}: {first['msg']}"))
+
+
+def _once_each() -> None:
+    """Refuse a query parameter given more than once: each one takes one value, and reading the
+    first of several would answer a request the document does not allow."""
+    for name, values in request.args.lists():
+        if len(values) > 1:
+            detail = f"{name}: given {len(values)} times; give it once"
+            raise ApiProblem(400, "invalid-request", detail)
 
 
 def _off(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

@@ -12,7 +12,7 @@ from sqsjkr.api.actions import killed_json
 from sqsjkr.api.models import Job, JobPath, JobQuery, Killed, Reason, Submit, Submitted, WaitQuery
 from sqsjkr.api.problems import ApiProblem
 from sqsjkr.contract.duration import parse_duration
-from sqsjkr.errors import WaitTimedOut
+from sqsjkr.errors import DurationError, WaitTimedOut
 from sqsjkr.fleet.jobs import JobState
 
 api = blueprint("jobs", __name__, "Submit a job and follow it to its end")
@@ -26,12 +26,11 @@ def submit(body: Submit) -> tuple[dict[str, Any], int]:
     identical job (the same unique_key, else the same body) sent that long ago and unfinished is
     answered instead, with 200 and deduplicated true, and nothing is sent."""
     fleet = caller("send")
-    unique_for = None if body.unique_for is None else parse_duration(body.unique_for, days=True)
     handle = fleet.send(
         body.job,
         queue=body.queue,
         delay=body.delay,
-        unique_for=None if unique_for is None else unique_for.seconds,
+        unique_for=_seconds("unique_for", body.unique_for),
         unique_key=body.unique_key,
         reason=body.reason,
     )
@@ -77,6 +76,16 @@ def kill(path: JobPath, body: Reason) -> dict[str, Any]:
 
     Its daemon stops it at its next heartbeat, as `sqsjkr kill MESSAGE_ID` does."""
     return killed_json(caller("act").kill(path.message_id, reason=body.reason))
+
+
+def _seconds(field: str, text: str | None) -> float | None:
+    """A duration field's seconds; 400 invalid-duration naming the field."""
+    if text is None:
+        return None
+    try:
+        return parse_duration(text, days=True).seconds
+    except DurationError as exc:
+        raise ApiProblem(400, "invalid-duration", f"{field}: {exc}") from exc
 
 
 def job_json(state: JobState) -> dict[str, Any]:

@@ -40,6 +40,7 @@ STATUSES = {
     403: "The token's scopes do not allow this route: nothing was done.",
     404: "What the path names is not there (or the API is off: sqsjkr web --api-tokens).",
     409: "The action found nothing to do, or what it would do is refused or done already.",
+    413: "The body is larger than 1 MiB.",
     429: "Too many failed token checks, or long polls at once: try again after Retry-After.",
     500: "The fleet layer failed in a way it names (a config it cannot use, say).",
     502: "AWS refused or failed the call the fleet layer made.",

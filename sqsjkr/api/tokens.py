@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 
 from sqsjkr.contract.tokens import Token, read_tokens, token_digest
 
-#: Failed checks taken in FAILURE_WINDOW seconds before every further one is refused at once
-#: (429): a guess costs a SHA-256, and guesses must not crowd out the callers with tokens.
+#: Failed checks answered 401 in FAILURE_WINDOW seconds; past them, a wrong token is answered 429
+#: until the window has moved on. A right token is always served: a flood of guesses must not
+#: lock the callers that hold tokens out (it would, were every check refused), and it buys a
+#: guesser nothing against a 256-bit token (`sqsjkr token new`'s).
 FAILURES_ALLOWED = 20
 FAILURE_WINDOW = 10.0
+#: The longest Authorization header hashed: longer ones are refused unread (a token is 43).
+MAX_AUTHORIZATION = 512
 
 
 class Unauthorized(Exception):
@@ -39,26 +43,28 @@ class Tokens:
     _mutex: threading.Lock = field(default_factory=threading.Lock)
 
     def check(self, authorization: str | None) -> Token:
-        """The token an Authorization header carries; Unauthorized when it carries none, or
-        one that is not known."""
-        with self._mutex:
-            self._forget_failures()
-            if len(self._failures) >= FAILURES_ALLOWED:
-                raise Unauthorized(429, "too many failed token checks: try again", _RETRY)
+        """The token an Authorization header carries; Unauthorized when it carries none (401),
+        or an unknown one (401, or 429 past FAILURES_ALLOWED in the window)."""
         scheme, _, given = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
             raise Unauthorized(401, "send the token as 'Authorization: Bearer TOKEN'", _CHALLENGE)
-        digest = token_digest(given.strip())
         found = None
-        # Every digest is compared, in constant time, so that the time taken says nothing.
-        for known, token in self.by_digest.items():
-            if hmac.compare_digest(known, digest):
-                found = token
-        if found is None:
-            with self._mutex:
+        if len(given) <= MAX_AUTHORIZATION:
+            digest = token_digest(given.strip())
+            # Every digest is compared, in constant time, so that the time taken says nothing.
+            for known, token in self.by_digest.items():
+                if hmac.compare_digest(known, digest):
+                    found = token
+        if found is not None:
+            return found
+        with self._mutex:
+            self._forget_failures()
+            bounded = len(self._failures) >= FAILURES_ALLOWED
+            if not bounded:
                 self._failures.append(self.clock())
-            raise Unauthorized(401, "unknown token", _CHALLENGE)
-        return found
+        if bounded:
+            raise Unauthorized(429, "too many failed token checks: try again", _RETRY)
+        raise Unauthorized(401, "unknown token", _CHALLENGE)
 
     def _forget_failures(self) -> None:
         horizon = self.clock() - FAILURE_WINDOW

@@ -104,6 +104,8 @@ def crontab2tf(
     CRON_TZ line above it); for rules (--engine rules) it is converted to UTC, and a line with no
     exact UTC equivalent is refused with the reason. Every refused line is reported, and then
     nothing is written. Jobs run with the daemon's environment and working directory, not cron's (PATH=/usr/bin:/bin and the user's home).
+    A crontab cannot say that a job runs after another: make a pipeline of them by hand, with
+    `after` in place of a schedule (docs/pipelines.md).
     """
     wrong = options_problem(zone, engine, accept_dst_shift, key_prefix, max_key_length)
     if wrong is not None:

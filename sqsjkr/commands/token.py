@@ -32,7 +32,7 @@ def new(name: str, scopes: str) -> None:
     the lines to add to the tokens file: the file keeps the token's SHA-256, never the token."""
     if not NAME.match(name):
         raise UsageFailure(
-            f"NAME {quote(name)}: 1 to 64 letters, digits, '.', '-' or '_' (the audit shows it)"
+            f"NAME {quote(name)}: 1 to 64 letters, digits, '-' or '_' (the audit shows it)"
         )
     chosen = [scope.strip() for scope in scopes.split(",") if scope.strip()]
     unknown = sorted(set(chosen) - set(SCOPES))

@@ -21,8 +21,9 @@ except ModuleNotFoundError:  # Python 3.10
 
 #: What a token may do: read the fleet, send jobs, act (run, kill, pause, route, unlock, redrive).
 SCOPES = ("read", "send", "act")
-#: A token's name, as the audit trail shows it ("api:NAME").
-NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+#: A token's name, as the audit trail shows it ("api:NAME"): a TOML bare key, so that
+#: `[tokens.NAME]` names one table (a '.' would nest tables).
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -70,7 +71,7 @@ def read_tokens(path: str) -> dict[str, Token]:
 def _token(where: str, name: str, table: Any) -> tuple[Token, str]:
     if not NAME.match(name):
         raise ConfigError(
-            f"{where}: tokens.{quote(name)}: a name is 1 to 64 letters, digits, '.', '-' or '_'"
+            f"{where}: tokens.{quote(name)}: a name is 1 to 64 letters, digits, '-' or '_'"
         )
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: tokens.{name} must be a table with sha256 and scopes")

@@ -28,6 +28,10 @@ def render_hcl(conversion: Conversion, timezone: str) -> str:
         what = f"EventBridge schedules in UTC for a crontab whose times are in {timezone}."
     lines = ["# The `jobs` variable of the sqsjkr schedule module, from `sqsjkr crontab2tf`:"]
     lines.append(f"# {what}")
+    # cron runs each line on its own clock: a chain of jobs is a guess of times, which only the
+    # user can turn into a pipeline's after.
+    lines.append("# A crontab cannot say that a job runs after another: for that, give the job")
+    lines.append('# after = ["<key>"] instead of its schedule_expression (docs/pipelines.md).')
     if not conversion.jobs:
         return "\n".join([*lines, "jobs = {}", ""])
     lines.append("jobs = {")
