@@ -415,6 +415,7 @@ def test_a_real_daemons_pipeline_seen_by_its_gauges_and_the_faces(
     body = {
         "event_id": f"{name}-extract",
         "command": "true",
+        "origin": "send",
         "pipeline": {
             "name": name,
             "root": "extract",
@@ -440,7 +441,7 @@ def test_a_real_daemons_pipeline_seen_by_its_gauges_and_the_faces(
 
     text = wait_until(load_running, what="load running")
     row = next(line for line in text.splitlines() if " load " in line)
-    assert f"run {key}" in text.splitlines()[0]
+    assert f"run {key} (sent by hand): in progress" in text.splitlines()[0]
     assert "after extract" in row and "running on " in row
     go.touch()
     wait_until(lambda: metric(port, "sqsjkr_pipeline_in_progress", name) == 0.0, what="over")

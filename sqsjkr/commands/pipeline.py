@@ -15,6 +15,9 @@ from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.pipelines import PipelineView, StepView, event_pipeline, parse_firing_time
 from sqsjkr.fleet.wording import local_time
 
+#: How a run's root was sent, when not by its schedule (its record's origin).
+ORIGINS = {"send": "sent by hand", "trigger": "triggered"}
+
 
 def header(view: PipelineView) -> str:
     """The run on one line: the pipeline, its root, the firing (or run key), and if it is over."""
@@ -25,7 +28,7 @@ def header(view: PipelineView) -> str:
     if view.caught_up:
         which += " (caught up)"
     elif view.origin not in (None, "schedule"):
-        which += f" (sent by {escape(view.origin or '')})"
+        which += f" ({ORIGINS.get(view.origin or '', 'origin ' + escape(view.origin or ''))})"
     done = "in progress" if view.in_progress else "over"
     return f"pipeline {escape(view.name)} (root {view.root}), {which}: {done}"
 
