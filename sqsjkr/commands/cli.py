@@ -38,6 +38,7 @@ SUBCOMMANDS = {
     "schedules": "sqsjkr.commands.schedules:schedules",
     "audit": "sqsjkr.commands.audit:audit",
     "firings": "sqsjkr.commands.firings:firings_command",
+    "pipeline": "sqsjkr.commands.pipeline:pipeline",
     "kill": "sqsjkr.commands.kill:kill",
     "route": "sqsjkr.commands.route:route",
     "trigger": "sqsjkr.commands.trigger:trigger",

@@ -10,6 +10,7 @@ import time
 import click
 
 from sqsjkr.commands.options import UsageFailure, note
+from sqsjkr.commands.pipeline import header, step_lines
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.duration import parse_duration
@@ -61,7 +62,14 @@ def firings_command(
         [row.local, escape(row.event_id), row.schedule, row.status.value, _what(row)]
         for row in rows
     ]
-    echo_lines(aligned(table))
+    lines = aligned(table)
+    echo_lines(lines[:1])
+    for line, row in zip(lines[1:], rows, strict=True):
+        click.echo(line)
+        if row.pipeline is not None:
+            # Each step of the pipeline the firing started, under it.
+            click.echo(f"    {header(row.pipeline)}")
+            echo_lines(step_lines(row.pipeline, indent="    "))
 
 
 def _what(row: FiringRow) -> str:

@@ -49,6 +49,7 @@ from sqsjkr.daemon.http_runner import HttpRunner, Runners
 from sqsjkr.daemon.intake import IntakeSettings
 from sqsjkr.daemon.live import LiveTails, LiveWriter
 from sqsjkr.daemon.loop import Kicker, KickerSettings
+from sqsjkr.daemon.pipeline_seen import seen
 from sqsjkr.daemon.presence import Presence, this_daemon
 from sqsjkr.daemon.runner import ShellRunner
 from sqsjkr.daemon.runs import Listeners
@@ -134,7 +135,7 @@ def serve(
             controls=connected.controls,
             forwarder=connected.forwarder,
             groups=connected.groups,
-            pipelines=connected.pipelines,
+            pipelines=seen(connected.pipelines, metrics),
             step_sender=connected.forwarder,
             runner=runners,
             stats=stats,

@@ -20,6 +20,7 @@ from sqsjkr.fleet.dead_letters import DeadLetter, Queues, find_letter, queues_of
 from sqsjkr.fleet.firings import DEFAULT_SINCE, FiringRow, firings
 from sqsjkr.fleet.history import find_record, last_runs
 from sqsjkr.fleet.locks import HeldLock, Holdings, held, lock_of
+from sqsjkr.fleet.pipelines import PipelineView, event_pipeline, parse_firing_time
 from sqsjkr.fleet.route import routes_of
 from sqsjkr.fleet.schedules import Scheduled, Upcoming, read_upcoming, scheduled_now
 from sqsjkr.fleet.status import CheckPolicy, Finding, FleetStatus, check_fleet, read_status
@@ -129,3 +130,9 @@ class Reads(Connection):
         """Every firing the schedules (of event_id's, when given) imply in the last `since`
         seconds, newest first, and what became of it (`sqsjkr firings`)."""
         return firings(self.store, event_id, since, time.time(), missed_only=missed_only)
+
+    def pipeline(self, event_id: str, firing: str | float | None = None) -> PipelineView:
+        """The latest run of event_id's pipeline, or its run of the firing due at `firing` (RFC
+        3339, or unix seconds): each step's state (`sqsjkr pipeline`)."""
+        at = parse_firing_time(firing) if isinstance(firing, str) else firing
+        return event_pipeline(self.store, event_id, at)

@@ -27,6 +27,7 @@ from sqsjkr.fleet.audit import entries_since
 from sqsjkr.fleet.daemons import read_members
 from sqsjkr.fleet.dead_letters import DeadLetter, Peek, queues_of, read_letters
 from sqsjkr.fleet.history import Store, record_json
+from sqsjkr.fleet.pipelines import PipelineView, with_pipelines
 from sqsjkr.fleet.running import running_now
 from sqsjkr.fleet.schedules import read_schedules
 
@@ -77,6 +78,8 @@ class FiringRow:
     timezone: str = "UTC"  # the schedule's zone, which its fire times are read in
     #: Its other runs that ran (re-runs by `trigger --firing`): the row shows the newest.
     reruns: tuple[RunRecord, ...] = ()
+    #: The run of the pipeline its root's run started, each step's state (fleet/pipelines.py).
+    pipeline: PipelineView | None = None
 
     @property
     def iso(self) -> str:
@@ -105,6 +108,7 @@ class FiringRow:
             "duplicates": self.duplicates,
             "run": None if self.run is None else record_json(self.run, output=False),
             "reruns": [record_json(r, output=False) for r in self.reruns],
+            "pipeline": None if self.pipeline is None else self.pipeline.as_json(),
         }
 
 
@@ -368,7 +372,13 @@ def recorded_firings(
     fired = [r for r in records if r.firing_at is not None and r.firing_schedule is not None]
     if not fired:
         raise ResourceMissingError(f"no schedule sends event {event_id!r}, and no run of it fired")
-    if warn is not None:
+    if warn is not None and all(r.pipeline_step for r in fired):
+        # A pipeline's step has no schedule: its runs carry its root's firings.
+        warn(
+            f"event {event_id!r} is a step of a pipeline, with no schedule of its own: its "
+            "root's firings as its runs recorded them (`sqsjkr firings ROOT` lists them all)"
+        )
+    elif warn is not None:
         warn(
             f"no schedule sends event {event_id!r} any more (deleted?): its firings as its runs "
             "recorded them; its missed ones are not known"
@@ -419,11 +429,13 @@ def firings(
     missed_only: bool = False,
     grace: float | None = None,
     letters: bool = True,
+    pipelines: bool = True,
     warn: Callable[[str], None] | None = None,
 ) -> list[FiringRow]:
     """The ledger of the config's schedules (of event_id's, when given) from now - since to now,
     newest first; missed_only keeps the missed firings; without letters, the dead-letter queues
-    are not read (a firing the scheduler could not deliver is missed for another reason).
+    are not read (a firing the scheduler could not deliver is missed for another reason);
+    without pipelines, the steps of the pipelines the firings started are not read.
     grace: how long a firing is due before it is missed (default: [check] grace, as the check
     calls it late)."""
     if grace is None:
@@ -436,7 +448,12 @@ def firings(
     start = now - since
     if event_id is not None and not found:
         # Its schedule was deleted (or never existed): its past firings are its runs'.
-        return recorded_firings(store, event_id, start, missed_only, warn)
-    evidence = read_evidence(store, found, start, now, letters=letters)
-    rows = ledger(found, evidence, start, now, grace, warn)
-    return [r for r in rows if r.status is FiringStatus.MISSED] if missed_only else rows
+        rows = recorded_firings(store, event_id, start, missed_only, warn)
+    else:
+        evidence = read_evidence(store, found, start, now, letters=letters)
+        rows = ledger(found, evidence, start, now, grace, warn)
+    if missed_only:
+        return [r for r in rows if r.status is FiringStatus.MISSED]
+    if not pipelines:
+        return rows
+    return with_pipelines(store, rows, lambda row, view: _with(row, row.status, pipeline=view))

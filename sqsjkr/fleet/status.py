@@ -20,6 +20,7 @@ from sqsjkr.fleet.daemons import live
 from sqsjkr.fleet.failures import failure_text
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.late import Scheduler, due_firing, late_problem
+from sqsjkr.fleet.pipelines import stuck_pipelines
 from sqsjkr.fleet.running import Running, running_now
 from sqsjkr.fleet.schedules import read_schedules, unseen_schedules
 from sqsjkr.fleet.wording import failures_text, format_span
@@ -303,6 +304,10 @@ def check_fleet(store: Store, policy: CheckPolicy, now: float) -> tuple[list[Fin
         if policy.min_daemons is not None:
             members = DynamoRoster(store.client, store.table).members()
             findings.append(daemons_finding(members, policy.min_daemons, now))
+    findings += [
+        Finding(f"pipeline {view.name}", Level.CRITICAL, tuple(reasons))
+        for view, reasons in stuck_pipelines(store, now)
+    ]
     return findings, len(judged_events(summaries, policy))
 
 

@@ -92,6 +92,23 @@ class Metrics:
             "daemon (events whose messages carry their schedule's expression)",
             registry,
         )
+        # A pipeline's gauges are kept from the state each step's end writes (one UpdateItem that
+        # answers with the run's new state): no call of their own, so idle daemons make none.
+        self._pipeline_ends: dict[str, float] = {}
+        self._pipeline_in_progress = Gauge(
+            "sqsjkr_pipeline_in_progress",
+            "1 while the run of each pipeline whose step ended last on this daemon has steps "
+            "still to end, else 0 (fleet-wide: the daemon with the newest "
+            "sqsjkr_pipeline_last_step_end_timestamp_seconds says)",
+            ["pipeline"],
+            registry=registry,
+        )
+        self._pipeline_step_end = Gauge(
+            "sqsjkr_pipeline_last_step_end_timestamp_seconds",
+            "Unix time a step of each pipeline last ended for good on this daemon",
+            ["pipeline"],
+            registry=registry,
+        )
         self._failures = Counter(
             "sqsjkr_job_failures",
             "Final runs that failed, by outcome: the outcomes that need someone "
@@ -161,6 +178,15 @@ class Metrics:
             return
         self._next_at[event_id] = following
         self._next_firing.labels(label(event_id)).set(following)
+
+    def pipeline_step_ended(self, pipeline: str, at: float, in_progress: bool) -> None:
+        """A step of a run of pipeline ended at `at` (the run's state as that end left it): in
+        progress while steps remain. A redelivery's older state never moves the gauges back."""
+        if at < self._pipeline_ends.get(pipeline, 0.0):
+            return
+        self._pipeline_ends[pipeline] = at
+        self._pipeline_step_end.labels(label(pipeline)).set(at)
+        self._pipeline_in_progress.labels(label(pipeline)).set(1 if in_progress else 0)
 
     # -- AWS calls -------------------------------------------------------------------------
 

@@ -145,7 +145,7 @@ def _pages(app: Flask, fleet: Fleet) -> None:
         before = request.args.get("before") or None
         if not event_id or (before is not None and not before.startswith(RUN_TYPE_PREFIX)):
             abort(404, "no such event or page of runs")
-        shown = views.event_page(fleet, event_id, before)
+        shown = views.event_page(fleet, event_id, before, request.args.get("pipeline") or None)
         if shown is None:
             abort(404, f"no event {event_id!r} in the history")
         return render_template(

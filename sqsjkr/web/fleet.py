@@ -22,6 +22,7 @@ from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.live import LiveOutput, live_output
 from sqsjkr.fleet.locks import HeldLock, Holdings, Table, held, lock_of
 from sqsjkr.fleet.pause import Pause, pauses_in_effect, read_controls
+from sqsjkr.fleet.pipelines import PipelineView, read_view
 from sqsjkr.fleet.route import Route, routes_in
 from sqsjkr.fleet.running import RunningNow, read_claims, running_against
 from sqsjkr.fleet.schedules import EventSchedule, next_runs, read_schedules
@@ -233,12 +234,20 @@ class Fleet:
         try:
             # The overview counts without reading the dead-letter queues: a reader hides their
             # messages while it reads, and only an event's page names each firing's reason.
+            # Nor the overview the steps of the pipelines the firings started.
+            one = event_id is not None
             rows = firings(
-                self.store, event_id, FIRINGS_WINDOW, self.clock(), letters=event_id is not None
+                self.store, event_id, FIRINGS_WINDOW, self.clock(), letters=one, pipelines=one
             )
         except Exception as exc:
             return Firings(problem=failure_text(exc))
         return Firings(tuple(rows))
+
+    def pipeline(self, key: str) -> PipelineView | None:
+        """The run of a pipeline of that key, each step's state (None: none kept)."""
+        return self.cache.get(
+            ("pipeline", key), self._read(functools.partial(read_view, self.store, key))
+        )
 
     def queues(self) -> list[Queues | str]:
         """Each queue of the config with its dead-letter queue, or why it has none."""

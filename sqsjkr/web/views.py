@@ -17,6 +17,7 @@ from sqsjkr.fleet.history import run_type
 from sqsjkr.fleet.late import Scheduler
 from sqsjkr.fleet.locks import HeldLock
 from sqsjkr.fleet.pause import Pause, paused
+from sqsjkr.fleet.pipelines import PipelineView
 from sqsjkr.fleet.route import Route, routed
 from sqsjkr.fleet.running import RunningNow
 from sqsjkr.fleet.schedules import EventSchedule
@@ -29,6 +30,7 @@ from sqsjkr.fleet.status import (
     with_scheduled,
 )
 from sqsjkr.web.fleet import STRIP_RUNS, Budget, Firings, Fleet, Schedules
+from sqsjkr.web.pipeline_graph import Drawing, layout
 
 #: The states an event can be filtered by, as the events page's select lists them.
 STATES = ("failing", "late", "running", "stale", "paused", "ok")
@@ -258,6 +260,10 @@ def _scheduled(row: EventRow, schedules: Schedules) -> EventRow:
     )
 
 
+#: The firings of a pipeline's root an event's page links to, newest first.
+PIPELINE_FIRINGS = 24
+
+
 @dataclass
 class EventPage:
     """An event's page: its row (None: no summary), a page of its runs, its lock and who holds
@@ -272,16 +278,30 @@ class EventPage:
     schedules: Schedules
     #: Its schedules' firings of the last day, oldest first (its strip when it has schedules).
     firings: Firings = Firings()
+    #: The run of a pipeline drawn: the one asked for, else its newest firing's or run's.
+    pipeline: PipelineView | None = None
+
+    @property
+    def drawing(self) -> Drawing | None:
+        return None if self.pipeline is None else layout(self.pipeline)
+
+    @property
+    def pipeline_firings(self) -> list[FiringRow]:
+        """Its last day's firings that started a run of a pipeline, newest first: each a link."""
+        return [row for row in self.firings.rows if row.pipeline is not None][:PIPELINE_FIRINGS]
 
     @property
     def firing_strip(self) -> list[FiringRow]:
         return list(reversed(self.firings.rows[:STRIP_RUNS]))
 
 
-def event_page(fleet: Fleet, event_id: str, before: str | None) -> EventPage | None:
+def event_page(
+    fleet: Fleet, event_id: str, before: str | None, pipeline_key: str | None = None
+) -> EventPage | None:
     """The event's page; None when the history knows nothing of it. Its first page's runs are
     the very read its strip and verdict are made of, so that header, strip, table and chart
-    agree on every refresh."""
+    agree on every refresh. pipeline_key: the run of a pipeline to draw (default: the one its
+    newest firing, or else its newest run, belongs to)."""
     summary = fleet.summary(event_id)
     if summary is None and fleet.schedules().of(event_id):
         summary = EventSummary(event_id)  # scheduled, not run yet: its firings say why
@@ -297,6 +317,7 @@ def event_page(fleet: Fleet, event_id: str, before: str | None) -> EventPage | N
     if row is None and not runs:
         return None
     lock_id = _lock_of(row, runs, fleet.schedules().of(event_id))
+    ledger = fleet.firings(event_id)
     return EventPage(
         event_id,
         row,
@@ -305,8 +326,23 @@ def event_page(fleet: Fleet, event_id: str, before: str | None) -> EventPage | N
         lock_id,
         fleet.lock(lock_id) if lock_id else None,
         fleet.schedules(),
-        fleet.firings(event_id),
+        ledger,
+        _pipeline_of(fleet, ledger, runs, pipeline_key),
     )
+
+
+def _pipeline_of(
+    fleet: Fleet, ledger: Firings, runs: Sequence[RunRecord], key: str | None
+) -> PipelineView | None:
+    """The run of a pipeline the event page draws: key's, else its newest firing's (the ledger
+    read it), else its newest run's."""
+    if key is not None:
+        return fleet.pipeline(key)
+    drawn = next((row.pipeline for row in ledger.rows if row.pipeline is not None), None)
+    if drawn is not None:
+        return drawn
+    key = next((r.pipeline_key for r in runs if r.pipeline_key), None)
+    return None if key is None else fleet.pipeline(key)
 
 
 def _lock_of(

@@ -1,0 +1,75 @@
+"""`sqsjkr pipeline EVENT`: a pipeline's graph in text, layer by layer with each step's edges, and
+each step's state in its latest run (or the run of `--firing T`); the reading is fleet/pipelines'.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.tables import aligned, echo_lines
+from sqsjkr.contract.text import escape
+from sqsjkr.fleet.history import store_of
+from sqsjkr.fleet.pipelines import PipelineView, StepView, event_pipeline, parse_firing_time
+from sqsjkr.fleet.wording import local_time
+
+#: How a run's root was sent, when not by its schedule (its record's origin).
+ORIGINS = {"send": "sent by hand", "trigger": "triggered"}
+
+
+def header(view: PipelineView) -> str:
+    """The run on one line: the pipeline, its root, the firing (or run key), and if it is over."""
+    if view.firing_at is not None:
+        which = f"firing {local_time(view.firing_at)}"
+    else:
+        which = f"run {escape(view.key)}"
+    if view.caught_up:
+        which += " (caught up)"
+    elif view.origin not in (None, "schedule"):
+        which += f" ({ORIGINS.get(view.origin or '', 'origin ' + escape(view.origin or ''))})"
+    done = "in progress" if view.in_progress else "over"
+    return f"pipeline {escape(view.name)} (root {view.root}), {which}: {done}"
+
+
+def _edges(step: StepView) -> str:
+    edges = f"after {', '.join(step.after)}" if step.after else ""
+    if step.on_failure:
+        edges += ("; " if edges else "") + f"on failure {', '.join(step.on_failure)}"
+    return edges or "-"
+
+
+def step_lines(view: PipelineView, indent: str = "") -> list[str]:
+    """Each step, layer by layer (its depth: 0 for the root and the on_failure steps), with the
+    steps it runs after, its on_failure steps and its state."""
+    rows = [["LAYER", "STEP", "EDGES", "STATE"]]
+    shown = ""
+    for step in sorted(view.steps, key=lambda s: (s.depth, s.name)):
+        layer = str(step.depth) if str(step.depth) != shown else ""
+        shown = str(step.depth)
+        rows.append([layer, step.name, _edges(step), step.detail])
+    return [indent + line for line in aligned(rows)]
+
+
+@click.command()
+@store_options
+@click.argument("event_id")
+@click.option(
+    "--firing",
+    metavar="TIME",
+    help="The run of the firing due at TIME (RFC 3339, as `sqsjkr firings` shows it), "
+    "not the latest.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the run as a JSON object.")
+def pipeline(where: Where, event_id: str, firing: str | None, as_json: bool) -> None:
+    """Draw the pipeline EVENT_ID's runs belong to (its root's event, or a step's), layer by
+    layer with each step's edges, and each step's state in its latest run: waiting for which
+    step, running where, ran (outcome, host, when), skipped and why, not needed (read-only)."""
+    at = None if firing is None else parse_firing_time(firing)
+    view = event_pipeline(store_of(where.config()), event_id, at)
+    if as_json:
+        click.echo(json.dumps(view.as_json(), indent=2))
+        return
+    click.echo(header(view))
+    echo_lines(step_lines(view))
