@@ -88,6 +88,7 @@ variable "jobs" {
     # EventBridge Scheduler only:
     schedule_expression_timezone = optional(string) # default: var.schedule_expression_timezone
     flexible_time_window         = optional(number) # minutes it may run late, to spread load
+    catch_up                     = optional(string) # run a missed firing younger than this once, late ("6h"; at most "7d")
   }))
   default = {}
 
@@ -183,6 +184,14 @@ variable "jobs" {
       job.life_time == null || can(regex("^([0-9]+(\\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$", job.life_time))
     ])
     error_message = "life_time must be a Go duration such as \"90s\", \"1h30m\" or \"1.5h\"."
+  }
+
+  validation {
+    condition = alltrue([
+      for key, job in var.jobs :
+      job.catch_up == null || can(regex("^([0-9]+(\\.[0-9]+)?(s|m|h|d))+$", job.catch_up))
+    ])
+    error_message = "catch_up must be a duration such as \"6h\", \"90m\" or \"2d\" (at most 7 days)."
   }
 
   validation {

@@ -45,6 +45,7 @@ PLUGIN_DIR = Path(os.environ.get("SQSJKR_TF_PLUGIN_DIR", "/opt/tf-plugins"))
 JOB_SCHEMA = {
     "schedule_expression": "string",
     "command": "optional(string)",
+    "catch_up": "optional(string)",
     "envs": "optional(map(string), {})",
     "event_id": "optional(string)",
     "lock_id": "optional(string)",
@@ -80,6 +81,7 @@ MESSAGE_FIELDS = {
     "retries",
     "retry_delay",
     "http",
+    "catch_up",  # read from the schedule by the daemon's catch-up
 }
 
 REQUIRED_OUTPUTS = {
@@ -626,9 +628,23 @@ def test_host_policy_allows_only_the_daemons_calls(module: Config) -> None:
     assert granted == daemon_actions
 
 
+#: Catch-up's reads of the module's schedules: GetSchedule on the group's schedules, and
+#: ListSchedules, which takes no resource.
+CATCH_UP_READS = {
+    ("scheduler:GetSchedule",): [
+        '${replace(aws_scheduler_schedule_group.jobs.arn, ":schedule-group/", ":schedule/")}/*'
+    ],
+    ("scheduler:ListSchedules",): ["*"],
+}
+
+
 def test_host_policy_names_its_resources(module: Config) -> None:
     for statement in host_statements(module):
         assert statement["resources"], f"{statement.get('sid')}: no resources"
+        actions = tuple(statement["actions"])
+        if actions in CATCH_UP_READS:
+            assert [expr(r) for r in statement["resources"]] == CATCH_UP_READS[actions]
+            continue
         for resource in statement["resources"]:
             assert "*" not in resource
             match = re.fullmatch(r"(aws_sqs_queue|aws_dynamodb_table)\.(\w+)\.arn", expr(resource))
@@ -742,6 +758,7 @@ def test_message_keeps_every_set_field(module: Config) -> None:
         "concurrency_limit": 3,
         "retries": 2,
         "retry_delay": "30s",
+        "catch_up": "6h",
         "enabled": False,
         "description": "not part of the message",
     }

@@ -47,6 +47,7 @@ MESSAGE_FIELDS = frozenset(
         "retry_delay",
         "firing",
         "origin",
+        "catch_up",  # read from the schedule by the daemon's catch-up, not when a job runs
     }
 )
 #: Most runs one message may ask for: a first one and this many retries.
