@@ -36,7 +36,7 @@ from sqsjkr.contract.catchup import catch_up_message, parse_catch_up
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Firing
 from sqsjkr.crontab.fires import Window, fires_between
-from sqsjkr.errors import InvalidJobError, quote
+from sqsjkr.errors import InvalidJobError, ResourceMissingError, quote
 from sqsjkr.observability.logs import moment
 
 log = logging.getLogger("sqsjkr.catchup")
@@ -45,6 +45,8 @@ log = logging.getLogger("sqsjkr.catchup")
 LEASE_SHARE = 1.5
 #: Most firings of one schedule a look considers (a rate(1 minute) over 7 days is 10,080).
 MAX_FIRINGS = 10_080
+#: How long a stopping daemon waits for a look in progress to end.
+STOP_WAIT_SECONDS = 2.0
 #: How often the sender of a caught-up firing reads whether it was claimed, before the next one.
 CLAIM_POLL_SECONDS = 1.0
 
@@ -157,8 +159,10 @@ class CatchUp:
         traceback: TracebackType | None,
     ) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
-        if self._holding:
+        # A look in the middle of a slow call must not hold up the daemon's stop: the thread is a
+        # daemon thread, and a lease not given up lapses by itself.
+        self._thread.join(timeout=STOP_WAIT_SECONDS)
+        if self._holding and not self._thread.is_alive():
             try:
                 self._lease.give_up(self._settings.owner)
             except AWS_ERRORS as error:
@@ -197,13 +201,16 @@ class CatchUp:
         level = logging.DEBUG if self._failing else logging.WARNING
         self._failing = True
         denied = error_code(error) in ("AccessDeniedException", "AccessDenied")
-        hint = (
-            ": the daemon needs scheduler:ListSchedules, scheduler:GetSchedule and "
-            "dynamodb:BatchGetItem (docs/schedules.md, Catch-up), or set [schedule] "
-            'catch_up_interval = "0s" to turn catch-up off'
-            if denied
-            else "; trying again next interval"
-        )
+        off = '[schedule] catch_up_interval = "0s" turns catch-up off'
+        if denied:
+            hint = (
+                ": the daemon needs scheduler:ListSchedules, scheduler:GetSchedule and "
+                f"dynamodb:BatchGetItem (docs/schedules.md, Catch-up); {off}"
+            )
+        elif isinstance(error, ResourceMissingError):
+            hint = f"; {off}"
+        else:
+            hint = "; trying again next interval"
         log.log(
             level,
             "catch-up could not look for missed firings in schedule group %s (%s)%s",
