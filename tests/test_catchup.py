@@ -18,12 +18,15 @@ import pytest
 
 from sqsjkr.backends.catchup import CatchUpLease, claimed
 from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.contract.catchup import catch_up_message, parse_catch_up
 from sqsjkr.contract.firing import SCHEDULE_ARN, SCHEDULED_TIME, Firing, Origin
-from sqsjkr.contract.run import RunRecord
+from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.errors import InvalidJobError
+from sqsjkr.fleet.firings import Evidence, FiringStatus, judge
 
 from .conftest import Aws, Cli, Start, config_text, run_on, wait_until
+from .test_firings import fired
 from .test_schedules import ROLE_ARN, backdate, queue_arn, scheduler
 from .test_schedules import group as group  # noqa: F401 - the fixture
 
@@ -167,3 +170,16 @@ def test_the_catch_up_message_is_the_schedules_own_as_that_firing() -> None:
         "timezone": "UTC",
     }
     assert body["origin"] == "catch-up" and body["command"] == "true"
+
+
+def test_the_ledger_shows_a_caught_up_firing_with_who_noticed_and_how_late() -> None:
+    schedule = EventSchedule("sqsjkr-nightly", "rate(1 hour)", "UTC", True, "nightly", "t", None)
+    at = 7200.0
+    caught = fired(
+        "nightly", at, RunOutcome.SUCCEEDED, origin="catch-up", sent_at=at + 5400,
+        started_at=at + 5401, triggered_by="host-a:7:abc", trigger_reason="caught up: ...",
+    )  # fmt: skip
+    row = judge(schedule, at, Evidence(records=[caught]), at + 9000, 300)
+    assert row.status is FiringStatus.CAUGHT_UP and row.run == caught
+    assert row.reason == "caught up by daemon host-a:7:abc, started 1h30m late"
+    assert row.as_json()["status"] == "caught up"
