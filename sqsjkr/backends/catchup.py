@@ -13,7 +13,7 @@ from typing import Any
 
 from sqsjkr.backends.aws import conditional_write
 from sqsjkr.backends.dedupe import claim_key
-from sqsjkr.backends.index import BATCH_GET_LIMIT
+from sqsjkr.backends.index import batch_get
 
 #: The Type of the lease's item.
 LEASE_TYPE = "catchup"
@@ -84,17 +84,5 @@ def claimed(client: Any, table: str, keys: Iterable[str]) -> set[str]:
     """Which of these claim keys (firings' keys) have a claim in the table: BatchGetItem, a call
     per 100, eventually consistent (a claim missed by a stale read costs one message, which the
     claim then drops as a duplicate)."""
-    wanted = sorted(set(keys))
-    found: set[str] = set()
-    for i in range(0, len(wanted), BATCH_GET_LIMIT):
-        pending: dict[str, Any] = {
-            table: {
-                "Keys": [claim_key(key) for key in wanted[i : i + BATCH_GET_LIMIT]],
-                "ProjectionExpression": "Id",
-            }
-        }
-        while pending:
-            response = client.batch_get_item(RequestItems=pending)
-            found |= {item["Id"]["S"] for item in response["Responses"].get(table, [])}
-            pending = response.get("UnprocessedKeys") or {}
-    return found
+    found = batch_get(client, table, [claim_key(key) for key in sorted(set(keys))], "Id")
+    return {item["Id"]["S"] for item in found}

@@ -26,12 +26,7 @@ from sqsjkr.backends.scheduler import (
     job_message,
     list_states,
 )
-from sqsjkr.backends.sqs import (
-    fifo_send_parameters,
-    group_id_of,
-    is_fifo,
-    trigger_attributes,
-)
+from sqsjkr.backends.sqs import group_id_of, send_noted
 from sqsjkr.contract.catchup import catch_up_message, parse_catch_up
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Firing
@@ -296,17 +291,18 @@ class CatchUp:
     def _send(self, wanted: Wanted, firing: Firing, now: float) -> None:
         late = now - firing.at
         reason = f"caught up: missed firing of {firing.iso}, noticed {late:.0f}s after it was due"
-        request: dict[str, Any] = {
-            "QueueUrl": wanted.url,
-            "MessageBody": catch_up_message(wanted.fields, firing),
-            "MessageAttributes": trigger_attributes(self._settings.owner, reason),
-        }
-        if is_fifo(wanted.url):
-            group = wanted.schedule.group_id or group_id_of(wanted.schedule.event_id)
-            # The same id from every daemon: SQS drops a second send within its five minutes.
-            digest = hashlib.sha256(firing.key.encode()).hexdigest()[:64]
-            request.update(fifo_send_parameters(group, f"catchup-{digest}"))
-        message_id = self._stores.sqs.send_message(**request)["MessageId"]
+        group = wanted.schedule.group_id or group_id_of(wanted.schedule.event_id)
+        # The same deduplication id from every daemon: on a FIFO queue SQS drops a second send
+        # of the firing within its five minutes.
+        digest = hashlib.sha256(firing.key.encode()).hexdigest()[:64]
+        message_id = send_noted(
+            self._stores.sqs,
+            wanted.url,
+            catch_up_message(wanted.fields, firing),
+            (self._settings.owner, reason),
+            group,
+            f"catchup-{digest}",
+        )
         log.info(
             "catch-up: sent schedule %s's missed firing of %s (due %.0fs ago) as message %s",
             quote(wanted.schedule.name),
