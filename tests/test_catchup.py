@@ -87,6 +87,7 @@ def test_missed_firings_run_once_the_older_first_when_daemons_start_again(
         module_message("nightly", f"echo ran >> {out}", catch_up="2h"),
     )
     hourly(aws, group, "quiet", start, module_message("quiet", f"echo quiet >> {out}"))
+    hourly(aws, group, "bad", start, module_message("bad", f"echo bad >> {out}", catch_up="8d"))
     text = config_text(aws, stats="stats_port = 0") + f'\n[schedule]\ngroup = "{group}"\n'
     daemons = [run_on(start_daemon, tmp_path, text) for _ in range(2)]
 
@@ -106,6 +107,11 @@ def test_missed_firings_run_once_the_older_first_when_daemons_start_again(
         assert run.trigger_reason is not None and "caught up" in run.trigger_reason
         assert run.lateness is not None and run.lateness > 25 * 60
     assert records(aws, "quiet") == [], "no catch_up: nothing runs"
+    # A catch_up the contract refuses is named in the log; the rest goes on.
+    assert records(aws, "bad") == []
+    warned = 'schedule "bad" is not caught up: field "catch_up": must be at most 168h0m0s'
+
+    assert warned in senders[0].log, senders[0].log
     assert out.read_text() == "ran\nran\n"
 
     conf = tmp_path / "cli.toml"
