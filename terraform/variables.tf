@@ -191,7 +191,7 @@ variable "jobs" {
       for key, job in var.jobs :
       job.catch_up == null || can(regex("^([0-9]+(\\.[0-9]+)?(s|m|h|d))+$", job.catch_up))
     ])
-    error_message = "catch_up must be a duration such as \"6h\", \"90m\" or \"2d\" (at most 7 days)."
+    error_message = "catch_up must be a duration such as \"6h\", \"90m\" or \"2d\" (the daemon takes at most 7 days)."
   }
 
   validation {

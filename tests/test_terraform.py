@@ -803,6 +803,7 @@ def test_rules_refuse_what_only_the_scheduler_has(module: Config) -> None:
         '!startswith(each.value.schedule_expression, "at(") && '
         "each.value.flexible_time_window == null"
     ) in conditions
+    assert "each.value.catch_up == null" in conditions
 
 
 # --- EventBridge Scheduler ---------------------------------------------------------------------
@@ -1465,6 +1466,9 @@ REFUSED_JOBS = {
     ),
     'status={schedule_expression="rate(1 day)", http={url="http://127.0.0.1/", '
     "success_status=[99]}}": "http.success_status, when set, must be a non-empty list of status codes",
+    'late={schedule_expression="rate(1 day)", command="x", catch_up="soon"}': (
+        'catch_up must be a duration such as "6h", "90m" or "2d"'
+    ),
 }
 
 #: The module's provider in a root configuration that needs no account.
@@ -1489,6 +1493,7 @@ module "refused" {
   jobs = {
     nightly = { schedule_expression = "cron(0 3 * * ? *)", command = "backup" }
     poll    = { schedule_expression = "rate(1 minute)", command = "x" }
+    late    = { schedule_expression = "rate(1 day)", command = "x", catch_up = "6h" }
   }
 }
 """,
@@ -1528,6 +1533,10 @@ def test_plan_refuses_time_zones_with_rules_but_not_frequent_jobs_on_a_fifo_queu
     refusals: dict[str, str],
 ) -> None:
     assert "Job nightly has a time zone other than UTC" in refusals["engine"]
+    assert (
+        "Job late sets catch_up, which reads EventBridge Scheduler's schedules"
+        in (refusals["engine"])
+    )
     # Each body carries its firing's time: content-based deduplication drops only the repeated
     # deliveries of one firing, so a job every minute on a FIFO queue is no longer refused.
     assert "more often" not in refusals["engine"]
