@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 
 from sqsjkr.backends.catchup import CatchUpLease, claimed
+from sqsjkr.backends.dedupe import claim_key
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.contract.catchup import catch_up_message, parse_catch_up
 from sqsjkr.contract.firing import SCHEDULE_ARN, SCHEDULED_TIME, Firing, Origin
 from sqsjkr.contract.run import RunOutcome, RunRecord
+from sqsjkr.daemon.catchup import CatchUp, CatchUpSettings, CatchUpStores, queue_key
 from sqsjkr.errors import InvalidJobError
 from sqsjkr.fleet.firings import Evidence, FiringStatus, judge
 
@@ -29,6 +31,7 @@ from .conftest import Aws, Cli, Start, config_text, run_on, wait_until
 from .test_firings import fired
 from .test_schedules import ROLE_ARN, backdate, queue_arn, scheduler
 from .test_schedules import group as group  # noqa: F401 - the fixture
+from .test_trigger import received
 
 HOUR = 3600
 
@@ -189,3 +192,26 @@ def test_the_ledger_shows_a_caught_up_firing_with_who_noticed_and_how_late() -> 
     assert row.status is FiringStatus.CAUGHT_UP and row.run == caught
     assert row.reason == "caught up by daemon host-a:7:abc, started 1h30m late"
     assert row.as_json()["status"] == "caught up"
+
+
+def test_a_later_firing_waits_until_the_one_before_is_claimed(aws: Aws, group: str) -> None:  # noqa: F811
+    """No daemon takes the first caught-up firing: the second is not sent, on this look or the
+    next, and the first is not sent twice; once the first is claimed, the second goes."""
+    start = time.time() - 2.5 * HOUR
+    arn = hourly(aws, group, "nightly", start, module_message("nightly", "true", catch_up="3h"))
+    stores = CatchUpStores(scheduler(), aws.dynamodb, aws.table, aws.sqs)
+    settings = CatchUpSettings(
+        group, 600, 300, "host-a:1:abc", {queue_key(aws.queue_url): aws.queue_url}, order_wait=0
+    )
+    looker = CatchUp(stores, settings)
+    firings = [Firing(float(int(start + n * HOUR)), arn) for n in range(3)]
+
+    def sent() -> list[str]:
+        return [json.loads(m["Body"])["firing"]["time"] for m in received(aws, aws.queue_url)]
+
+    looker.look()
+    looker.look()
+    assert sent() == [firings[0].iso]
+    aws.dynamodb.put_item(TableName=aws.table, Item=claim_key(firings[0].key))
+    looker.look()
+    assert sent() == [firings[1].iso], "the next, once the one before is claimed"
