@@ -40,6 +40,8 @@ log = logging.getLogger("sqsjkr.catchup")
 LEASE_SHARE = 1.5
 #: Most firings of one schedule a look considers (a rate(1 minute) over 7 days is 10,080).
 MAX_FIRINGS = 10_080
+#: The least wait before a daemon refused the lease asks again (clocks may disagree).
+MIN_WAIT_SECONDS = 1.0
 #: How long a stopping daemon waits for a look in progress to end.
 STOP_WAIT_SECONDS = 2.0
 #: How often the sender of a caught-up firing reads whether it was claimed, before the next one.
@@ -180,7 +182,8 @@ class CatchUp:
             else:
                 # Ask again once the holder's lease has lapsed, spread so that the fleet's
                 # daemons do not all ask at the same instant.
-                next_turn = max(0.0, held.until - self._clock()) + random.uniform(0, interval / 10)
+                left = max(MIN_WAIT_SECONDS, held.until - self._clock())
+                next_turn = left + random.uniform(0, interval / 10)
         except AWS_ERRORS as error:
             self._failed(error)
             return interval
