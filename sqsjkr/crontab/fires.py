@@ -202,7 +202,7 @@ def fires_between(
 ) -> tuple[list[float], int]:
     """Every time the schedule fires in (since, until] (unix seconds, to the second as the
     Scheduler's scheduled-time says it): the newest `most` of them, and how many there were.
-    None of them for an expression EventBridge would not take."""
+    Empty for an expression EventBridge would not take."""
     after = datetime.fromtimestamp(since, timezone.utc)
     times: collections.deque[float] = collections.deque(maxlen=most)
     seen = 0
