@@ -138,6 +138,7 @@ class Aws:
         )
         self.sqs = session.client("sqs", endpoint_url=self.moto_endpoint)
         self.dynamodb = session.client("dynamodb", endpoint_url=self.moto_endpoint)
+        self.scheduler = session.client("scheduler", endpoint_url=self.moto_endpoint)
 
     def calls(self, since: int = 0) -> list[latency_proxy.Call]:
         """The daemon's calls through the proxy, from the since-th on."""
@@ -221,8 +222,11 @@ class LogWatch:
                 self.receiving_at = at
 
 
-def write_config(path: Path, *, queue: str, table: str, workers: int, prefetch: int = 0) -> Path:
-    """A deployment's config: every timing at its default (20 s long polls, 60 s leases)."""
+def write_config(
+    path: Path, *, queue: str, table: str, workers: int, prefetch: int = 0, group: str = "sqsjkr"
+) -> Path:
+    """A deployment's config: every timing at its default (20 s long polls, 60 s leases, a
+    catch-up look every 10 minutes over the schedules of group)."""
     path.write_text(
         f"""[account]
 id = "{LOCAL_ACCOUNT}"
@@ -238,6 +242,9 @@ stats_port = 0
 
 [lock]
 table = "{table}"
+
+[schedule]
+group = "{group}"
 """
     )
     return path
@@ -411,6 +418,7 @@ class Run:
         self.table = name
         self.queue_url = create_queue(self.aws.sqs, name)
         create_table(self.aws.dynamodb, name)
+        catch_up_schedule(self.aws.scheduler, name, self.queue_url)
         self.workers = self.scenario.workers or self.options.workers
         self.conf = write_config(
             self.dir / "config.toml",
@@ -418,6 +426,7 @@ class Run:
             table=name,
             workers=self.workers,
             prefetch=self.scenario.prefetch,
+            group=name,
         )
 
     def body(self, i: int) -> str:
@@ -436,6 +445,25 @@ class Run:
             if index.isdigit() and at:
                 found[int(index)] = float(at)
         return found
+
+
+def catch_up_schedule(scheduler: Any, group: str, queue_url: str) -> None:
+    """A schedule group as the module makes it, with a job with catch_up: catch-up on, as a
+    deployment has it. It fires on 1 January only, so that no catch-up runs a job meanwhile
+    (moto never fires it): the idle figures are the looks' own calls."""
+    scheduler.create_schedule_group(Name=group)
+    account, name = queue_url.rstrip("/").split("/")[-2:]
+    scheduler.create_schedule(
+        Name=f"{group}-yearly",
+        GroupName=group,
+        ScheduleExpression="cron(0 3 1 1 ? *)",
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={
+            "Arn": f"arn:aws:sqs:{LOCAL_REGION}:{account}:{name}",
+            "RoleArn": f"arn:aws:iam::{account}:role/scheduler",
+            "Input": json.dumps({"event_id": "yearly", "command": "true", "catch_up": "1h"}),
+        },
+    )
 
 
 def start_daemon(run: Run) -> tuple[Daemon, dict[str, Any]]:

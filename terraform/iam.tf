@@ -43,14 +43,31 @@ data "aws_iam_policy_document" "host" {
     sid    = "LocksAndDedupe"
     effect = "Allow"
     actions = [
-      "dynamodb:PutItem",    # claim a message's dedupe record; take a lock or a group slot (conditional writes, also in transactions); write the daemon's own item (sqsjkr daemons) and a running job's live output (history --follow)
-      "dynamodb:UpdateItem", # renew a lease (it reads a kill request of sqsjkr kill); release a lock or a slot; mark a job finished; record its run; end a killed run whose holder died
-      "dynamodb:GetItem",    # read a dedupe record's state when SQS delivers a message again; read pauses and routes
-      "dynamodb:DeleteItem", # give up the dedupe claim of a job that did not start; delete a run's live output item when it ends (in the run's final transaction)
-      "dynamodb:Query",      # read a concurrency group's slots (jobs with concurrency_key)
+      "dynamodb:PutItem",      # claim a message's dedupe record; take a lock or a group slot (conditional writes, also in transactions); write the daemon's own item (sqsjkr daemons) and a running job's live output (history --follow)
+      "dynamodb:UpdateItem",   # renew a lease (it reads a kill request of sqsjkr kill); release a lock or a slot; mark a job finished; record its run; end a killed run whose holder died
+      "dynamodb:GetItem",      # read a dedupe record's state when SQS delivers a message again; read pauses and routes
+      "dynamodb:DeleteItem",   # give up the dedupe claim of a job that did not start; delete a run's live output item when it ends (in the run's final transaction)
+      "dynamodb:Query",        # read a concurrency group's slots (jobs with concurrency_key)
+      "dynamodb:BatchGetItem", # catch-up: which firings of the schedules with catch_up have a claim
     ]
     # The table only: the daemon never reads the index, which has an ARN of its own.
     resources = [aws_dynamodb_table.locks.arn]
+  }
+
+  # Catch-up ([schedule] catch_up_interval): the daemon holding the fleet's catch-up lease reads
+  # the group's schedules to find those with catch_up, their expressions and their messages.
+  statement {
+    sid       = "CatchUpReadsTheSchedules"
+    effect    = "Allow"
+    actions   = ["scheduler:GetSchedule"] # a schedule new or changed since it was last read
+    resources = ["${replace(aws_scheduler_schedule_group.jobs.arn, ":schedule-group/", ":schedule/")}/*"]
+  }
+
+  statement {
+    sid       = "CatchUpListsTheSchedules"
+    effect    = "Allow"
+    actions   = ["scheduler:ListSchedules"] # each look: the group's schedules; it takes no resource
+    resources = ["*"]
   }
 }
 

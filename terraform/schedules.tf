@@ -25,6 +25,8 @@ locals {
         concurrency_limit         = job.concurrency_limit
         retries                   = job.retries
         retry_delay               = job.retry_delay
+        # Read from the schedule by the daemon's catch-up (docs/schedules.md), not when it runs.
+        catch_up = job.catch_up
         # The call's unset parts are left out too: the daemon reads them as their defaults.
         http = job.http == null ? null : { for part, value in job.http : part => value if value != null }
       } : field => value if value != null
@@ -96,6 +98,10 @@ resource "aws_cloudwatch_event_rule" "job" {
     precondition {
       condition     = !startswith(each.value.schedule_expression, "at(") && each.value.flexible_time_window == null
       error_message = "Job ${each.key} uses at() or flexible_time_window, which only EventBridge Scheduler has: use schedule_engine = \"scheduler\"."
+    }
+    precondition {
+      condition     = each.value.catch_up == null
+      error_message = "Job ${each.key} sets catch_up, which reads EventBridge Scheduler's schedules: use schedule_engine = \"scheduler\"."
     }
   }
 }

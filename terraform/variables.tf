@@ -93,6 +93,7 @@ variable "jobs" {
     # EventBridge Scheduler only:
     schedule_expression_timezone = optional(string) # default: var.schedule_expression_timezone
     flexible_time_window         = optional(number) # minutes it may run late, to spread load
+    catch_up                     = optional(string) # run a missed firing younger than this once, late ("6h"; at most "7d")
   }))
   default = {}
 
@@ -176,9 +177,9 @@ variable "jobs" {
   validation {
     # A job without a schedule_expression has no schedule or rule for these to set.
     condition = alltrue([
-      for key, job in var.jobs : job.schedule_expression != null || (job.enabled && job.description == null && job.schedule_expression_timezone == null && job.flexible_time_window == null)
+      for key, job in var.jobs : job.schedule_expression != null || (job.enabled && job.description == null && job.schedule_expression_timezone == null && job.flexible_time_window == null && job.catch_up == null)
     ])
-    error_message = "enabled, description, schedule_expression_timezone and flexible_time_window belong to a schedule, and a pipeline's step has none (its root's schedule sets them for the whole pipeline): ${join(", ", [for key, job in var.jobs : key if job.schedule_expression == null && !(job.enabled && job.description == null && job.schedule_expression_timezone == null && job.flexible_time_window == null)])} sets one."
+    error_message = "enabled, description, schedule_expression_timezone, flexible_time_window and catch_up belong to a schedule, and a pipeline's step has none (its root's schedule sets them for the whole pipeline): ${join(", ", [for key, job in var.jobs : key if job.schedule_expression == null && !(job.enabled && job.description == null && job.schedule_expression_timezone == null && job.flexible_time_window == null && job.catch_up == null)])} sets one."
   }
 
   validation {
@@ -226,6 +227,14 @@ variable "jobs" {
       job.life_time == null || can(regex("^([0-9]+(\\.[0-9]+)?(ns|us|µs|μs|ms|s|m|h))+$", job.life_time))
     ])
     error_message = "life_time must be a Go duration such as \"90s\", \"1h30m\" or \"1.5h\"."
+  }
+
+  validation {
+    condition = alltrue([
+      for key, job in var.jobs :
+      job.catch_up == null || can(regex("^([0-9]+(\\.[0-9]+)?(s|m|h|d))+$", job.catch_up))
+    ])
+    error_message = "catch_up must be a duration such as \"6h\", \"90m\" or \"2d\" (the daemon takes at most 7 days)."
   }
 
   validation {

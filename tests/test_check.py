@@ -24,7 +24,15 @@ Lines = list[tuple[str, str, str]]
 #: The lines of a check whose every DynamoDB call of the daemon's was allowed, in their order.
 DAEMON_CALLS_ALLOWED = [
     f"dynamodb:{action} allowed"
-    for action in ("GetItem", "Query", "PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem")
+    for action in (
+        "GetItem",
+        "BatchGetItem",
+        "Query",
+        "PutItem",
+        "UpdateItem",
+        "TransactWriteItems",
+        "DeleteItem",
+    )
 ]
 
 

@@ -279,7 +279,8 @@ def test_every_message_field_has_a_send_option() -> None:
     http_parts = {f"http.{name}" for name in HttpCall.__dataclass_fields__}
     # A message's firing and origin are the sender's to write (a schedule's, send's), not
     # options; a pipeline comes whole, in a --body (docs/pipelines.md) or from the module.
-    written = {"firing", "origin", "pipeline", "step", "pipeline_key"}
+    # catch_up is a schedule's (the module's).
+    written = {"firing", "origin", "pipeline", "step", "pipeline_key", "catch_up"}
     for field in (MESSAGE_FIELDS - written) | http_parts:
         error = InvalidJobError(f'field "{field}": wrong')
         option = option_of(error)
@@ -433,7 +434,7 @@ def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws, cli: Cli) 
         "retries": 3, "retry_delay": "30s", "origin": "send",
         "firing": {"time": "2030-01-15T01:00:00Z", "schedule": "sqsjkr-nightly"},
         "pipeline": {"name": "p", "root": "a", "steps": {"a": {"after": []}}},
-        "step": "a", "pipeline_key": "by-hand",
+        "step": "a", "pipeline_key": "by-hand", "catch_up": "6h",
     }  # fmt: skip
     http = {"http": {"url": "http://127.0.0.1:8080/run"}}
     assert set(shell) | set(http) == MESSAGE_FIELDS

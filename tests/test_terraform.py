@@ -45,6 +45,7 @@ PLUGIN_DIR = Path(os.environ.get("SQSJKR_TF_PLUGIN_DIR", "/opt/tf-plugins"))
 JOB_SCHEMA = {
     "schedule_expression": "optional(string)",
     "command": "optional(string)",
+    "catch_up": "optional(string)",
     "envs": "optional(map(string), {})",
     "event_id": "optional(string)",
     "lock_id": "optional(string)",
@@ -82,6 +83,7 @@ MESSAGE_FIELDS = {
     "retries",
     "retry_delay",
     "http",
+    "catch_up",  # read from the schedule by the daemon's catch-up
 }
 
 REQUIRED_OUTPUTS = {
@@ -629,9 +631,23 @@ def test_host_policy_allows_only_the_daemons_calls(module: Config) -> None:
     assert granted == daemon_actions
 
 
+#: Catch-up's reads of the module's schedules: GetSchedule on the group's schedules, and
+#: ListSchedules, which takes no resource.
+CATCH_UP_READS = {
+    ("scheduler:GetSchedule",): [
+        '${replace(aws_scheduler_schedule_group.jobs.arn, ":schedule-group/", ":schedule/")}/*'
+    ],
+    ("scheduler:ListSchedules",): ["*"],
+}
+
+
 def test_host_policy_names_its_resources(module: Config) -> None:
     for statement in host_statements(module):
         assert statement["resources"], f"{statement.get('sid')}: no resources"
+        actions = tuple(statement["actions"])
+        if actions in CATCH_UP_READS:
+            assert [expr(r) for r in statement["resources"]] == CATCH_UP_READS[actions]
+            continue
         for resource in statement["resources"]:
             assert "*" not in resource
             match = re.fullmatch(r"(aws_sqs_queue|aws_dynamodb_table)\.(\w+)\.arn", expr(resource))
@@ -747,6 +763,7 @@ def test_message_keeps_every_set_field(module: Config) -> None:
         "concurrency_limit": 3,
         "retries": 2,
         "retry_delay": "30s",
+        "catch_up": "6h",
         "enabled": False,
         "description": "not part of the message",
     }
@@ -791,6 +808,7 @@ def test_rules_refuse_what_only_the_scheduler_has(module: Config) -> None:
         '!startswith(each.value.schedule_expression, "at(") && '
         "each.value.flexible_time_window == null"
     ) in conditions
+    assert "each.value.catch_up == null" in conditions
 
 
 # --- EventBridge Scheduler ---------------------------------------------------------------------
@@ -1455,6 +1473,9 @@ REFUSED_JOBS = {
     ),
     'status={schedule_expression="rate(1 day)", http={url="http://127.0.0.1/", '
     "success_status=[99]}}": "http.success_status, when set, must be a non-empty list of status codes",
+    'late={schedule_expression="rate(1 day)", command="x", catch_up="soon"}': (
+        'catch_up must be a duration such as "6h", "90m" or "2d"'
+    ),
 }
 
 #: The module's provider in a root configuration that needs no account.
@@ -1479,6 +1500,7 @@ module "refused" {
   jobs = {
     nightly = { schedule_expression = "cron(0 3 * * ? *)", command = "backup" }
     poll    = { schedule_expression = "rate(1 minute)", command = "x" }
+    late    = { schedule_expression = "rate(1 day)", command = "x", catch_up = "6h" }
   }
 }
 """,
@@ -1518,6 +1540,10 @@ def test_plan_refuses_time_zones_with_rules_but_not_frequent_jobs_on_a_fifo_queu
     refusals: dict[str, str],
 ) -> None:
     assert "Job nightly has a time zone other than UTC" in refusals["engine"]
+    assert (
+        "Job late sets catch_up, which reads EventBridge Scheduler's schedules"
+        in (refusals["engine"])
+    )
     # Each body carries its firing's time: content-based deduplication drops only the repeated
     # deliveries of one firing, so a job every minute on a FIFO queue is no longer refused.
     assert "more often" not in refusals["engine"]

@@ -29,9 +29,20 @@ def items_of_type(
         {"Id": key["Id"], "Type": key["Type"]}
         for key in _keys_of_type(client, table, type_, expired_from)
     ]
+    return batch_get(client, table, keys)
+
+
+def batch_get(
+    client: Any, table: str, keys: list[dict[str, Any]], projection: str | None = None
+) -> list[dict[str, Any]]:
+    """The items of these keys that exist (only the projection's attributes, when given), read
+    BATCH_GET_LIMIT a call, unprocessed keys asked again; in no order."""
     items: list[dict[str, Any]] = []
     for i in range(0, len(keys), BATCH_GET_LIMIT):
-        pending: dict[str, Any] = {table: {"Keys": keys[i : i + BATCH_GET_LIMIT]}}
+        request: dict[str, Any] = {"Keys": keys[i : i + BATCH_GET_LIMIT]}
+        if projection is not None:
+            request["ProjectionExpression"] = projection
+        pending: dict[str, Any] = {table: request}
         while pending:
             response = client.batch_get_item(RequestItems=pending)
             items += response["Responses"].get(table, [])

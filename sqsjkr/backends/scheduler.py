@@ -166,12 +166,20 @@ class Listed:
     name: str
     arn: str
     enabled: bool
+    #: Its LastModificationDate: a reader that keeps schedules read whole reads one again when
+    #: this changes.
+    modified: datetime | None = None
 
 
 def list_states(client: Any, group: str) -> list[Listed]:
     """Every schedule of the group with its state, from ListSchedules alone."""
     return [
-        Listed(str(s["Name"]), str(s.get("Arn", "")), s.get("State") == "ENABLED")
+        Listed(
+            str(s["Name"]),
+            str(s.get("Arn", "")),
+            s.get("State") == "ENABLED",
+            s.get("LastModificationDate"),
+        )
         for s in _listed(client, group, "")
     ]
 

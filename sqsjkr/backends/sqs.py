@@ -89,6 +89,21 @@ def trigger_attributes(by: str, reason: str) -> dict[str, dict[str, str]]:
     return attributes
 
 
+def send_noted(
+    sqs: Any, url: str, body: str, note: tuple[str, str], group_id: str, deduplication_id: str
+) -> str:
+    """Send body to the queue with a note of who sent it and why (trigger_attributes), on a FIFO
+    queue in group_id and deduplicated by deduplication_id; its message id."""
+    request: dict[str, Any] = {
+        "QueueUrl": url,
+        "MessageBody": body,
+        "MessageAttributes": trigger_attributes(*note),
+    }
+    if is_fifo(url):
+        request.update(fifo_send_parameters(group_id, deduplication_id))
+    return str(sqs.send_message(**request)["MessageId"])
+
+
 def trigger_note(attributes: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """(who triggered, why) from a received message's attributes; (None, None) for a message a
     schedule sent."""

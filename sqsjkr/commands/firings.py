@@ -77,7 +77,9 @@ def _what(row: FiringRow) -> str:
     extra = f" (+{row.duplicates} duplicate dropped)" if row.duplicates else ""
     if row.reruns:
         extra += f" (ran {len(row.reruns) + 1} times: re-run by trigger --firing)"
-    if row.run is not None and row.status is FiringStatus.RAN:
+    if row.status is FiringStatus.CAUGHT_UP:
+        extra += f" ({escape(row.reason or '')})"
+    if row.run is not None and row.status in (FiringStatus.RAN, FiringStatus.CAUGHT_UP):
         run = row.run
         return (
             f"{run.outcome.value} on {escape(run.host)} at {local_time(run.ended_at)}, "

@@ -125,6 +125,9 @@ class ScheduleConfig:
     #: What runs the module's schedules (its schedule_engine): "scheduler", the schedules of
     #: `group`, or "rules", the EventBridge rules that target the queues. Read by `schedules`.
     engine: str = "scheduler"
+    #: How often the fleet looks for missed firings of schedules with catch_up (one daemon at a
+    #: time, by a lease); 0 turns catch-up off on this daemon. docs/schedules.md, Catch-up.
+    catch_up_interval: Duration = Duration.of_seconds(600)
 
 
 @dataclass(frozen=True)
@@ -773,7 +776,19 @@ def _schedule_config(schedule: _Table) -> ScheduleConfig:
             "timezone", f'must be an IANA time zone such as "Asia/Tokyo", got {_show(zone)}'
         ) from None
     engine = schedule.choice("engine", ScheduleConfig.engine, SCHEDULE_ENGINES)
-    return ScheduleConfig(role_arn=role_arn, group=group, timezone=zone, engine=engine)
+    catch_up = schedule.duration(
+        "catch_up_interval",
+        ScheduleConfig.catch_up_interval,
+        low=Duration(0),
+        high=_MAX_CATCH_UP_INTERVAL,
+    )
+    return ScheduleConfig(
+        role_arn=role_arn, group=group, timezone=zone, engine=engine, catch_up_interval=catch_up
+    )
+
+
+#: The longest [schedule] catch_up_interval: a missed firing waits at most this for a look.
+_MAX_CATCH_UP_INTERVAL = Duration.of_seconds(3600)
 
 
 def load_config(

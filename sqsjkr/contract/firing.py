@@ -45,12 +45,14 @@ _UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 class Origin(enum.Enum):
     """Who put the message on the queue: a schedule's firing, `sqsjkr send` (or a program's
     Fleet.send), `sqsjkr trigger` (run now, or a missed firing run by hand), or a daemon
-    starting a pipeline's step once the steps it needs have succeeded."""
+    starting a pipeline's step once the steps it needs have succeeded, or a daemon catching up
+    a missed firing (catch-up)."""
 
     SCHEDULE = "schedule"
     SEND = "send"
     TRIGGER = "trigger"
     PIPELINE = "pipeline"  # a step's message, sent by the daemon that ran its parents
+    CATCH_UP = "catch-up"  # a missed firing a daemon sent by itself (contract/catchup.py)
 
 
 @dataclass(frozen=True)

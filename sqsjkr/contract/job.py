@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from sqsjkr.contract.catchup import parse_catch_up
 from sqsjkr.contract.duration import Duration
 from sqsjkr.contract.fields import (
     duration_field,
@@ -51,6 +52,7 @@ MESSAGE_FIELDS = frozenset(
         "pipeline",
         "step",
         "pipeline_key",
+        "catch_up",  # read from the schedule by the daemon's catch-up, not when a job runs
     }
 )
 #: Most runs one message may ask for: a first one and this many retries.
@@ -127,6 +129,9 @@ def parse_job(
     command, http = _command_or_http(fields, http_allow)
     key, limit = _concurrency(fields)
     firing = parse_firing(fields)
+    # Read by catch-up from the schedule, not when the job runs: checked alike all the same, so
+    # that a send or a redrive refuses a bad value as the schedule's reader would.
+    parse_catch_up(fields)
     # A run of a pipeline is keyed by its root's firing, or by the root's message when sent by hand.
     run_key = message_id if firing is None else firing.key
     return Job(

@@ -8,6 +8,7 @@ repeats fires once, in the first pass.
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
 from dataclasses import dataclass
@@ -190,3 +191,31 @@ def next_firing(expression: str, zone_name: str | None, at: float) -> float | No
         # Past Python's dates too: the contract refuses such a firing (contract/firing.py),
         # and a run's record, which asks for this, is written whatever the message said.
         return None
+
+
+#: Fire times computed per call of next_fires while listing a span.
+_BATCH = 500
+
+
+def fires_between(
+    expression: str, zone_name: str, since: float, until: float, window: Window, most: int
+) -> tuple[list[float], int]:
+    """Every time the schedule fires in (since, until] (unix seconds, to the second as the
+    Scheduler's scheduled-time says it): the newest `most` of them, and how many there were.
+    Empty for an expression EventBridge would not take."""
+    after = datetime.fromtimestamp(since, timezone.utc)
+    times: collections.deque[float] = collections.deque(maxlen=most)
+    seen = 0
+    while True:
+        try:
+            batch = next_fires(expression, zone_name, after, _BATCH, window).times
+        except ScheduleExpressionError:
+            break
+        # To the second: a rate() counts from its start, which may have microseconds.
+        found = [float(int(t.timestamp())) for t in batch if t.timestamp() <= until]
+        times.extend(found)
+        seen += len(found)
+        if len(batch) < _BATCH or batch[-1].timestamp() > until:
+            break
+        after = batch[-1]
+    return list(times), seen

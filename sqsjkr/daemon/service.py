@@ -45,6 +45,7 @@ from sqsjkr.backends.sqs import (
 from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.config import Config, QueueConfig
 from sqsjkr.contract.duration import Duration
+from sqsjkr.daemon.catchup import CatchUpStores, catch_up, catch_up_interval
 from sqsjkr.daemon.http_runner import HttpRunner, Runners
 from sqsjkr.daemon.intake import IntakeSettings
 from sqsjkr.daemon.live import LiveTails, LiveWriter
@@ -146,9 +147,11 @@ def serve(
         reporter.start()
         try:
             with ExitStack() as threads:
-                threads.enter_context(
-                    Presence(connected.roster, _this_daemon(config, server.address), stats)
-                )
+                member = _this_daemon(config, server.address)
+                threads.enter_context(Presence(connected.roster, member, stats))
+                if connected.catch_up is not None:
+                    urls = [source.queue_url for source, _ in connected.sources]
+                    threads.enter_context(catch_up(config, connected.catch_up, member.owner, urls))
                 if connected.live is not None and live is not None:
                     threads.enter_context(LiveWriter(connected.live, live))
                 kicker.run(stop, force)
@@ -266,6 +269,7 @@ class Connected:
     roster: Roster  # this daemon's item, which `sqsjkr daemons` lists
     live: DynamoLive | None = None  # running jobs' output tails, for `history --follow`
     pipelines: DynamoPipelines | None = None  # each run of a pipeline's state
+    catch_up: CatchUpStores | None = None  # what catch-up calls, when this daemon takes part
 
 
 @dataclass(frozen=True)
@@ -369,8 +373,22 @@ def _connect(
         if uses_table
         else None
     )
+    looks = None
+    if isinstance(dedupe, DynamoDedupe) and catch_up_interval(config) > 0:
+        scheduler = observers.watch(make_client(session, "scheduler"), "scheduler")
+        looks = CatchUpStores(scheduler, dynamodb, table, sqs)
     return Connected(
-        sources, dedupe, locker, history, controls, forwarder, groups, roster, live, pipelines
+        sources,
+        dedupe,
+        locker,
+        history,
+        controls,
+        forwarder,
+        groups,
+        roster,
+        live,
+        pipelines,
+        looks,
     )
 
 

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import collections
 import enum
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -19,10 +18,10 @@ from sqsjkr.backends.members import LOST_AFTER_REFRESHES, Member
 from sqsjkr.backends.scheduler import EventSchedule
 from sqsjkr.backends.sqs import dead_letter_queue_url
 from sqsjkr.contract import safe_json
-from sqsjkr.contract.firing import Firing
+from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.run import RunOutcome, RunRecord, RunStart
-from sqsjkr.crontab.fires import Window, next_fires
-from sqsjkr.errors import ResourceMissingError, ScheduleExpressionError
+from sqsjkr.crontab.fires import Window, fires_between
+from sqsjkr.errors import ResourceMissingError
 from sqsjkr.fleet.audit import entries_since
 from sqsjkr.fleet.daemons import read_members
 from sqsjkr.fleet.dead_letters import DeadLetter, Peek, queues_of, read_letters
@@ -30,6 +29,7 @@ from sqsjkr.fleet.history import Store, record_json
 from sqsjkr.fleet.pipelines import PipelineView, with_pipelines
 from sqsjkr.fleet.running import running_now
 from sqsjkr.fleet.schedules import read_schedules
+from sqsjkr.fleet.wording import format_span
 
 #: The window a ledger covers unless told (`--since`).
 DEFAULT_SINCE = 7 * 86400.0
@@ -61,6 +61,9 @@ class FiringStatus(enum.Enum):
     MISSED = "missed"
     #: Not run while its event (or every event) was paused on purpose: not missed.
     PAUSED = "skipped while paused"
+    #: Missed, then run by a daemon's catch-up (the schedule's catch_up): reason says who
+    #: noticed and how late it ran.
+    CAUGHT_UP = "caught up"
 
 
 @dataclass(frozen=True)
@@ -145,29 +148,16 @@ def fire_times(
     At most the newest MAX_FIRES: warn hears when older ones were cut."""
     if schedule.created is not None:
         since = max(since, schedule.created.timestamp())
-    after = datetime.fromtimestamp(since, timezone.utc)
     window = Window(schedule.start, schedule.end, schedule.created)
-    times: collections.deque[float] = collections.deque(maxlen=MAX_FIRES)
-    seen = 0
-    while True:
-        try:
-            batch = next_fires(schedule.expression, schedule.timezone, after, 500, window).times
-        except ScheduleExpressionError:
-            break
-        # To the second, as the Scheduler's scheduled-time says it (a rate() counts from its
-        # start, which may have microseconds): the times shown are the times commands take.
-        found = [float(int(t.timestamp())) for t in batch if t.timestamp() <= until]
-        times.extend(found)
-        seen += len(found)
-        if len(batch) < 500 or batch[-1].timestamp() > until:
-            break
-        after = batch[-1]
+    times, seen = fires_between(
+        schedule.expression, schedule.timezone, since, until, window, MAX_FIRES
+    )
     if seen > MAX_FIRES and warn is not None:
         warn(
             f"schedule {schedule.name}: only its newest {MAX_FIRES:,} firings of {seen:,} in the "
             "window are listed (a shorter --since lists them all)"
         )
-    return list(times)
+    return times
 
 
 def pause_spans(entries: Iterable[AuditEntry]) -> list[PauseSpan]:
@@ -257,6 +247,15 @@ def judge(
         timezone=schedule.timezone,
     )
     done = [r for r in runs if r.final and r.outcome not in _NOT_RUN]
+    if done and done[-1].origin == Origin.CATCH_UP.value:
+        # The firing's own run (the oldest) was a catch-up's: it ran, late.
+        return _with(
+            row,
+            FiringStatus.CAUGHT_UP,
+            run=done[0],
+            reruns=tuple(done[1:]),
+            reason=caught_up_reason(done[-1]),
+        )
     if done:
         return _with(row, FiringStatus.RAN, run=done[0], reruns=tuple(done[1:]))
     if runs and not any(r.final for r in runs):
@@ -271,6 +270,12 @@ def judge(
     if reason == PAUSED_REASON:
         return _with(row, FiringStatus.PAUSED, reason=reason)
     return _with(row, FiringStatus.MISSED, reason=reason or "no message reached the queue")
+
+
+def caught_up_reason(record: RunRecord) -> str:
+    """Who noticed a caught-up firing, and how late its run started."""
+    late = "" if record.lateness is None else f", started {format_span(record.lateness)} late"
+    return f"caught up by daemon {record.triggered_by or '?'}{late}"
 
 
 def _with(row: FiringRow, status: FiringStatus, **changes: Any) -> FiringRow:

@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from sqsjkr.backends.index import BATCH_GET_LIMIT
 from sqsjkr.backends.pipeline import PREFIX, TYPE, DynamoPipelines, PipelineState, state_of
-from sqsjkr.contract.firing import Firing
+from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.pipeline import STEP_MARK, Pipeline
 from sqsjkr.contract.pipeline_progress import called_for, graph_of, on_failure_only
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
@@ -33,8 +33,8 @@ RUNS_READ = 100
 #: Each step event's records read per run of the pipeline shown (retries, re-runs), plus a margin.
 RECORDS_PER_RUN = 4
 _RECORDS_MARGIN = 10
-#: The origin a caught-up firing's root run records (issue 31, item 4), shown as "caught up".
-CAUGHT_UP = "catch_up"
+#: The origin a caught-up firing's root run records, shown as "caught up".
+CAUGHT_UP = Origin.CATCH_UP.value
 
 
 class StepStatus(enum.Enum):
@@ -103,7 +103,7 @@ class PipelineView:
     started_at: float
     updated_at: float
     firing_at: float | None = None
-    #: Who sent the root's message (its record's origin): "schedule", "trigger", "catch_up" ...
+    #: Who sent the root's message (its record's origin): "schedule", "trigger", "catch-up" ...
     origin: str | None = None
 
     @property

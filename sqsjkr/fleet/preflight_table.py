@@ -158,6 +158,10 @@ def check_writes(dynamodb: Any, table: str) -> Iterator[Result]:
     }
     calls: list[tuple[str, Callable[[], Any]]] = [
         ("GetItem", lambda: dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True)),
+        (  # as catch-up reads which firings have a claim
+            "BatchGetItem",
+            lambda: dynamodb.batch_get_item(RequestItems={table: {"Keys": [key]}}),
+        ),
         (
             "Query",  # as a concurrency group's slots are read
             lambda: dynamodb.query(

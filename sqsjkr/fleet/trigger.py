@@ -17,13 +17,7 @@ from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.history import run_type
 from sqsjkr.backends.routes import DynamoRoutes, routed
 from sqsjkr.backends.scheduler import EventSchedule, job_message
-from sqsjkr.backends.sqs import (
-    fifo_send_parameters,
-    group_id_of,
-    is_fifo,
-    resolve_queue_url,
-    trigger_attributes,
-)
+from sqsjkr.backends.sqs import group_id_of, resolve_queue_url, send_noted
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.pipeline import Pipeline, parse_pipeline, step_fields
@@ -213,17 +207,10 @@ def send_now(
 ) -> str:
     """Send body, the schedule's message as a trigger sends it, to the queue; its message id."""
     url = resolve_queue_url(sqs, to.name, to.account)
-    request: dict[str, Any] = {
-        "QueueUrl": url,
-        "MessageBody": body,
-        "MessageAttributes": trigger_attributes(by, reason),
-    }
-    if is_fifo(url):
-        # A deduplication id of its own: content-based deduplication would drop it as a repeat
-        # of the schedule's last message if that was sent in the last five minutes.
-        group = schedule.group_id or group_id_of(schedule.event_id)
-        request.update(fifo_send_parameters(group, f"trigger-{secrets.token_hex(16)}"))
-    return str(sqs.send_message(**request)["MessageId"])
+    group = schedule.group_id or group_id_of(schedule.event_id)
+    # On a FIFO queue, a deduplication id of its own: content-based deduplication would drop it
+    # as a repeat of the schedule's last message if that was sent in the last five minutes.
+    return send_noted(sqs, url, body, (by, reason), group, f"trigger-{secrets.token_hex(16)}")
 
 
 def trigger_event(

@@ -94,6 +94,11 @@ class Firings:
         """Skipped while their event was paused on purpose: shown apart from the missed."""
         return [row for row in self.rows if row.status is FiringStatus.PAUSED]
 
+    @property
+    def caught_up(self) -> list[FiringRow]:
+        """Missed, then run by a daemon's catch-up: shown with who noticed and how late."""
+        return [row for row in self.rows if row.status is FiringStatus.CAUGHT_UP]
+
 
 class Fleet:
     """What the fleet of one config shows, read through the cache."""

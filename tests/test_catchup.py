@@ -1,0 +1,217 @@
+"""Catch-up of missed firings (issue 31 item 4): after every daemon was stopped over two firings of a
+schedule with catch_up, the daemons started next run each firing once, the older first, recorded as
+caught up; a firing older than catch_up, or of a schedule without it, is not run.
+
+moto never fires schedules: a schedule's firings fall in the past by its StartDate, and its
+creation is backdated in moto (in this process) before any daemon starts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sqsjkr.backends.catchup import CatchUpLease, claimed
+from sqsjkr.backends.dedupe import claim_key
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.backends.scheduler import EventSchedule
+from sqsjkr.contract.catchup import catch_up_message, parse_catch_up
+from sqsjkr.contract.firing import SCHEDULE_ARN, SCHEDULED_TIME, Firing, Origin
+from sqsjkr.contract.run import RunOutcome, RunRecord
+from sqsjkr.daemon.catchup import CatchUp, CatchUpSettings, CatchUpStores, queue_key
+from sqsjkr.errors import InvalidJobError
+from sqsjkr.fleet.firings import Evidence, FiringStatus, judge
+
+from .conftest import Aws, Cli, Start, config_text, run_on, wait_until
+from .test_firings import fired
+from .test_schedules import ROLE_ARN, backdate, queue_arn, scheduler
+from .test_schedules import group as group  # noqa: F401 - the fixture
+from .test_trigger import received
+
+HOUR = 3600
+
+
+def module_message(event_id: str, command: str, **more: Any) -> str:
+    """A schedule's input as the terraform module writes it: the job, its firing's context
+    attributes for the Scheduler to fill in, origin "schedule", and the module's catch_up."""
+    message = {
+        "event_id": event_id,
+        "command": command,
+        "firing": {
+            "time": SCHEDULED_TIME,
+            "schedule": SCHEDULE_ARN,
+            "expression": "rate(1 hour)",
+            "timezone": "UTC",
+        },
+        "origin": "schedule",
+        **more,
+    }
+    return json.dumps(message)
+
+
+def hourly(aws: Aws, group: str, name: str, start: float, body: str) -> str:
+    """An hourly schedule of the group, firing from start (in the past), created before it."""
+    arn = scheduler().create_schedule(
+        Name=name,
+        GroupName=group,
+        ScheduleExpression="rate(1 hour)",
+        StartDate=datetime.fromtimestamp(start, timezone.utc),
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={"Arn": queue_arn(aws), "RoleArn": ROLE_ARN, "Input": body},
+    )["ScheduleArn"]
+    backdate(group, name, time.time() - start + HOUR)
+    return str(arn)
+
+
+def records(aws: Aws, event_id: str) -> list[RunRecord]:
+    return DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1).runs(event_id, 100)
+
+
+def test_missed_firings_run_once_the_older_first_when_daemons_start_again(
+    start_daemon: Start,
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    cli: Cli,
+) -> None:
+    # Every daemon stopped: the schedule fired 2h30m, 1h30m and 30m ago, none of it ran.
+    start = time.time() - 2.5 * HOUR
+    out = tmp_path / "ran"
+    arn = hourly(
+        aws,
+        group,
+        "nightly",
+        start,
+        module_message("nightly", f"echo ran >> {out}", catch_up="2h"),
+    )
+    hourly(aws, group, "quiet", start, module_message("quiet", f"echo quiet >> {out}"))
+    hourly(aws, group, "bad", start, module_message("bad", f"echo bad >> {out}", catch_up="8d"))
+    text = config_text(aws, stats="stats_port = 0") + f'\n[schedule]\ngroup = "{group}"\n'
+    daemons = [run_on(start_daemon, tmp_path, text) for _ in range(2)]
+
+    wait_until(lambda: sum(r.final for r in records(aws, "nightly")) >= 2, 30, "two runs")
+    runs = sorted(records(aws, "nightly"), key=lambda r: r.claimed_at)
+    assert len(runs) == 2 and all(r.final for r in runs), runs
+    due = [start + HOUR, start + 2 * HOUR]
+    # Each missed firing of the window once, the older first; not the one older than catch_up.
+    assert [Firing(r.firing_at or 0, arn).key for r in runs] == [
+        Firing(float(int(t)), arn).key for t in due
+    ]
+    senders = [d for d in daemons if "catch-up: sent" in d.log]
+    assert len(senders) == 1, "one daemon at a time looks"
+    for run in runs:
+        assert run.origin == Origin.CATCH_UP.value
+        assert run.triggered_by is not None and ":" in run.triggered_by  # the daemon's id
+        assert run.trigger_reason is not None and "caught up" in run.trigger_reason
+        assert run.lateness is not None and run.lateness > 25 * 60
+    assert records(aws, "quiet") == [], "no catch_up: nothing runs"
+    # A catch_up the contract refuses is named in the log; the rest goes on.
+    assert records(aws, "bad") == []
+    warned = 'schedule "bad" is not caught up: field "catch_up": must be at most 168h0m0s'
+
+    assert warned in senders[0].log, senders[0].log
+    assert out.read_text() == "ran\nran\n"
+
+    conf = tmp_path / "cli.toml"
+    conf.write_text(text)
+    result = cli("firings", "nightly", "--since", "3h", "-c", str(conf), "--json")
+    rows = {row["at"]: row for row in json.loads(result.stdout)}
+    caught = [row for row in rows.values() if row["status"] == "caught up"]
+    assert len(caught) == 2 and all("caught up by daemon" in row["reason"] for row in caught)
+    for daemon in daemons:
+        assert daemon.stop() == 0
+
+
+def test_one_lease_holder_at_a_time_and_a_lapsed_lease_is_taken(aws: Aws) -> None:
+    lease = CatchUpLease(aws.dynamodb, aws.table, "jobs")
+    first = lease.take("a", 60, now=1000.0)
+    assert first.ours
+    assert lease.take("a", 60, now=1030.0).ours, "its holder renews it"
+    refused = lease.take("b", 60, now=1040.0)
+    assert not refused.ours and refused.holder == "a" and refused.until == 1090.0
+    assert lease.take("b", 60, now=1091.0).ours, "lapsed: another daemon takes it"
+    lease.give_up("b")
+    assert lease.take("c", 60, now=1092.0).ours, "given up at a clean stop"
+
+
+def test_claimed_reads_which_firings_have_a_claim(aws: Aws) -> None:
+    keys = [Firing(1000.0 + 60 * n, "arn:s").key for n in range(150)]
+    aws.dynamodb.put_item(
+        TableName=aws.table, Item={"Id": {"S": keys[120]}, "Type": {"S": "throttle"}}
+    )
+    assert claimed(aws.dynamodb, aws.table, keys) == {keys[120]}
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("8d", "at most 168h0m0s"),
+        ("soon", "invalid duration"),
+        (-5, "must not be negative"),
+        ([1], "got array"),
+    ],
+)
+def test_a_bad_catch_up_is_refused_naming_the_field(value: object, reason: str) -> None:
+    with pytest.raises(InvalidJobError, match="catch_up") as error:
+        parse_catch_up({"catch_up": value})
+    assert reason in str(error.value)
+
+
+def test_catch_up_reads_hours_days_and_seconds() -> None:
+    assert parse_catch_up({}) is None
+    assert parse_catch_up({"catch_up": "6h"}).seconds == 6 * HOUR  # type: ignore[union-attr]
+    assert parse_catch_up({"catch_up": "2d"}).seconds == 48 * HOUR  # type: ignore[union-attr]
+    assert parse_catch_up({"catch_up": 90}).seconds == 90  # type: ignore[union-attr]
+
+
+def test_the_catch_up_message_is_the_schedules_own_as_that_firing() -> None:
+    fields = json.loads(module_message("nightly", "true", catch_up="6h"))
+    body = json.loads(catch_up_message(fields, Firing(3600.0, "arn:s", "rate(1 hour)", "UTC")))
+    assert body["firing"] == {
+        "time": "1970-01-01T01:00:00Z",
+        "schedule": "arn:s",
+        "expression": "rate(1 hour)",
+        "timezone": "UTC",
+    }
+    assert body["origin"] == "catch-up" and body["command"] == "true"
+
+
+def test_the_ledger_shows_a_caught_up_firing_with_who_noticed_and_how_late() -> None:
+    schedule = EventSchedule("sqsjkr-nightly", "rate(1 hour)", "UTC", True, "nightly", "t", None)
+    at = 7200.0
+    caught = fired(
+        "nightly", at, RunOutcome.SUCCEEDED, origin="catch-up", sent_at=at + 5400,
+        started_at=at + 5401, triggered_by="host-a:7:abc", trigger_reason="caught up: ...",
+    )  # fmt: skip
+    row = judge(schedule, at, Evidence(records=[caught]), at + 9000, 300)
+    assert row.status is FiringStatus.CAUGHT_UP and row.run == caught
+    assert row.reason == "caught up by daemon host-a:7:abc, started 1h30m late"
+    assert row.as_json()["status"] == "caught up"
+
+
+def test_a_later_firing_waits_until_the_one_before_is_claimed(aws: Aws, group: str) -> None:  # noqa: F811
+    """No daemon takes the first caught-up firing: the second is not sent, on this look or the
+    next, and the first is not sent twice; once the first is claimed, the second goes."""
+    start = time.time() - 2.5 * HOUR
+    arn = hourly(aws, group, "nightly", start, module_message("nightly", "true", catch_up="3h"))
+    stores = CatchUpStores(scheduler(), aws.dynamodb, aws.table, aws.sqs)
+    settings = CatchUpSettings(
+        group, 600, 300, "host-a:1:abc", {queue_key(aws.queue_url): aws.queue_url}, order_wait=0
+    )
+    looker = CatchUp(stores, settings)
+    firings = [Firing(float(int(start + n * HOUR)), arn) for n in range(3)]
+
+    def sent() -> list[str]:
+        return [json.loads(m["Body"])["firing"]["time"] for m in received(aws, aws.queue_url)]
+
+    looker.look()
+    looker.look()
+    assert sent() == [firings[0].iso]
+    aws.dynamodb.put_item(TableName=aws.table, Item=claim_key(firings[0].key))
+    looker.look()
+    assert sent() == [firings[1].iso], "the next, once the one before is claimed"
