@@ -10,6 +10,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,12 @@ class Seeder:
         self.key = Firing(at, self.schedule).key
         self.store = DynamoPipelines(fleet.dynamodb, fleet.table, lives_seconds=86400)
         self.prefix = uuid.uuid4().hex[:6]
+        # Each step's job names its own event, as the module's do: the kept graph says which.
+        steps = {
+            n: s if s.job is None else replace(s, job={**s.job, "event_id": self.event(n)})
+            for n, s in pipeline.steps.items()
+        }
+        self.pipeline = replace(pipeline, steps=steps)
 
     def event(self, step: str) -> str:
         # A step's job names its own event (the diamond of test_pipelines does).

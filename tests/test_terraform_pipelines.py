@@ -198,10 +198,10 @@ def test_a_diamonds_root_schedule_carries_the_graph_the_daemon_parses(
             "root": "a",
             "steps": {
                 "a": {"after": [], "on_failure": ["notify"]},
-                "b": {"after": ["a"], "on_failure": []},
-                "c": {"after": ["a"], "on_failure": ["notify"]},
-                "d": {"after": ["b", "c"], "on_failure": []},
-                "notify": {"after": [], "on_failure": []},
+                "b": {"after": ["a"], "on_failure": [], "event_id": "b"},
+                "c": {"after": ["a"], "on_failure": ["notify"], "event_id": "c"},
+                "d": {"after": ["b", "c"], "on_failure": [], "event_id": "d"},
+                "notify": {"after": [], "on_failure": [], "event_id": "notify"},
             },
         }
         assert run.pipeline.steps["a"].job is None  # the root's job is the message itself

@@ -92,19 +92,19 @@ class Pipeline:
 
     def graph_fields(self) -> dict[str, Any]:
         """The graph without the steps' jobs: what a pipeline's state keeps, to draw it."""
-        return {
-            "name": self.name,
-            "root": self.root,
-            "steps": {
-                s.name: {"after": list(s.after), "on_failure": list(s.on_failure)}
-                for s in self.steps.values()
-            },
-        }
+        steps: dict[str, Any] = {}
+        for s in self.steps.values():
+            steps[s.name] = {"after": list(s.after), "on_failure": list(s.on_failure)}
+            if s.job is not None:
+                # Its event, for the faces: the records of its runs are kept under it.
+                steps[s.name]["event_id"] = str(s.job.get("event_id") or s.name)
+        return {"name": self.name, "root": self.root, "steps": steps}
 
     def as_fields(self) -> dict[str, Any]:
         """The message's `pipeline` object."""
         shown = self.graph_fields()
         for name, step in self.steps.items():
+            shown["steps"][name].pop("event_id", None)
             if step.job is not None:
                 shown["steps"][name]["job"] = dict(step.job)
         return shown
