@@ -200,7 +200,7 @@ def test_a_diamonds_root_schedule_carries_the_graph_the_daemon_parses(
                 "a": {"after": [], "on_failure": ["notify"]},
                 "b": {"after": ["a"], "on_failure": [], "event_id": "b"},
                 "c": {"after": ["a"], "on_failure": ["notify"], "event_id": "c"},
-                "d": {"after": ["b", "c"], "on_failure": [], "event_id": "d"},
+                "d": {"after": ["b", "c"], "on_failure": [], "event_id": "nightly-load"},
                 "notify": {"after": [], "on_failure": [], "event_id": "notify"},
             },
         }
