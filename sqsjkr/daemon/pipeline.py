@@ -11,12 +11,16 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
+from sqsjkr.backends.aws import AWS_ERRORS, describe
 from sqsjkr.backends.pipeline import PipelineState, PipelineStore
 from sqsjkr.contract.firing import Origin
 from sqsjkr.contract.job import Job
 from sqsjkr.contract.pipeline import PipelineRun, step_fields
+from sqsjkr.contract.run import RunOutcome
+from sqsjkr.daemon.runs import LEAVE, Ending
 from sqsjkr.observability.logs import JobLog
 
 log = logging.getLogger("sqsjkr.pipeline")
@@ -39,6 +43,28 @@ class Steps:
         self._sender = sender
         self._queue = queue
         self._clock = clock
+
+    def moved_on(self, job: Job, jlog: JobLog, succeeded: bool | None) -> bool:
+        """Whether job's pipeline (if any) was moved on from its step's end: succeeded says how
+        it ended, None that it ended before (a redelivery: from the run's state). False when
+        AWS failed: the message is then kept, and its redelivery does it."""
+        if job.pipeline is None:
+            return True
+        try:
+            if succeeded is None:
+                self.again(job, jlog)
+            else:
+                self.ended(job, succeeded, jlog)
+        except AWS_ERRORS as exc:
+            jlog.error(
+                "pipeline %s: the steps after %s could not be sent (%s); its message stays on "
+                "the queue, and its redelivery sends them",
+                job.pipeline.pipeline.name,
+                job.pipeline.step,
+                describe(exc),
+            )
+            return False
+        return True
 
     def ended(self, job: Job, succeeded: bool, jlog: JobLog) -> None:
         """job's step has ended for good: note it, then send the steps that follow from it.
@@ -92,3 +118,14 @@ def step_message(job: Job, run: PipelineRun, name: str) -> tuple[str, str]:
         firing.pop("rerun", None)
     fields = step_fields(run.pipeline, run.key, name, firing, Origin.PIPELINE.value)
     return json.dumps(fields, separators=(",", ":")), str(fields["event_id"])
+
+
+def step_ended(steps: Steps | None, job: Job, ending: Ending, jlog: JobLog) -> Ending:
+    """ending, once a pipeline's step that ended for good has moved its pipeline on; when that
+    could not be written, the same ending but the message kept (not deleted) for a redelivery."""
+    final = ending.run is not None and (ending.settle.delete or ending.last)
+    if steps is None or job.pipeline is None or not final:
+        return ending
+    if steps.moved_on(job, jlog, ending.run is RunOutcome.SUCCEEDED):
+        return ending
+    return replace(ending, settle=LEAVE) if ending.settle.delete else ending

@@ -27,7 +27,7 @@ from sqsjkr.daemon.closing import RunCloser
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.holds import Holds, LocksWanted, lock_with_claim
 from sqsjkr.daemon.leases import LeaseKeeper
-from sqsjkr.daemon.pipeline import Steps
+from sqsjkr.daemon.pipeline import Steps, step_ended
 from sqsjkr.daemon.runner import JobRunner, RunResult, StopReason, StopSwitch, time_limit
 from sqsjkr.daemon.runs import (
     DELETE,
@@ -161,7 +161,7 @@ class Worker:
             assert holder is not None
             return self._duplicate(entry, progress, claim, holder, jlog)
         if claim.state is ClaimState.FINISHED:
-            if not self._moved_on(job, jlog, None):
+            if self._steps is not None and not self._steps.moved_on(job, jlog, None):
                 return Ending(LEAVE)
             jlog.info("duplicate message deleted: its job has run")
             return Ending(DELETE, (Outcome.DUPLICATE,))
@@ -191,7 +191,7 @@ class Worker:
             ending = self._claimed(entry, progress, jlog)
         finally:
             self._closer.close(entry, ending, progress, jlog)
-        return self._step_ended(entry.job, ending, jlog)
+        return step_ended(self._steps, entry.job, ending, jlog)
 
     def _killed_unclaimed(
         self, entry: InFlight, progress: RunProgress, owner: str, claim: Claim, jlog: JobLog
@@ -207,38 +207,7 @@ class Worker:
         )
         ending = killed(claim.kill)
         self._closer.close(entry, ending, progress, jlog)
-        return self._step_ended(entry.job, ending, jlog)
-
-    def _step_ended(self, job: Job, ending: Ending, jlog: JobLog) -> Ending:
-        """A pipeline's step that ended for good moves its pipeline on before its message is
-        deleted; when that cannot be written, the message stays, and its redelivery does it."""
-        final = ending.run is not None and (ending.settle.delete or ending.last)
-        if job.pipeline is None or not final:
-            return ending
-        if self._moved_on(job, jlog, ending.run is RunOutcome.SUCCEEDED):
-            return ending
-        return replace(ending, settle=LEAVE) if ending.settle.delete else ending
-
-    def _moved_on(self, job: Job, jlog: JobLog, succeeded: bool | None) -> bool:
-        """Whether job's pipeline (if any) was moved on from its step's end: succeeded says how
-        it ended, None that it ended before (a redelivery: from the run's state)."""
-        if job.pipeline is None or self._steps is None:
-            return True
-        try:
-            if succeeded is None:
-                self._steps.again(job, jlog)
-            else:
-                self._steps.ended(job, succeeded, jlog)
-        except AWS_ERRORS as exc:
-            jlog.error(
-                "pipeline %s: the steps after %s could not be sent (%s); its message stays on "
-                "the queue, and its redelivery sends them",
-                job.pipeline.pipeline.name,
-                job.pipeline.step,
-                describe(exc),
-            )
-            return False
-        return True
+        return step_ended(self._steps, entry.job, ending, jlog)
 
     def _duplicate(
         self, entry: InFlight, progress: RunProgress, claim: Claim, holder: str, jlog: JobLog
