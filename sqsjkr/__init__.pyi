@@ -42,7 +42,7 @@ from sqsjkr.fleet.dead_letters import DeadLetter, Queues
 from sqsjkr.fleet.firings import FiringRow, FiringStatus
 from sqsjkr.fleet.jobs import JobHandle, JobPhase, JobState
 from sqsjkr.fleet.locks import HeldLock, Holdings
-from sqsjkr.fleet.pipelines import PipelineView, StepStatus, StepView
+from sqsjkr.fleet.pipeline_steps import PipelineView, StepStatus, StepView
 from sqsjkr.fleet.redrive import Redrive
 from sqsjkr.fleet.schedules import Scheduled, Upcoming
 from sqsjkr.fleet.status import Finding, FleetStatus, Level

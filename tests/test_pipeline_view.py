@@ -23,7 +23,7 @@ from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.pipeline import Pipeline, PipelineRun, Step
 from sqsjkr.contract.pipeline_progress import pending
 from sqsjkr.contract.run import RunOutcome, RunStart
-from sqsjkr.fleet.pipelines import StepStatus, stuck_reasons, view_of
+from sqsjkr.fleet.pipeline_steps import StepStatus, stuck_reasons, view_of
 from sqsjkr.observability.health import Health
 from sqsjkr.observability.metrics import Metrics
 from sqsjkr.observability.stats import Stats

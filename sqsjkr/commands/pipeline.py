@@ -1,5 +1,5 @@
 """`sqsjkr pipeline EVENT`: a pipeline's graph in text, layer by layer with each step's edges, and
-each step's state in its latest run (or the run of `--firing T`); the reading is fleet/pipelines'.
+each step's state in its latest run (or the run of `--firing T`); the reading is fleet/pipelines' and fleet/pipeline_steps'.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.text import escape
 from sqsjkr.fleet.history import store_of
-from sqsjkr.fleet.pipelines import PipelineView, StepView, event_pipeline, parse_firing_time
+from sqsjkr.fleet.pipeline_steps import PipelineView, StepView
+from sqsjkr.fleet.pipelines import event_pipeline, parse_firing_time
 from sqsjkr.fleet.wording import local_time
 
 #: How a run's root was sent, when not by its schedule (its record's origin).

@@ -20,7 +20,8 @@ from sqsjkr.fleet.dead_letters import DeadLetter, Queues, find_letter, queues_of
 from sqsjkr.fleet.firings import DEFAULT_SINCE, FiringRow, firings
 from sqsjkr.fleet.history import find_record, last_runs
 from sqsjkr.fleet.locks import HeldLock, Holdings, held, lock_of
-from sqsjkr.fleet.pipelines import PipelineView, event_pipeline, parse_firing_time
+from sqsjkr.fleet.pipeline_steps import PipelineView
+from sqsjkr.fleet.pipelines import event_pipeline, parse_firing_time
 from sqsjkr.fleet.route import routes_of
 from sqsjkr.fleet.schedules import Scheduled, Upcoming, read_upcoming, scheduled_now
 from sqsjkr.fleet.status import CheckPolicy, Finding, FleetStatus, check_fleet, read_status

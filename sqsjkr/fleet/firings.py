@@ -26,7 +26,8 @@ from sqsjkr.fleet.audit import entries_since
 from sqsjkr.fleet.daemons import read_members
 from sqsjkr.fleet.dead_letters import DeadLetter, Peek, queues_of, read_letters
 from sqsjkr.fleet.history import Store, record_json
-from sqsjkr.fleet.pipelines import PipelineView, with_pipelines
+from sqsjkr.fleet.pipeline_steps import PipelineView
+from sqsjkr.fleet.pipelines import with_pipelines
 from sqsjkr.fleet.running import running_now
 from sqsjkr.fleet.schedules import read_schedules
 from sqsjkr.fleet.wording import format_span
@@ -81,7 +82,7 @@ class FiringRow:
     timezone: str = "UTC"  # the schedule's zone, which its fire times are read in
     #: Its other runs that ran (re-runs by `trigger --firing`): the row shows the newest.
     reruns: tuple[RunRecord, ...] = ()
-    #: The run of the pipeline its root's run started, each step's state (fleet/pipelines.py).
+    #: The run of the pipeline its root's run started, each step's state (fleet/pipeline_steps.py).
     pipeline: PipelineView | None = None
 
     @property

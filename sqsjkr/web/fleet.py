@@ -22,7 +22,8 @@ from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.live import LiveOutput, live_output
 from sqsjkr.fleet.locks import HeldLock, Holdings, Table, held, lock_of
 from sqsjkr.fleet.pause import Pause, pauses_in_effect, read_controls
-from sqsjkr.fleet.pipelines import PipelineView, read_view
+from sqsjkr.fleet.pipeline_steps import PipelineView
+from sqsjkr.fleet.pipelines import read_view
 from sqsjkr.fleet.route import Route, routes_in
 from sqsjkr.fleet.running import RunningNow, read_claims, running_against
 from sqsjkr.fleet.schedules import EventSchedule, next_runs, read_schedules

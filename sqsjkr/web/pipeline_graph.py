@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqsjkr.contract.pipeline_progress import graph_of, on_failure_only
-from sqsjkr.fleet.pipelines import PipelineView, StepView
+from sqsjkr.fleet.pipeline_steps import PipelineView, StepView
 
 #: A step's box and the gaps between them, in SVG user units (CSS pixels).
 BOX_WIDTH = 150

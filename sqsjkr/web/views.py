@@ -17,7 +17,7 @@ from sqsjkr.fleet.history import run_type
 from sqsjkr.fleet.late import Scheduler
 from sqsjkr.fleet.locks import HeldLock
 from sqsjkr.fleet.pause import Pause, paused
-from sqsjkr.fleet.pipelines import PipelineView
+from sqsjkr.fleet.pipeline_steps import PipelineView
 from sqsjkr.fleet.route import Route, routed
 from sqsjkr.fleet.running import RunningNow
 from sqsjkr.fleet.schedules import EventSchedule
