@@ -13,7 +13,7 @@ from typing import Any, Protocol, TypeVar
 from sqsjkr.backends.index import BATCH_GET_LIMIT
 from sqsjkr.backends.pipeline import PREFIX, TYPE, DynamoPipelines, PipelineState, state_of
 from sqsjkr.contract.firing import Firing
-from sqsjkr.contract.pipeline_progress import called_for, graph_of, on_failure_only
+from sqsjkr.contract.pipeline_progress import graph_of, on_failure_only, pending
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.errors import RequestError, ResourceMissingError, quote
 from sqsjkr.fleet.history import Store
@@ -213,17 +213,11 @@ def stuck_pipelines(
 
 
 def _has_due_step(state: PipelineState) -> bool:
-    """Whether a step of the run is due by its state alone (sent, or running: the records tell)."""
+    """Whether a step of the run is due by its state alone (sent, or running: the records tell):
+    one still to end (pending) that a failure called, or whose parents have all succeeded."""
     graph = graph_of(state.graph)
-    done = state.succeeded | state.failed
-    skipped = graph.skipped(state.succeeded, state.failed)
-    called = called_for(graph, state.failed)
-    for name, step in graph.steps.items():
-        if name in done or name in skipped or name == graph.root:
-            continue
-        if on_failure_only(graph, name):
-            if name in called:
-                return True
-        elif set(step.after) <= state.succeeded:
-            return True
-    return False
+    return any(
+        name != graph.root
+        and (on_failure_only(graph, name) or set(graph.steps[name].after) <= state.succeeded)
+        for name in pending(graph, state.succeeded, state.failed)
+    )
