@@ -225,13 +225,23 @@ def send_settings(client: Any, queue_url: str) -> SendSettings:
     )
 
 
+def queue_of_arn(arn: str | None) -> tuple[str, str] | None:
+    """(account, queue name) of an SQS queue's ARN (arn:aws:sqs:REGION:ACCOUNT:NAME); None for
+    anything else."""
+    parts = (arn or "").split(":")
+    if len(parts) != 6 or parts[2] != "sqs":
+        return None
+    return parts[4], parts[5]
+
+
 def dead_letter_queue_url(client: Any, arn: str) -> str:
     """The URL of the queue an ARN names (arn:aws:sqs:REGION:ACCOUNT:NAME)."""
-    parts = arn.split(":")
-    if len(parts) != 6 or parts[2] != "sqs":
+    queue = queue_of_arn(arn)
+    if queue is None:
         raise ResourceMissingError(f"the queue's RedrivePolicy names {quote(arn)}, not an SQS ARN")
+    account, name = queue
     try:
-        return resolve_queue_url(client, parts[5], parts[4])
+        return resolve_queue_url(client, name, account)
     except ResourceMissingError as exc:
         raise ResourceMissingError(
             f"the dead-letter queue {quote(arn)} named by the queue's RedrivePolicy does not "

@@ -26,7 +26,7 @@ from sqsjkr.backends.scheduler import (
     job_message,
     list_states,
 )
-from sqsjkr.backends.sqs import group_id_of, send_noted
+from sqsjkr.backends.sqs import group_id_of, queue_of_arn, send_noted
 from sqsjkr.contract.catchup import catch_up_message, parse_catch_up
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Firing
@@ -77,14 +77,6 @@ def queue_key(url: str) -> tuple[str, str]:
     """(account, queue name) of a queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)."""
     account, name = url.rstrip("/").split("/")[-2:]
     return account, name
-
-
-def target_key(arn: str | None) -> tuple[str, str] | None:
-    """(account, queue name) of a schedule's target, when it is an SQS queue."""
-    parts = (arn or "").split(":")
-    if len(parts) != 6 or parts[2] != "sqs":
-        return None
-    return parts[4], parts[5]
 
 
 def missed_since(
@@ -241,7 +233,7 @@ class CatchUp:
         for schedule in self._schedules():
             if not schedule.enabled:
                 continue  # a disabled schedule's firings were not due
-            key = target_key(schedule.target_arn)
+            key = queue_of_arn(schedule.target_arn)
             url = self._settings.queues.get(key) if key is not None else None
             if url is None:
                 continue  # another fleet's queue: its own daemons catch it up

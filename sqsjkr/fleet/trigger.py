@@ -17,7 +17,7 @@ from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.history import run_type
 from sqsjkr.backends.routes import DynamoRoutes, routed
 from sqsjkr.backends.scheduler import EventSchedule, job_message
-from sqsjkr.backends.sqs import group_id_of, resolve_queue_url, send_noted
+from sqsjkr.backends.sqs import group_id_of, queue_of_arn, resolve_queue_url, send_noted
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.pipeline import Pipeline, parse_pipeline, step_fields
@@ -109,17 +109,18 @@ def _job_of(message: str | None) -> str:
 
 def destination(schedule: EventSchedule, routes: DynamoRoutes) -> Destination:
     """The schedule's target queue, or the queue the event is routed to."""
-    parts = (schedule.target_arn or "").split(":")
-    if len(parts) != 6 or parts[2] != "sqs":
+    queue = queue_of_arn(schedule.target_arn)
+    if queue is None:
         raise ResourceMissingError(
             f"schedule {quote(schedule.name)} targets {quote(schedule.target_arn or '(none)')}, "
             "not an SQS queue"
         )
+    account, name = queue
     route = routed(routes.routes(), schedule.event_id or "")
-    if route is not None and route.queue != parts[5]:
-        why = f"the event is routed there from {parts[5]} (`sqsjkr route`)"
-        return Destination(route.queue, parts[4], why)
-    return Destination(parts[5], parts[4], f"schedule {schedule.name}'s target")
+    if route is not None and route.queue != name:
+        why = f"the event is routed there from {name} (`sqsjkr route`)"
+        return Destination(route.queue, account, why)
+    return Destination(name, account, f"schedule {schedule.name}'s target")
 
 
 def firing_time(text: str, schedule: EventSchedule) -> float:
