@@ -90,15 +90,18 @@ def trigger_attributes(by: str, reason: str) -> dict[str, dict[str, str]]:
 
 
 def send_noted(
-    sqs: Any, url: str, body: str, note: tuple[str, str], group_id: str, deduplication_id: str
+    sqs: Any,
+    url: str,
+    body: str,
+    note: tuple[str, str] | None,
+    group_id: str,
+    deduplication_id: str,
 ) -> str:
-    """Send body to the queue with a note of who sent it and why (trigger_attributes), on a FIFO
-    queue in group_id and deduplicated by deduplication_id; its message id."""
-    request: dict[str, Any] = {
-        "QueueUrl": url,
-        "MessageBody": body,
-        "MessageAttributes": trigger_attributes(*note),
-    }
+    """Send body to the queue with a note of who sent it and why (trigger_attributes; None: no
+    note), on a FIFO queue in group_id and deduplicated by deduplication_id; its message id."""
+    request: dict[str, Any] = {"QueueUrl": url, "MessageBody": body}
+    if note is not None:
+        request["MessageAttributes"] = trigger_attributes(*note)
     if is_fifo(url):
         request.update(fifo_send_parameters(group_id, deduplication_id))
     return str(sqs.send_message(**request)["MessageId"])
@@ -378,10 +381,7 @@ class QueueForwarder:
         """Send a new message of body to the queue named queue (a pipeline's step); on a FIFO
         queue, in event_id's group, kept once per deduplication_id. The id of the message sent."""
         url = self._url(queue)
-        request: dict[str, Any] = {"QueueUrl": url, "MessageBody": body}
-        if is_fifo(url):
-            request.update(fifo_send_parameters(group_id_of(event_id), deduplication_id))
-        return str(self._client.send_message(**request)["MessageId"])
+        return send_noted(self._client, url, body, None, group_id_of(event_id), deduplication_id)
 
     def _url(self, queue: str) -> str:
         with self._mutex:
