@@ -215,6 +215,10 @@ def test_a_failed_step_skips_what_needs_it_runs_on_failure_once_and_a_forced_rer
     rerun = {**body["firing"], "rerun": uuid.uuid4().hex}
     step = PipelineRun(pipeline, "c", key)
     message = {**pipeline.steps["c"].job, "pipeline": pipeline.as_fields(), "step": "c"}  # type: ignore[arg-type]
+    # As trigger does: the re-run is asked for in the run's state before its message is sent.
+    assert DynamoPipelines(aws.dynamodb, aws.table, lives_seconds=60).ask(
+        key, step.asked(rerun["rerun"])
+    )
     aws.send({**message, "pipeline_key": step.key, "firing": rerun})
     wait_until(lambda: "end-d" in lines(out), timeout=30, what="d after c's re-run")
     assert lines(out).count("notified") == 1 and lines(out).count("start-b") == 1

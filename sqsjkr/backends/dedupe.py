@@ -27,7 +27,7 @@ from sqsjkr.backends.aws import (
 from sqsjkr.backends.kills import NOT_MARKED, KillRequested, kill_due, mark_of
 from sqsjkr.backends.lease import Lease, new_owner
 from sqsjkr.backends.transactions import Transactions
-from sqsjkr.contract.run import KillMark, RunStart
+from sqsjkr.contract.run import KillMark, RunOutcome, RunStart
 from sqsjkr.errors import ResourceMissingError, StoreError
 
 #: The Type attribute of dedupe items, shared with the Go daemon's table.
@@ -40,6 +40,8 @@ CLAIMED_AS = "Firing"
 #: The attribute of a claim (and a message's mark) naming the job's event: `sqsjkr job ID`
 #: finds the run of a message by it, without the event's id.
 EVENT_ID = "EventId"
+#: The attribute of a finished claim saying how its run ended (a RunOutcome's value).
+OUTCOME = "Outcome"
 #: How long after its first run a copy of a firing can still arrive, beyond the queue's own
 #: retention: EventBridge retries a delivery for up to 24 hours (the most a schedule's or a
 #: rule's maximum event age allows), and a letter waits up to 14 days (SQS's longest
@@ -79,6 +81,9 @@ class Claim:
     #: RUNNING, WAITING and FINISHED: the message whose claim it is (the message id the claim
     #: was taken for), when the store knows it.
     holder: str | None = None
+    #: FINISHED: how its run ended (a RunOutcome's value), when the store kept it: a
+    #: redelivery finishes from it what the run's end left undone (a pipeline moved on).
+    outcome: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,9 +123,10 @@ class DedupeStore(Protocol):
         """Extend the claim's lease: False if it is no longer ours. Raises KillRequested (after
         extending it) when `sqsjkr kill` marked it."""
 
-    def finish(self, lease: Lease) -> bool:
-        """Mark the job finished for good (later deliveries are FINISHED): False if the claim
-        was no longer ours (its lease had passed and another daemon took it over)."""
+    def finish(self, lease: Lease, outcome: str | None = None) -> bool:
+        """Mark the job finished for good (later deliveries are FINISHED, with outcome, how its
+        run ended): False if the claim was no longer ours (its lease had passed and another
+        daemon took it over)."""
 
     def release(self, lease: Lease, retry: Retry | None = None) -> None:
         """Give the claim up unfinished, so that a later delivery runs the job: with retry, not
@@ -143,7 +149,7 @@ class NoopDedupe:
     def renew(self, lease: Lease) -> bool:
         return True
 
-    def finish(self, lease: Lease) -> bool:
+    def finish(self, lease: Lease, outcome: str | None = None) -> bool:
         return True
 
     def release(self, lease: Lease, retry: Retry | None = None) -> None:
@@ -162,6 +168,7 @@ class MemoryDedupe:
         self._finished_by: dict[str, str] = {}  # message id -> the owner that finished it
         self.retries: dict[str, Retry] = {}  # message id -> its retry to come
         self._holders: dict[str, str] = {}  # claim key -> the message id it was taken for
+        self._outcomes: dict[str, str] = {}  # claim key -> how its finished run ended
 
     def claim(
         self,
@@ -174,7 +181,7 @@ class MemoryDedupe:
         with self._mutex:
             holder = self._holders.get(key, key)
             if key in self.finished:
-                return Claim(ClaimState.FINISHED, holder=holder)
+                return Claim(ClaimState.FINISHED, holder=holder, outcome=self._outcomes.get(key))
             if key in self.running:
                 return Claim(ClaimState.RUNNING, held_until=float("inf"), holder=holder)
             retry = self.retries.get(key)
@@ -191,13 +198,15 @@ class MemoryDedupe:
         with self._mutex:
             return self.running.get(lease.key) == lease.owner
 
-    def finish(self, lease: Lease) -> bool:
+    def finish(self, lease: Lease, outcome: str | None = None) -> bool:
         with self._mutex:
             if self.running.get(lease.key) != lease.owner:
                 return self._finished_by.get(lease.key) == lease.owner
             del self.running[lease.key]
             self.finished.add(lease.key)
             self._finished_by[lease.key] = lease.owner
+            if outcome is not None:
+                self._outcomes[lease.key] = outcome
             return True
 
     def release(self, lease: Lease, retry: Retry | None = None) -> None:
@@ -327,11 +336,13 @@ class DynamoDedupe:
             self._client.update_item,
             self._table,
             Key=_key(lease.key),
-            UpdateExpression="SET #owner = :owner REMOVE LeaseUntil, RetryAt",
+            UpdateExpression=f"SET #owner = :owner, {OUTCOME} = :outcome REMOVE LeaseUntil, "
+            "RetryAt",
             ConditionExpression=_TAKE_KILL_CONDITION,
             ExpressionAttributeNames={"#owner": "Owner"},
             ExpressionAttributeValues={
                 ":owner": {"S": lease.owner},
+                ":outcome": {"S": RunOutcome.KILLED.value},
                 ":at": old["KillAt"],
                 ":now": lease_time(now),
             },
@@ -474,7 +485,8 @@ class DynamoDedupe:
         if "RetryAt" in old:
             held = float(old["RetryAt"]["N"])
             return Claim(ClaimState.WAITING, held_until=held, holder=holder)
-        return Claim(ClaimState.FINISHED, holder=holder)
+        outcome = old[OUTCOME]["S"] if OUTCOME in old else None
+        return Claim(ClaimState.FINISHED, holder=holder, outcome=outcome)
 
     def renew(self, lease: Lease) -> bool:
         until = self._clock() + self._lease_seconds
@@ -497,15 +509,23 @@ class DynamoDedupe:
             return False
         raise KillRequested(mark)
 
-    def finish(self, lease: Lease) -> bool:
-        update = self.finish_update(lease)
+    def finish(self, lease: Lease, outcome: str | None = None) -> bool:
+        update = self.finish_update(lease, outcome)
         finished, old = conditional_write(self._client.update_item, self._table, **update)
         return finished or self.finished_by(old, lease)
 
-    def finish_update(self, lease: Lease) -> dict[str, Any]:
-        """The UpdateItem request that finishes the claim, for this call or a transaction."""
+    def finish_update(self, lease: Lease, outcome: str | None = None) -> dict[str, Any]:
+        """The UpdateItem request that finishes the claim (keeping outcome, how its run ended),
+        for this call or a transaction."""
+        if outcome is None:
+            return owner_condition(
+                _key(lease.key), lease.owner, UpdateExpression="REMOVE LeaseUntil, RetryAt"
+            )
         return owner_condition(
-            _key(lease.key), lease.owner, UpdateExpression="REMOVE LeaseUntil, RetryAt"
+            _key(lease.key),
+            lease.owner,
+            UpdateExpression=f"SET {OUTCOME} = :outcome REMOVE LeaseUntil, RetryAt",
+            ExpressionAttributeValues={":outcome": {"S": outcome}},
         )
 
     @staticmethod

@@ -229,7 +229,7 @@ class DynamoHistory:
         live = self._live_delete and self._live_delete(record.event_id, record.message_id)
         if live:
             writes.append(live)  # a job that ran past one live_output_interval had one
-        folds = self._folds(claim, lock, slot)
+        folds = self._folds(claim, lock, slot, record.outcome.value)
         try:
             self._transact([{"Update": fold.update} for fold in folds] + writes)
         except ClientError as exc:
@@ -239,11 +239,14 @@ class DynamoHistory:
             return self._after_cancel(folds, failed, writes)
         return Ended(**{fold.name: True for fold in folds})
 
-    def _folds(self, claim: Lease | None, lock: Lease | None, slot: Lease | None) -> list[_Fold]:
-        """The claim's finish, the lock's and the slot's release, as writes of one transaction."""
+    def _folds(
+        self, claim: Lease | None, lock: Lease | None, slot: Lease | None, outcome: str
+    ) -> list[_Fold]:
+        """The claim's finish (keeping outcome), the lock's and the slot's release, as writes of
+        one transaction."""
         folds = []
         if claim is not None and self._claims is not None:
-            update = self._claims.finish_update(claim)
+            update = self._claims.finish_update(claim, outcome)
             folds.append(_Fold("claim", claim, update, self._claims.finished_by))
         if lock is not None and self._locks is not None:
             update = self._locks.release_update(lock)

@@ -1,14 +1,18 @@
 """Each run of a pipeline's state: which steps succeeded and which failed, in one item per run of
 the existing table, written with one UpdateItem as each step ends (no leader, no polling).
+
+The item also keeps the whole pipeline its run began with (and its digest), which later steps
+and forced re-runs follow, and the steps an operator asked for: what daemons alone write.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from sqsjkr.backends.aws import conditional_write
 from sqsjkr.backends.index import items_of_type
 from sqsjkr.contract.pipeline import PipelineRun
 
@@ -33,6 +37,12 @@ class PipelineState:
     updated_at: float = 0.0
     #: The root's firing time (unix seconds), when a schedule's firing started the run.
     firing_at: float | None = None
+    #: The whole pipeline (the message's `pipeline` object) the run began with, and its
+    #: digest; None for a run begun by a daemon older than this field.
+    pipeline: dict[str, Any] | None = None
+    digest: str | None = None
+    #: The steps an operator asked for (PipelineRun.asked), which the daemons run though not due.
+    asked: frozenset[str] = frozenset()
 
 
 class PipelineStore(Protocol):
@@ -66,6 +76,8 @@ class MemoryPipelines:
                 graph,
                 started_at=now,
                 firing_at=firing_at,
+                pipeline=run.pipeline.as_fields(),
+                digest=run.pipeline.digest(),
             )
             done, failed = set(had.succeeded), set(had.failed)
             if succeeded:
@@ -73,22 +85,20 @@ class MemoryPipelines:
                 failed.discard(run.step)
             else:
                 failed.add(run.step)
-            new = PipelineState(
-                had.key,
-                had.name,
-                had.root,
-                had.graph,
-                frozenset(done),
-                frozenset(failed),
-                had.started_at,
-                now,
-                had.firing_at,
-            )
+            new = replace(had, succeeded=frozenset(done), failed=frozenset(failed), updated_at=now)
             self.states[run.key] = new
             return new
 
     def state(self, key: str) -> PipelineState | None:
         return self.states.get(key)
+
+    def ask(self, key: str, asked: str) -> bool:
+        with self._mutex:
+            had = self.states.get(key)
+            if had is None:
+                return False
+            self.states[key] = replace(had, asked=had.asked | {asked})
+            return True
 
 
 class DynamoPipelines:
@@ -107,6 +117,8 @@ class DynamoPipelines:
             ":name": {"S": run.pipeline.name},
             ":root": {"S": run.pipeline.root},
             ":graph": {"S": json.dumps(run.pipeline.graph_fields(), separators=(",", ":"))},
+            ":pipeline": {"S": json.dumps(run.pipeline.as_fields(), separators=(",", ":"))},
+            ":digest": {"S": run.pipeline.digest()},
             ":now": {"N": repr(now)},
             ":expired": {"N": str(int(now + self._lives))},
             ":step": step,
@@ -114,6 +126,8 @@ class DynamoPipelines:
         sets = (
             "#name = if_not_exists(#name, :name), Root = if_not_exists(Root, :root), "
             "Graph = if_not_exists(Graph, :graph), StartedAt = if_not_exists(StartedAt, :now), "
+            "#pipeline = if_not_exists(#pipeline, :pipeline), "
+            "Digest = if_not_exists(Digest, :digest), "
             "UpdatedAt = :now, Expired = :expired"
         )
         if firing_at is not None:
@@ -125,11 +139,24 @@ class DynamoPipelines:
             TableName=self._table,
             Key=_key(run.key),
             UpdateExpression=f"SET {sets} {changes}",
-            ExpressionAttributeNames={"#name": "Name"},
+            ExpressionAttributeNames={"#name": "Name", "#pipeline": "Pipeline"},
             ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
         )
         return state_of(answer["Attributes"])
+
+    def ask(self, key: str, asked: str) -> bool:
+        """Note that an operator asked for a step of the run of key (PipelineRun.asked): False
+        when no step of that run has ended, so that there is no run to ask it of."""
+        done, _ = conditional_write(
+            self._client.update_item,
+            self._table,
+            Key=_key(key),
+            UpdateExpression="ADD Asked :asked",
+            ConditionExpression="attribute_exists(Root)",
+            ExpressionAttributeValues={":asked": {"SS": [asked]}},
+        )
+        return done
 
     def state(self, key: str) -> PipelineState | None:
         item = self._client.get_item(TableName=self._table, Key=_key(key), ConsistentRead=True)
@@ -150,6 +177,7 @@ def state_of(item: dict[str, Any]) -> PipelineState:
     """A run's state from its item."""
     graph = json.loads(item["Graph"]["S"])
     firing = item.get("FiringAt", {}).get("N")
+    pipeline = item.get("Pipeline", {}).get("S")
     return PipelineState(
         key=item["Id"]["S"].removeprefix(PREFIX),
         name=item["Name"]["S"],
@@ -160,4 +188,7 @@ def state_of(item: dict[str, Any]) -> PipelineState:
         started_at=float(item["StartedAt"]["N"]),
         updated_at=float(item["UpdatedAt"]["N"]),
         firing_at=None if firing is None else float(firing),
+        pipeline=None if pipeline is None else json.loads(pipeline),
+        digest=item.get("Digest", {}).get("S"),
+        asked=frozenset(item.get("Asked", {}).get("SS", [])),
     )

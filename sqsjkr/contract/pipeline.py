@@ -6,6 +6,8 @@ The whole pipeline travels in its root's message and on in each step's: no other
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -100,6 +102,20 @@ class Pipeline:
                 steps[s.name]["event_id"] = str(s.job.get("event_id") or s.name)
         return {"name": self.name, "root": self.root, "steps": steps}
 
+    def due(self, step: str, succeeded: Iterable[str], failed: Iterable[str]) -> bool:
+        """Whether a run whose steps succeeded and failed so has sent step: every step it
+        comes after has succeeded, or a step that names it in its on_failure has failed."""
+        parents = self.steps[step].after
+        if parents and set(parents) <= set(succeeded):
+            return True
+        return any(step in self.steps[f].on_failure for f in failed if f in self.steps)
+
+    def digest(self) -> str:
+        """A digest of the whole pipeline, jobs included: a step's message carries the pipeline
+        its run began with, or it is not that run's."""
+        text = json.dumps(self.as_fields(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
     def as_fields(self) -> dict[str, Any]:
         """The message's `pipeline` object."""
         shown = self.graph_fields()
@@ -122,6 +138,11 @@ class PipelineRun:
     @property
     def is_root(self) -> bool:
         return self.step == self.pipeline.root
+
+    def asked(self, rerun: str | None) -> str:
+        """How a run keeps that an operator asked for this step (`sqsjkr trigger STEP --firing`),
+        as a re-run (rerun) or not: the daemons run a step so asked though it is not due."""
+        return self.step if rerun is None else f"{self.step}#rerun-{rerun}"
 
     def claim_key(self, rerun: str | None = None) -> str:
         """The key of the step's claim: one per run of the pipeline, so that two copies of a
@@ -174,8 +195,10 @@ def parse_pipeline(fields: Mapping[str, object]) -> Pipeline | None:
 def parse_pipeline_run(
     fields: Mapping[str, object], pipeline: Pipeline | None, default_key: str
 ) -> PipelineRun | None:
-    """The message's place in its pipeline: `step` (default: the root) and `pipeline_key`
-    (default: default_key, the root's firing key or message id)."""
+    """The message's place in its pipeline: `step` (default: the root) and its run's key. A
+    root's run key is minted here, never read from the message: default_key, the root's firing
+    key or its own message id. A step's `pipeline_key` is taken as it is; the daemon admits the
+    step only when that run's state, which daemons alone write, says it is due (Steps.refusal)."""
     if pipeline is None:
         for name in ("step", "pipeline_key"):
             if fields.get(name) is not None:
@@ -184,9 +207,16 @@ def parse_pipeline_run(
     step = fields.get("step", pipeline.root)
     if not isinstance(step, str) or step not in pipeline.steps:
         raise field_error("step", "must name one of pipeline.steps")
-    key = fields.get("pipeline_key", default_key)
+    if step == pipeline.root:
+        if fields.get("pipeline_key") is not None:
+            raise field_error(
+                "pipeline_key",
+                "a root's run is keyed by its firing or its own message id, never by a sender",
+            )
+        return PipelineRun(pipeline, step, default_key)
+    key = fields.get("pipeline_key")
     if not isinstance(key, str) or not 0 < len(key.encode()) <= 512:
-        raise field_error("pipeline_key", "must be a text of 1 to 512 bytes")
+        raise field_error("pipeline_key", "must be a text of 1 to 512 bytes for a step")
     return PipelineRun(pipeline, step, key)
 
 

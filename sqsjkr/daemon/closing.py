@@ -79,7 +79,8 @@ class RunCloser:
                     jlog,
                 )
             elif ended.claim is None:
-                self._end_claim(claim, jlog, finished=finished)
+                outcome = None if ending.run is None else ending.run.value
+                self._end_claim(claim, jlog, finished=finished, outcome=outcome)
             elif not ended.claim:
                 keeper.lost("claim on its message", claim, jlog)
         if record is not None:
@@ -120,14 +121,16 @@ class RunCloser:
         which reporters are not told of, as no run ended."""
         self._record(record, None, None, None, jlog)
 
-    def _end_claim(self, lease: Lease, jlog: JobLog, *, finished: bool) -> None:
+    def _end_claim(
+        self, lease: Lease, jlog: JobLog, *, finished: bool, outcome: str | None = None
+    ) -> None:
         if not finished:
             self._keeper.until_answered(
                 lambda: self._dedupe.release(lease), "release the claim on its message", jlog
             )
             return
         answered, ours = self._keeper.until_answered(
-            lambda: self._dedupe.finish(lease), "mark its claim finished", jlog
+            lambda: self._dedupe.finish(lease, outcome), "mark its claim finished", jlog
         )
         if answered and not ours:
             self._keeper.lost("claim on its message", lease, jlog)

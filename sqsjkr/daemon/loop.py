@@ -301,7 +301,7 @@ class Kicker:
             self._stats.ran(ending.run, intake.name)
         for outcome in ending.counts:
             self._stats.count(outcome, intake.name)
-        if ending.settle.delete or intake.settings.delete_on_receive:
+        if ending.settle.removed or intake.settings.delete_on_receive:
             return intake.order.finished(entry)
         # It runs again later: what waits behind it must not run first.
         self._give_back_waiting(intake, intake.order.given_back(entry))
@@ -326,6 +326,8 @@ class Kicker:
             return  # deleted when received
         if settle.delete:
             intake.deletes.add([entry.message])
+        elif settle.reject is not None:
+            intake.reject(entry.message, settle.reject)
         elif settle.visible_in is not None:
             # A beat under way may still be hiding this message: let it finish first.
             with self._heartbeat.hiding:

@@ -2,7 +2,9 @@
 that is now ready (or the failed step's on_failure steps), before the step's message is deleted.
 
 No leader and no polling: the step that ends moves its pipeline on. Sends are idempotent (each
-step is claimed once per run), so a redelivered message of an ended step simply does it again.
+step is claimed once per run), so a redelivered message of an ended step simply does it again,
+from how its claim says it ended. A step's message is run only when its run's state says it is
+due: a sender cannot start, or take, a run's step.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from sqsjkr.backends.aws import AWS_ERRORS, describe
 from sqsjkr.backends.pipeline import PipelineState, PipelineStore
 from sqsjkr.contract.firing import Origin
 from sqsjkr.contract.job import Job
-from sqsjkr.contract.pipeline import PipelineRun, step_fields
+from sqsjkr.contract.pipeline import PipelineRun, parse_pipeline, step_fields
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.daemon.runs import LEAVE, Ending
 from sqsjkr.observability.logs import JobLog
@@ -44,10 +46,34 @@ class Steps:
         self._queue = queue
         self._clock = clock
 
+    def refusal(self, job: Job) -> str | None:
+        """Why job, a step of a pipeline's run, may not run: None when its run's state (which
+        only daemons write) says it is due, or an operator asked for it. A root is never
+        refused: its run's key is minted from its own firing or message id. AWS errors are
+        raised."""
+        run = job.pipeline
+        if run is None or run.is_root:
+            return None
+        what = f"step {run.step} of pipeline {run.pipeline.name}, run {run.key}"
+        state = self._store.state(run.key)
+        if state is None:
+            return f"{what}: no daemon of this fleet began that run"
+        if state.digest is not None and state.digest != run.pipeline.digest():
+            return f"{what}: the message carries a pipeline other than the one its run began with"
+        rerun = None if job.firing is None else job.firing.rerun
+        if run.asked(rerun) in state.asked:
+            return None
+        if rerun is not None:
+            return f"{what}: no operator asked for its re-run {rerun}"
+        if not run.pipeline.due(run.step, state.succeeded, state.failed):
+            return f"{what}: not due, as the steps it follows have not ended so"
+        return None
+
     def moved_on(self, job: Job, jlog: JobLog, succeeded: bool | None) -> bool:
         """Whether job's pipeline (if any) was moved on from its step's end: succeeded says how
-        it ended, None that it ended before (a redelivery: from the run's state). False when
-        AWS failed: the message is then kept, and its redelivery does it."""
+        it ended, None that it ended before and its claim did not keep how (a redelivery: from
+        the run's state). False when AWS failed: the message is then kept, and its redelivery
+        does it."""
         if job.pipeline is None:
             return True
         try:
@@ -73,7 +99,7 @@ class Steps:
         assert run is not None
         at = None if job.firing is None else job.firing.at
         state = self._store.step_ended(run, succeeded, self._clock(), at)
-        self._follow(job, run, state, succeeded, jlog)
+        self._follow(job, _as_begun(run, state), state, succeeded, jlog)
 
     def again(self, job: Job, jlog: JobLog) -> None:
         """A message of a step that has ended came again: send what follows from its end
@@ -83,7 +109,7 @@ class Steps:
         state = self._store.state(run.key)
         if state is None or run.step not in state.succeeded | state.failed:
             return  # its end was not noted: the run of it that ends will move the pipeline on
-        self._follow(job, run, state, run.step in state.succeeded, jlog)
+        self._follow(job, _as_begun(run, state), state, run.step in state.succeeded, jlog)
 
     def _follow(
         self, job: Job, run: PipelineRun, state: PipelineState, succeeded: bool, jlog: JobLog
@@ -108,6 +134,17 @@ class Steps:
             dedupe = hashlib.sha256(claim.encode()).hexdigest()
             sent = self._sender.send(body, self._queue, event_id, dedupe)
             jlog.info("pipeline %s: step %s sent as message %s", pipeline.name, name, sent)
+
+
+def _as_begun(run: PipelineRun, state: PipelineState) -> PipelineRun:
+    """run, following the pipeline its run began with (a root re-run after its schedule's
+    pipeline changed finishes the run as it started)."""
+    if state.pipeline is None or state.digest == run.pipeline.digest():
+        return run
+    begun = parse_pipeline({"pipeline": state.pipeline})
+    if begun is None or run.step not in begun.steps:
+        return run
+    return PipelineRun(begun, run.step, run.key)
 
 
 def step_message(job: Job, run: PipelineRun, name: str) -> tuple[str, str]:

@@ -32,6 +32,14 @@ class Settle:
     visible_in: int | None = None  # make the message visible again in this many seconds
     #: The dedupe store or the host failed: receiving pauses a while, as more would fail too.
     pause_intake: bool = False
+    #: The message is no job to run (a step its run did not send): taken off the queue as an
+    #: invalid message is, to the dead-letter queue when there is one, for this reason.
+    reject: str | None = None
+
+    @property
+    def removed(self) -> bool:
+        """Whether the message leaves the queue (deleted, or moved to the dead-letter queue)."""
+        return self.delete or self.reject is not None
 
     # Neither delete nor visible_in: leave the message to reappear when its visibility ends.
 

@@ -49,6 +49,8 @@ log = logging.getLogger("sqsjkr.worker")
 
 T = TypeVar("T")
 
+#: A finished claim's outcome that lets its pipeline's next steps run.
+SUCCEEDED = RunOutcome.SUCCEEDED.value
 #: The outcomes a job's `retries` run again; a cancel for life_time or an abort is final.
 RETRIED = frozenset({RunOutcome.ERRORED, RunOutcome.TIMED_OUT})
 #: The longest wait before a retry, however often retry_delay has doubled.
@@ -141,6 +143,9 @@ class Worker:
         """handle(), with the lock that the claim's write may take if it is free."""
         job = entry.job
         jlog = JobLog(log, job)
+        refused = self._refused(job, jlog)
+        if refused is not None:
+            return refused
         progress = RunProgress(job, entry.message, self._clock())
         try:
             # The run shows as in progress in its event's summary from its claim on: in the
@@ -161,7 +166,10 @@ class Worker:
             assert holder is not None
             return self._duplicate(entry, progress, claim, holder, jlog)
         if claim.state is ClaimState.FINISHED:
-            if self._steps is not None and not self._steps.moved_on(job, jlog, None):
+            # How its run ended, as its claim kept it: what that end did not finish (its
+            # pipeline's note, its next steps' sends) is done again from it.
+            succeeded = None if claim.outcome is None else claim.outcome == SUCCEEDED
+            if self._steps is not None and not self._steps.moved_on(job, jlog, succeeded):
                 return Ending(LEAVE)
             jlog.info("duplicate message deleted: its job has run")
             return Ending(DELETE, (Outcome.DUPLICATE,))
@@ -192,6 +200,25 @@ class Worker:
         finally:
             self._closer.close(entry, ending, progress, jlog)
         return step_ended(self._steps, entry.job, ending, jlog)
+
+    def _refused(self, job: Job, jlog: JobLog) -> Ending | None:
+        """The end of a pipeline step's message that its run did not send (Steps.refusal): taken
+        off the queue unrun, as an invalid message is. None when it may run."""
+        if self._steps is None:
+            return None
+        try:
+            why = self._steps.refusal(job)
+        except AWS_ERRORS as exc:
+            jlog.error(
+                "not started: its pipeline's run could not be read (%s); the message stays on "
+                "the queue for a later try",
+                describe(exc),
+            )
+            return Ending(PAUSE)
+        if why is None:
+            return None
+        jlog.error("not run, refused: %s", escape(why))
+        return Ending(Settle(reject=why), (Outcome.FAILED,))
 
     def _killed_unclaimed(
         self, entry: InFlight, progress: RunProgress, owner: str, claim: Claim, jlog: JobLog

@@ -20,7 +20,7 @@ from sqsjkr.backends.scheduler import EventSchedule, job_message
 from sqsjkr.backends.sqs import group_id_of, queue_of_arn, resolve_queue_url, send_noted
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Firing, Origin
-from sqsjkr.contract.pipeline import Pipeline, parse_pipeline, step_fields
+from sqsjkr.contract.pipeline import Pipeline, PipelineRun, parse_pipeline, step_fields
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.crontab.eventbridge import load_zone
 from sqsjkr.crontab.fires import Window, next_fires
@@ -34,6 +34,7 @@ from sqsjkr.errors import (
 )
 from sqsjkr.fleet.audit import Auditor
 from sqsjkr.fleet.history import Store
+from sqsjkr.fleet.pipelines import pipelines_of
 from sqsjkr.fleet.schedules import read_schedules
 from sqsjkr.fleet.waiting import Deadline
 from sqsjkr.observability.logs import escape
@@ -261,8 +262,13 @@ def trigger_event(
         detail += f", a re-run {fired.rerun}"
     if step is not None:
         detail += f", step {step.name} of pipeline {step.pipeline.name}"
+    if step is None:
+        body, asked = message_of(schedule, fired), None
+    else:
+        body, asked = step.message(store, fired)
     entry = audit("trigger", event_id, reason=reason, detail=detail, force=force)
-    body = message_of(schedule, fired) if step is None else step.message(fired)
+    if asked is not None:
+        asked()  # after its audit, before its message: the daemons run the step so asked
     sqs = make_client(store.session, "sqs")
     message_id = send_now(sqs, schedule, to, entry.user, reason, body)
     problem = audit.amend(entry, f"{detail}, message {message_id}")
@@ -277,13 +283,44 @@ class PipelineStep:
     pipeline: Pipeline
     name: str
 
-    def message(self, firing: Firing | None) -> str:
-        """The step's message as a trigger sends it: of that firing's run of the pipeline (a
-        re-run of the step in it, when it ran), or of a run of its own (run now)."""
-        key = firing.key if firing is not None else f"trigger-{secrets.token_hex(16)}"
-        fired = None if firing is None else firing.as_fields()
-        fields = step_fields(self.pipeline, key, self.name, fired, Origin.TRIGGER.value)
-        return json.dumps(fields, ensure_ascii=False)
+    def message(self, store: Store, firing: Firing | None) -> tuple[str, Callable[[], None] | None]:
+        """The step's message as a trigger sends it, and the write that asks the daemons for it
+        in its run (to make after the audit, before the send). Of a firing: that firing's run
+        of the pipeline as it began (a re-run of the step in it, when it ran), which must
+        exist; RequestError if not. Without one (run now): the step's job alone, as a job of its
+        event that starts no run and moves no pipeline on."""
+        if firing is None:
+            fields = dict(self.pipeline.steps[self.name].job or {})
+            fields.setdefault("event_id", self.name)
+            fields["origin"] = Origin.TRIGGER.value
+            return json.dumps(fields, ensure_ascii=False), None
+        runs = pipelines_of(store)
+        state = runs.state(firing.key)
+        if state is None:
+            raise RequestError(
+                f"no run of pipeline {quote(self.pipeline.name)} for the {firing.iso} firing is "
+                f"kept (its root has not ended, or the run has expired): trigger its root "
+                f"{quote(self.pipeline.root)} with --firing to begin it"
+            )
+        begun = (
+            self.pipeline
+            if state.pipeline is None
+            else parse_pipeline({"pipeline": state.pipeline})
+        )
+        if begun is None or self.name not in begun.steps:
+            raise RequestError(
+                f"step {quote(self.name)} was not in pipeline {quote(self.pipeline.name)} when "
+                f"its {firing.iso} run began: that run follows the pipeline it began with"
+            )
+        run = PipelineRun(begun, self.name, firing.key)
+        fields = step_fields(begun, firing.key, self.name, firing.as_fields(), Origin.TRIGGER.value)
+        asked = run.asked(firing.rerun)
+
+        def ask() -> None:
+            if not runs.ask(firing.key, asked):
+                raise RequestError(f"the run {quote(firing.key)} is no longer kept")
+
+        return json.dumps(fields, ensure_ascii=False), ask
 
 
 def step_of(found: Sequence[EventSchedule], event_id: str) -> PipelineStep | None:
