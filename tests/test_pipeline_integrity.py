@@ -24,6 +24,9 @@ from sqsjkr.observability.logs import JobLog
 from tests.conftest import Aws, Start, run_daemon, wait_until
 from tests.faults import Fault, FaultProxy
 from tests.test_pipelines import Sent, diamond, firing_fields, lines
+from tests.test_schedules import group as group  # noqa: F401 - the fixture
+from tests.test_schedules import queue_arn, scheduler, sqsjkr, write_conf
+from tests.test_trigger import NIGHTLY, ROLE_ARN, module_input, nightly_schedule
 
 JLOG = JobLog(logging.getLogger("test"), parse_job('{"command": "x"}', message_id="l", sent_at=0))
 
@@ -188,4 +191,50 @@ def test_a_forged_step_is_refused_unrun_and_the_real_run_is_untouched(
     assert "forged" not in ran and "start-a" in ran
     for step in "abcd":
         assert ran.count(f"start-{step}") == 1, ran
+    assert daemon.stop() == 0
+
+
+@pytest.mark.slow
+def test_trigger_of_a_step_follows_the_pipeline_its_run_began_with_and_run_now_starts_no_run(
+    start_daemon: Start,
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out, fixed = tmp_path / "runs", tmp_path / "fixed"
+    body = json.loads(module_input("scheduler", NIGHTLY, "UTC"))
+    c_command = f"echo start-c >> {out}; test -f {fixed} || exit 3; echo end-c >> {out}"
+    body.update(diamond(out, "nightly", c=c_command))
+    body["event_id"] = "nightly"
+    nightly_schedule(aws, group, body)
+    conf = write_conf(tmp_path, aws, group=group)
+    daemon, _ = run_daemon(start_daemon, tmp_path, aws)
+    firing = ["--firing", "2026-01-15T02:00:00Z", "-c", conf]
+    assert sqsjkr(capsys, "trigger", "nightly", *firing)[0] == 0
+    wait_until(lambda: "notified" in lines(out), timeout=30, what="c's on_failure step")
+    # The schedule's pipeline changes after the firing began: d now waits for a new step e too.
+    body["pipeline"]["steps"]["e"] = {"after": ["a"], "job": {"command": f"echo e >> {out}"}}
+    body["pipeline"]["steps"]["d"]["after"] = ["b", "c", "e"]
+    target = {"Arn": queue_arn(aws), "RoleArn": ROLE_ARN, "Input": json.dumps(body)}
+    scheduler().update_schedule(
+        Name="sqsjkr-nightly",
+        GroupName=group,
+        ScheduleExpression=NIGHTLY,
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target=target,
+    )
+    code, _, err = sqsjkr(capsys, "trigger", "e", *firing)
+    assert code != 0 and "was not in pipeline" in err, err
+    fixed.touch()
+    code, _, err = sqsjkr(capsys, "trigger", "nightly-c", *firing, "--force", "--wait")
+    assert code == 0, err
+    wait_until(lambda: "end-d" in lines(out), timeout=30, what="d, the join as the run began")
+    assert "e" not in lines(out)
+    # A step run now is its job alone: it runs, and begins no run of the pipeline.
+    code, _, err = sqsjkr(capsys, "trigger", "nightly-b", "-c", conf, "--wait")
+    assert code == 0, err
+    assert lines(out).count("start-b") == 2
+    runs = DynamoPipelines(aws.dynamodb, aws.table, lives_seconds=60).states()
+    assert [s.key.rpartition("/")[2] for s in runs] == ["sqsjkr-nightly@2026-01-15T02:00:00Z"]
     assert daemon.stop() == 0
