@@ -328,6 +328,9 @@ def test_failed_token_checks_are_bounded_and_never_lock_a_right_token_out() -> N
             "tokens.ci.expires",
         ),
         ("[tokens.'a b']\n", "a b"),
+        # Matched whole: a name or a digest may not end in a newline (which "$" lets through).
+        (f'[tokens."ci\\n"]\nsha256 = "{"a" * 64}"\nscopes = ["read"]\n', 'tokens."ci\\n"'),
+        (f'[tokens.ci]\nsha256 = "{"a" * 64}\\n"\nscopes = ["read"]\n', "tokens.ci.sha256"),
         ("[users]\n", "users"),
         ("not toml", "tokens.toml"),
     ],
@@ -365,6 +368,8 @@ def test_token_new_prints_a_token_that_the_lines_it_prints_accept(cli, tmp_path:
     # A '.' would make [tokens.deploy.bot] two nested tables, a file it could not read back.
     dotted = cli("token", "new", "deploy.bot")
     assert dotted.returncode == 2 and 'NAME "deploy.bot"' in dotted.stderr
+    ending = cli("token", "new", "deploy-bot\n")
+    assert ending.returncode == 2 and 'NAME "deploy-bot\\n"' in ending.stderr
 
 
 def test_the_docs_curl_submit_and_poll_runs_as_written(

@@ -15,8 +15,9 @@ from sqsjkr.contract.fields import field_error, json_type
 
 #: Most steps of one pipeline: its graph is carried whole in every step's message.
 MAX_STEPS = 50
-#: A step's name: a job key of the terraform module.
-STEP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,62}$")
+#: A step's name: a job key of the terraform module. Matched whole (fullmatch): "$" would let
+#: a name end in a newline.
+STEP_NAME = re.compile(r"[A-Za-z0-9._-]{1,62}")
 #: The longest pipeline name.
 MAX_NAME = 128
 #: How a step's claim key is made from its pipeline's run key.
@@ -192,7 +193,7 @@ def parse_pipeline_run(
 
 def _step(name: str, value: object) -> Step:
     path = f"pipeline.steps.{name}"
-    if not STEP_NAME.match(name):
+    if not STEP_NAME.fullmatch(name):
         raise field_error(path, "a step's name is 1 to 62 letters, digits, '.', '-' or '_'")
     if not isinstance(value, dict):
         raise field_error(path, f"must be an object, got {json_type(value)}")
