@@ -22,6 +22,15 @@ STEP_NAME = re.compile(r"[A-Za-z0-9._-]{1,62}")
 MAX_NAME = 128
 #: How a step's claim key is made from its pipeline's run key.
 STEP_MARK = "#step-"
+#: What a step's job may not carry, and why: the daemon that sends a step writes its pipeline,
+#: step, run key and firing (the root's), and a step has no schedule of its own to catch up.
+NOT_IN_A_STEP = {
+    "pipeline": "a step's job runs in its root's pipeline, not in one of its own",
+    "step": "is written by the daemon that sends the step",
+    "pipeline_key": "is written by the daemon that sends the step",
+    "firing": "is written by the daemon that sends the step (its root's firing)",
+    "catch_up": "belongs to a schedule, and a step has none (its root's catches up the pipeline)",
+}
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,9 @@ def _step(name: str, value: object) -> Step:
     job = value.get("job")
     if job is not None and not isinstance(job, dict):
         raise field_error(f"{path}.job", f"must be an object, got {json_type(job)}")
+    for field_name, why in NOT_IN_A_STEP.items():
+        if job is not None and job.get(field_name) is not None:
+            raise field_error(f"{path}.job.{field_name}", why)
     return Step(name, _names(value, path, "after"), _names(value, path, "on_failure"), job)
 
 
