@@ -186,6 +186,21 @@ def test_a_job_the_daemon_would_refuse_is_400_naming_the_field(served: Served) -
     assert "POST" in method.headers["Allow"]
 
 
+def test_a_submit_may_not_set_a_runs_fields_nor_carry_a_malformed_step(served: Served) -> None:
+    steps = {"a": {}, "b": {"after": ["a"], "job": {"command": "x", "timeout": "soon"}}}
+    root = {"command": "true", "pipeline": {"name": "p", "root": "a", "steps": steps}}
+    bad_step = served.call("POST", "api/v1/jobs", token="sender", json={"job": root})
+    detail = problem(bad_step, 400, "invalid-job")["detail"]
+    assert 'field "pipeline.steps.b.job.timeout"' in str(detail)
+    steps["b"]["job"] = {"command": "x"}
+    firing = {"time": "2030-01-15T01:00:00Z", "schedule": "nightly"}
+    for field, value in (("firing", firing), ("step", "b"), ("pipeline_key", "forged")):
+        job = {**root, field: value}
+        refused = served.call("POST", "api/v1/jobs", token="sender", json={"job": job})
+        detail = problem(refused, 400, "invalid-job")["detail"]
+        assert f'field "{field}": is set by the fleet\'s daemons, not by a sender' in str(detail)
+
+
 def test_wait_answers_after_its_timeout_and_once_the_job_has_ended(
     served: Served, fleet: WebFleet, start_daemon
 ) -> None:

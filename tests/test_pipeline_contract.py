@@ -55,7 +55,9 @@ def test_a_malformed_steps_job_is_refused_with_its_root_naming_its_place(
 def test_a_steps_http_call_is_held_to_the_daemons_allow_with_its_root() -> None:
     body = root()
     body["pipeline"]["steps"]["b"]["job"] = {"http": {"url": "http://10.0.0.1/run"}}
-    allowed = parse_job(json.dumps(body), message_id="m", sent_at=0.0, http_allow=["http://10.0.0.1/"])
+    allowed = parse_job(
+        json.dumps(body), message_id="m", sent_at=0.0, http_allow=["http://10.0.0.1/"]
+    )
     assert allowed.pipeline is not None
     said = refusal(body, http_allow=["http://127.0.0.1/"])
     assert said.startswith('field "pipeline.steps.b.job.http.url"'), said
