@@ -42,7 +42,7 @@ def checked_job(body: str | None, options: JobFields) -> str:
     of the fields it ignores."""
     try:
         body, warnings = job_body(body, options)
-        by_hand(body)
+        by_hand(body)  # refuses what only the fleet writes (firing, step, ...) as a usage error
     except InvalidJobError as exc:
         raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
     for warning in warnings:

@@ -173,7 +173,9 @@ def _check_step_jobs(pipeline: Pipeline | None, http_allow: Sequence[str] | None
                 json.dumps(step.job), message_id=step.name, sent_at=0.0, http_allow=http_allow
             )
         except InvalidFieldError as error:
-            raise field_error(f"pipeline.steps.{step.name}.job.{error.field}", error.reason) from None
+            raise field_error(
+                f"pipeline.steps.{step.name}.job.{error.field}", error.reason
+            ) from None
 
 
 def _command_or_http(
