@@ -36,7 +36,7 @@ def route_text(route: Route) -> str:
 
 
 #: A queue named as dead-letter queues usually are: "jobs-dlq", "jobs_deadletter.fifo".
-_DEAD_LETTER_NAME = re.compile(r"(^|[-_.])(dlq|dead[-_]?letters?(-queue)?)\Z", re.IGNORECASE)
+_DEAD_LETTER_NAME = re.compile(r"(^|[-_.])(dlq|dead[-_]?letters?(-queue)?)$", re.IGNORECASE)
 #: What a refused route's message ends with.
 _FORCE_HINT = "not routed (--force routes it all the same)"
 #: What a daemon does with the event's messages until it has read a route, or its clear.
