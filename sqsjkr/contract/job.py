@@ -27,7 +27,7 @@ from sqsjkr.contract.fields import (
 from sqsjkr.contract.firing import Firing, Origin, parse_firing, parse_origin
 from sqsjkr.contract.http_call import HttpCall, parse_http
 from sqsjkr.contract.pipeline import Pipeline, PipelineRun, parse_pipeline, parse_pipeline_run
-from sqsjkr.errors import InvalidFieldError
+from sqsjkr.errors import InvalidFieldError, InvalidJobError
 
 # The Go README documents "env" and the Go code reads "envs": merging in this order lets "envs" win.
 _ENV_FIELDS = ("env", "envs")
@@ -176,6 +176,8 @@ def _check_step_jobs(pipeline: Pipeline | None, http_allow: Sequence[str] | None
             raise field_error(
                 f"pipeline.steps.{step.name}.job.{error.field}", error.reason
             ) from None
+        except InvalidJobError as error:  # of the job as a whole, not of one of its fields
+            raise field_error(f"pipeline.steps.{step.name}.job", str(error)) from None
 
 
 def _command_or_http(

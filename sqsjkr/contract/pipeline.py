@@ -210,7 +210,7 @@ def _step(name: str, value: object) -> Step:
     if job is not None and not isinstance(job, dict):
         raise field_error(f"{path}.job", f"must be an object, got {json_type(job)}")
     for field_name, why in NOT_IN_A_STEP.items():
-        if job is not None and job.get(field_name) is not None:
+        if (job or {}).get(field_name) is not None:
             raise field_error(f"{path}.job.{field_name}", why)
     return Step(name, _names(value, path, "after"), _names(value, path, "on_failure"), job)
 
