@@ -26,6 +26,19 @@ class InvalidJobError(SqsjkrError):
     """A queue message is not a valid job; the message names the field and the reason."""
 
 
+class InvalidFieldError(InvalidJobError):
+    """One field of a message is invalid: its name (a dotted path) and the reason, kept apart so
+    that a job carried inside a message (a pipeline's step) is named by its place in it."""
+
+    def __init__(self, message: str, field: str, reason: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[InvalidFieldError], tuple[str, str, str]]:
+        return type(self), (str(self), self.field, self.reason)
+
+
 class DurationError(SqsjkrError, ValueError):
     """A duration is not an int number of seconds nor Go duration syntax."""
 

@@ -190,6 +190,41 @@ variable "jobs" {
     error_message = "envs names must be non-empty and must not contain '='."
   }
 
+  # What the daemon refuses in any message, checked at plan: a job refused there fails at every
+  # firing, and a pipeline's step (docs/pipelines.md) refused there refuses its root's message.
+  validation {
+    # A command line and a process environment are C strings, and a header ends at a line break.
+    condition = alltrue([
+      for key, job in var.jobs : length(regexall("\\x00", join("", concat(
+        [for text in [job.command, job.event_id, job.lock_id, job.concurrency_key] : text if text != null],
+        keys(job.envs), values(job.envs), try(keys(job.http.headers), []), try(values(job.http.headers), [])
+      )))) == 0 && alltrue([for name, value in try(coalesce(job.http.headers, {}), {}) : name != "" && length(regexall("[\r\n]", "${name}${value}")) == 0])
+    ])
+    error_message = "command, envs, event_id, lock_id, concurrency_key and http.headers must not hold a NUL character, and a header's name or value a line break (nor its name be empty): ${join(", ", [for key, job in var.jobs : key if !(length(regexall("\\x00", join("", concat([for text in [job.command, job.event_id, job.lock_id, job.concurrency_key] : text if text != null], keys(job.envs), values(job.envs), try(keys(job.http.headers), []), try(values(job.http.headers), []))))) == 0 && alltrue([for name, value in try(coalesce(job.http.headers, {}), {}) : name != "" && length(regexall("[\r\n]", "${name}${value}")) == 0]))])} holds one."
+  }
+
+  validation {
+    # The bytes of UTF-8 a base64 text holds: 3 per 4 characters, less its padding.
+    condition = alltrue([
+      for key, job in var.jobs : alltrue([
+        for text in [job.event_id, job.lock_id, job.concurrency_key] : length(base64encode(text)) * 3 / 4 - length(regexall("=", base64encode(text))) <= 2048 if text != null
+      ])
+    ])
+    error_message = "event_id, lock_id and concurrency_key become DynamoDB keys, of at most 2048 bytes: ${join(", ", [for key, job in var.jobs : key if !alltrue([for text in [job.event_id, job.lock_id, job.concurrency_key] : length(base64encode(text)) * 3 / 4 - length(regexall("=", base64encode(text))) <= 2048 if text != null])])} has a longer one."
+  }
+
+  validation {
+    # Go's durations are int64 nanoseconds; a malformed one is the validations' below to name.
+    condition = alltrue([
+      for key, job in var.jobs : alltrue([
+        for text in [job.life_time, job.timeout, job.retry_delay, try(job.http.timeout, null)] : try(sum([
+          for part in regexall("([0-9]+(?:\\.[0-9]+)?)(ns|us|µs|μs|ms|s|m|h)", text) : tonumber(part[0]) * lookup({ ns = 1, us = 1000, "µs" = 1000, "μs" = 1000, ms = 1000000, s = 1000000000, m = 60000000000, h = 3600000000000 }, part[1])
+        ]) <= 9223372036854775807, true) if text != null
+      ])
+    ])
+    error_message = "life_time, timeout, retry_delay and http.timeout must be at most 2562047h47m16s (Go's longest duration): ${join(", ", [for key, job in var.jobs : key if !alltrue([for text in [job.life_time, job.timeout, job.retry_delay, try(job.http.timeout, null)] : try(sum([for part in regexall("([0-9]+(?:\\.[0-9]+)?)(ns|us|µs|μs|ms|s|m|h)", text) : tonumber(part[0]) * lookup({ ns = 1, us = 1000, "µs" = 1000, "μs" = 1000, ms = 1000000, s = 1000000000, m = 60000000000, h = 3600000000000 }, part[1])]) <= 9223372036854775807, true) if text != null])])} has a longer one."
+  }
+
   validation {
     # An empty string would silently mean "the map key" or "no lock": say null instead.
     condition = alltrue([

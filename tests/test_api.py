@@ -186,6 +186,21 @@ def test_a_job_the_daemon_would_refuse_is_400_naming_the_field(served: Served) -
     assert "POST" in method.headers["Allow"]
 
 
+def test_a_submit_may_not_set_a_runs_fields_nor_carry_a_malformed_step(served: Served) -> None:
+    steps = {"a": {}, "b": {"after": ["a"], "job": {"command": "x", "timeout": "soon"}}}
+    root = {"command": "true", "pipeline": {"name": "p", "root": "a", "steps": steps}}
+    bad_step = served.call("POST", "api/v1/jobs", token="sender", json={"job": root})
+    detail = problem(bad_step, 400, "invalid-job")["detail"]
+    assert 'field "pipeline.steps.b.job.timeout"' in str(detail)
+    steps["b"]["job"] = {"command": "x"}
+    firing = {"time": "2030-01-15T01:00:00Z", "schedule": "nightly"}
+    for field, value in (("firing", firing), ("step", "b"), ("pipeline_key", "forged")):
+        job = {**root, field: value}
+        refused = served.call("POST", "api/v1/jobs", token="sender", json={"job": job})
+        detail = problem(refused, 400, "invalid-job")["detail"]
+        assert f'field "{field}": is set by the fleet\'s daemons, not by a sender' in str(detail)
+
+
 def test_wait_answers_after_its_timeout_and_once_the_job_has_ended(
     served: Served, fleet: WebFleet, start_daemon
 ) -> None:
@@ -328,6 +343,9 @@ def test_failed_token_checks_are_bounded_and_never_lock_a_right_token_out() -> N
             "tokens.ci.expires",
         ),
         ("[tokens.'a b']\n", "a b"),
+        # Matched whole: a name or a digest may not end in a newline (which "$" lets through).
+        (f'[tokens."ci\\n"]\nsha256 = "{"a" * 64}"\nscopes = ["read"]\n', 'tokens."ci\\n"'),
+        (f'[tokens.ci]\nsha256 = "{"a" * 64}\\n"\nscopes = ["read"]\n', "tokens.ci.sha256"),
         ("[users]\n", "users"),
         ("not toml", "tokens.toml"),
     ],
@@ -365,6 +383,8 @@ def test_token_new_prints_a_token_that_the_lines_it_prints_accept(cli, tmp_path:
     # A '.' would make [tokens.deploy.bot] two nested tables, a file it could not read back.
     dotted = cli("token", "new", "deploy.bot")
     assert dotted.returncode == 2 and 'NAME "deploy.bot"' in dotted.stderr
+    ending = cli("token", "new", "deploy-bot\n")
+    assert ending.returncode == 2 and 'NAME "deploy-bot\\n"' in ending.stderr
 
 
 def test_the_docs_curl_submit_and_poll_runs_as_written(

@@ -296,10 +296,41 @@ def test_send_takes_a_whole_body_and_a_delay(tmp_path: Path, aws: Aws, cli: Cli)
     wait_until(lambda: receive_bodies(aws) == [json.loads(body)], what="delayed message")
 
 
+def pipeline_body(step_job: dict[str, object], **fields: object) -> str:
+    """A root a running true whose one step b (step_job) runs after it, and fields beside them."""
+    steps = {"a": {}, "b": {"after": ["a"], "job": step_job}}
+    return json.dumps(
+        {"command": "true", "pipeline": {"name": "p", "root": "a", "steps": steps}, **fields}
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "text"),
     [
         (["--body", '{"command": 1}'], 'invalid job, nothing sent: field "command"'),
+        # A step's job is checked where its pipeline enters, not once its root has run.
+        (
+            ["--body", pipeline_body({"command": "x", "timeout": "soon"})],
+            'nothing sent: field "pipeline.steps.b.job.timeout": invalid duration "soon"',
+        ),
+        # What the fleet's daemons mint, a sender may not set (docs/messages.md).
+        (
+            ["--body", pipeline_body({"command": "x"}, step="b")],
+            'nothing sent: field "step": is set by the fleet\'s daemons, not by a sender',
+        ),
+        (
+            ["--body", pipeline_body({"command": "x"}, pipeline_key="forged")],
+            'nothing sent: field "pipeline_key": is set by the fleet\'s daemons',
+        ),
+        (
+            [
+                "--body",
+                json.dumps(
+                    {"command": "true", "firing": {"time": "2030-01-15T01:00:00Z", "schedule": "s"}}
+                ),
+            ],
+            'nothing sent: field "firing": is set by the fleet\'s daemons',
+        ),
         (["--command", "true", "--life-time", "soon"], '--life-time: field "life_time"'),
         (
             ["--command", "echo x", "--event-id", "E" * 5000],
@@ -432,12 +463,12 @@ def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws, cli: Cli) 
         "lock_id": "L", "life_time": "1h", "timeout": 60, "abort_if_locked": True,
         "disable_life_time_trigger": True, "concurrency_key": "db", "concurrency_limit": 2,
         "retries": 3, "retry_delay": "30s", "origin": "send",
-        "firing": {"time": "2030-01-15T01:00:00Z", "schedule": "sqsjkr-nightly"},
-        "pipeline": {"name": "p", "root": "a", "steps": {"a": {"after": []}}},
-        "step": "a", "pipeline_key": "by-hand", "catch_up": "6h",
+        "pipeline": {"name": "p", "root": "a", "steps": {"a": {"after": []}}}, "catch_up": "6h",
     }  # fmt: skip
     http = {"http": {"url": "http://127.0.0.1:8080/run"}}
-    assert set(shell) | set(http) == MESSAGE_FIELDS
+    # The fields the fleet's daemons mint are refused (test_send_refuses_invalid_jobs_...).
+    minted = {"firing", "step", "pipeline_key"}
+    assert set(shell) | set(http) | minted == MESSAGE_FIELDS
     for body in (shell, http):
         result = cli("send", "-c", str(write_conf(tmp_path, aws)), "--body", json.dumps(body))
         assert result.returncode == 0, result.stderr

@@ -1,6 +1,7 @@
 """Poison messages (issue 30, items 5 and 8): bodies nested thousands deep, firing times past
-Python's dates, schedules too long for a claim's key and rate()s whose next firing overflows are
-refused by the contract with a reason naming the field; every reader of letters still answers.
+Python's dates, schedules too long for a claim's key, rate()s whose next firing overflows and a
+pipeline step's malformed job (issue 36) are refused by the contract with a reason naming the
+field; every reader of letters still answers.
 """
 
 from __future__ import annotations
@@ -52,6 +53,24 @@ POISON = {
     "rate overflow": (
         job({"time": NOW, "schedule": "sqsjkr-poison", "expression": "rate(100000000 days)"}),
         'field "firing.expression": rate(100000000 days) repeats less often than every 3650 days',
+    ),
+    # Refused with its root, before anything runs: not once the root has run and sent the step.
+    "bad step": (
+        json.dumps(
+            {
+                "event_id": "poison",
+                "command": "true",
+                "pipeline": {
+                    "name": "poison",
+                    "root": "a",
+                    "steps": {
+                        "a": {},
+                        "b": {"after": ["a"], "job": {"command": "x", "timeout": "soon"}},
+                    },
+                },
+            }
+        ),
+        'field "pipeline.steps.b.job.timeout": invalid duration "soon"',
     ),
 }
 

@@ -18,7 +18,7 @@ import pytest
 import sqsjkr as sqsjkr_api
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.run import RunOutcome
-from sqsjkr.errors import AuditRefused, WaitTimedOut
+from sqsjkr.errors import AuditRefused, InvalidJobError, WaitTimedOut
 from sqsjkr.fleet.jobs import JobHandle, JobPhase
 from sqsjkr.fleet.send import Sender
 from sqsjkr.fleet.unique import unique_key
@@ -120,6 +120,28 @@ def test_a_wait_on_a_queue_no_daemon_reads_times_out(
     assert code == 124, err
     assert f'gave up waiting for the run of message "{out.strip()}" after 2s' in err
     assert site.idle_count() == queued + 2
+
+
+def test_a_program_may_not_send_a_runs_fields_nor_a_pipeline_with_a_malformed_step(
+    site: Site,
+) -> None:
+    fleet = sqsjkr_api.Fleet(site.conf)
+    queued = site.idle_count()
+    steps = {"a": {}, "b": {"after": ["a"], "job": {"command": "x"}}}
+    root = {"command": "true", "pipeline": {"name": "p", "root": "a", "steps": steps}}
+    firing = {"time": "2030-01-15T01:00:00Z", "schedule": "nightly"}
+    # The fleet's daemons mint these: a sender's would forge a firing's claim or a step's run.
+    for field, value in (("firing", firing), ("step", "b"), ("pipeline_key", "forged")):
+        with pytest.raises(InvalidJobError) as refused:
+            fleet.send({**root, field: value}, queue=site.idle)
+        assert str(refused.value) == (
+            f'field "{field}": is set by the fleet\'s daemons, not by a sender'
+        )
+    # A step's job is checked with its root, as the daemon will check the step's message.
+    steps["b"]["job"] = {"command": "x", "retries": "many"}
+    with pytest.raises(InvalidJobError, match='field "pipeline.steps.b.job.retries"'):
+        fleet.send(json.dumps(root), queue=site.idle)
+    assert site.idle_count() == queued
 
 
 def test_a_jobs_state_goes_from_queued_to_running_to_ended(

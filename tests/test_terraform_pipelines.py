@@ -14,6 +14,7 @@ import pytest
 from sqsjkr.contract.firing import SCHEDULE_ARN, SCHEDULED_TIME
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.pipeline import MAX_STEPS
+from sqsjkr.errors import InvalidJobError
 
 from .test_terraform import (
     MODULE_PROVIDER,
@@ -69,6 +70,20 @@ LONG = {
     **{f"s{n}": {"after": ["a"], "command": "y" * 200} for n in range(40)},
 }
 
+#: Steps whose job the daemon refuses, each for one reason: refused in the root's message, each
+#: would refuse its pipeline at its root's firing, so the plan refuses them first.
+BAD_STEPS: dict[str, dict[str, Any]] = {
+    "soon": {"after": ["a"], "command": "x", "timeout": "soon"},
+    "nul": {"after": ["a"], "command": "x\u0000"},
+    "long": {"after": ["a"], "command": "x", "lock_id": "k" * 2049},
+    "wide": {"after": ["a"], "command": "x", "event_id": "\u00e9" * 1025},
+    "forever": {"after": ["a"], "command": "x", "retry_delay": "2562048h"},
+    "header": {
+        "after": ["a"],
+        "http": {"url": "http://127.0.0.1/", "headers": {"X-A": "1\r\nX-B: 2"}},
+    },
+}
+
 #: Module calls a plan refuses. Each root fails in one phase: a failed validation of var.jobs ends
 #: a plan before the graph's checks (the output's and the schedules' preconditions).
 REFUSED = {
@@ -112,6 +127,16 @@ REFUSED = {
         },
     )
     + call("long", LONG),
+    "steps": call(
+        "steps",
+        {
+            "a": {"schedule_expression": "rate(1 day)", "command": "x"},
+            # At the limits, and accepted: 2048 bytes of UTF-8, and Go's longest duration.
+            "edge": {"after": ["a"], "command": "x", "event_id": "\u00e9" * 1024},
+            "most": {"after": ["a"], "command": "x", "timeout": "2562047h47m16.854775807s"},
+            **BAD_STEPS,
+        },
+    ),
 }
 
 
@@ -285,3 +310,39 @@ def test_the_modules_limit_on_a_pipelines_size_is_the_daemons() -> None:
     conditions = [expr(check["condition"]) for check in module.outputs["pipelines"]["precondition"]]
     limits = [int(n) for c in conditions for n in re.findall(r"length\(steps\) <= (\d+)", c)]
     assert limits == [MAX_STEPS]
+
+
+@needs_providers
+@pytest.mark.slow
+def test_plan_refuses_each_step_whose_job_the_daemon_would_refuse(refused: dict[str, str]) -> None:
+    said = refused["steps"]
+    # Each list of jobs is exact: edge and most, at the limits, are accepted.
+    for message in (
+        'timeout must be a Go duration such as "90s", "1h30m" or "1.5h".',
+        "must not hold a NUL character, and a header's name or value a line break (nor its "
+        "name be empty): header, nul holds one.",
+        "DynamoDB keys, of at most 2048 bytes: long, wide has a longer one.",
+        "(Go's longest duration): forever has a longer one.",
+    ):
+        assert message in said, message
+    # The daemon refuses each of them in the root's message, which the plan spares it.
+    module = load_config(TERRAFORM_DIR)
+    for key, step in BAD_STEPS.items():
+        with pytest.raises(InvalidJobError, match=f'"pipeline.steps.{key}.job'):
+            parse_job(
+                json.dumps(
+                    {
+                        "command": "x",
+                        "pipeline": {
+                            "name": "a",
+                            "root": "a",
+                            "steps": {
+                                "a": {},
+                                key: {"after": ["a"], "job": build_message(module, key, step)},
+                            },
+                        },
+                    }
+                ),
+                message_id="m",
+                sent_at=0,
+            )

@@ -125,7 +125,10 @@ class Submit(Reason):
         }
     )
 
-    job: dict[str, Any] = Field(description="The message's fields, as docs/messages.md gives them")
+    job: dict[str, Any] = Field(
+        description="The message's fields, as docs/messages.md gives them, but for those the "
+        "fleet mints (firing, step, pipeline_key): refused, 400 invalid-job naming the field"
+    )
     unique_key: str | None = Field(
         None,
         min_length=1,

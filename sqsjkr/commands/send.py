@@ -34,7 +34,7 @@ from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.job_fields import JobFields, job_body
 from sqsjkr.fleet.jobs import JobHandle
 from sqsjkr.fleet.scheduled import check_timing, when_of
-from sqsjkr.fleet.send import addressed, send_job
+from sqsjkr.fleet.send import addressed, by_hand, send_job
 
 
 def checked_job(body: str | None, options: JobFields) -> str:
@@ -42,6 +42,7 @@ def checked_job(body: str | None, options: JobFields) -> str:
     of the fields it ignores."""
     try:
         body, warnings = job_body(body, options)
+        by_hand(body)  # refuses what only the fleet writes (firing, step, ...) as a usage error
     except InvalidJobError as exc:
         raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
     for warning in warnings:

@@ -30,7 +30,7 @@ def token() -> None:
 def new(name: str, scopes: str) -> None:
     """Print a new token for NAME (its actions are audited as api:NAME) on stdout, and on stderr
     the lines to add to the tokens file: the file keeps the token's SHA-256, never the token."""
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise UsageFailure(
             f"NAME {quote(name)}: 1 to 64 letters, digits, '-' or '_' (the audit shows it)"
         )

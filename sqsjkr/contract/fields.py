@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from sqsjkr.contract import safe_json
 from sqsjkr.contract.duration import Duration, duration_value
 from sqsjkr.contract.limits import MAX_KEY_BYTES, MAX_SHOWN
-from sqsjkr.errors import DurationError, InvalidJobError, quote, shorten
+from sqsjkr.errors import DurationError, InvalidFieldError, InvalidJobError, quote, shorten
 
 
 def load_object(body: str | bytes) -> dict[str, object]:
@@ -123,6 +123,6 @@ def json_type(value: object) -> str:
     return "object"
 
 
-def field_error(name: str, reason: str) -> InvalidJobError:
+def field_error(name: str, reason: str) -> InvalidFieldError:
     # A name may come from the message too (an env variable's, a header's).
-    return InvalidJobError(f"field {quote(name, MAX_SHOWN)}: {reason}")
+    return InvalidFieldError(f"field {quote(name, MAX_SHOWN)}: {reason}", name, reason)

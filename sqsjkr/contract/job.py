@@ -26,7 +26,8 @@ from sqsjkr.contract.fields import (
 )
 from sqsjkr.contract.firing import Firing, Origin, parse_firing, parse_origin
 from sqsjkr.contract.http_call import HttpCall, parse_http
-from sqsjkr.contract.pipeline import PipelineRun, parse_pipeline, parse_pipeline_run
+from sqsjkr.contract.pipeline import Pipeline, PipelineRun, parse_pipeline, parse_pipeline_run
+from sqsjkr.errors import InvalidFieldError, InvalidJobError
 
 # The Go README documents "env" and the Go code reads "envs": merging in this order lets "envs" win.
 _ENV_FIELDS = ("env", "envs")
@@ -134,6 +135,8 @@ def parse_job(
     parse_catch_up(fields)
     # A run of a pipeline is keyed by its root's firing, or by the root's message when sent by hand.
     run_key = message_id if firing is None else firing.key
+    pipeline = parse_pipeline(fields)
+    _check_step_jobs(pipeline, http_allow)
     return Job(
         message_id=message_id,
         command=command,
@@ -152,8 +155,29 @@ def parse_job(
         retry_delay=_retry_delay(fields),
         firing=firing,
         origin=parse_origin(fields),
-        pipeline=parse_pipeline_run(fields, parse_pipeline(fields), run_key),
+        pipeline=parse_pipeline_run(fields, pipeline, run_key),
     )
+
+
+def _check_step_jobs(pipeline: Pipeline | None, http_allow: Sequence[str] | None) -> None:
+    """Each step's job parsed as its message will be, so that a malformed one is refused with
+    the pipeline wherever it enters (its root's message, a send), not once the steps before it ran;
+    InvalidJobError names the field by its place (pipeline.steps.NAME.job.timeout)."""
+    if pipeline is None:
+        return
+    for step in pipeline.steps.values():
+        if step.job is None:
+            continue
+        try:
+            parse_job(
+                json.dumps(step.job), message_id=step.name, sent_at=0.0, http_allow=http_allow
+            )
+        except InvalidFieldError as error:
+            raise field_error(
+                f"pipeline.steps.{step.name}.job.{error.field}", error.reason
+            ) from None
+        except InvalidJobError as error:  # of the job as a whole, not of one of its fields
+            raise field_error(f"pipeline.steps.{step.name}.job", str(error)) from None
 
 
 def _command_or_http(

@@ -17,12 +17,22 @@ from sqsjkr.contract.fields import field_error, json_type
 
 #: Most steps of one pipeline: its graph is carried whole in every step's message.
 MAX_STEPS = 50
-#: A step's name: a job key of the terraform module.
-STEP_NAME = re.compile(r"^[A-Za-z0-9._-]{1,62}$")
+#: A step's name: a job key of the terraform module. Matched whole (fullmatch): "$" would let
+#: a name end in a newline.
+STEP_NAME = re.compile(r"[A-Za-z0-9._-]{1,62}")
 #: The longest pipeline name.
 MAX_NAME = 128
 #: How a step's claim key is made from its pipeline's run key.
 STEP_MARK = "#step-"
+#: What a step's job may not carry, and why: the daemon that sends a step writes its pipeline,
+#: step, run key and firing (the root's), and a step has no schedule of its own to catch up.
+NOT_IN_A_STEP = {
+    "pipeline": "a step's job runs in its root's pipeline, not in one of its own",
+    "step": "is written by the daemon that sends the step",
+    "pipeline_key": "is written by the daemon that sends the step",
+    "firing": "is written by the daemon that sends the step (its root's firing)",
+    "catch_up": "belongs to a schedule, and a step has none (its root's catches up the pipeline)",
+}
 
 
 @dataclass(frozen=True)
@@ -222,13 +232,16 @@ def parse_pipeline_run(
 
 def _step(name: str, value: object) -> Step:
     path = f"pipeline.steps.{name}"
-    if not STEP_NAME.match(name):
+    if not STEP_NAME.fullmatch(name):
         raise field_error(path, "a step's name is 1 to 62 letters, digits, '.', '-' or '_'")
     if not isinstance(value, dict):
         raise field_error(path, f"must be an object, got {json_type(value)}")
     job = value.get("job")
     if job is not None and not isinstance(job, dict):
         raise field_error(f"{path}.job", f"must be an object, got {json_type(job)}")
+    for field_name, why in NOT_IN_A_STEP.items():
+        if (job or {}).get(field_name) is not None:
+            raise field_error(f"{path}.job.{field_name}", why)
     return Step(name, _names(value, path, "after"), _names(value, path, "on_failure"), job)
 
 

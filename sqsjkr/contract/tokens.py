@@ -23,8 +23,9 @@ except ModuleNotFoundError:  # Python 3.10
 SCOPES = ("read", "send", "act")
 #: A token's name, as the audit trail shows it ("api:NAME"): a TOML bare key, so that
 #: `[tokens.NAME]` names one table (a '.' would nest tables).
-NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+#: Matched whole (fullmatch): "$" would let a name or a digest end in a newline.
+NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def read_tokens(path: str) -> dict[str, Token]:
 
 
 def _token(where: str, name: str, table: Any) -> tuple[Token, str]:
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise ConfigError(
             f"{where}: tokens.{quote(name)}: a name is 1 to 64 letters, digits, '-' or '_'"
         )
@@ -79,7 +80,7 @@ def _token(where: str, name: str, table: Any) -> tuple[Token, str]:
     if extra:
         raise ConfigError(f"{where}: tokens.{name}.{extra[0]} unknown (sha256 and scopes only)")
     digest = table.get("sha256")
-    if not isinstance(digest, str) or not _DIGEST.match(digest.lower()):
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest.lower()):
         raise ConfigError(
             f"{where}: tokens.{name}.sha256 must be the 64 hex digits of the token's SHA-256"
         )

@@ -23,6 +23,7 @@ from sqsjkr.backends.sqs import (
 )
 from sqsjkr.contract import safe_json
 from sqsjkr.contract.config import Config
+from sqsjkr.contract.fields import field_error
 from sqsjkr.contract.firing import Origin
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.run import one_off
@@ -52,14 +53,30 @@ class Outgoing:
     fifo: dict[str, str] | None = None
 
 
+#: The fields of a run that the fleet mints, never a sender: a firing's claim (from a schedule, a
+#: trigger or catch-up), a pipeline's step and its run's key (from the daemon that ran the steps
+#: before it, once the run's state says the step is due). A sender's would forge them.
+MINTED_FIELDS = ("firing", "step", "pipeline_key")
+
+
+def check_by_hand(fields: Mapping[str, object]) -> None:
+    """InvalidJobError naming the first field of MINTED_FIELDS a sender's job sets."""
+    for name in MINTED_FIELDS:
+        if fields.get(name) is not None:
+            raise field_error(name, "is set by the fleet's daemons, not by a sender")
+
+
 def by_hand(body: str) -> str:
-    """body marked `"origin": "send"`: a job sent by hand (or by a program), not a firing."""
+    """body marked `"origin": "send"`: a job sent by hand (or by a program), not a firing; an
+    InvalidJobError for a field only the fleet sets (check_by_hand)."""
     try:
         fields = safe_json.loads(body)
     except ValueError:  # safe_json's JsonError
         return body  # not JSON: the parser's refusal says why
     if not isinstance(fields, dict):
         return body  # not a job: the parser's refusal says why
+    check_by_hand(fields)
+    # Whatever origin the body gave: a sender's job is a send, and says so.
     fields["origin"] = Origin.SEND.value
     return json.dumps(fields, ensure_ascii=False)
 
