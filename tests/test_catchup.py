@@ -20,7 +20,14 @@ from sqsjkr.backends.catchup import CatchUpLease, claimed
 from sqsjkr.backends.dedupe import claim_key
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.scheduler import EventSchedule
-from sqsjkr.contract.catchup import catch_up_message, parse_catch_up
+from sqsjkr.contract.catchup import (
+    MAX_GAPS,
+    catch_up_message,
+    parse_catch_up,
+    read_seen,
+    seen_enabled,
+    seen_text,
+)
 from sqsjkr.contract.firing import SCHEDULE_ARN, SCHEDULED_TIME, Firing, Origin
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.daemon.catchup import (
@@ -384,3 +391,21 @@ def test_a_holder_whose_clock_is_wrong_judges_firings_by_the_time_aws_answers_wi
     looks = looker(aws, group, grace=60, clock=lambda: time.time() + skew)
     looks.turn()
     assert sent_times(aws) == [missed.iso]
+
+
+def test_a_schedules_record_holds_back_the_spans_it_may_have_been_disabled_in() -> None:
+    first = seen_enabled(None, 1000.0, 5000.0)
+    assert first.holds_back(999.0), "never seen: nothing before its last change"
+    assert not first.holds_back(1000.0) and not first.holds_back(4999.0)
+    same = seen_enabled(first, 1000.0, 6000.0)
+    assert same.gaps == first.gaps and same.ok == 6000.0, "unchanged: enabled all along"
+    changed = seen_enabled(same, 9000.0, 9500.0)
+    assert changed.holds_back(7000.0), "between the last look that saw it and its change"
+    assert not changed.holds_back(5500.0) and not changed.holds_back(9100.0)
+    record = first
+    for n in range(40):
+        record = seen_enabled(record, 10000.0 + 100 * n, 10050.0 + 100 * n)
+    assert len(record.gaps) <= MAX_GAPS, "bounded"
+    assert all(record.holds_back(10000.0 + 100 * n - 25) for n in range(1, 40)), "merged wider"
+    assert read_seen(seen_text({"s": record})) == {"s": record}
+    assert read_seen("not json") == {} and read_seen('{"s": {"m": 1}}') == {}
