@@ -409,3 +409,5 @@ def test_a_schedules_record_holds_back_the_spans_it_may_have_been_disabled_in() 
     assert all(record.holds_back(10000.0 + 100 * n - 25) for n in range(1, 40)), "merged wider"
     assert read_seen(seen_text({"s": record})) == {"s": record}
     assert read_seen("not json") == {} and read_seen('{"s": {"m": 1}}') == {}
+    many = {f"s{n:04}": first for n in range(100)}
+    assert len(read_seen(seen_text(many, limit=2000))) < 100, "cut to fit the item"

@@ -56,6 +56,9 @@ def catch_up_message(fields: Mapping[str, object], firing: Firing) -> str:
     return json.dumps(body, ensure_ascii=True, separators=(",", ":"))
 
 
+#: Longest text of the records the lease item keeps: a DynamoDB item holds at most 400 KB (about
+#: 2,000 schedules' records fit).
+MAX_SEEN_BYTES = 300_000
 #: Most spans a schedule's seen record keeps: a schedule changed more often within a week has
 #: its oldest two spans merged into one, which holds back more, never less.
 MAX_GAPS = 16
@@ -105,13 +108,19 @@ def drop_old_gaps(seen: Seen, oldest: float) -> Seen:
     return Seen(seen.modified, seen.ok, tuple(g for g in seen.gaps if g[1] >= oldest))
 
 
-def seen_text(records: Mapping[str, Seen]) -> str:
-    """The records as the lease item keeps them (a JSON object by schedule name)."""
+def seen_text(records: Mapping[str, Seen], limit: int = MAX_SEEN_BYTES) -> str:
+    """The records as the lease item keeps them (a JSON object by schedule name), at most limit
+    characters: the records past it are left out (those schedules are then caught up only from
+    their last change, which holds back more, not less)."""
     data = {
         name: {"m": r.modified, "ok": r.ok, "gaps": [list(g) for g in r.gaps]}
         for name, r in sorted(records.items())
     }
-    return json.dumps(data, separators=(",", ":"))
+    text = json.dumps(data, separators=(",", ":"))
+    while len(text) > limit and data:
+        del data[next(reversed(data))]
+        text = json.dumps(data, separators=(",", ":"))
+    return text
 
 
 def read_seen(text: str | None) -> dict[str, Seen]:
