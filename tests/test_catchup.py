@@ -116,13 +116,17 @@ def set_state(group: str, name: str, state: str, at: float) -> None:
 
 
 def looker(
-    aws: Aws, group: str, owner: str = "host-a:1:abc", grace: float = 300, **more: Any
+    aws: Aws,
+    group: str,
+    owner: str = "host-a:1:abc",
+    grace: float = 300,
+    order_wait: float = 0,
+    **more: Any,
 ) -> CatchUp:
     """A catch-up of aws's queue that sends one firing of a schedule per look (order_wait 0)."""
     stores = CatchUpStores(scheduler(), aws.dynamodb, aws.table, aws.sqs)
-    settings = CatchUpSettings(
-        group, 600, grace, owner, {queue_key(aws.queue_url): aws.queue_url}, order_wait=0
-    )
+    queues = {queue_key(aws.queue_url): aws.queue_url}
+    settings = CatchUpSettings(group, 600, grace, owner, queues, order_wait=order_wait)
     return CatchUp(stores, settings, **more)
 
 
@@ -411,3 +415,20 @@ def test_a_schedules_record_holds_back_the_spans_it_may_have_been_disabled_in() 
     assert read_seen("not json") == {} and read_seen('{"s": {"m": 1}}') == {}
     many = {f"s{n:04}": first for n in range(100)}
     assert len(read_seen(seen_text(many, limit=2000))) < 100, "cut to fit the item"
+
+
+def test_a_look_does_not_poll_for_a_firing_an_earlier_look_sent_and_no_daemon_took(
+    aws: Aws,
+    group: str,  # noqa: F811
+) -> None:
+    """Its event paused, or the queue behind: the look that sent it waits order_wait for it,
+    the next looks do not (a call a second, for nothing)."""
+    start = time.time() - 1.5 * HOUR
+    hourly(aws, group, "nightly", start, module_message("nightly", "true", catch_up="2h"))
+    looks = looker(aws, group, order_wait=1.5)
+    looks.look()
+    assert len(sent_times(aws)) == 1
+    began = time.monotonic()
+    looks.look()
+    assert time.monotonic() - began < 1.0, "returned at once"
+    assert sent_times(aws) == [], "and sent nothing twice"

@@ -370,9 +370,12 @@ class CatchUp:
         """Send each schedule's missed firings, oldest first, the next once the run of the one
         before it has ended (its claim finished): caught-up runs never overlap, or meet on their
         own lock. Schedules go side by side; one whose run does not end within order_wait is
-        left to the next look."""
+        left to the next look, and so is one whose firing, sent by an earlier look, no daemon
+        has taken yet (its event is paused, or the queue is behind): polling it would cost a
+        call a second and bring nothing sooner."""
         deadline = self._clock() + self._settings.order_wait
         fresh = set(fresh)  # keys whose claims were read during this look
+        sent_now: set[str] = set()
         while not self._stop.is_set():
             heads = self._heads(wanted)
             stale = {f.key for _, f in heads if f.key not in fresh}
@@ -386,13 +389,15 @@ class CatchUp:
                 if firing.key not in self._claimed and firing.key not in self._sent:
                     self._send(w, firing)
                     self._sent.add(firing.key)
-            if self._clock() >= deadline:
+                    sent_now.add(firing.key)
+            live = [f for _, f in heads if f.key in self._claimed or f.key in sent_now]
+            if not live or self._clock() >= deadline:
                 for w, firing in heads:
                     log.info(
-                        "catch-up: %s's firing of %s has not ended yet; its later ones wait "
-                        "for the next look",
+                        "catch-up: %s's firing of %s %s; its later ones wait for the next look",
                         quote(w.schedule.name),
                         firing.iso,
+                        "has not ended yet" if firing.key in self._claimed else "is not taken yet",
                     )
                 return
             if self._stop.wait(CLAIM_POLL_SECONDS) or not self._keep_lease():
