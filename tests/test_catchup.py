@@ -432,3 +432,20 @@ def test_a_look_does_not_poll_for_a_firing_an_earlier_look_sent_and_no_daemon_to
     looks.look()
     assert time.monotonic() - began < 1.0, "returned at once"
     assert sent_times(aws) == [], "and sent nothing twice"
+
+
+def test_a_holder_waiting_for_a_run_to_end_keeps_its_lease(aws: Aws, group: str) -> None:  # noqa: F811
+    """A look that waits longer than half an interval for a caught-up run renews the lease, so
+    that no other daemon takes it over and sends the same schedule's later firings meanwhile."""
+    start = float(int(time.time() - 1.5 * HOUR))
+    arn = hourly(aws, group, "nightly", start, module_message("nightly", "true", catch_up="2h"))
+    running = {"LeaseUntil": {"N": str(time.time() + 60)}, "Owner": {"S": "b"}}
+    ended_claim(aws, Firing(start, arn), **running)
+    stores = CatchUpStores(scheduler(), aws.dynamodb, aws.table, aws.sqs)
+    queues = {queue_key(aws.queue_url): aws.queue_url}
+    looks = CatchUp(stores, CatchUpSettings(group, 2, 300, "a", queues, order_wait=2.5))
+    began = time.time()
+    looks.turn()
+    lease = aws.item(f"catchup:{group}", "catchup")
+    assert lease is not None and float(lease["LeaseUntil"]["N"]) > began + 1 + 3, lease
+    assert sent_times(aws) == [], "the run before goes on"
