@@ -41,8 +41,11 @@ def checked_job(body: str | None, options: JobFields) -> str:
     """The body to send, from --body or the job options, checked with the daemon's parser; warns
     of the fields it ignores."""
     try:
+        if body is not None:
+            # What only the fleet writes (firing, step, ...) is refused first, as a usage
+            # error: the parser would refuse some of it less clearly.
+            by_hand(body)
         body, warnings = job_body(body, options)
-        by_hand(body)  # refuses what only the fleet writes (firing, step, ...) as a usage error
     except InvalidJobError as exc:
         raise UsageFailure(f"invalid job, nothing sent: {exc}") from exc
     for warning in warnings:
