@@ -196,20 +196,30 @@ def event_pipeline(store: Store, event_id: str, firing: float | None = None) -> 
 
 
 def stuck_pipelines(
-    store: Store, now: float, after: float = STUCK_AFTER
+    store: Store,
+    now: float,
+    after: float = STUCK_AFTER,
+    states: Sequence[PipelineState] | None = None,
 ) -> list[tuple[PipelineView, list[str]]]:
     """Each kept run with a step stuck, and why: the runs' states listed once (a Query of the
-    index and a BatchGetItem), and only the runs with a step due for longer than `after` read
-    further (their steps' records and summaries)."""
-    with store.reading():
-        states = pipelines_of(store).states()
-    candidates = [s for s in states if now - s.updated_at > after and _has_due_step(s)]
+    index and a BatchGetItem; or states, listed so already), and only the runs with a step due
+    for longer than `after` read further (their steps' records and summaries)."""
+    if states is None:
+        with store.reading():
+            states = pipelines_of(store).states()
+    candidates = [s for s in states if may_be_stuck(s, now, after)]
     found = []
     for view in read_views(store, candidates):
         reasons = stuck_reasons(view, now, after)
         if reasons:
             found.append((view, reasons))
     return found
+
+
+def may_be_stuck(state: PipelineState, now: float, after: float = STUCK_AFTER) -> bool:
+    """Whether the run may be stuck by its state alone: no step of it has ended for longer
+    than `after`, and a step is due."""
+    return now - state.updated_at > after and _has_due_step(state)
 
 
 def _has_due_step(state: PipelineState) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -22,8 +22,9 @@ from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.live import LiveOutput, live_output
 from sqsjkr.fleet.locks import HeldLock, Holdings, Table, held, lock_of
 from sqsjkr.fleet.pause import Pause, pauses_in_effect, read_controls
-from sqsjkr.fleet.pipeline_steps import PipelineView
-from sqsjkr.fleet.pipelines import read_view
+from sqsjkr.fleet.pipeline_steps import PipelineState, PipelineView, stuck_reasons
+from sqsjkr.fleet.pipeline_verdicts import PipelineVerdict, last_run_keys, pipeline_verdicts
+from sqsjkr.fleet.pipelines import may_be_stuck, read_states, read_view
 from sqsjkr.fleet.route import Route, routes_in
 from sqsjkr.fleet.running import RunningNow, read_claims, running_against
 from sqsjkr.fleet.schedules import EventSchedule, next_runs, read_schedules
@@ -248,6 +249,23 @@ class Fleet:
         except Exception as exc:
             return Firings(problem=failure_text(exc))
         return Firings(tuple(rows))
+
+    def pipeline_verdicts(self, summaries: Sequence[EventSummary]) -> dict[str, PipelineVerdict]:
+        """What the run of a pipeline each event's last run belongs to says, by event: the
+        runs' states read by key (a BatchGetItem per 100, only for events whose last run was a
+        pipeline's), and a root's run read further only when it may be stuck."""
+        keys = tuple(last_run_keys(summaries))
+        if not keys:
+            return {}
+        read = functools.partial(read_states, self.store, keys)
+        states = {s.key: s for s in self.cache.get(("pipeline states", keys), self._read(read))}
+        now = self.clock()
+
+        def stuck(state: PipelineState) -> list[str]:
+            view = self.pipeline(state.key) if may_be_stuck(state, now) else None
+            return [] if view is None else stuck_reasons(view, now)
+
+        return pipeline_verdicts(summaries, states, stuck)
 
     def pipeline(self, key: str) -> PipelineView | None:
         """The run of a pipeline of that key, each step's state (None: none kept)."""

@@ -1,0 +1,115 @@
+"""The faces tell the truth about a pipeline, against moto over HTTP: a step's event judged through
+its pipeline's runs (never by its root's schedule), a root's verdict carrying its pipeline's last
+run (failed, with the steps it skipped, or stuck) in `status --check` and on the dashboard.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from sqsjkr.contract.pipeline import Pipeline, Step
+from sqsjkr.contract.run import RunOutcome
+from sqsjkr.fleet.wording import local_time
+from tests.conftest import Cli
+from tests.test_firings import HOUR, hour_mark
+from tests.test_pipeline_view import Seeder
+from tests.web_fleet import WebFleet, make_fleet
+
+HOURLY = "cron(0 * * * ? *)"
+
+
+@pytest.fixture
+def fleet(aws_env: dict[str, str], tmp_path: Path) -> WebFleet:
+    """A fleet of the test's own: `status --check` judges every event of its table."""
+    made = make_fleet(tmp_path)
+    made.conf.write_text(made.conf.read_text() + '\n[check]\ngrace = "1s"\n')
+    return made
+
+
+def chain(name: str) -> Pipeline:
+    """root -> work -> report; notify on work's failure."""
+    job = {"command": "true"}
+    return Pipeline(
+        name,
+        "root",
+        {
+            "root": Step("root"),
+            "work": Step("work", ("root",), ("notify",), job),
+            "report": Step("report", ("work",), (), job),
+            "notify": Step("notify", (), (), job),
+        },
+    )
+
+
+def firing_of(fleet: WebFleet, root_event: str, at: float, prefix: str) -> Seeder:
+    """A firing's run of the hourly pipeline, its steps' events shared by every firing's."""
+    return Seeder(fleet, chain("hourly"), root_event, at, prefix=prefix, expression=HOURLY)
+
+
+def test_a_steps_event_is_never_late_by_its_roots_schedule(fleet: WebFleet, cli: Cli) -> None:
+    """A healthy hourly pipeline: notify (on_failure) ran for a failed firing 3h ago, report
+    waits for work, which runs now. Neither is late by the root's schedule: the check is OK.
+    (Before, both were CRITICAL: "the ... firing of ...-notify has not run".)"""
+    now = time.time()
+    root, prefix = "hourly", uuid.uuid4().hex[:6]
+    top = hour_mark(now)
+    old = firing_of(fleet, root, top - 3 * HOUR, prefix)
+    old.ended("root", RunOutcome.SUCCEEDED, old.at + 5)
+    old.ended("work", RunOutcome.ERRORED, old.at + 60)
+    old.ended("notify", RunOutcome.SUCCEEDED, old.at + 70)
+    for k in (2, 1):
+        run = firing_of(fleet, root, top - k * HOUR, prefix)
+        run.ended("root", RunOutcome.SUCCEEDED, run.at + 5)
+        run.ended("work", RunOutcome.SUCCEEDED, run.at + 60)
+        run.ended("report", RunOutcome.SUCCEEDED, run.at + 70)
+    latest = firing_of(fleet, root, top, prefix)
+    latest.ended("root", RunOutcome.SUCCEEDED, min(top + 0.5, now))
+    latest.running("work", "host-b", min(top + 0.6, now))
+    # Past the root's grace (1s) for the newest firing, which report has not reached yet.
+    time.sleep(max(0.0, top + 2.5 - time.time()))
+
+    shown = cli("status", "--check", "-c", str(fleet.conf))
+    assert shown.stdout.strip() == "SQSJKR OK - 4 events", shown.stdout + shown.stderr
+    assert shown.returncode == 0
+
+
+def test_a_failed_run_shows_in_its_roots_verdict_and_the_failed_steps_row(
+    fleet: WebFleet, cli: Cli
+) -> None:
+    """The pipeline's last run failed at work and skipped report: the root's verdict is a
+    WARNING naming both (status --check, the overview, the root's event page), and work's row
+    names its pipeline and the step it skipped."""
+    now = time.time()
+    seed = Seeder(fleet, chain("hourly"), "nightly-root", hour_mark(now) - HOUR)
+    seed.ended("root", RunOutcome.SUCCEEDED, now - 600)
+    seed.ended("work", RunOutcome.ERRORED, now - 300)
+    seed.ended("notify", RunOutcome.SUCCEEDED, now - 200)
+
+    shown = cli("status", "--check", "-c", str(fleet.conf))
+    assert shown.returncode == 2, shown.stdout + shown.stderr
+    line = shown.stdout.strip()
+    work = seed.event("work")
+    assert f"{work}: 1 failure in a row, a step of pipeline hourly's run of the " in line
+    assert "firing, which skipped report" in line
+    failed_at = "pipeline hourly's run of the {} firing failed at work, skipped report"
+    root_said = "nightly-root: " + failed_at.format(local_time(seed.at))
+    assert root_said in line, line
+
+    served = fleet.serve()
+    try:
+        page = requests.get(f"{served.url}event", params={"id": "nightly-root"}, timeout=10)
+        overview = requests.get(served.url, timeout=10)
+    finally:
+        served.close()
+    assert page.status_code == 200 and overview.status_code == 200
+    verdict = page.text.split("<dt>Verdict</dt>", 1)[1].split("</dd>", 1)[0]
+    assert 'class="level warning">WARNING' in verdict
+    assert failed_at.format(local_time(seed.at)).replace("'", "&#39;") in verdict
+    rows = overview.text.split('class="attention"', 1)[1]
+    assert "nightly-root" in rows and "failed at work, skipped report" in rows
+    assert "which skipped report" in rows.split(work, 1)[1]
