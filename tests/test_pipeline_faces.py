@@ -12,13 +12,16 @@ from pathlib import Path
 import pytest
 import requests
 
+import sqsjkr
+from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.contract.pipeline import Pipeline, Step
 from sqsjkr.contract.run import RunOutcome
+from sqsjkr.fleet.pipeline_steps import StepStatus, stuck_reasons
 from sqsjkr.fleet.wording import local_time
 from tests.conftest import Cli
 from tests.test_firings import HOUR, hour_mark
 from tests.test_pipeline_view import Seeder
-from tests.web_fleet import WebFleet, make_fleet
+from tests.web_fleet import WebFleet, make_fleet, record
 
 HOURLY = "cron(0 * * * ? *)"
 
@@ -113,3 +116,55 @@ def test_a_failed_run_shows_in_its_roots_verdict_and_the_failed_steps_row(
     rows = overview.text.split('class="attention"', 1)[1]
     assert "nightly-root" in rows and "failed at work, skipped report" in rows
     assert "which skipped report" in rows.split(work, 1)[1]
+
+
+def test_a_step_waiting_for_its_retry_is_told_so_and_not_stuck(fleet: WebFleet, cli: Cli) -> None:
+    """work's first attempt errored 90 minutes ago with `retries = 1, retry_delay = "2h"`: its
+    claim counts the attempt and names the retry's time. The faces say it waits for its retry
+    (not "sent, not started yet"), and the check does not call it stuck before that retry is
+    due (plus the hour a sent step may wait)."""
+    now = time.time()
+    seed = Seeder(fleet, chain("retrying"), "retry-root", hour_mark(now) - 2 * HOUR)
+    seed.ended("root", RunOutcome.SUCCEEDED, now - 95 * 60)
+    errored_at = now - 90 * 60
+    fleet.history().finished(
+        record(
+            seed.event("work"),
+            errored_at,
+            RunOutcome.ERRORED,
+            final=False,
+            attempt=1,
+            firing_at=seed.at,
+            origin="pipeline",
+            pipeline_key=seed.key,
+            pipeline_step="work",
+        )
+    )
+    retry_at = errored_at + 2 * HOUR
+    fleet.dynamodb.put_item(
+        TableName=fleet.table,
+        Item={
+            "Id": {"S": f"{seed.key}#step-work"},
+            "Type": {"S": THROTTLE_TYPE},
+            "Owner": {"S": "host-a:1:x"},
+            "Attempts": {"N": "1"},
+            "RetryAt": {"N": str(retry_at)},
+            "Expired": {"N": str(int(now + 86400))},
+        },
+    )
+
+    view = sqsjkr.Fleet(str(fleet.conf)).pipeline("retry-root")
+    work = view.step("work")
+    assert work is not None and work.status is StepStatus.WAITING
+    assert work.detail.startswith("waiting for its retry: attempt 1 errored on host-a at ")
+    assert work.detail.endswith(f"; attempt 2 at {local_time(retry_at)}")
+    assert work.retry_at == retry_at and work.due_since == retry_at
+    assert stuck_reasons(view, retry_at + 1800) == []
+    [late] = stuck_reasons(view, retry_at + 2 * HOUR)
+    assert late.startswith("work has not started 2h after its retry was due for the ")
+    shown = cli("pipeline", "retry-root", "-c", str(fleet.conf))
+    row = next(line for line in shown.stdout.splitlines() if " work " in line)
+    assert "waiting for its retry" in row and "not started" not in row
+
+    checked = cli("status", "--check", "-c", str(fleet.conf))
+    assert checked.stdout.strip() == "SQSJKR OK - 2 events", checked.stdout + checked.stderr

@@ -20,10 +20,14 @@ from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.pipeline_steps import (
     STUCK_AFTER,
     PipelineView,
+    StepStatus,
+    StepView,
     events_of,
     learn_events,
+    step_claim,
     stuck_reasons,
     view_of,
+    with_retry_due,
 )
 from sqsjkr.fleet.running import claim_is_live, read_claims
 
@@ -67,27 +71,46 @@ STALE = " (stale: its daemon stopped renewing its claim; it runs again after its
 
 
 def with_stale_runs(store: Store, views: Sequence[PipelineView]) -> list[PipelineView]:
-    """views with each running step checked against its claim (one BatchGetItem per 100): a
-    daemon that died leaves its run in its event's summary until the claim's lease ends."""
-    starts = [s.running for v in views for s in v.steps if s.running is not None]
-    if not starts:
+    """views with each running step checked against its claim, and each step sent and not
+    started against its own (a retry's time): one BatchGetItem per 100 claims. A daemon that
+    died leaves its run in its event's summary until the claim's lease ends."""
+    wanted = [
+        s.running.claim_item if s.running is not None else step_claim(v.key, s.name, v.root)
+        for v in views
+        for s in v.steps
+        if s.running is not None or _sent(s)
+    ]
+    if not wanted:
         return list(views)
     with store.reading():
-        claims = read_claims(store.client, store.table, [s.claim_item for s in starts])
+        claims = read_claims(store.client, store.table, wanted)
     now = time.time()
     return [
-        replace(
-            v,
-            steps=tuple(
-                replace(s, detail=s.detail + STALE)
-                if s.running is not None
-                and not claim_is_live(claims.get(s.running.claim_item), now)
-                else s
-                for s in v.steps
-            ),
-        )
-        for v in views
+        replace(v, steps=tuple(_against_claim(v, s, claims, now) for s in v.steps)) for v in views
     ]
+
+
+def _sent(step: StepView) -> bool:
+    """Whether the step's message was sent and it has not started: due, not waiting for a
+    parent."""
+    return step.status is StepStatus.WAITING and not step.waiting_for
+
+
+def _against_claim(
+    view: PipelineView, step: StepView, claims: Mapping[str, Mapping[str, Any]], now: float
+) -> StepView:
+    """step as its claim says: a running step whose claim is no longer leased is stale; a sent
+    one whose claim counts attempts and names a RetryAt waits for that retry."""
+    if step.running is not None:
+        live = claim_is_live(claims.get(step.running.claim_item), now)
+        return step if live else replace(step, detail=step.detail + STALE)
+    if not _sent(step):
+        return step
+    claim = claims.get(step_claim(view.key, step.name, view.root)) or {}
+    if "RetryAt" in claim and "LeaseUntil" not in claim:
+        attempts = int(claim.get("Attempts", {}).get("N", "1"))
+        return with_retry_due(step, attempts, float(claim["RetryAt"]["N"]))
+    return step
 
 
 def read_view(store: Store, key: str) -> PipelineView | None:
