@@ -5,6 +5,7 @@ run (failed, with the steps it skipped, or stuck) in `status --check` and on the
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -168,3 +169,60 @@ def test_a_step_waiting_for_its_retry_is_told_so_and_not_stuck(fleet: WebFleet, 
 
     checked = cli("status", "--check", "-c", str(fleet.conf))
     assert checked.stdout.strip() == "SQSJKR OK - 2 events", checked.stdout + checked.stderr
+
+
+def mark(fleet: WebFleet, at: float, **more: dict[str, str]) -> None:
+    """A throttle item of a message taken at `at`, as a Go daemon writes it ({Id, Type, Expired:
+    taken + the queue's retention}), with `more` as a sqsjkr daemon's would carry."""
+    retention = int(
+        fleet.sqs.get_queue_attributes(
+            QueueUrl=fleet.queue_url, AttributeNames=["MessageRetentionPeriod"]
+        )["Attributes"]["MessageRetentionPeriod"]
+    )
+    fleet.dynamodb.put_item(
+        TableName=fleet.table,
+        Item={
+            "Id": {"S": uuid.uuid4().hex},
+            "Type": {"S": THROTTLE_TYPE},
+            "Expired": {"N": str(int(at) + retention)},
+            **more,
+        },
+    )
+
+
+def test_a_step_a_go_daemon_took_is_said_so(fleet: WebFleet, cli: Cli) -> None:
+    """work's message was sent as root ended, and no sqsjkr daemon claimed it; a Go daemon
+    marked a message of the queue 2 seconds later. The faces say what is known: taken by a Go
+    daemon, which runs a step but does not move its pipeline on (not "has not started"). An
+    older run whose step no Go daemon took near its send still has not started."""
+    now = time.time()
+    older = Seeder(fleet, chain("mixed"), "mixed-root", hour_mark(now) - 4 * HOUR)
+    older.ended("root", RunOutcome.SUCCEEDED, now - 3 * HOUR)
+    seed = Seeder(fleet, chain("mixed"), "mixed-root", hour_mark(now) - 3 * HOUR)
+    sent = now - 2 * HOUR
+    seed.ended("root", RunOutcome.SUCCEEDED, sent)
+    # A sqsjkr daemon's claim of another message and its mark of a firing's message, first:
+    # neither is a Go daemon's.
+    mark(fleet, sent + 0.5, Owner={"S": "host-b:1:x"})
+    mark(fleet, sent + 1, Firing={"S": "sqsjkr-x@2030-01-01T00:00:00Z"})
+    mark(fleet, sent + 2)
+
+    view = sqsjkr.Fleet(str(fleet.conf)).pipeline("mixed-root")
+    work = view.step("work")
+    assert view.key == seed.key and work is not None
+    assert work.detail.startswith(
+        "taken by a Go daemon, which runs a step but does not move its pipeline on (no sqsjkr "
+        "daemon claimed it; a Go daemon took a message of the queue "
+    )
+    assert work.taken_by_go is not None and sent < work.taken_by_go <= sent + 2
+    shown = cli("pipeline", "mixed-root", "--json", "-c", str(fleet.conf))
+    steps = {s["step"]: s for s in json.loads(shown.stdout)["steps"]}
+    assert steps["work"]["taken_by_go"] == work.taken_by_go
+
+    checked = cli("status", "--check", "-c", str(fleet.conf))
+    line = checked.stdout.strip()
+    assert checked.returncode == 2, line + checked.stderr
+    assert (
+        "mixed-root: pipeline mixed is stuck: work was taken by a Go daemon, which runs a " in line
+    )
+    assert "pipeline mixed: work has not started 3h after root succeeded for the " in line

@@ -57,6 +57,9 @@ class StepView:
     due_since: float | None = None
     #: When its next attempt may start (WAITING for its retry, as its claim says).
     retry_at: float | None = None
+    #: When a Go daemon took a message of the queue just after this step's was sent, no sqsjkr
+    #: daemon having claimed it (fleet/go_marks.py): it runs the step, and moves nothing on.
+    taken_by_go: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         running = self.running
@@ -71,6 +74,7 @@ class StepView:
             "skipped_by": self.skipped_by,
             "due_since": self.due_since,
             "retry_at": self.retry_at,
+            "taken_by_go": self.taken_by_go,
             "run": None if self.run is None else record_json(self.run, output=False),
             "running": None
             if running is None
@@ -281,6 +285,21 @@ def _judge(
 WAITING_RETRY = "waiting for its retry"
 
 
+#: What a Go daemon does with a step's message.
+GO_TAKES = "taken by a Go daemon, which runs a step but does not move its pipeline on"
+
+
+def with_go_take(step: StepView, at: float) -> StepView:
+    """step, sent and claimed by no sqsjkr daemon, when a Go daemon took a message of the queue
+    at `at`, moments after the step's was sent: what is known of it."""
+    after = format_span(at - step.due_since) if step.due_since is not None else "moments"
+    detail = (
+        f"{GO_TAKES} (no sqsjkr daemon claimed it; a Go daemon took a message of the queue "
+        f"{after} after it was sent, at {local_time(at)})"
+    )
+    return _with(step, StepStatus.WAITING, detail, taken_by_go=at)
+
+
 def with_retry_due(step: StepView, attempts: int, retry_at: float) -> StepView:
     """step, waiting for its retry, with when its claim says the next attempt may start: due
     (for stuck) from then on."""
@@ -328,6 +347,9 @@ def stuck_reasons(view: PipelineView, now: float, after: float = STUCK_AFTER) ->
         if now - step.due_since <= after:
             continue
         cause = _cause(view, step)
+        if step.taken_by_go is not None:
+            reasons.append(f"{step.name} was {GO_TAKES}, after {cause} for {_which(view)}")
+            continue
         reasons.append(
             f"{step.name} has not started {format_span(now - step.due_since)} after {cause} "
             f"for {_which(view)}"

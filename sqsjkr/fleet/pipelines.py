@@ -16,6 +16,7 @@ from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.pipeline_progress import graph_of, on_failure_only, pending
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.errors import RequestError, ResourceMissingError, quote
+from sqsjkr.fleet.go_marks import go_takes_after
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.pipeline_steps import (
     STUCK_AFTER,
@@ -27,6 +28,7 @@ from sqsjkr.fleet.pipeline_steps import (
     step_claim,
     stuck_reasons,
     view_of,
+    with_go_take,
     with_retry_due,
 )
 from sqsjkr.fleet.running import claim_is_live, read_claims
@@ -85,8 +87,40 @@ def with_stale_runs(store: Store, views: Sequence[PipelineView]) -> list[Pipelin
     with store.reading():
         claims = read_claims(store.client, store.table, wanted)
     now = time.time()
-    return [
+    checked = [
         replace(v, steps=tuple(_against_claim(v, s, claims, now) for s in v.steps)) for v in views
+    ]
+    return _with_go_takes(store, checked, claims)
+
+
+def _with_go_takes(
+    store: Store, views: Sequence[PipelineView], claims: Mapping[str, Mapping[str, Any]]
+) -> list[PipelineView]:
+    """views with each step sent that no sqsjkr daemon claimed told whether a Go daemon took a
+    message of the queue just after it was sent (its marks, read only for such steps)."""
+    unclaimed = {
+        (v.key, s.name): s.due_since
+        for v in views
+        for s in v.steps
+        if _sent(s)
+        and s.retry_at is None
+        and s.due_since is not None
+        and step_claim(v.key, s.name, v.root) not in claims
+    }
+    if not unclaimed:
+        return list(views)
+    taken = go_takes_after(store, [at for at in unclaimed.values() if at is not None])
+    return [
+        replace(
+            v,
+            steps=tuple(
+                with_go_take(s, taken[at])
+                if (at := unclaimed.get((v.key, s.name))) is not None and at in taken
+                else s
+                for s in v.steps
+            ),
+        )
+        for v in views
     ]
 
 
