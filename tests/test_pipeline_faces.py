@@ -17,9 +17,10 @@ import sqsjkr
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.contract.pipeline import Pipeline, Step
 from sqsjkr.contract.run import RunOutcome
-from sqsjkr.fleet.pipeline_steps import StepStatus, stuck_reasons
+from sqsjkr.errors import ResourceMissingError
+from sqsjkr.fleet.pipeline_steps import StepStatus, StepView, stuck_reasons
 from sqsjkr.fleet.wording import local_time
-from tests.conftest import Cli
+from tests.conftest import Aws, Cli, Start, config_text, wait_until
 from tests.test_firings import HOUR, hour_mark
 from tests.test_pipeline_view import Seeder
 from tests.web_fleet import WebFleet, make_fleet, record
@@ -226,3 +227,54 @@ def test_a_step_a_go_daemon_took_is_said_so(fleet: WebFleet, cli: Cli) -> None:
         "mixed-root: pipeline mixed is stuck: work was taken by a Go daemon, which runs a " in line
     )
     assert "pipeline mixed: work has not started 3h after root succeeded for the " in line
+
+
+def test_a_real_daemons_step_waiting_for_its_retry(
+    aws: Aws, start_daemon: Start, tmp_path: Path, cli: Cli
+) -> None:
+    """A daemon runs root, then work, whose first attempt fails with `retries = 1, retry_delay =
+    "2h"`: `sqsjkr pipeline` reads its record and its claim as the daemon wrote them, and says it
+    waits for its retry, attempt 2 two hours on."""
+    name = f"retry-{uuid.uuid4().hex[:6]}"
+    body = {
+        "event_id": f"{name}-root",
+        "command": "true",
+        "origin": "send",
+        "pipeline": {
+            "name": name,
+            "root": "root",
+            "steps": {
+                "root": {},
+                "work": {
+                    "after": ["root"],
+                    "job": {
+                        "command": "exit 1",
+                        "event_id": f"{name}-work",
+                        "retries": 1,
+                        "retry_delay": "2h",
+                    },
+                },
+            },
+        },
+    }
+    conf = tmp_path / "retry.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
+    daemon = start_daemon("run", "-c", str(conf))
+    sent_at = time.time()
+    aws.send(body)
+
+    def waiting() -> StepView | None:
+        try:
+            step = sqsjkr.Fleet(str(conf)).pipeline(f"{name}-root").step("work")
+        except ResourceMissingError:
+            return None
+        return step if step is not None and step.retry_at is not None else None
+
+    work = wait_until(waiting, what="work waiting for its retry")
+    assert work.detail.startswith("waiting for its retry: attempt 1 errored on ")
+    assert "; attempt 2 at " in work.detail
+    assert sent_at + HOUR < work.retry_at < time.time() + 3 * HOUR  # 2h, jittered
+    shown = cli("pipeline", f"{name}-work", "-c", str(conf))
+    row = next(line for line in shown.stdout.splitlines() if " work " in line)
+    assert "waiting for its retry" in row
+    assert daemon.stop() == 0
