@@ -47,10 +47,12 @@ class PipelineVerdict:
         if not self.failed:
             return None
         if self.is_step:
-            # Its own failure is its finding already (failures in a row): what it stopped.
-            if not self.skipped:
+            # Its own failure is its finding already (failures in a row): whose step it is, and
+            # what it stopped.
+            if self.step not in self.failed:
                 return None
-            return f"a step of {which}, which skipped {', '.join(self.skipped)}"
+            said = f"a step of {which}"
+            return f"{said}, which skipped {', '.join(self.skipped)}" if self.skipped else said
         said = f"{which} failed at {', '.join(self.failed)}"
         return f"{said}, skipped {', '.join(self.skipped)}" if self.skipped else said
 

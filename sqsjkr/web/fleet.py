@@ -254,7 +254,8 @@ class Fleet:
         """What the run of a pipeline each event's last run belongs to says, by event: the
         runs' states read by key (a BatchGetItem per 100, only for events whose last run was a
         pipeline's), and a root's run read further only when it may be stuck."""
-        keys = tuple(last_run_keys(summaries))
+        # Every event's at once, so that each page's subsets of events share one read.
+        keys = tuple(last_run_keys([*self.summaries(), *summaries]))
         if not keys:
             return {}
         read = functools.partial(read_states, self.store, keys)
