@@ -90,14 +90,23 @@ def with_stale_runs(store: Store, views: Sequence[PipelineView]) -> list[Pipelin
     checked = [
         replace(v, steps=tuple(_against_claim(v, s, claims, now) for s in v.steps)) for v in views
     ]
-    return _with_go_takes(store, checked, claims)
+    return _with_go_takes(store, checked, claims, now)
+
+
+#: A step's message that no sqsjkr daemon has claimed this long after its send is looked for
+#: among a Go daemon's takes: a daemon of the fleet claims a message within seconds of it.
+UNCLAIMED_AFTER = 60.0
 
 
 def _with_go_takes(
-    store: Store, views: Sequence[PipelineView], claims: Mapping[str, Mapping[str, Any]]
+    store: Store,
+    views: Sequence[PipelineView],
+    claims: Mapping[str, Mapping[str, Any]],
+    now: float,
 ) -> list[PipelineView]:
-    """views with each step sent that no sqsjkr daemon claimed told whether a Go daemon took a
-    message of the queue just after it was sent (its marks, read only for such steps)."""
+    """views with each step sent that no sqsjkr daemon claimed (for UNCLAIMED_AFTER) told
+    whether a Go daemon took a message of the queue just after it was sent (its marks, read
+    only for such steps)."""
     unclaimed = {
         (v.key, s.name): s.due_since
         for v in views
@@ -105,6 +114,7 @@ def _with_go_takes(
         if _sent(s)
         and s.retry_at is None
         and s.due_since is not None
+        and now - s.due_since > UNCLAIMED_AFTER
         and step_claim(v.key, s.name, v.root) not in claims
     }
     if not unclaimed:
