@@ -227,6 +227,15 @@ def test_a_step_a_go_daemon_took_is_said_so(fleet: WebFleet, cli: Cli) -> None:
         "mixed-root: pipeline mixed is stuck: work was taken by a Go daemon, which runs a " in line
     )
     assert "pipeline mixed: work has not started 3h after root succeeded for the " in line
+    # The root's page says so in its verdict, as the check does.
+    served = fleet.serve()
+    try:
+        page = requests.get(f"{served.url}event", params={"id": "mixed-root"}, timeout=10)
+    finally:
+        served.close()
+    verdict = page.text.split("<dt>Verdict</dt>", 1)[1].split("</dd>", 1)[0]
+    assert 'class="level critical">CRITICAL' in verdict
+    assert "pipeline mixed is stuck: work was taken by a Go daemon" in verdict
 
 
 def test_a_real_daemons_step_waiting_for_its_retry(
