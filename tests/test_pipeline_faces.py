@@ -105,6 +105,9 @@ def test_a_failed_run_shows_in_its_roots_verdict_and_the_failed_steps_row(
     root_said = "nightly-root: " + failed_at.format(local_time(seed.at))
     assert root_said in line, line
 
+    drawn = cli("pipeline", "nightly-root", "-c", str(fleet.conf)).stdout.splitlines()[0]
+    assert drawn.endswith(": over, failed at work, skipped report"), drawn
+
     served = fleet.serve()
     try:
         page = requests.get(f"{served.url}event", params={"id": "nightly-root"}, timeout=10)
@@ -114,6 +117,7 @@ def test_a_failed_run_shows_in_its_roots_verdict_and_the_failed_steps_row(
     assert page.status_code == 200 and overview.status_code == 200
     verdict = page.text.split("<dt>Verdict</dt>", 1)[1].split("</dd>", 1)[0]
     assert 'class="level warning">WARNING' in verdict
+    assert ": over, failed at work, skipped report; last step ended" in page.text
     assert failed_at.format(local_time(seed.at)).replace("'", "&#39;") in verdict
     rows = overview.text.split('class="attention"', 1)[1]
     assert "nightly-root" in rows and "failed at work, skipped report" in rows

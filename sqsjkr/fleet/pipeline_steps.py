@@ -111,6 +111,17 @@ class PipelineView:
     def caught_up(self) -> bool:
         return self.origin == CAUGHT_UP
 
+    @property
+    def state(self) -> str:
+        """The run in words: in progress or over, and the steps that failed and those skipped
+        ("over, failed at transform-b, skipped load")."""
+        said = "in progress" if self.in_progress else "over"
+        failed = [s.name for s in self.steps if s.status is StepStatus.FAILED]
+        if failed:
+            said += f", failed at {', '.join(failed)}"
+        skipped = [s.name for s in self.steps if s.status is StepStatus.SKIPPED]
+        return said + f", skipped {', '.join(skipped)}" if skipped else said
+
     def step(self, name: str) -> StepView | None:
         return next((s for s in self.steps if s.name == name), None)
 
