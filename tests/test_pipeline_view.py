@@ -58,12 +58,24 @@ class Seeder:
     """Writes one run of a pipeline as its daemons would: the state item as each step ends, each
     step's record, and a step's run in progress in its event's summary."""
 
-    def __init__(self, fleet: WebFleet, pipeline: Pipeline, root_event: str, at: float) -> None:
+    def __init__(
+        self,
+        fleet: WebFleet,
+        pipeline: Pipeline,
+        root_event: str,
+        at: float,
+        *,
+        prefix: str | None = None,
+        expression: str | None = None,
+    ) -> None:
+        """prefix: of the steps' events (several runs of one pipeline share it); expression:
+        the root's schedule's, which its firing carries into every step's message."""
         self.fleet, self.pipeline, self.root_event, self.at = fleet, pipeline, root_event, at
         self.schedule = f"sqsjkr-{root_event}"
-        self.key = Firing(at, self.schedule).key
+        self.firing = Firing(at, self.schedule, expression, "UTC" if expression else None)
+        self.key = self.firing.key
         self.store = DynamoPipelines(fleet.dynamodb, fleet.table, lives_seconds=86400)
-        self.prefix = uuid.uuid4().hex[:6]
+        self.prefix = prefix or uuid.uuid4().hex[:6]
         # Each step's job names its own event, as the module's do: the kept graph says which.
         steps = {
             n: s if s.job is None else replace(s, job={**s.job, "event_id": self.event(n)})
@@ -88,7 +100,8 @@ class Seeder:
                 origin="schedule" if step == self.pipeline.root else "pipeline",
                 pipeline_key=self.key,
                 pipeline_step=step,
-            )
+            ),
+            firing=self.firing if self.firing.expression else None,
         )
         self.store.step_ended(run, outcome is RunOutcome.SUCCEEDED, at, self.at)
 
@@ -283,8 +296,9 @@ def line_indented(line: str) -> bool:
 def test_status_check_names_a_stuck_pipeline(
     fleet: WebFleet, cli: Cli, aws_env: dict[str, str]
 ) -> None:
-    """load's parents succeeded 3h ago and it never started: the check is critical and says so;
-    a run whose last step ended a minute ago is not stuck."""
+    """load's parents succeeded 3h ago and it never started: the check is critical and says so
+    (in its root's verdict, the run being its last); a run whose last step ended a minute ago is
+    not stuck."""
     now = time.time()
     stuck = Seeder(fleet, nightly("stuck"), "nightly-stuck", hour_mark(now) - 5 * HOUR)
     stuck.ended("extract", RunOutcome.SUCCEEDED, now - 4 * HOUR)
@@ -297,7 +311,10 @@ def test_status_check_names_a_stuck_pipeline(
     assert shown.returncode == 2, shown.stdout + shown.stderr
     line = shown.stdout.strip()
     assert line.startswith("SQSJKR CRITICAL - ")
-    assert "pipeline stuck: load has not started 3h1m after transform-b succeeded for the " in line
+    # Its root's verdict names its last run stuck, and the run is not named a second time.
+    said = "nightly-stuck: pipeline stuck is stuck: load has not started 3h1m after transform-b "
+    assert said + "succeeded for the " in line
+    assert line.count("load has not started 3h1m") == 1
     assert "pipeline fresh" not in line
 
 

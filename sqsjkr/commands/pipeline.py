@@ -21,7 +21,8 @@ ORIGINS = {"send": "sent by hand", "trigger": "triggered"}
 
 
 def header(view: PipelineView) -> str:
-    """The run on one line: the pipeline, its root, the firing (or run key), and if it is over."""
+    """The run on one line: the pipeline, its root, the firing (or run key), whether it is over,
+    and the steps that failed and were skipped."""
     if view.firing_at is not None:
         which = f"firing {local_time(view.firing_at)}"
     else:
@@ -30,8 +31,7 @@ def header(view: PipelineView) -> str:
         which += " (caught up)"
     elif view.origin not in (None, "schedule"):
         which += f" ({ORIGINS.get(view.origin or '', 'origin ' + escape(view.origin or ''))})"
-    done = "in progress" if view.in_progress else "over"
-    return f"pipeline {escape(view.name)} (root {view.root}), {which}: {done}"
+    return f"pipeline {escape(view.name)} (root {escape(view.root)}), {which}: {escape(view.state)}"
 
 
 def _edges(step: StepView) -> str:

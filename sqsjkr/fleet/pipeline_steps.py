@@ -52,8 +52,14 @@ class StepView:
     #: Its newest record of this run (ran), and its run in progress (RUNNING).
     run: RunRecord | None = None
     running: RunStart | None = None
-    #: When it became due: its parents' last success, or the failure that called it (WAITING).
+    #: When it became due: its parents' last success, or the failure that called it (WAITING);
+    #: for a step waiting for its retry, when that retry is due.
     due_since: float | None = None
+    #: When its next attempt may start (WAITING for its retry, as its claim says).
+    retry_at: float | None = None
+    #: When a Go daemon took a message of the queue just after this step's was sent, no sqsjkr
+    #: daemon having claimed it (fleet/go_marks.py): it runs the step, and moves nothing on.
+    taken_by_go: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         running = self.running
@@ -67,6 +73,8 @@ class StepView:
             "waiting_for": list(self.waiting_for),
             "skipped_by": self.skipped_by,
             "due_since": self.due_since,
+            "retry_at": self.retry_at,
+            "taken_by_go": self.taken_by_go,
             "run": None if self.run is None else record_json(self.run, output=False),
             "running": None
             if running is None
@@ -102,6 +110,17 @@ class PipelineView:
     @property
     def caught_up(self) -> bool:
         return self.origin == CAUGHT_UP
+
+    @property
+    def state(self) -> str:
+        """The run in words: in progress or over, and the steps that failed and those skipped
+        ("over, failed at transform-b, skipped load")."""
+        said = "in progress" if self.in_progress else "over"
+        failed = [s.name for s in self.steps if s.status is StepStatus.FAILED]
+        if failed:
+            said += f", failed at {', '.join(failed)}"
+        skipped = [s.name for s in self.steps if s.status is StepStatus.SKIPPED]
+        return said + f", skipped {', '.join(skipped)}" if skipped else said
 
     def step(self, name: str) -> StepView | None:
         return next((s for s in self.steps if s.name == name), None)
@@ -257,15 +276,47 @@ def _judge(
     if name in skipped:
         cause = skipped[name]
         return _with(base, StepStatus.SKIPPED, f"skipped: {cause} failed", skipped_by=cause)
-    if on_failure_only(graph, name):
-        caller = called_for(graph, state.failed).get(name)
-        if caller is None:
-            return _with(base, StepStatus.NOT_NEEDED, "not needed: no step that calls it failed")
-        return _with(base, StepStatus.WAITING, f"sent as {caller} failed, not started yet")
+    caller = called_for(graph, state.failed).get(name)
+    if on_failure_only(graph, name) and caller is None:
+        return _with(base, StepStatus.NOT_NEEDED, "not needed: no step that calls it failed")
     missing = tuple(p for p in step.after if p not in state.succeeded)
     if missing:
         return _with(base, StepStatus.WAITING, f"waiting for {', '.join(missing)}", missing)
+    tried = next((r for r in records if not r.final and r.outcome.failed), None)
+    if tried is not None:
+        # An attempt failed with retries left: its claim says when the next may start.
+        detail = f"{WAITING_RETRY}: attempt {tried.attempt} {_ran(tried.outcome.value, tried)}"
+        return _with(base, StepStatus.WAITING, detail, run=tried, due_since=tried.ended_at)
+    if on_failure_only(graph, name):
+        return _with(base, StepStatus.WAITING, f"sent as {caller} failed, not started yet")
     return _with(base, StepStatus.WAITING, "sent: its parents succeeded, not started yet")
+
+
+#: How a step that waits for its retry is told.
+WAITING_RETRY = "waiting for its retry"
+
+
+#: What a Go daemon does with a step's message.
+GO_TAKES = "taken by a Go daemon, which runs a step but does not move its pipeline on"
+
+
+def with_go_take(step: StepView, at: float) -> StepView:
+    """step, sent and claimed by no sqsjkr daemon, when a Go daemon took a message of the queue
+    at `at`, moments after the step's was sent: what is known of it."""
+    after = format_span(at - step.due_since) if step.due_since is not None else "moments"
+    detail = (
+        f"{GO_TAKES} (no sqsjkr daemon claimed it; a Go daemon took a message of the queue "
+        f"{after} after it was sent, at {local_time(at)})"
+    )
+    return _with(step, StepStatus.WAITING, detail, taken_by_go=at)
+
+
+def with_retry_due(step: StepView, attempts: int, retry_at: float) -> StepView:
+    """step, waiting for its retry, with when its claim says the next attempt may start: due
+    (for stuck) from then on."""
+    detail = step.detail if step.detail.startswith(WAITING_RETRY) else WAITING_RETRY
+    detail += f"; attempt {attempts + 1} at {local_time(retry_at)}"
+    return _with(step, StepStatus.WAITING, detail, retry_at=retry_at, due_since=retry_at)
 
 
 def _with(base: StepView, status: StepStatus, detail: str, *args: Any, **changes: Any) -> StepView:
@@ -307,6 +358,9 @@ def stuck_reasons(view: PipelineView, now: float, after: float = STUCK_AFTER) ->
         if now - step.due_since <= after:
             continue
         cause = _cause(view, step)
+        if step.taken_by_go is not None:
+            reasons.append(f"{step.name} was {GO_TAKES}, after {cause} for {_which(view)}")
+            continue
         reasons.append(
             f"{step.name} has not started {format_span(now - step.due_since)} after {cause} "
             f"for {_which(view)}"
@@ -315,7 +369,10 @@ def stuck_reasons(view: PipelineView, now: float, after: float = STUCK_AFTER) ->
 
 
 def _cause(view: PipelineView, step: StepView) -> str:
-    """What made the step due: its parent that succeeded last, or the failure that called it."""
+    """What made the step due: its retry's time, its parent that succeeded last, or the failure
+    that called it."""
+    if step.retry_at is not None:
+        return "its retry was due"
     if not step.after:
         callers = _callers(view, step.name)
         return f"{callers[0].name if callers else 'a step'} failed"

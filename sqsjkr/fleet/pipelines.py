@@ -16,14 +16,20 @@ from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.pipeline_progress import graph_of, on_failure_only, pending
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.errors import RequestError, ResourceMissingError, quote
+from sqsjkr.fleet.go_marks import go_takes_after
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.pipeline_steps import (
     STUCK_AFTER,
     PipelineView,
+    StepStatus,
+    StepView,
     events_of,
     learn_events,
+    step_claim,
     stuck_reasons,
     view_of,
+    with_go_take,
+    with_retry_due,
 )
 from sqsjkr.fleet.running import claim_is_live, read_claims
 
@@ -67,27 +73,88 @@ STALE = " (stale: its daemon stopped renewing its claim; it runs again after its
 
 
 def with_stale_runs(store: Store, views: Sequence[PipelineView]) -> list[PipelineView]:
-    """views with each running step checked against its claim (one BatchGetItem per 100): a
-    daemon that died leaves its run in its event's summary until the claim's lease ends."""
-    starts = [s.running for v in views for s in v.steps if s.running is not None]
-    if not starts:
+    """views with each running step checked against its claim, and each step sent and not
+    started against its own (a retry's time): one BatchGetItem per 100 claims. A daemon that
+    died leaves its run in its event's summary until the claim's lease ends."""
+    wanted = [
+        s.running.claim_item if s.running is not None else step_claim(v.key, s.name, v.root)
+        for v in views
+        for s in v.steps
+        if s.running is not None or _sent(s)
+    ]
+    if not wanted:
         return list(views)
     with store.reading():
-        claims = read_claims(store.client, store.table, [s.claim_item for s in starts])
+        claims = read_claims(store.client, store.table, wanted)
     now = time.time()
+    checked = [
+        replace(v, steps=tuple(_against_claim(v, s, claims, now) for s in v.steps)) for v in views
+    ]
+    return _with_go_takes(store, checked, claims, now)
+
+
+#: A step's message that no sqsjkr daemon has claimed this long after its send is looked for
+#: among a Go daemon's takes: a daemon of the fleet claims a message within seconds of it.
+UNCLAIMED_AFTER = 60.0
+
+
+def _with_go_takes(
+    store: Store,
+    views: Sequence[PipelineView],
+    claims: Mapping[str, Mapping[str, Any]],
+    now: float,
+) -> list[PipelineView]:
+    """views with each step sent that no sqsjkr daemon claimed (for UNCLAIMED_AFTER) told
+    whether a Go daemon took a message of the queue just after it was sent (its marks, read
+    only for such steps)."""
+    unclaimed = {
+        (v.key, s.name): s.due_since
+        for v in views
+        for s in v.steps
+        if _sent(s)
+        and s.retry_at is None
+        and s.due_since is not None
+        and now - s.due_since > UNCLAIMED_AFTER
+        and step_claim(v.key, s.name, v.root) not in claims
+    }
+    if not unclaimed:
+        return list(views)
+    taken = go_takes_after(store, [at for at in unclaimed.values() if at is not None])
     return [
         replace(
             v,
             steps=tuple(
-                replace(s, detail=s.detail + STALE)
-                if s.running is not None
-                and not claim_is_live(claims.get(s.running.claim_item), now)
+                with_go_take(s, taken[at])
+                if (at := unclaimed.get((v.key, s.name))) is not None and at in taken
                 else s
                 for s in v.steps
             ),
         )
         for v in views
     ]
+
+
+def _sent(step: StepView) -> bool:
+    """Whether the step's message was sent and it has not started: due, not waiting for a
+    parent."""
+    return step.status is StepStatus.WAITING and not step.waiting_for
+
+
+def _against_claim(
+    view: PipelineView, step: StepView, claims: Mapping[str, Mapping[str, Any]], now: float
+) -> StepView:
+    """step as its claim says: a running step whose claim is no longer leased is stale; a sent
+    one whose claim counts attempts and names a RetryAt waits for that retry."""
+    if step.running is not None:
+        live = claim_is_live(claims.get(step.running.claim_item), now)
+        return step if live else replace(step, detail=step.detail + STALE)
+    if not _sent(step):
+        return step
+    claim = claims.get(step_claim(view.key, step.name, view.root)) or {}
+    if "RetryAt" in claim and "LeaseUntil" not in claim:
+        attempts = int(claim.get("Attempts", {}).get("N", "1"))
+        return with_retry_due(step, attempts, float(claim["RetryAt"]["N"]))
+    return step
 
 
 def read_view(store: Store, key: str) -> PipelineView | None:
@@ -196,20 +263,30 @@ def event_pipeline(store: Store, event_id: str, firing: float | None = None) -> 
 
 
 def stuck_pipelines(
-    store: Store, now: float, after: float = STUCK_AFTER
+    store: Store,
+    now: float,
+    after: float = STUCK_AFTER,
+    states: Sequence[PipelineState] | None = None,
 ) -> list[tuple[PipelineView, list[str]]]:
     """Each kept run with a step stuck, and why: the runs' states listed once (a Query of the
-    index and a BatchGetItem), and only the runs with a step due for longer than `after` read
-    further (their steps' records and summaries)."""
-    with store.reading():
-        states = pipelines_of(store).states()
-    candidates = [s for s in states if now - s.updated_at > after and _has_due_step(s)]
+    index and a BatchGetItem; or states, listed so already), and only the runs with a step due
+    for longer than `after` read further (their steps' records and summaries)."""
+    if states is None:
+        with store.reading():
+            states = pipelines_of(store).states()
+    candidates = [s for s in states if may_be_stuck(s, now, after)]
     found = []
     for view in read_views(store, candidates):
         reasons = stuck_reasons(view, now, after)
         if reasons:
             found.append((view, reasons))
     return found
+
+
+def may_be_stuck(state: PipelineState, now: float, after: float = STUCK_AFTER) -> bool:
+    """Whether the run may be stuck by its state alone: no step of it has ended for longer
+    than `after`, and a step is due."""
+    return now - state.updated_at > after and _has_due_step(state)
 
 
 def _has_due_step(state: PipelineState) -> bool:

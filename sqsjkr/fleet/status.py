@@ -20,7 +20,8 @@ from sqsjkr.fleet.daemons import live
 from sqsjkr.fleet.failures import failure_text
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.late import Scheduler, due_firing, late_problem
-from sqsjkr.fleet.pipelines import stuck_pipelines
+from sqsjkr.fleet.pipeline_verdicts import PipelineVerdict, pipeline_verdicts
+from sqsjkr.fleet.pipelines import pipelines_of, stuck_pipelines
 from sqsjkr.fleet.running import Running, running_now
 from sqsjkr.fleet.schedules import read_schedules, unseen_schedules
 from sqsjkr.fleet.wording import failures_text, format_span
@@ -135,24 +136,52 @@ def judge(
     now: float,
     paused: bool = False,
     scheduler: Scheduler | None = None,
+    pipeline: PipelineVerdict | None = None,
 ) -> Finding:
     """One event's verdict: critical for max_failures in a row, a late firing or too long
-    without a success, a warning for fewer failures in a row. A paused event is not judged by
-    age or firings: it is meant not to run."""
+    without a success, or its pipeline's last run stuck; a warning for fewer failures in a row,
+    or its pipeline's last run failed. A paused event is not judged by age or firings: it is
+    meant not to run. pipeline: what the run of a pipeline its last run belongs to says."""
     failures = summary.consecutive_failures
     critical = []
     if failures >= policy.max_failures:
         critical.append(failures_text(failures))
-    scheduled, late = lateness(summary.event_id, summary, policy, now, scheduler, runs)
-    too_old = None if paused else late or age_problem(summary, runs, policy, now, scheduled)
+    too_old = None if paused else overdue(summary, runs, policy, now, scheduler, pipeline)
     if too_old:
         critical.append(too_old)
+    problem = None if pipeline is None else pipeline.problem
+    if problem and pipeline is not None and pipeline.critical:
+        critical.append(problem)
     if critical:
-        return Finding(summary.event_id, Level.CRITICAL, tuple(critical))
+        said = [*critical, problem] if problem and problem not in critical else critical
+        return Finding(summary.event_id, Level.CRITICAL, tuple(said))
+    warnings = []
     if failures:
-        reason = f"{failures_text(failures)} (critical at {policy.max_failures})"
-        return Finding(summary.event_id, Level.WARNING, (reason,))
+        warnings.append(f"{failures_text(failures)} (critical at {policy.max_failures})")
+    if problem:
+        warnings.append(problem)
+    if warnings:
+        return Finding(summary.event_id, Level.WARNING, tuple(warnings))
     return Finding(summary.event_id, Level.OK)
+
+
+def overdue(
+    summary: EventSummary,
+    runs: Callable[[], Sequence[RunRecord]],
+    policy: CheckPolicy,
+    now: float,
+    scheduler: Scheduler | None,
+    pipeline: PipelineVerdict | None = None,
+) -> str | None:
+    """Why the event is late (a firing of its schedule has not run) or has gone too long
+    without a success, or None. A pipeline's step has no schedule of its own (its messages
+    carry its root's firing) and runs only as its run moves on: only a --max-age judges it."""
+    if pipeline is not None and pipeline.is_step:
+        if summary.event_id not in policy.max_ages:
+            return None
+        return age_problem(summary, runs, policy, now)
+    scheduled, late = lateness(summary.event_id, summary, policy, now, scheduler, runs)
+    return late or age_problem(summary, runs, policy, now, scheduled)
 
 
 def lateness(
@@ -204,9 +233,12 @@ def judge_all(
     now: float,
     pauses: Sequence[Pause] = (),
     scheduler: Scheduler | None = None,
+    pipelines: Mapping[str, PipelineVerdict] | None = None,
 ) -> list[Finding]:
     """Every event's verdict (one-off jobs' only if the policy asks), a warning for each
-    --max-age event the history does not know, and the scheduler's late events it does not."""
+    --max-age event the history does not know, and the scheduler's late events it does not.
+    pipelines: what the run of a pipeline each event's last run belongs to says, by event."""
+    verdicts = pipelines or {}
     known = {s.event_id for s in summaries}
     summaries = judged_events(summaries, policy)
     findings = [
@@ -217,6 +249,7 @@ def judge_all(
             now,
             paused=paused(pauses, s.event_id, now) is not None,
             scheduler=scheduler,
+            pipeline=verdicts.get(s.event_id),
         )
         for s in summaries
     ]
@@ -288,6 +321,11 @@ def check_fleet(store: Store, policy: CheckPolicy, now: float) -> tuple[list[Fin
     policy = replace(policy, grace=store.config.check.grace.seconds)
     with store.reading():
         summaries = store.history.summaries()
+        states = pipelines_of(store).states()
+    stuck = {view.key: (view, why) for view, why in stuck_pipelines(store, now, states=states)}
+    verdicts = pipeline_verdicts(
+        summaries, {s.key: s for s in states}, lambda s: stuck[s.key][1] if s.key in stuck else ()
+    )
     if policy.read_schedules:
         scheduler: Scheduler | None = Scheduler.of(read_schedules(store.config, store.session))
     else:
@@ -300,13 +338,18 @@ def check_fleet(store: Store, policy: CheckPolicy, now: float) -> tuple[list[Fin
             now,
             DynamoPauses(store.client, store.table).pauses(),
             scheduler,
+            verdicts,
         )
         if policy.min_daemons is not None:
             members = DynamoRoster(store.client, store.table).members()
             findings.append(daemons_finding(members, policy.min_daemons, now))
+    # A stuck run its root's verdict names (its last run) is not named twice.
+    judged = {s.event_id for s in judged_events(summaries, policy)}
+    told = {v.key for e, v in verdicts.items() if v.stuck and e in judged}
     findings += [
         Finding(f"pipeline {view.name}", Level.CRITICAL, tuple(reasons))
-        for view, reasons in stuck_pipelines(store, now)
+        for key, (view, reasons) in stuck.items()
+        if key not in told
     ]
     return findings, len(judged_events(summaries, policy))
 

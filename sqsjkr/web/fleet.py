@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -22,8 +22,9 @@ from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.live import LiveOutput, live_output
 from sqsjkr.fleet.locks import HeldLock, Holdings, Table, held, lock_of
 from sqsjkr.fleet.pause import Pause, pauses_in_effect, read_controls
-from sqsjkr.fleet.pipeline_steps import PipelineView
-from sqsjkr.fleet.pipelines import read_view
+from sqsjkr.fleet.pipeline_steps import PipelineState, PipelineView, stuck_reasons
+from sqsjkr.fleet.pipeline_verdicts import PipelineVerdict, last_run_keys, pipeline_verdicts
+from sqsjkr.fleet.pipelines import may_be_stuck, read_states, read_view, read_views
 from sqsjkr.fleet.route import Route, routes_in
 from sqsjkr.fleet.running import RunningNow, read_claims, running_against
 from sqsjkr.fleet.schedules import EventSchedule, next_runs, read_schedules
@@ -248,6 +249,32 @@ class Fleet:
         except Exception as exc:
             return Firings(problem=failure_text(exc))
         return Firings(tuple(rows))
+
+    def pipeline_verdicts(self, summaries: Sequence[EventSummary]) -> dict[str, PipelineVerdict]:
+        """What the run of a pipeline each event's last run belongs to says, by event: the
+        runs' states read by key (a BatchGetItem per 100, only for events whose last run was a
+        pipeline's), and the runs that may be stuck read further, all at once."""
+        # Every event's at once, so that each page's subsets of events share one read.
+        keys = tuple(last_run_keys([*self.summaries(), *summaries]))
+        if not keys:
+            return {}
+        read = functools.partial(read_states, self.store, keys)
+        states = self.cache.get(("pipeline states", keys), self._read(read))
+        stuck = self._stuck(states)
+        return pipeline_verdicts(
+            summaries, {s.key: s for s in states}, lambda s: stuck.get(s.key, [])
+        )
+
+    def _stuck(self, states: Sequence[PipelineState]) -> dict[str, list[str]]:
+        """Why each of the runs of states is stuck, by key: those that may be by their state
+        alone read together (every event's summary once, a Query per step event)."""
+        now = self.clock()
+        candidates = [s for s in states if may_be_stuck(s, now)]
+        if not candidates:
+            return {}
+        read = functools.partial(read_views, self.store, candidates)
+        views = self.cache.get(("stuck", tuple(s.key for s in candidates)), self._read(read))
+        return {v.key: stuck_reasons(v, now) for v in views}
 
     def pipeline(self, key: str) -> PipelineView | None:
         """The run of a pipeline of that key, each step's state (None: none kept)."""

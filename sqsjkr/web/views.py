@@ -27,6 +27,7 @@ from sqsjkr.fleet.status import (
     age_problem,
     judge,
     lateness,
+    overdue,
     with_scheduled,
 )
 from sqsjkr.web.fleet import STRIP_RUNS, Budget, Firings, Fleet, Schedules
@@ -113,16 +114,26 @@ def event_rows(fleet: Fleet, summaries: Sequence[EventSummary], budget: Budget) 
     for run in fleet.running():
         running.setdefault(run.start.event_id, []).append(run)
     scheduler = _scheduler(fleet.schedules())
+    pipelines = fleet.pipeline_verdicts(summaries)
     rows = []
     for summary in summaries:
         runs = fleet.runs(summary, budget)
         past = functools.partial(lambda r: r or [], runs)
         pause = paused(pauses, summary.event_id, now)
+        pipeline = pipelines.get(summary.event_id)
         finding = judge(
-            summary, past, fleet.policy, now, paused=pause is not None, scheduler=scheduler
+            summary,
+            past,
+            fleet.policy,
+            now,
+            paused=pause is not None,
+            scheduler=scheduler,
+            pipeline=pipeline,
         )
         late = None
-        if pause is None:
+        if pause is None and pipeline is not None and pipeline.is_step:
+            late = overdue(summary, past, fleet.policy, now, scheduler, pipeline)
+        elif pause is None:
             # As the verdict says it: a late firing first, else too long without a success.
             _, late = lateness(summary.event_id, summary, fleet.policy, now, scheduler, past)
             late = late or age_problem(summary, past, fleet.policy, now)
