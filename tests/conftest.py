@@ -63,6 +63,26 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = 
         pause = min(pause * 1.5, 0.25)
 
 
+def wait_for_count(
+    count: Callable[[], int], target: int, *, stall: float = 30.0, what: str = "items"
+) -> None:
+    """Poll count() until it reaches target; fail only after stall seconds in which it did not
+    grow. A loaded machine slows a batch of work down, it does not stop it: a fixed budget for
+    the whole batch fails a test that was only slow."""
+    best, since = -1, time.monotonic()
+    pause = 0.02
+    while True:
+        now = count()
+        if now >= target:
+            return
+        if now > best:
+            best, since = now, time.monotonic()
+        elif time.monotonic() - since > stall:
+            raise AssertionError(f"{what}: stuck at {now} of {target} for {stall:.0f}s")
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.25)
+
+
 @dataclass
 class Result:
     """A command's exit code and output, as subprocess.run gives them."""

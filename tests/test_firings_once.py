@@ -45,6 +45,7 @@ from .conftest import (
     new_aws,
     run_daemon,
     sqsjkr,
+    wait_for_count,
     wait_until,
 )
 from .test_crash import WAIT_FOR_RELEASE, kill_group, lines
@@ -130,7 +131,7 @@ def test_each_of_100_firings_sent_twice_at_once_runs_once_across_two_daemons(pai
     duplicates_before = pair.counts("duplicates")
     ids = send_batch(pair.aws, bodies)
 
-    wait_until(lambda: len(pair.records(event)) == 200, timeout=90, what="200 records")
+    wait_for_count(lambda: len(pair.records(event)), 200, what="the 200 records")
     wait_until(lambda: pair.aws.queue_counts() == (0, 0), what="every message deleted")
     assert sorted(lines(ran)) == sorted(f.iso for f in firings)  # each firing ran once
 
