@@ -104,17 +104,21 @@ def web(
     if not web_available():
         raise click.ClickException(INSTALL_HINT)
     config = where.config()
-    served = listening(
-        config,
-        host=host,
-        port=port,
-        enable_actions=enable_actions,
-        allowed_hosts=allowed_hosts,
-        trusted_proxies=trusted_proxies,
-        auth_header=auth_header,
-        basic_auth_file=basic_auth_file,
-        api_tokens=api_tokens,
-    )
+    try:
+        served = listening(
+            config,
+            host=host,
+            port=port,
+            enable_actions=enable_actions,
+            allowed_hosts=allowed_hosts,
+            trusted_proxies=trusted_proxies,
+            auth_header=auth_header,
+            basic_auth_file=basic_auth_file,
+            api_tokens=api_tokens,
+        )
+    except OSError as exc:
+        # A taken port, an address not of this host: the one line names the option to change.
+        raise click.ClickException(f"--listen {listen}: {exc.strerror or exc}") from exc
     mode = served.guard.who_may_act() if enable_actions else "read-only"
     api = f"; HTTP API: {served.url}api/v1/" if api_tokens else ""
     click.echo(f"sqsjkr web: {served.url} ({mode}{api}); stop: Ctrl-C", err=True)

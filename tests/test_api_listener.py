@@ -1,0 +1,221 @@
+"""The listener of `sqsjkr web` against hostile clients, with real sockets: slow headers, bodies
+too large for it, deep bodies, encoded slashes, a tokens file edited while it serves, and the
+command's own edges (a taken port, `sqsjkr token new`'s output).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+
+from sqsjkr.commands.dashboard import listening
+from sqsjkr.commands.options import load
+from tests.api_fleet import TOKENS, Served, aws_environment, serve_api, tokens_file
+from tests.conftest import wait_until
+from tests.web_fleet import WebFleet, make_fleet, module_env
+
+PROBLEM = "application/problem+json"
+#: An address of this host other than the clients' own (the whole of 127.0.0.0/8 is loopback).
+HOSTILE = "127.0.0.2"
+
+
+@pytest.fixture(scope="module")
+def fleet(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebFleet]:
+    with module_env(moto_endpoint):
+        yield make_fleet(tmp_path_factory.mktemp("listener"))
+
+
+@pytest.fixture(scope="module")
+def served(
+    fleet: WebFleet, moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    directory = tmp_path_factory.mktemp("listener-web")
+    with serve_api(
+        fleet,
+        aws_environment(moto_endpoint),
+        directory,
+        "--api-tokens",
+        str(tokens_file(directory)),
+    ) as s:
+        yield s
+
+
+def address(served: Served) -> tuple[str, int]:
+    host, port = served.url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    return host, int(port)
+
+
+def connect(where: tuple[str, int], source: str = "127.0.0.1") -> socket.socket:
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.settimeout(10)
+    sock.connect(where)
+    return sock
+
+
+def answer(sock: socket.socket, timeout: float = 5.0) -> bytes:
+    """What the listener sent before it closed the connection or went quiet for timeout."""
+    sock.settimeout(timeout)
+    got = b""
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+            if b"\r\n\r\n" in got and _complete(got):
+                break
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return got
+
+
+def _complete(raw: bytes) -> bool:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            return len(body) >= int(value)
+    return False
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the listener has closed (or refused) the connection: its answer, if any, read."""
+    sock.setblocking(False)
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return True
+            if chunk.startswith(b"HTTP/1.1 503"):
+                assert b"Retry-After:" in chunk, chunk
+    except BlockingIOError:
+        return False
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+
+
+def test_a_slowloris_leaves_a_client_with_a_token_and_the_dashboard_served(
+    served: Served,
+) -> None:
+    """120 connections of one address, each sending a header line now and then and never its
+    request's end: past the cap on one address's connections, each is refused at once, and the
+    others' clients are answered meanwhile."""
+    where = address(served)
+    slow = []
+    try:
+        for _ in range(120):
+            sock = connect(where, HOSTILE)
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            slow.append(sock)
+        for round_ in range(2):
+            for sock in slow:
+                with contextlib.suppress(OSError):  # refused already
+                    sock.sendall(f"X-Slow-{round_}: 1\r\n".encode())
+            started = time.monotonic()
+            auth = {"Authorization": f"Bearer {TOKENS['reader'][0]}"}
+            api = requests.get(served.url + "api/v1/events", headers=auth, timeout=5)
+            page = requests.get(served.url, timeout=5)
+            assert api.status_code == 200 and page.status_code == 200, (api.text, page.text)
+            assert time.monotonic() - started < 5
+        from sqsjkr.web.server import Limits
+
+        cap = Limits().per_client
+        held = wait_until(
+            lambda: (n := sum(not closed_by_server(s) for s in slow)) <= cap and n + 1,
+            10,
+            f"the listener to hold at most {cap} connections of one address",
+        )
+        assert held - 1 <= cap
+    finally:
+        for sock in slow:
+            sock.close()
+
+
+def test_a_request_whose_headers_or_body_come_too_slowly_is_closed(
+    fleet: WebFleet, moto_endpoint: str
+) -> None:
+    """Header and request deadlines close a connection that sends a line now and then, one that
+    says nothing, and one whose body trickles; a connection that keeps to them is served."""
+    from sqsjkr.web.server import Limits
+
+    limits = Limits(header_timeout=1.0, request_timeout=2.0)
+    with module_env(moto_endpoint):
+        dash = listening(load(str(fleet.conf)), port=0, limits=limits)
+    dash.start()
+    try:
+        where = ("127.0.0.1", dash.guard.port)
+        trickle, silent, slow_body = (connect(where) for _ in range(3))
+        trickle.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        slow_body.sendall(
+            b"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"
+        )
+        started = time.monotonic()
+        closed: dict[str, float] = {}
+        while len(closed) < 3 and time.monotonic() - started < 6:
+            for name, sock in (("trickle", trickle), ("silent", silent), ("body", slow_body)):
+                if name not in closed and closed_by_server(sock):
+                    closed[name] = time.monotonic() - started
+                elif name != "silent" and name not in closed:
+                    try:
+                        sock.sendall(b"X-Slow: 1\r\n" if name == "trickle" else b" ")
+                    except OSError:
+                        closed[name] = time.monotonic() - started
+            time.sleep(0.2)  # the pace of the hostile client itself
+        assert set(closed) == {"trickle", "silent", "body"}, closed
+        assert closed["trickle"] < 3.5 and closed["silent"] < 3.5, closed
+        assert 1.5 < closed["body"] < 4.5, closed
+        assert requests.get(dash.url, timeout=5).status_code == 200
+    finally:
+        dash.close()
+
+
+def test_a_large_declared_body_without_a_token_is_refused_unread(served: Served) -> None:
+    sock = connect(address(served))
+    sock.sendall(
+        b"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 209715200\r\n\r\n"
+    )
+    got = answer(sock)
+    sock.close()
+    status = got.split(b" ", 2)[1:2]
+    assert status in ([b"401"], [b"413"]), got[:300]
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert PROBLEM.encode() in head, head
+    assert json.loads(body)["detail"] in ("the body is larger than 1 MiB", "unknown token")
+
+
+def test_a_chunked_body_past_the_cap_is_cut(served: Served) -> None:
+    sock = connect(address(served))
+    sock.sendall(
+        b"POST /api/v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+    )
+    chunk = b"%x\r\n%s\r\n" % (65536, b" " * 65536)
+    sent = 0
+    try:
+        for _ in range(64):  # 4 MiB, if the listener read on
+            sock.sendall(chunk)
+            sent += len(chunk)
+    except OSError:
+        pass
+    got = answer(sock)
+    sock.close()
+    assert got.startswith(b"HTTP/1.1 413"), got[:300]
+    assert json.loads(got.partition(b"\r\n\r\n")[2])["detail"] == "the body is larger than 1 MiB"
+
+
+def test_sqsjkr_web_on_a_taken_port_says_so_in_one_line(
+    cli, fleet: WebFleet, aws_env: dict[str, str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = cli("web", "-c", str(fleet.conf), "--listen", f"127.0.0.1:{port}")
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"--listen 127.0.0.1:{port}" in lines[0], result.stderr
