@@ -9,6 +9,7 @@ import contextlib
 import json
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -16,9 +17,10 @@ import requests
 
 from sqsjkr.commands.dashboard import listening
 from sqsjkr.commands.options import load
+from sqsjkr.contract.run import RunOutcome
 from tests.api_fleet import TOKENS, Served, aws_environment, serve_api, tokens_file
 from tests.conftest import wait_until
-from tests.web_fleet import WebFleet, make_fleet, module_env
+from tests.web_fleet import WebFleet, make_fleet, module_env, record
 
 PROBLEM = "application/problem+json"
 #: An address of this host other than the clients' own (the whole of 127.0.0.0/8 is loopback).
@@ -219,3 +221,67 @@ def test_sqsjkr_web_on_a_taken_port_says_so_in_one_line(
     assert result.returncode == 1, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and f"--listen 127.0.0.1:{port}" in lines[0], result.stderr
+
+
+def test_a_body_over_1_mib_is_413_with_the_documented_detail(served: Served) -> None:
+    huge = {"job": {"command": "echo " + "x" * 1024 * 1024}}
+    refused = served.call("POST", "api/v1/jobs", json=huge)
+    assert refused.status_code == 413 and refused.headers["Content-Type"] == PROBLEM
+    assert refused.json()["detail"] == "the body is larger than 1 MiB"
+    assert refused.json()["code"] == "http-413"
+
+
+def test_a_body_nested_deep_is_a_400_naming_its_depth(served: Served) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    for path, token in (("api/v1/jobs", "sender"), ("api/v1/pauses", "actor")):
+        refused = served.call(
+            "POST", path, token=token, data=deep, headers={"Content-Type": "application/json"}
+        )
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["code"] == "invalid-request"
+        assert "nests deeper than" in refused.json()["detail"]
+
+
+def test_an_id_with_a_slash_or_a_percent_is_reached_percent_encoded(
+    served: Served, fleet: WebFleet
+) -> None:
+    for event in (f"team/report-{uuid.uuid4().hex[:6]}", f"50%off/{uuid.uuid4().hex[:6]}"):
+        ran = record(event, time.time(), RunOutcome.SUCCEEDED)
+        fleet.history().finished(ran)
+        encoded = requests.utils.quote(event, safe="")
+        one = served.call("GET", f"api/v1/events/{encoded}", token="reader")
+        assert one.status_code == 200 and one.json()["event_id"] == event, one.text
+        runs = served.call("GET", f"api/v1/events/{encoded}/runs", token="reader").json()
+        assert [r["message_id"] for r in runs["items"]] == [ran.message_id]
+        run = served.call("GET", f"api/v1/events/{encoded}/runs/{ran.message_id}")
+        assert run.status_code == 200 and run.json()["event_id"] == event, run.text
+    plain = served.call("GET", "api/v1/events/team/report", token="reader")
+    assert plain.status_code == 404, plain.text
+
+
+def test_methods_a_route_lacks_are_405_with_allow_before_the_scope(served: Served) -> None:
+    deleted = served.call("DELETE", "api/v1/jobs", token="reader")
+    assert deleted.status_code == 405 and deleted.json()["code"] == "http-405", deleted.text
+    assert "POST" in deleted.headers["Allow"]
+    redrive = served.call("OPTIONS", "api/v1/dead-letters/redrive", token="reader")
+    allowed = {m.strip() for m in redrive.headers["Allow"].split(",")}
+    assert "POST" in allowed and "GET" not in allowed, allowed
+    got = served.call("GET", "api/v1/dead-letters/redrive", token="reader")
+    assert got.status_code == 405 and "GET" not in got.headers["Allow"], got.text
+
+
+def test_head_on_wait_answers_at_once(served: Served) -> None:
+    started = time.monotonic()
+    head = served.call(
+        "HEAD", f"api/v1/jobs/{uuid.uuid4().hex}/wait", token="reader", params={"timeout": 30}
+    )
+    assert head.status_code == 200 and time.monotonic() - started < 10
+
+
+def test_every_429_and_503_carries_retry_after() -> None:
+    from sqsjkr import errors
+    from sqsjkr.api.problems import problem_of
+
+    for error in (errors.StoreError("table x: throttled"), errors.AuditRefused("audit: no")):
+        problem = problem_of(error)
+        assert problem.status == 503 and int(problem.headers["Retry-After"]) > 0

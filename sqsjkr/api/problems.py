@@ -15,6 +15,9 @@ from sqsjkr import errors
 from sqsjkr.fleet.failures import failure_text
 
 MEDIA_TYPE = "application/problem+json"
+#: Seconds a 503 (the table or the audit trail failing, throttled most often) asks a program to
+#: wait before it tries again.
+RETRY_AFTER = 5
 
 #: The fleet layer's errors, most specific first: their status and code.
 _BY_ERROR: tuple[tuple[type[Exception], int, str], ...] = (
@@ -67,7 +70,8 @@ def problem_of(exc: Exception) -> ApiProblem:
         return exc
     for kind, status, code in _BY_ERROR:
         if isinstance(exc, kind):
-            return ApiProblem(status, code, str(exc))
+            retry = {"Retry-After": str(RETRY_AFTER)} if status == 503 else None
+            return ApiProblem(status, code, str(exc), retry)
     if isinstance(exc, errors.SqsjkrError):
         return ApiProblem(500, "failed", str(exc))
     # failure_text raises again what is neither sqsjkr's nor an AWS failure: a bug, a 500.
