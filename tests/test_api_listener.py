@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -18,8 +21,9 @@ import requests
 from sqsjkr.commands.dashboard import listening
 from sqsjkr.commands.options import load
 from sqsjkr.contract.run import RunOutcome
+from sqsjkr.contract.tokens import read_tokens
 from tests.api_fleet import TOKENS, Served, aws_environment, serve_api, tokens_file
-from tests.conftest import wait_until
+from tests.conftest import Daemon, sqsjkr_argv, wait_until
 from tests.web_fleet import WebFleet, make_fleet, module_env, record
 
 PROBLEM = "application/problem+json"
@@ -285,3 +289,72 @@ def test_every_429_and_503_carries_retry_after() -> None:
     for error in (errors.StoreError("table x: throttled"), errors.AuditRefused("audit: no")):
         problem = problem_of(error)
         assert problem.status == 503 and int(problem.headers["Retry-After"]) > 0
+
+
+def edit(path: Path, text: str) -> None:
+    """Replace a tokens file as an editor does, atomically, keeping its mode."""
+    fresh = path.with_suffix(".new")
+    fresh.write_text(text)
+    fresh.chmod(0o600)
+    fresh.replace(path)
+
+
+def test_a_token_removed_from_the_file_is_refused_without_a_restart(
+    fleet: WebFleet, moto_endpoint: str, tmp_path: Path
+) -> None:
+    tokens = tokens_file(tmp_path)
+    tokens.chmod(0o600)
+    with serve_api(
+        fleet, aws_environment(moto_endpoint), tmp_path, "--api-tokens", str(tokens)
+    ) as s:
+        assert s.call("GET", "api/v1/events", token="reader").status_code == 200
+        kept = tokens.read_text().split("\n\n")
+        edit(tokens, "\n\n".join(t for t in kept if "[tokens.reader]" not in t))
+        assert s.call("GET", "api/v1/events", token="reader").status_code == 401
+        assert s.call("GET", "api/v1/events", token="sender").status_code == 200
+        edit(tokens, "[tokens.broken\n")
+        broken = s.call("GET", "api/v1/events", token="sender")
+        assert broken.status_code == 503 and broken.json()["code"] == "tokens-unreadable"
+        assert str(tokens) in broken.json()["detail"] and "Retry-After" in broken.headers
+        edit(tokens, "\n\n".join(kept))
+        assert s.call("GET", "api/v1/events", token="reader").status_code == 200
+
+
+def test_sqsjkr_web_refuses_a_tokens_file_that_others_may_write(
+    fleet: WebFleet, moto_endpoint: str, tmp_path: Path
+) -> None:
+    tokens = tokens_file(tmp_path)
+    tokens.chmod(0o666)
+    web = Daemon(
+        ["web", "-c", str(fleet.conf), "--listen", "127.0.0.1:0", "--api-tokens", str(tokens)],
+        aws_environment(moto_endpoint),
+        tmp_path,
+    )
+    try:
+        exited = wait_until(lambda: web.proc.poll() is not None, 15, "sqsjkr web to refuse")
+        assert exited and web.proc.returncode != 0, web.log
+        assert str(tokens) in web.log and "chmod go-w" in web.log, web.log
+        assert "Traceback" not in web.log
+    finally:
+        web.kill()
+
+
+def test_token_new_appended_twice_is_a_tokens_file_granting_both(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.toml"
+    path.write_text('[tokens.old]\nsha256 = "' + "a" * 64 + '"\nscopes = ["read"]')  # no newline
+    secrets = []
+    for name in ("deploy-bot", "ci"):
+        command = shlex.join(sqsjkr_argv("token", "new", name, "--scope", "read,send"))
+        made = subprocess.run(
+            f"{command} >> {shlex.quote(str(path))}",
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        secrets.append(made.stderr.strip())
+    granted = read_tokens(str(path))
+    assert sorted(t.name for t in granted.values()) == ["ci", "deploy-bot", "old"]
+    text = path.read_text()
+    assert all(len(secret) == 43 and secret not in text for secret in secrets), secrets

@@ -84,7 +84,8 @@ def check_proxies(proxies: tuple[str, ...], auth_header: str | None) -> None:
     "--api-tokens",
     metavar="PATH",
     help="Serve the HTTP API under /api/v1 to the tokens of this TOML file ([tokens.NAME] with "
-    "sha256 and scopes; `sqsjkr token new` makes one). Without it the API answers 404.",
+    "sha256 and scopes; `sqsjkr token new` makes one), read again whenever it changes; only "
+    "its owner may write it. Without it the API answers 404.",
 )
 def web(
     where: Where,
