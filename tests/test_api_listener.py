@@ -194,6 +194,23 @@ def test_a_large_declared_body_without_a_token_is_refused_unread(served: Served)
     assert json.loads(body)["detail"] in ("the body is larger than 1 MiB", "unknown token")
 
 
+def test_headers_past_the_cap_are_431_and_garbage_is_400_as_problems(served: Served) -> None:
+    big = connect(address(served))
+    big.sendall(b"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"x" * 70_000)
+    got = answer(big)
+    big.close()
+    assert got.split(b" ", 2)[1] == b"431", got[:300]
+    shown = json.loads(got.partition(b"\r\n\r\n")[2])
+    assert shown["code"] == "http-431" and "larger than 64 KiB" in shown["detail"], shown
+    bad = connect(address(served))
+    bad.sendall(b"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header\r\n\r\n")
+    got = answer(bad)
+    bad.close()
+    assert got.split(b" ", 2)[1] == b"400", got[:300]
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert PROBLEM.encode() in head and json.loads(body)["code"] == "http-400", got
+
+
 def test_a_chunked_body_past_the_cap_is_cut(served: Served) -> None:
     sock = connect(address(served))
     sock.sendall(

@@ -191,7 +191,12 @@ class _Refusal(ErrorTask):
 
     def execute(self) -> None:
         error = self.request.error
-        detail = TOO_LARGE if error.code == 413 else str(error.body)
+        detail = str(error.body)
+        if error.code == 413:
+            detail = TOO_LARGE
+        elif error.code == 431:
+            kib = self.channel.adj.max_request_header_size // 1024
+            detail = f"the request line and headers are larger than {kib} KiB"
         body = problem_body(error.code, detail)
         self.status = f"{error.code} {error.reason}"
         self.response_headers.append(("Content-Type", "application/problem+json"))
