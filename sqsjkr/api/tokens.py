@@ -97,14 +97,19 @@ class Tokens:
                     self.by_digest = read_file(self.path)
                     self._unreadable = None
                     log.warning(
-                        "--api-tokens %s: read again (%d tokens)", self.path, len(self.by_digest)
+                        "--api-tokens %s changed: %d tokens now", self.path, len(self.by_digest)
                     )
                 except ConfigError as exc:
                     self._unreadable = str(exc)
                     log.error("%s; no token is served until it is fixed", exc)
             if self._unreadable is not None:
-                # Fail closed: the change may have been a token's removal.
-                raise ApiProblem(503, "tokens-unreadable", self._unreadable, _RETRY_SOON)
+                # Fail closed: the change may have been a token's removal. Why is the log's to
+                # say: the caller may hold no token, and the file's path and text are not theirs.
+                detail = (
+                    "the tokens file changed and cannot be used: "
+                    "no token is served until it is fixed"
+                )
+                raise ApiProblem(503, "tokens-unreadable", detail, _RETRY_SOON)
             return self.by_digest
 
     def _forget_failures(self) -> None:

@@ -1,6 +1,5 @@
-"""The dashboard served by waitress, on a listener that bounds what one client may hold: built
-from a config and the command's options, on its own thread for `sqsjkr local`, or in the
-foreground for `sqsjkr web`.
+"""The dashboard served by waitress on a listener bounding what one client may hold: on its own
+thread for `sqsjkr local`, or in the foreground for `sqsjkr web`.
 """
 
 from __future__ import annotations
@@ -263,6 +262,8 @@ class Listener(TcpWSGIServer):
     (channel_class, parser_class, error_task_class) and the maintenance() hook its own
     channel_timeout uses; tests/test_api_listener.py holds them to it."""
 
+    channel_class = _Channel
+
     def __init__(
         self,
         app: WSGIApp,
@@ -274,8 +275,6 @@ class Listener(TcpWSGIServer):
         self.trusted = trusted
         # The first of the addresses the host names: the dashboard's URL is one address.
         super().__init__(app, adj=adjustments, sockinfo=adjustments.listen[0])
-
-    channel_class = _Channel
 
     def crowded(self, host: str) -> bool:
         """Whether host holds more connections than a client may (a trusted proxy never does:
