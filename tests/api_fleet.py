@@ -34,6 +34,7 @@ def tokens_file(directory: Path) -> Path:
         lines.append(f'[tokens.{name}]\nsha256 = "{digest}"\nscopes = [{listed}]\n')
     path = directory / "tokens.toml"
     path.write_text("\n".join(lines))
+    path.chmod(0o600)  # sqsjkr web refuses a tokens file others may write
     return path
 
 

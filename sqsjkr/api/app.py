@@ -4,24 +4,33 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import quote, unquote_to_bytes, urlsplit
 
-from flask import Response, jsonify, request
+from flask import Request, Response, jsonify, request
+from flask.globals import request_ctx
+from flask.json.provider import DefaultJSONProvider
 from flask_openapi3 import Info, OpenAPI, Schema
 from pydantic import ValidationError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.routing import BaseConverter
 
 from sqsjkr import __version__
 from sqsjkr.api import actions, jobs, reads
 from sqsjkr.api.access import PREFIX, Access, authenticate, authorize, install
 from sqsjkr.api.problems import PROBLEM_SCHEMA, ApiProblem, problem_of, problem_response
 from sqsjkr.api.tokens import Tokens, Unauthorized, load_tokens
+from sqsjkr.contract import safe_json
 from sqsjkr.contract.config import Config
+from sqsjkr.contract.limits import MAX_MESSAGE_BYTES
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-#: The largest request body read (413 beyond).
-MAX_BODY = 1024 * 1024
+#: The largest request body read (413 beyond): no job is larger than an SQS message.
+MAX_BODY = MAX_MESSAGE_BYTES
+#: The 413's detail, as docs/api.md documents it (the listener's own 413 says the same).
+TOO_LARGE = f"the body is larger than {MAX_BODY // (1024 * 1024)} MiB"
 HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 SECURITY_SCHEMES = {
     "bearer": {
@@ -39,11 +48,14 @@ def create_api(config: Config, tokens: Tokens) -> OpenAPI:
 
     @app.before_request
     def _token() -> None:
-        # The contract is public; everything else needs a token before its request is read.
+        # The contract is public; everything else needs a token before its request is read,
+        # then a route that takes its method (404, 405) before its scope is judged (403).
         if request.endpoint != "openapi":
             authenticate()
+            _routed()
             authorize()
             _once_each()
+            _decoded_body()
 
     @app.after_request
     def _headers(response: Response) -> Response:
@@ -63,7 +75,7 @@ def document() -> dict[str, Any]:
 
 def _routes() -> OpenAPI:
     """The routes and their document, serving nobody yet."""
-    app = OpenAPI(
+    app = _Api(
         __name__,
         info=Info(
             title="sqsjkr",
@@ -77,6 +89,11 @@ def _routes() -> OpenAPI:
     )
     # No job is larger than an SQS message may be (1 MiB at most), nor any other body.
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY
+    app.json = _BoundedJson(app)
+    app.request_class = _Request
+    # Before any route is added: each path parameter is one segment of the path as sent.
+    app.url_map.converters["default"] = _Segment
+    app.wsgi_app = _segments_as_sent(app.wsgi_app)  # type: ignore[method-assign,assignment]
     app.components_schemas["Problem"] = Schema(**PROBLEM_SCHEMA)
     for blueprint in (jobs.api, reads.api, actions.api):
         app.register_api(blueprint)
@@ -99,9 +116,8 @@ def _problem(exc: Exception) -> Response:
         status = exc.code or 500
         # 405's Allow names the methods the path takes.
         kept = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}
-        return problem_response(
-            ApiProblem(status, "http-" + str(status), exc.description or "", kept)
-        )
+        detail = TOO_LARGE if status == 413 else exc.description or ""
+        return problem_response(ApiProblem(status, "http-" + str(status), detail, kept))
     return problem_response(problem_of(exc))
 
 
@@ -123,6 +139,96 @@ def _once_each() -> None:
         if len(values) > 1:
             detail = f"{name}: given {len(values)} times; give it once"
             raise ApiProblem(400, "invalid-request", detail)
+
+
+def _allowed() -> set[str]:
+    """The methods the request's path takes: those of the routes it matches with the fewest
+    parameters, so that /dead-letters/redrive takes POST alone, not also the GET of
+    /dead-letters/{message_id} that its last segment would match too."""
+    adapter = request_ctx.url_adapter
+    if adapter is None:
+        return set()
+    rules: dict[str, Any] = {}
+    for method in adapter.allowed_methods():
+        try:
+            rules[method], _ = adapter.match(method=method, return_rule=True)
+        except HTTPException:
+            continue
+    if not rules:
+        return set()
+    fewest = min(len(rule.arguments) for rule in rules.values())
+    return {method for method, rule in rules.items() if len(rule.arguments) == fewest}
+
+
+def _routed() -> None:
+    """Refuse a path no route takes (404), or a method its routes lack (405, Allow naming
+    those they take)."""
+    if request.routing_exception is not None and not isinstance(
+        request.routing_exception, MethodNotAllowed
+    ):
+        raise request.routing_exception
+    allowed = _allowed()
+    if request.method not in allowed:
+        raise MethodNotAllowed(valid_methods=sorted(allowed))
+
+
+def _decoded_body() -> None:
+    """Decode a JSON body now, bounded (contract/safe_json.py): a route's model reads it decoded,
+    and no decoder recurses through a body nested deeper than MAX_JSON_DEPTH."""
+    if request.is_json and request.get_data(cache=True):
+        request.get_json(cache=True)
+
+
+class _BoundedJson(DefaultJSONProvider):
+    """Every body decoded as the daemon decodes a message: nesting bounded first."""
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        return safe_json.loads(s.decode() if isinstance(s, bytes) else s)
+
+
+class _Request(Request):
+    def on_json_loading_failed(self, e: ValueError | None) -> Any:
+        raise ApiProblem(400, "invalid-request", f"body {e}")
+
+
+class _Api(OpenAPI):
+    def make_default_options_response(self) -> Response:
+        answer = self.response_class()
+        answer.allow.update(_allowed())
+        return answer
+
+
+#: A '/' or '%' of a path's segment as sent, kept escaped by _segments_as_sent.
+_ESCAPED = re.compile("%(2F|25)")
+
+
+class _Segment(BaseConverter):
+    """A path parameter: one segment as sent, '%2F' and '%25' in it decoded ('team%2Freport' is
+    the id 'team/report')."""
+
+    def to_python(self, value: str) -> str:
+        return _ESCAPED.sub(lambda m: "/" if m[1] == "2F" else "%", value)
+
+    def to_url(self, value: Any) -> str:
+        return quote(str(value), safe="")
+
+
+def _segments_as_sent(wsgi: WSGIApp) -> WSGIApp:
+    """wsgi, routed on the path as the client sent it: WSGI decodes '%2F' into PATH_INFO, which
+    would split an id holding '/' across segments. waitress keeps the request's URI as sent
+    (REQUEST_URI); each of its segments is decoded alone, with '/' and '%' escaped again."""
+
+    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        sent = urlsplit(environ.get("REQUEST_URI", "")).path
+        if sent and unquote_to_bytes(sent).decode("latin-1") == environ.get("PATH_INFO"):
+            segments = (
+                unquote_to_bytes(segment).replace(b"%", b"%25").replace(b"/", b"%2F")
+                for segment in sent.split("/")
+            )
+            environ["PATH_INFO"] = "/".join(s.decode("latin-1") for s in segments)
+        return wsgi(environ, start_response)
+
+    return serve
 
 
 def _off(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

@@ -15,6 +15,9 @@ from sqsjkr import errors
 from sqsjkr.fleet.failures import failure_text
 
 MEDIA_TYPE = "application/problem+json"
+#: Seconds a 429 or 503 that names none asks a program to wait before it tries again (the table
+#: or the audit trail failing: throttled, most often).
+RETRY_AFTER = 5
 
 #: The fleet layer's errors, most specific first: their status and code.
 _BY_ERROR: tuple[tuple[type[Exception], int, str], ...] = (
@@ -44,7 +47,8 @@ STATUSES = {
     429: "Too many failed token checks, or long polls at once: try again after Retry-After.",
     500: "The fleet layer failed in a way it names (a config it cannot use, say).",
     502: "AWS refused or failed the call the fleet layer made.",
-    503: "The audit trail or the table could not be written or read: nothing was done.",
+    503: "The audit trail or the table could not be written or read, or the tokens file cannot "
+    "be used: nothing was done; try again after Retry-After.",
 }
 
 
@@ -85,6 +89,9 @@ def problem_response(problem: ApiProblem) -> Response:
     }
     response = Response(json.dumps(body), problem.status, mimetype=MEDIA_TYPE)
     response.headers.update(problem.headers)
+    if problem.status in (429, 503):
+        # A program told to come back is told when.
+        response.headers.setdefault("Retry-After", str(RETRY_AFTER))
     return response
 
 

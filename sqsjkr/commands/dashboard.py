@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqsjkr.contract.config import Config
 
 if TYPE_CHECKING:
-    from sqsjkr.web.server import Dashboard
+    from sqsjkr.web.server import Dashboard, Limits
 
 INSTALL_HINT = "the dashboard needs the web extra: pip install 'sqsjkr[web]'"
 
@@ -40,13 +40,20 @@ def preload() -> None:
         import sqsjkr.web.server  # noqa: F401
 
 
-def listening(config: Config, *, api_tokens: str | None = None, **options: Any) -> Dashboard:
+def listening(
+    config: Config,
+    *,
+    api_tokens: str | None = None,
+    limits: Limits | None = None,
+    **options: Any,
+) -> Dashboard:
     """The dashboard of config's fleet, listening but not serving yet, and the HTTP API on its
     listener for the tokens of the file api_tokens (None: the API answers 404); options are
-    sqsjkr.web.server.WebOptions' fields. Call web_available() first. ConfigError for a
-    tokens file that cannot be used."""
+    sqsjkr.web.server.WebOptions' fields, limits what one client may hold of the listener
+    (sqsjkr.web.server.Limits' defaults when None). Call web_available() first. ConfigError
+    for a tokens file that cannot be used, OSError when the listener cannot listen."""
     from sqsjkr.api.app import PREFIX, api_of
     from sqsjkr.web.server import WebOptions, dashboard
 
     api = api_of(config, api_tokens)
-    return dashboard(config, WebOptions(**options), mounts={PREFIX: api})
+    return dashboard(config, WebOptions(**options), mounts={PREFIX: api}, limits=limits)

@@ -1,5 +1,5 @@
-"""`sqsjkr token new NAME --scope read,send`: a new token for the HTTP API, and the lines that grant
-it in the file `sqsjkr web --api-tokens` reads.
+"""`sqsjkr token new NAME --scope read,send >> FILE`: the lines that grant a new token of the HTTP
+API in the file `sqsjkr web --api-tokens` reads, on stdout, and the token on stderr.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ def token() -> None:
     "act (run, kill, pause, route, unlock, redrive).",
 )
 def new(name: str, scopes: str) -> None:
-    """Print a new token for NAME (its actions are audited as api:NAME) on stdout, and on stderr
-    the lines to add to the tokens file: the file keeps the token's SHA-256, never the token."""
+    """Print the lines that grant a new token to NAME (its actions are audited as api:NAME) on
+    stdout, to append to the tokens file (`>> FILE`: the file keeps the token's SHA-256, never
+    the token), and the token alone on stderr, shown once: hand it to the program. sqsjkr web
+    reads the file again once it changes."""
     if not NAME.fullmatch(name):
         raise UsageFailure(
             f"NAME {quote(name)}: 1 to 64 letters, digits, '-' or '_' (the audit shows it)"
@@ -41,5 +43,7 @@ def new(name: str, scopes: str) -> None:
             f"--scope {quote(scopes)}: give some of {', '.join(SCOPES)}, comma-separated"
         )
     secret, lines = new_token(name, chosen)
-    click.echo(secret)
-    click.echo(f"\nAdd to the --api-tokens file (then restart sqsjkr web):\n\n{lines}", err=True)
+    # The blank line first: appended to a file whose last line has no newline, the table still
+    # begins a line of its own.
+    click.echo(f"\n{lines}", nl=False)
+    click.echo(secret, err=True)

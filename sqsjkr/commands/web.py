@@ -84,7 +84,8 @@ def check_proxies(proxies: tuple[str, ...], auth_header: str | None) -> None:
     "--api-tokens",
     metavar="PATH",
     help="Serve the HTTP API under /api/v1 to the tokens of this TOML file ([tokens.NAME] with "
-    "sha256 and scopes; `sqsjkr token new` makes one). Without it the API answers 404.",
+    "sha256 and scopes; `sqsjkr token new` makes one), read again whenever it changes; only "
+    "its owner may write it. Without it the API answers 404.",
 )
 def web(
     where: Where,
@@ -104,17 +105,21 @@ def web(
     if not web_available():
         raise click.ClickException(INSTALL_HINT)
     config = where.config()
-    served = listening(
-        config,
-        host=host,
-        port=port,
-        enable_actions=enable_actions,
-        allowed_hosts=allowed_hosts,
-        trusted_proxies=trusted_proxies,
-        auth_header=auth_header,
-        basic_auth_file=basic_auth_file,
-        api_tokens=api_tokens,
-    )
+    try:
+        served = listening(
+            config,
+            host=host,
+            port=port,
+            enable_actions=enable_actions,
+            allowed_hosts=allowed_hosts,
+            trusted_proxies=trusted_proxies,
+            auth_header=auth_header,
+            basic_auth_file=basic_auth_file,
+            api_tokens=api_tokens,
+        )
+    except OSError as exc:
+        # A taken port, an address not of this host: the one line names the option to change.
+        raise click.ClickException(f"--listen {listen}: {exc.strerror or exc}") from exc
     mode = served.guard.who_may_act() if enable_actions else "read-only"
     api = f"; HTTP API: {served.url}api/v1/" if api_tokens else ""
     click.echo(f"sqsjkr web: {served.url} ({mode}{api}); stop: Ctrl-C", err=True)

@@ -14,6 +14,9 @@ LONGEST_HIDE_SECONDS = MAX_VISIBILITY_SECONDS - 60
 #: as none, so every wait is cut to this.
 MAX_WAIT_SECONDS = 10 * 365 * 86400.0
 
+#: SQS's largest message: 1 MiB. No job is larger, so no body the HTTP API takes is either.
+MAX_MESSAGE_BYTES = 1024 * 1024
+
 #: DynamoDB's longest partition key value, in bytes of UTF-8. A message's event_id, lock_id and
 #: concurrency_key each become one (of its run records and summary, its lock, its group's slots).
 MAX_KEY_BYTES = 2048
