@@ -166,6 +166,7 @@ def test_local_mode_as_a_newcomer_pastes_its_commands(
     the_printed_send_command_works_pasted_into_a_fresh_shell(daemon, tmp_path)
     local_mode_has_sample_schedules_to_show(send, tmp_path)
     a_job_scheduled_with_send_at_is_kept_by_local_modes_scheduler(send, tmp_path)
+    a_job_sent_for_in_two_seconds_is_fired_then_and_run(daemon, send, tmp_path)
     assert daemon.stop(signal.SIGINT) == 0
 
 
@@ -218,6 +219,23 @@ def a_job_scheduled_with_send_at_is_kept_by_local_modes_scheduler(
     assert header.startswith("NAME "), listed.stdout
     assert row.startswith(scheduled.stdout.strip() + "  "), listed.stdout
     assert "later" in listed.stdout and "echo hello" in listed.stdout
+
+
+def a_job_sent_for_in_two_seconds_is_fired_then_and_run(
+    daemon: Daemon, send: str, tmp_path: Path
+) -> None:
+    """Local mode's scheduler fires the at() schedule of `send --in` when due, its daemon runs the
+    job as that firing, and the schedule, done, deletes itself (ActionAfterCompletion DELETE)."""
+    command = "--in 2s --event-id soon --command 'echo fired on time'"
+    scheduled = paste(send.replace("--command 'echo hello'", command), tmp_path)
+    assert scheduled.returncode == 0, scheduled.stderr
+    name = scheduled.stdout.strip()
+    daemon.wait_for_log(f"local scheduler: schedule {name} fired for ", timeout=20)
+    daemon.wait_for_log("(event soon) | fired on time", timeout=20)
+    daemon.wait_for_log(f"local scheduler: schedule {name} completed and was deleted")
+    listed = paste(send.replace("--command 'echo hello'", "--list-scheduled"), tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert name not in listed.stdout and "at.later." in listed.stdout, listed.stdout
 
 
 def test_a_taken_stats_port_fails_before_the_banner_and_names_the_option(taken_port: int) -> None:
