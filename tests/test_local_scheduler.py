@@ -22,6 +22,7 @@ from sqsjkr.contract.firing import SCHEDULE_ARN, SCHEDULED_TIME, Firing, Origin
 from sqsjkr.contract.job import parse_job
 from sqsjkr.crontab.fires import Window, next_fires
 from sqsjkr.errors import LocalModeError
+from sqsjkr.fleet.dead_letters import SCHEDULER_ATTRIBUTES
 from sqsjkr.local.scheduler import ATTEMPT_NUMBER, EXECUTION_ID, LocalScheduler
 
 from .test_terraform import (
@@ -219,6 +220,8 @@ def test_a_firing_its_queue_refuses_goes_to_the_dead_letter_queue_with_the_sched
     body = json.loads(letter["Body"])
     assert body["firing"] == {"time": due, "schedule": site.arn("lost")}
     attributes = {name: a["StringValue"] for name, a in letter["MessageAttributes"].items()}
+    # All of them the Scheduler's, which a redrive (`sqsjkr dlq redrive`) leaves behind.
+    assert set(attributes) <= set(SCHEDULER_ATTRIBUTES)
     assert attributes.pop("ERROR_CODE")
     assert attributes.pop("ERROR_MESSAGE")
     assert attributes == {
