@@ -211,6 +211,9 @@ def test_a_firing_its_queue_refuses_goes_to_the_dead_letter_queue_with_the_sched
         "rate(1 hour)",
         {"Arn": fifo_arn, "Input": CONTEXT_INPUT, "SqsParameters": {"MessageGroupId": "nightly"}},
     )
+    # A target that is no queue: skipped (with a warning), neither sent nor dead-lettered.
+    function = f"arn:aws:lambda:{REGION}:123456789012:function:nightly"
+    site.schedule("lambda", "rate(1 hour)", {"Arn": function, "DeadLetterConfig": {"Arn": dlq_arn}})
     site.firer(created).fire_due(created + 3601)
     due = iso(float(int(created)) + 3600)
     # A FIFO target's firing carries its message group.

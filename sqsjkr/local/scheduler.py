@@ -124,7 +124,12 @@ class LocalScheduler:
         next one is due, None when none is known."""
         soonest = self._rules.fire_due(now)
         for known in self._read():
-            due = self._fire(known, now)
+            try:
+                due = self._fire(known, now)
+            except (ValueError, OverflowError) as exc:
+                # A time past Python's dates: this schedule alone is skipped, the others fire.
+                self._warn(known.schedule, f"cannot compute its firings: {exc}")
+                continue
             if due is not None and (soonest is None or due < soonest):
                 soonest = due
         self._looked = now
@@ -207,18 +212,22 @@ class LocalScheduler:
 
     def _send(self, schedule: EventSchedule, at: float) -> None:
         if not is_queue(schedule.target_arn):
-            if schedule.name not in self._warned:
-                self._warned.add(schedule.name)
-                log.warning(
-                    "local scheduler: schedule %s targets %s; local mode delivers to SQS queues "
-                    "only, and skips its firings",
-                    schedule.name,
-                    schedule.target_arn,
-                )
+            self._warn(
+                schedule,
+                f"targets {schedule.target_arn}; local mode delivers to SQS queues only, and "
+                "skips its firings",
+            )
             return
         delivery = scheduler_delivery(schedule, at)
         what = deliver(self._sqs, delivery)
         log.info("local scheduler: schedule %s fired for %s: %s", schedule.name, _iso(at), what)
+
+    def _warn(self, schedule: EventSchedule, what: str) -> None:
+        """Say once per schedule what keeps it from firing."""
+        key = schedule.arn or schedule.name
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("local scheduler: schedule %s %s", schedule.name, what)
 
     def _delete(self, known: Known) -> None:
         """ActionAfterCompletion DELETE: the schedule fires no more, and goes."""
