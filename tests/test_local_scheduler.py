@@ -172,7 +172,19 @@ def test_rate_cron_and_at_schedules_fire_once_when_due_in_their_zones_and_a_disa
     # The at() asked to be deleted once done; the others stay.
     with pytest.raises(ClientError, match="ResourceNotFound"):
         site.scheduler.get_schedule(GroupName=site.group, Name="once")
-    assert site.scheduler.get_schedule(GroupName=site.group, Name="off")["State"] == "DISABLED"
+    # Enabled again (a change the next look reads): it fires from then on, and the firings it
+    # missed while disabled are not sent.
+    site.scheduler.update_schedule(
+        Name="off",
+        GroupName=site.group,
+        ScheduleExpression="rate(1 hour)",
+        FlexibleTimeWindow={"Mode": "OFF"},
+        Target={"RoleArn": ROLE, **target},
+        State="ENABLED",
+    )
+    firer.fire_due(day + 3600)
+    sent = sorted(json.loads(m["Body"])["firing"]["schedule"] for m in received(site.sqs, url))
+    assert sent == [site.arn("hourly"), site.arn("off")]
 
 
 def test_a_flexible_window_delays_a_firing_within_it_and_keeps_its_scheduled_time(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import uuid
 from collections.abc import Iterator
@@ -39,6 +40,8 @@ class LocalRules:
         self._looked = since
         self._seen: dict[str, float] = {}  # each rule's ARN: when it was first listed
         self._fired: set[str] = set()
+        # Each enabled rule's (expression, time before which nothing of it is due).
+        self._quiet: dict[str, tuple[str, float]] = {}
 
     def fire_due(self, now: float) -> float | None:
         """Deliver each enabled rule's firings in (the last look, now]; when the next is due."""
@@ -49,20 +52,31 @@ class LocalRules:
             seen[arn] = self._seen.get(arn, now)
             if rule.get("State") != "ENABLED":
                 continue
-            window = Window(created=datetime.fromtimestamp(seen[arn], timezone.utc))
             expression = str(rule["ScheduleExpression"])
-            times, _ = fires_between(expression, "UTC", self._looked, now, window, MAX_FIRES)
-            for at in times:
-                if f"{arn}@{at}" not in self._fired:
-                    self._fire(rule, at)
-                    self._fired.add(f"{arn}@{at}")
-            upcoming = _next(expression, now, window)
-            if upcoming is not None and (soonest is None or upcoming < soonest):
-                soonest = upcoming
+            quiet = self._quiet.get(arn)
+            if quiet is not None and quiet[0] == expression and now < quiet[1]:
+                upcoming: float | None = quiet[1]  # nothing of it due yet
+            else:
+                upcoming = self._fire_rule(rule, seen[arn], now)
+                self._quiet[arn] = (expression, math.inf if upcoming is None else upcoming)
+            if upcoming is not None and upcoming < math.inf:
+                soonest = upcoming if soonest is None else min(soonest, upcoming)
         self._seen = seen
+        self._quiet = {arn: q for arn, q in self._quiet.items() if arn in seen}
         self._fired = {key for key in self._fired if float(key.rpartition("@")[2]) > now - 3600}
         self._looked = now
         return soonest
+
+    def _fire_rule(self, rule: dict[str, Any], seen: float, now: float) -> float | None:
+        """Deliver the rule's firings in (the last look, now]; when its next is due."""
+        arn, expression = str(rule["Arn"]), str(rule["ScheduleExpression"])
+        window = Window(created=datetime.fromtimestamp(seen, timezone.utc))
+        times, _ = fires_between(expression, "UTC", self._looked, now, window, MAX_FIRES)
+        for at in times:
+            if f"{arn}@{at}" not in self._fired:
+                self._fire(rule, at)
+                self._fired.add(f"{arn}@{at}")
+        return _next(expression, now, window)
 
     def _rules(self) -> Iterator[dict[str, Any]]:
         for page in self._events.get_paginator("list_rules").paginate():

@@ -7,6 +7,7 @@ Never against AWS: it refuses any endpoint but local mode's own, on this host.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import secrets
 import threading
@@ -94,6 +95,9 @@ class LocalScheduler:
         self._known: dict[tuple[str, str], Known] = {}
         self._fired: dict[str, float] = {}  # each firing sent (schedule@time), by its time
         self._delays: dict[str, tuple[float, float]] = {}  # each firing's (time, delay)
+        # Each schedule's (LastModificationDate, time before which nothing of it is due): an
+        # idle look computes no fire times (croniter's are a millisecond or more each).
+        self._quiet: dict[tuple[str, str], tuple[datetime | None, float]] = {}
         self._warned: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -124,13 +128,19 @@ class LocalScheduler:
         next one is due, None when none is known."""
         soonest = self._rules.fire_due(now)
         for known in self._read():
-            try:
-                due = self._fire(known, now)
-            except (ValueError, OverflowError) as exc:
-                # A time past Python's dates: this schedule alone is skipped, the others fire.
-                self._warn(known.schedule, f"cannot compute its firings: {exc}")
-                continue
-            if due is not None and (soonest is None or due < soonest):
+            name = (known.group, known.schedule.name)
+            quiet = self._quiet.get(name)
+            if quiet is not None and quiet[0] == known.modified and now < quiet[1]:
+                due: float | None = quiet[1]  # unchanged, and nothing of it due yet
+            else:
+                try:
+                    due = self._fire(known, now)
+                except (ValueError, OverflowError) as exc:
+                    # A time past Python's dates: this schedule alone is skipped.
+                    self._warn(known.schedule, f"cannot compute its firings: {exc}")
+                    continue
+                self._quiet[name] = (known.modified, math.inf if due is None else due)
+            if due is not None and due < math.inf and (soonest is None or due < soonest):
                 soonest = due
         self._looked = now
         self._forget(now)
@@ -245,6 +255,7 @@ class LocalScheduler:
         horizon = now - widest - REMEMBER_SECONDS
         self._fired = {key: at for key, at in self._fired.items() if at >= horizon}
         self._delays = {key: d for key, d in self._delays.items() if d[0] >= horizon}
+        self._quiet = {name: q for name, q in self._quiet.items() if name in self._known}
 
 
 def scheduler_delivery(schedule: EventSchedule, at: float) -> Delivery:
