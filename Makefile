@@ -35,9 +35,12 @@ test: $(BIN)/sqsjkr
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$(mktemp -d)"
 	$(BIN)/pytest -n 6 --maxschedchunk 2
 
-# The documentation site (mkdocs.yml, docs/), served on http://127.0.0.1:8000/ while it is edited.
+# The documentation site (mkdocs.yml, docs/), served on http://127.0.0.1:8000/ while it is edited;
+# on another address when 8000 is taken: make docs DOCS_ADDR=127.0.0.1:8001
+DOCS_ADDR ?= 127.0.0.1:8000
+
 docs: $(BIN)/sqsjkr
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a $(DOCS_ADDR)
 
 # The HTTP API's OpenAPI document, as `sqsjkr web` serves it, for the docs' reference page; a test
 # fails while the committed one differs from what the code makes.

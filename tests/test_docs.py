@@ -116,6 +116,22 @@ def test_make_demo_takes_the_documented_options() -> None:
     assert result.stdout.splitlines()[-1] == ".venv/bin/sqsjkr local --demo --stats-port 0"
 
 
+def test_make_docs_takes_the_documented_address() -> None:
+    """Development's `make docs` on another address, when 8000 is taken, reaches mkdocs."""
+    line = "make docs DOCS_ADDR=127.0.0.1:8001"
+    assert line in (DOCS / "development.md").read_text()
+    result = subprocess.run(
+        ["make", "-n", "--no-print-directory", *shlex.split(line)[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=CHECKOUT,
+        env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].endswith("/mkdocs serve -a 127.0.0.1:8001")
+
+
 def test_the_host_install_steps_live_in_systemd_readme_only() -> None:
     """README.md and the docs link to them instead of repeating them, so they cannot disagree
     again."""

@@ -12,15 +12,19 @@ import shutil
 import signal
 import socket
 import subprocess
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from sqsjkr.contract.tokens import new_token
+
 from .conftest import Daemon, http_get_json, sqsjkr_argv
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 PACKAGE = CHECKOUT / "sqsjkr"
+API_DOC = CHECKOUT / "docs" / "api.md"
 
 DEMO_COUNTS = {"succeeded": 3, "failed": 4, "errored": 2, "duplicates": 0, "timed_out": 1}
 
@@ -56,10 +60,34 @@ def run_local(*args: str) -> subprocess.CompletedProcess[str]:
 def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     start_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
+    tokens = tmp_path / "api-tokens.toml"
+    token, lines = new_token("ci", ["read"])
+    tokens.write_text(lines)
     daemon = start_daemon(
-        "local", "--demo", "--stats-port", "0", "--web-port", "0", wait_ready=False
+        "local",
+        "--demo",
+        "--stats-port",
+        "0",
+        "--web-port",
+        "0",
+        "--api-tokens",
+        str(tokens),
+        wait_ready=False,
     )
     daemon.wait_for_log("Stop: Ctrl-C")
+    # The HTTP API beside the dashboard, for the tokens of --api-tokens: no token of its own.
+    api = re.search(
+        rf"^HTTP API: (http://127\.0\.0\.1:\d+/api/v1)/ \(docs/api\.md\), for the tokens of "
+        rf"{re.escape(str(tokens))}$",
+        daemon.log,
+        re.M,
+    )
+    assert api and "SQSJKR_TOKEN" not in daemon.log, daemon.log
+    asked = urllib.request.Request(
+        f"{api[1]}/schedules", headers={"Authorization": f"Bearer {token}"}
+    )
+    with urllib.request.urlopen(asked, timeout=10) as answer:
+        assert len(json.load(answer)["items"]) == 4  # the sample schedules
     stats = re.search(
         r"^Stats: curl (?:-s )?http://127\.0\.0\.1:(\d+)/stats/metrics/v2$", daemon.log, re.M
     )
@@ -166,6 +194,8 @@ def test_local_mode_as_a_newcomer_pastes_its_commands(
     the_printed_send_command_works_pasted_into_a_fresh_shell(daemon, tmp_path)
     local_mode_has_sample_schedules_to_show(send, tmp_path)
     a_job_scheduled_with_send_at_is_kept_by_local_modes_scheduler(send, tmp_path)
+    a_job_sent_for_in_two_seconds_is_fired_then_and_run(daemon, send, tmp_path)
+    the_http_api_example_of_the_docs_works_with_the_printed_token(daemon, tmp_path)
     assert daemon.stop(signal.SIGINT) == 0
 
 
@@ -218,6 +248,44 @@ def a_job_scheduled_with_send_at_is_kept_by_local_modes_scheduler(
     assert header.startswith("NAME "), listed.stdout
     assert row.startswith(scheduled.stdout.strip() + "  "), listed.stdout
     assert "later" in listed.stdout and "echo hello" in listed.stdout
+
+
+def a_job_sent_for_in_two_seconds_is_fired_then_and_run(
+    daemon: Daemon, send: str, tmp_path: Path
+) -> None:
+    """Local mode's scheduler fires the at() schedule of `send --in` when due, its daemon runs the
+    job as that firing, and the schedule, done, deletes itself (ActionAfterCompletion DELETE)."""
+    command = "--in 2s --event-id soon --command 'echo fired on time'"
+    scheduled = paste(send.replace("--command 'echo hello'", command), tmp_path)
+    assert scheduled.returncode == 0, scheduled.stderr
+    name = scheduled.stdout.strip()
+    daemon.wait_for_log(f"local scheduler: schedule {name} fired for ", timeout=20)
+    daemon.wait_for_log("(event soon) | fired on time", timeout=20)
+    daemon.wait_for_log(f"local scheduler: schedule {name} completed and was deleted")
+    listed = paste(send.replace("--command 'echo hello'", "--list-scheduled"), tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert name not in listed.stdout and "at.later." in listed.stdout, listed.stdout
+
+
+def the_http_api_example_of_the_docs_works_with_the_printed_token(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """docs/api.md's submit-and-poll example, run as it is with the variables local mode prints
+    (a token it made, of every scope): the job runs and the example prints how it ended."""
+    exported = re.search(r"^  (export SQSJKR_API=http://\S+ SQSJKR_TOKEN=\S+)$", daemon.log, re.M)
+    assert exported, daemon.log
+    if not (shutil.which("curl") and shutil.which("jq")):
+        return  # the example needs both; the banner's line is checked above
+    [example] = re.findall(r"^```bash\n(.*?)^```$", API_DOC.read_text(), re.M | re.S)
+    ran = subprocess.run(
+        ["bash", "-c", f"{exported[1]}\n{example}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
+    assert (ran.returncode, ran.stdout) == (0, "succeeded\n"), ran
 
 
 def test_a_taken_stats_port_fails_before_the_banner_and_names_the_option(taken_port: int) -> None:

@@ -75,6 +75,8 @@ class EventSchedule:
     #: Its FlexibleTimeWindow's MaximumWindowInMinutes in seconds: the Scheduler may deliver a
     #: firing this long after it was due (0 when the window is OFF, or for a rule).
     flexible_window: float = 0.0
+    #: Its ActionAfterCompletion is DELETE: the Scheduler deletes it once it fires no more.
+    delete_after: bool = False
 
 
 def queue_target(sqs: Any, queue_url: str) -> QueueTarget:
@@ -224,6 +226,7 @@ def _event_schedule(schedule: dict[str, Any]) -> EventSchedule:
         arn=text_field(schedule.get("Arn")),
         dead_letter_arn=target.get("DeadLetterConfig", {}).get("Arn"),
         flexible_window=60.0 * _flexible_minutes(schedule.get("FlexibleTimeWindow") or {}),
+        delete_after=schedule.get("ActionAfterCompletion") == "DELETE",
     )
 
 

@@ -13,6 +13,7 @@ import click
 
 from sqsjkr.commands.dashboard import INSTALL_HINT, listening, preload, web_available
 from sqsjkr.contract.config import load_config
+from sqsjkr.contract.tokens import SCOPES, new_token
 from sqsjkr.local.demo import (
     DEMO_JOBS,
     DEMO_QUEUE,
@@ -24,7 +25,7 @@ from sqsjkr.local.endpoint import LOCAL_QUEUE, LOCAL_SCHEDULE_GROUP, LOCAL_TABLE
 from sqsjkr.local.site import LocalSite
 
 
-def banner(site: LocalSite, stats_address: str, dashboard: str = "") -> str:
+def banner(site: LocalSite, stats_address: str, dashboard: str = "", api: str = "") -> str:
     """What local mode prints once it listens: where everything is, and how to send a job."""
     return (
         f"sqsjkr local: AWS endpoint {site.endpoint} (moto), queue {LOCAL_QUEUE} "
@@ -32,6 +33,7 @@ def banner(site: LocalSite, stats_address: str, dashboard: str = "") -> str:
         f"schedule group {LOCAL_SCHEDULE_GROUP}\n"
         f"Stats: curl -s http://{stats_address}/stats/metrics/v2\n"
         + (f"Dashboard: {dashboard}\n" if dashboard else "")
+        + (f"{api}\n" if api else "")
         + "Send a job from another shell:\n"
         f"{site.pasteable('send', '--command', 'echo hello')}\n"
         "Stop: Ctrl-C"
@@ -47,26 +49,57 @@ def import_dashboard() -> threading.Thread:
     return thread
 
 
-def start_dashboard(conf: Path, port: int) -> tuple[str, Callable[[], None]]:
+def start_dashboard(
+    conf: Path, port: int, api_tokens: str | None = None
+) -> tuple[str, Callable[[], None]]:
     """The web dashboard of local mode's fleet, on 127.0.0.1:port with its actions (this host's
-    own user only): its URL, or why it is not served, and how to close it. A taken port (another
-    local mode's, whose stats port sent this one to --stats-port 0) gives way to any free port,
-    said beside the URL: the dashboard is never dropped for it."""
+    own user only), and the HTTP API beside it for the tokens of the file api_tokens: its URL,
+    or why it is not served, and how to close it. A taken port (another local mode's, whose
+    stats port sent this one to --stats-port 0) gives way to any free port, said beside the
+    URL: the dashboard is never dropped for it."""
     if not web_available():
         return f"not served ({INSTALL_HINT})", lambda: None
     config, note = load_config(conf), ""
     try:
-        served = listening(config, port=port, enable_actions=True)
+        served = listening(config, port=port, enable_actions=True, api_tokens=api_tokens)
     except OSError as exc:
         if port == 0:
             return f"not served ({exc.strerror})", lambda: None
         try:
-            served = listening(config, port=0, enable_actions=True)
+            served = listening(config, port=0, enable_actions=True, api_tokens=api_tokens)
         except OSError as again:
             return f"not served ({again.strerror})", lambda: None
         note = f" (port {port} is taken: {exc.strerror}; --web-port chooses it)"
     served.start()
     return served.url + note, served.close
+
+
+#: The name of the token local mode makes for its HTTP API (its actions are audited as api:local).
+LOCAL_TOKEN = "local"
+
+
+def api_lines(dashboard_url: str, api_tokens: str | None, token: str | None) -> str:
+    """Where the HTTP API is, beside the dashboard at dashboard_url, and with which tokens: those
+    of the file api_tokens, or the ready-made token, as the variables docs/api.md's example
+    reads, ready to paste."""
+    api = dashboard_url.split(" ", 1)[0] + "api/v1"
+    if token is None:
+        return f"HTTP API: {api}/ (docs/api.md), for the tokens of {api_tokens}"
+    return (
+        f"HTTP API: {api}/ (docs/api.md), with a token of every scope, for another shell:\n"
+        f"  export SQSJKR_API={api} SQSJKR_TOKEN={token}"
+    )
+
+
+def tokens_file(directory: Path, api_tokens: str | None) -> tuple[str, str | None]:
+    """The tokens file the HTTP API serves, and the token local mode made for it: api_tokens,
+    or a file in directory granting a new token every scope."""
+    if api_tokens is not None:
+        return api_tokens, None
+    token, lines = new_token(LOCAL_TOKEN, SCOPES)
+    path = directory / "api-tokens.toml"
+    path.write_text(lines)
+    return str(path), token
 
 
 @dataclass
@@ -76,16 +109,21 @@ class Printed:
 
     web_port: int | None
     importing: threading.Thread | None = None
+    #: The HTTP API's tokens file (--api-tokens); None: local mode makes a token and prints it.
+    api_tokens: str | None = None
     #: The stats address, then what the banner said of the dashboard: the summary repeats both.
     shown: list[str] = field(default_factory=list)
 
     def listening(self, site: LocalSite, stats_address: str) -> Callable[[], None]:
-        url, close = "", _nothing
+        url, close, api = "", _nothing, ""
         if self.web_port is not None:
             if self.importing is not None:
                 self.importing.join()
-            url, close = start_dashboard(site.conf, self.web_port)
-        click.echo(banner(site, stats_address, url))
+            tokens, token = tokens_file(site.conf.parent, self.api_tokens)
+            url, close = start_dashboard(site.conf, self.web_port, tokens)
+            if url.startswith("http"):
+                api = api_lines(url, tokens, token)
+        click.echo(banner(site, stats_address, url, api))
         self.shown.extend((stats_address, url))
         return close
 

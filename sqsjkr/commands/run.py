@@ -18,6 +18,7 @@ from sqsjkr.commands.options import (
     region_option,
 )
 from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.tokens import read_tokens
 from sqsjkr.fleet.daemon import LOG_FORMATS, serve_until_stopped, setup_logging, stop_signals
 
 
@@ -104,6 +105,12 @@ def run(
     show_default=True,
     help="Jobs run at once ([kicker] max_concurrent_num of local mode's config).",
 )
+@click.option(
+    "--api-tokens",
+    metavar="PATH",
+    help="Serve the HTTP API beside the dashboard to the tokens of this TOML file (`sqsjkr "
+    "token new` makes one); without it, to a token of every scope that local mode makes and prints.",
+)
 @log_level_option
 @log_all_option
 def local(
@@ -112,16 +119,20 @@ def local(
     stats_port: int,
     web_port: int,
     workers: int,
+    api_tokens: str | None,
     log_level: str,
     log_all: bool,
 ) -> None:
-    """Run the daemon on an embedded local AWS endpoint (moto), with its queue and table."""
+    """Run the daemon on an embedded local AWS endpoint (moto), with its queue and table; it
+    fires the endpoint's schedules, as EventBridge would."""
     # Here, not at the top: `sqsjkr run` must not pay for importing local mode.
     from sqsjkr.commands.local import Printed, import_dashboard
     from sqsjkr.local.mode import run_local
 
+    if api_tokens is not None:
+        read_tokens(api_tokens)  # a file it cannot use fails before anything starts
     setup_logging(log_level.lower(), log_all=log_all)
     with stop_signals() as (stop, force):
         # The dashboard is imported while moto starts, so that the banner is not late for it.
-        face = Printed(web_port, import_dashboard())
+        face = Printed(web_port, import_dashboard(), api_tokens)
         run_local(stop, force, face, demo=demo, port=port, stats_port=stats_port, workers=workers)

@@ -39,13 +39,17 @@ PEEK_VISIBILITY_SECONDS = 30
 #: A short long poll: it asks every SQS server, so an empty answer means no more messages.
 PEEK_WAIT_SECONDS = 1
 #: The message attributes EventBridge Scheduler puts on a dead-letter event, a firing it could
-#: not deliver (its guide, "Configuring a schedule's dead-letter queue").
+#: not deliver (its guide, "Configuring a schedule's dead-letter queue"; local mode's scheduler
+#: puts them too): a redrive leaves them behind.
 SCHEDULER_ATTRIBUTES = (
     "ERROR_CODE",
     "ERROR_MESSAGE",
+    "EXECUTION_ID",
     "EXHAUSTED_RETRY_CONDITION",
     "INVOCATION_ID",
+    "IS_PAYLOAD_TRUNCATED",
     "RETRY_ATTEMPTS",
+    "SCHEDULED_TIME",
     "SCHEDULE_ARN",
     "TARGET_ARN",
 )

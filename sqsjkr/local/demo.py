@@ -123,7 +123,7 @@ DEMO_JOBS = [
 @dataclass(frozen=True)
 class SampleSchedule:
     """A schedule local mode creates in its scheduler for `sqsjkr schedules` and status's next
-    runs to show (moto keeps it but never fires it)."""
+    runs to show, and which its scheduler fires when due (local/scheduler.py)."""
 
     name: str
     expression: str

@@ -160,7 +160,7 @@ def create_table(dynamodb: Any, name: str) -> None:
 def create_schedule_group(session: Any) -> str:
     """The schedule group and the scheduler role `sqsjkr send --at` needs; the role's ARN.
 
-    moto never runs the schedules: `send --at` and `--list-scheduled` can be tried, no more."""
+    moto only keeps the schedules; local mode's scheduler (local/scheduler.py) fires them."""
     make_client(session, "scheduler").create_schedule_group(Name=LOCAL_SCHEDULE_GROUP)
     role = make_client(session, "iam").create_role(
         RoleName=LOCAL_SCHEDULER_ROLE, AssumeRolePolicyDocument=json.dumps(_SCHEDULER_TRUST)
@@ -170,7 +170,7 @@ def create_schedule_group(session: Any) -> str:
 
 def create_sample_schedules(session: Any, queue_arn: str, role_arn: str) -> None:
     """The demo's sample schedules in the local group, so that `sqsjkr schedules` and the next-run
-    column of `sqsjkr status` show something real; moto never fires them."""
+    column of `sqsjkr status` show something real; local mode's scheduler fires them."""
     client = make_client(session, "scheduler")
     for sample in SAMPLE_SCHEDULES:
         client.create_schedule(

@@ -30,6 +30,7 @@ from sqsjkr.local.endpoint import (
     local_endpoint,
     use_endpoint,
 )
+from sqsjkr.local.scheduler import LocalScheduler
 from sqsjkr.local.site import LocalSite
 from sqsjkr.observability.notify import NullNotifier
 
@@ -56,7 +57,7 @@ table = "{LOCAL_TABLE}"
 retry_interval = "1s"
 
 [schedule]
-# For `sqsjkr send --at`: moto keeps the schedule, but never runs it.
+# For `sqsjkr send --at`: local mode's scheduler fires the schedule (moto only keeps it).
 role_arn = "{role_arn}"
 group = "{LOCAL_SCHEDULE_GROUP}"
 
@@ -109,12 +110,16 @@ def run_local(
     stats_port: int,
     workers: int,
 ) -> None:
-    """Start the endpoint, create the queue and table, serve until stop, telling face each step.
+    """Start the endpoint, create the queue and table, serve until stop, telling face each step;
+    the endpoint's schedules fire meanwhile (local/scheduler.py: moto never fires them).
 
     The banner (and the demo) wait for the stats server to listen, so a taken stats port fails
     before anything is printed or sent.
     """
-    with prepared(port=port, stats_port=stats_port, workers=workers) as (site, sqs):
+    with (
+        prepared(port=port, stats_port=stats_port, workers=workers) as (site, sqs),
+        firing(site.endpoint),
+    ):
         stats: list[str] = []  # the stats server's address, once it listens
         closing: list[Callable[[], None]] = []
         watch = DemoWatch(
@@ -136,6 +141,17 @@ def run_local(
             watch.close()
             for close in closing:
                 close()
+
+
+@contextmanager
+def firing(endpoint: str) -> Iterator[LocalScheduler]:
+    """The scheduler that fires the endpoint's schedules, its thread running for the block."""
+    scheduler = LocalScheduler(make_session(region=LOCAL_REGION), endpoint)
+    scheduler.start()
+    try:
+        yield scheduler
+    finally:
+        scheduler.close()
 
 
 def serve_local(
