@@ -15,6 +15,7 @@ from flask import current_app, g, request
 from flask_openapi3 import APIBlueprint, Tag
 
 from sqsjkr.api.problems import ApiProblem, documented_problems
+from sqsjkr.api.slots import WaitSlots
 from sqsjkr.api.tokens import Token, Tokens
 from sqsjkr.contract.config import Config
 from sqsjkr.fleet.client import Fleet
@@ -22,8 +23,6 @@ from sqsjkr.fleet.client import Fleet
 T = TypeVar("T")
 #: Every route's path starts with it.
 PREFIX = "/api/v1"
-#: Long polls (…/wait) served at once: each holds one of the listener's threads.
-MAX_WAITS = 4
 _KEY = "sqsjkr.api"
 
 
@@ -33,9 +32,7 @@ class Access:
 
     config: Config
     tokens: Tokens
-    waits: threading.BoundedSemaphore = field(
-        default_factory=lambda: threading.BoundedSemaphore(MAX_WAITS)
-    )
+    waits: WaitSlots = field(default_factory=WaitSlots)
     _fleets: dict[str, Fleet] = field(default_factory=dict)
     _mutex: threading.Lock = field(default_factory=threading.Lock)
 
@@ -100,7 +97,7 @@ def _require(token: Token, scope: str) -> None:
         )
 
 
-def waits() -> threading.BoundedSemaphore:
+def waits() -> WaitSlots:
     return current_app.extensions[_KEY].waits  # type: ignore[no-any-return]
 
 
