@@ -1,5 +1,6 @@
-"""The HTTP API's pages against a live `sqsjkr web` on moto: each page starts where the last one
-ended in the data, so items arriving between two pages move none; cursors fit one list alone.
+"""The HTTP API's lists against a live `sqsjkr web` on moto: each page starts where the last one
+ended in the data, so items arriving between two pages move none; cursors fit one list alone;
+readers of the dead letters at once see the same letters.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -18,7 +20,7 @@ from sqsjkr.backends.locks import DynamoLocker
 from sqsjkr.contract.run import RunOutcome
 from tests.api_fleet import Served, aws_environment, serve_api, tokens_file
 from tests.test_api import problem
-from tests.web_fleet import WebFleet, make_fleet, module_env, record
+from tests.web_fleet import WebFleet, dead_letter, make_fleet, module_env, record
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +148,19 @@ def test_locks_are_a_paged_list_of_each_holding(served: Served, fleet: WebFleet)
     assert seen == taken
     first = served.call("GET", "api/v1/locks", params={"limit": 2}).json()
     assert [item["kind"] for item in first["items"]] == ["lock", "lock"] and first["next"]
+
+
+def test_readers_of_the_dead_letters_at_once_see_the_same_letters(
+    served: Served, fleet: WebFleet
+) -> None:
+    """SQS has no true peek: a read hides what it holds from another. Reads at once take turns
+    in the listener and share one read, which raised each letter's receive count once."""
+    sent = {dead_letter(fleet, {"command": f"echo {n}", "event_id": "dead"}) for n in range(3)}
+    with ThreadPoolExecutor(3) as pool:
+        reads = [pool.submit(served.call, "GET", "api/v1/dead-letters") for _ in range(3)]
+        answers = [read.result() for read in reads]
+    assert [a.status_code for a in answers] == [200] * 3, answers[0].text
+    first = answers[0].json()["items"]
+    assert {letter["message_id"] for letter in first} == sent
+    assert all(a.json()["items"] == first for a in answers[1:])
+    assert {letter["receive_count"] for letter in first} == {1}
