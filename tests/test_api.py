@@ -252,7 +252,7 @@ def test_wait_slots_are_bounded_per_token_and_in_all(served: Served) -> None:
     with ThreadPoolExecutor(MAX_WAITS) as pool:
         held = []
         for token in tokens:
-            held += [pool.submit(held_wait, served, path, token, 10) for _ in range(2)]
+            held += [pool.submit(held_wait, served, path, token, 6) for _ in range(WAITS_PER_TOKEN)]
             (own,) = wait_until(
                 lambda token=token: refused_wait(served, path, token), 10, f"{token}'s share"
             )
