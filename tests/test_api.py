@@ -19,8 +19,8 @@ import pytest
 import requests
 from openapi_spec_validator import validate
 
-from sqsjkr.api.access import MAX_WAITS
 from sqsjkr.api.app import document
+from sqsjkr.api.slots import MAX_WAITS, RETRY_AFTER, WAITS_PER_TOKEN, WaitRefused, WaitSlots
 from sqsjkr.api.tokens import (
     FAILURE_WINDOW,
     FAILURES_ALLOWED,
@@ -34,6 +34,7 @@ from sqsjkr.contract.run import RunOutcome
 from sqsjkr.contract.tokens import Token, read_tokens, token_digest
 from sqsjkr.errors import ConfigError
 from tests.api_fleet import TOKENS, Served, aws_environment, serve_api, tokens_file
+from tests.conftest import wait_until
 from tests.test_firings import create_schedule
 from tests.test_web import form_token
 from tests.web_fleet import WebFleet, make_fleet, module_env, record
@@ -223,20 +224,63 @@ def test_wait_answers_after_its_timeout_and_once_the_job_has_ended(
     assert "timeout" in problem(too_long, 400, "invalid-request")["detail"]
 
 
-def test_long_polls_at_once_are_bounded(served: Served) -> None:
-    """Each wait holds one of the listener's threads: of MAX_WAITS + 1 at once, one is refused at
-    once while the others wait their whole timeout (no daemon runs the job)."""
+def held_wait(served: Served, path: str, token: str, timeout: float) -> requests.Response:
+    """A wait that holds one of token's slots until it answers: called again while refused (a
+    probe of the test's may hold the slot for a moment)."""
+
+    def served_wait() -> list[requests.Response]:
+        answer = served.call("GET", path, token=token, params={"timeout": timeout})
+        return [] if answer.status_code == 429 else [answer]
+
+    (answer,) = wait_until(served_wait, 30, f"a wait slot for {token}")
+    return answer  # type: ignore[no-any-return]
+
+
+def refused_wait(served: Served, path: str, token: str) -> list[requests.Response]:
+    """A wait's answer when it was refused (in a list: a 4xx Response is falsy), else none."""
+    answer = served.call("GET", path, token=token, params={"timeout": 0})
+    return [answer] if answer.status_code == 429 else []
+
+
+def test_wait_slots_are_bounded_per_token_and_in_all(served: Served) -> None:
+    """Each wait holds one of the listener's threads: a token holds WAITS_PER_TOKEN at most, so
+    that another token is still served, and the listener MAX_WAITS in all; each refusal is 429
+    with Retry-After (no daemon runs the job: the holders wait their whole timeout)."""
     path = f"api/v1/jobs/{uuid.uuid4().hex}/wait"
-    with ThreadPoolExecutor(MAX_WAITS + 1) as pool:
-        calls = [
-            pool.submit(served.call, "GET", path, params={"timeout": 4})
-            for _ in range(MAX_WAITS + 1)
-        ]
-        answers = [call.result() for call in calls]
-    assert sorted(a.status_code for a in answers) == [200] * MAX_WAITS + [429]
-    (refused,) = [a for a in answers if a.status_code == 429]
-    problem(refused, 429, "too-many-waits")
-    assert refused.headers["Retry-After"] == "1"
+    tokens = ["reader", "sender"]
+    assert len(tokens) * WAITS_PER_TOKEN == MAX_WAITS
+    with ThreadPoolExecutor(MAX_WAITS) as pool:
+        held = []
+        for token in tokens:
+            held += [pool.submit(held_wait, served, path, token, 6) for _ in range(WAITS_PER_TOKEN)]
+            (own,) = wait_until(
+                lambda token=token: refused_wait(served, path, token), 10, f"{token}'s share"
+            )
+        (full,) = wait_until(lambda: refused_wait(served, path, "actor"), 10, "the listener full")
+        answers = [call.result() for call in held]
+    assert [a.status_code for a in answers] == [200] * MAX_WAITS
+    for answer, says in ((own, "as many as one token may"), (full, "waits at once")):
+        assert says in problem(answer, 429, "too-many-waits")["detail"]
+        assert answer.headers["Retry-After"] == str(RETRY_AFTER)
+    # Every slot was given back.
+    assert served.call("GET", path, token="reader", params={"timeout": 0}).status_code == 200
+
+
+def test_one_token_cannot_hold_every_wait_slot() -> None:
+    slots = WaitSlots(total=3, per_token=2)
+    first, second = slots.take("a"), slots.take("a")
+    with pytest.raises(WaitRefused, match="as many as one token may"):
+        slots.take("a")
+    other = slots.take("b")
+    with pytest.raises(WaitRefused, match="3 waits at once"):
+        slots.take("c")
+    first.release()
+    first.release()  # once only: a slot is not given back twice
+    assert slots.held("a") == 1
+    third = slots.take("c")
+    for slot in (second, other, third):
+        slot.release()
+    assert slots.held("a") == slots.held("b") == slots.held("c") == 0
 
 
 def test_a_cursor_walks_a_list_page_by_page(served: Served, fleet: WebFleet) -> None:
@@ -387,29 +431,49 @@ def test_token_new_prints_a_token_that_the_lines_it_prints_accept(cli, tmp_path:
     assert ending.returncode == 2 and 'NAME "deploy-bot\\n"' in ending.stderr
 
 
-def test_the_docs_curl_submit_and_poll_runs_as_written(
+def test_the_docs_curl_submit_and_poll_runs_as_written_and_backs_off_on_429(
     served: Served, fleet: WebFleet, start_daemon: Any, tmp_path: Path
 ) -> None:
+    """The docs' loop, run while its token's wait slots are all held (by waits of a job that
+    ends once the daemon starts): its first wait is 429, it waits out Retry-After and goes on."""
     text = (Path(__file__).parent.parent / "docs" / "api.md").read_text()
     block = re.search(r"## Submit and poll.*?```bash\n(.*?)```", text, re.S)
     assert block, "docs/api.md lost its curl example"
-    daemon = start_daemon("run", "-c", str(fleet.conf))
+    held = served.call(
+        "POST", "api/v1/jobs", token="sender", json={"job": {"command": "true"}}
+    ).json()["message_id"]
     env = {
         **os.environ,
         "SQSJKR_API": served.url + "api/v1",
         "SQSJKR_TOKEN": TOKENS["sender"][0],
     }
-    ran = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", block[1]],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    daemon.stop()
-    assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.strip() == "succeeded"
+    errors = tmp_path / "stderr"
+    with ThreadPoolExecutor(WAITS_PER_TOKEN) as pool:
+        wait = f"api/v1/jobs/{held}/wait"
+        holders = [
+            pool.submit(held_wait, served, wait, "sender", 60) for _ in range(WAITS_PER_TOKEN)
+        ]
+        wait_until(lambda: refused_wait(served, wait, "sender"), 30, "the sender's slots held")
+        with errors.open("w") as stderr:
+            loop = subprocess.Popen(
+                ["bash", "-euo", "pipefail", "-c", block[1]],
+                env=env,
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+            try:
+                wait_until(lambda: "busy:" in errors.read_text(), 30, "the loop's 429")
+                daemon = start_daemon("run", "-c", str(fleet.conf))
+                out, _ = loop.communicate(timeout=120)
+            finally:
+                loop.kill()
+        daemon.stop()
+        assert all(h.result().json()["phase"] == "ended" for h in holders)
+    assert loop.returncode == 0, errors.read_text()
+    assert out.strip() == "succeeded"
+    assert f"busy: waiting {RETRY_AFTER}s" in errors.read_text()
     job = json.loads((tmp_path / "job.json").read_text())
     assert "hello from curl" in job["record"]["output"]
 

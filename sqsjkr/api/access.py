@@ -1,29 +1,23 @@
 """What every route of the HTTP API shares: the caller's token checked for a scope, a Fleet per
-token (its actions audited as the token's name), lists cut into pages, and the long polls' bound.
+token (its actions audited as the token's name), and the long polls' slots.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from flask import current_app, g, request
 from flask_openapi3 import APIBlueprint, Tag
 
 from sqsjkr.api.problems import ApiProblem, documented_problems
+from sqsjkr.api.slots import WaitSlots
 from sqsjkr.api.tokens import Token, Tokens
 from sqsjkr.contract.config import Config
 from sqsjkr.fleet.client import Fleet
 
-T = TypeVar("T")
 #: Every route's path starts with it.
 PREFIX = "/api/v1"
-#: Long polls (…/wait) served at once: each holds one of the listener's threads.
-MAX_WAITS = 4
 _KEY = "sqsjkr.api"
 
 
@@ -33,9 +27,7 @@ class Access:
 
     config: Config
     tokens: Tokens
-    waits: threading.BoundedSemaphore = field(
-        default_factory=lambda: threading.BoundedSemaphore(MAX_WAITS)
-    )
+    waits: WaitSlots = field(default_factory=WaitSlots)
     _fleets: dict[str, Fleet] = field(default_factory=dict)
     _mutex: threading.Lock = field(default_factory=threading.Lock)
 
@@ -100,29 +92,5 @@ def _require(token: Token, scope: str) -> None:
         )
 
 
-def waits() -> threading.BoundedSemaphore:
+def waits() -> WaitSlots:
     return current_app.extensions[_KEY].waits  # type: ignore[no-any-return]
-
-
-def page(items: Sequence[T], cursor: str | None, limit: int) -> tuple[list[T], str | None]:
-    """One page of items (a list read whole, in a stable order) and the cursor of the next."""
-    start = _offset(cursor)
-    end = start + limit
-    after = _cursor(end) if end < len(items) else None
-    return list(items[start:end]), after
-
-
-def _cursor(offset: int) -> str:
-    return base64.urlsafe_b64encode(f"o{offset}".encode()).decode().rstrip("=")
-
-
-def _offset(cursor: str | None) -> int:
-    if not cursor:
-        return 0
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        if text[:1] == "o" and text[1:].isdigit() and len(text) < 12:
-            return int(text[1:])
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        pass
-    raise ApiProblem(400, "bad-cursor", "cursor is not one a page of this API gave")

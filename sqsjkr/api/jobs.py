@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from flask import request
+from flask import g, request
 
 from sqsjkr.api.access import blueprint, caller, waits
 from sqsjkr.api.actions import killed_json
 from sqsjkr.api.models import Job, JobPath, JobQuery, Killed, Reason, Submit, Submitted, WaitQuery
 from sqsjkr.api.problems import ApiProblem
+from sqsjkr.api.slots import RETRY_AFTER, Slot, WaitRefused
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, WaitTimedOut
 from sqsjkr.fleet.jobs import JobState
@@ -61,8 +62,7 @@ def wait(path: JobPath, query: WaitQuery) -> dict[str, Any]:
     A long poll: the job's state once it has ended, or once timeout seconds (at most 60) have
     passed, whichever comes first. Nothing is stopped."""
     fleet = caller("read")
-    if not waits().acquire(blocking=False):
-        raise ApiProblem(429, "too-many-waits", "too many waits at once", {"Retry-After": "1"})
+    slot = _slot()
     try:
         handle = fleet.handle(path.message_id, query.event_id)
         with contextlib.suppress(WaitTimedOut):
@@ -70,7 +70,7 @@ def wait(path: JobPath, query: WaitQuery) -> dict[str, Any]:
             handle.wait(0 if request.method == "HEAD" else query.timeout)
         return job_json(fleet.job(path.message_id, handle.event_id))
     finally:
-        waits().release()
+        slot.release()
 
 
 @api.post("/jobs/<message_id>/kill", responses={200: Killed})
@@ -79,6 +79,16 @@ def kill(path: JobPath, body: Reason) -> dict[str, Any]:
 
     Its daemon stops it at its next heartbeat, as `sqsjkr kill MESSAGE_ID` does."""
     return killed_json(caller("act").kill(path.message_id, reason=body.reason))
+
+
+def _slot() -> Slot:
+    """A slot for this request's wait; 429 too-many-waits with Retry-After when its token holds
+    its share, or the listener its bound (a client backs off and calls again)."""
+    try:
+        return waits().take(g.token.name)
+    except WaitRefused as exc:
+        retry = {"Retry-After": str(RETRY_AFTER)}
+        raise ApiProblem(429, "too-many-waits", exc.detail, retry) from exc
 
 
 def _seconds(field: str, text: str | None) -> float | None:

@@ -18,6 +18,8 @@ MAX_REASON = 1000
 MAX_WAIT_SECONDS = 60
 #: The largest page of a list.
 MAX_PAGE = 500
+#: The longest cursor: a page's position holds up to two ids (MAX_ID bytes each), in base64.
+MAX_CURSOR = 4096
 #: The longest span a list of firings or of the audit trail reaches back (90 days).
 MAX_SPAN = 90 * 86400
 
@@ -76,7 +78,10 @@ class WaitQuery(JobQuery):
 
 class Page(Strict):
     cursor: str | None = Field(
-        None, max_length=200, description="The `next` of the previous page; none: the first page"
+        None,
+        max_length=MAX_CURSOR,
+        description="The `next` of the previous page, given back with the same route and "
+        "filters; none: the first page",
     )
     limit: int = Field(100, ge=1, le=MAX_PAGE, description="Items on a page")
 
@@ -273,8 +278,11 @@ class Live(Open):
     host: str
 
 
-class Locks(Open):
-    locks: list[dict[str, Any]]
+class Locks(Listed):
+    items: list[dict[str, Any]] = Field(
+        description="Each held lock, held slot and waiting job, its kind (lock, slot, waiting) "
+        "first"
+    )
 
 
 class Triggered(Open):

@@ -5,9 +5,11 @@ output, live output, the ledger of firings, schedules, daemons, locks, dead lett
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from sqsjkr.api.access import blueprint, caller, page
+from sqsjkr.api.access import blueprint, caller
+from sqsjkr.api.cursors import binding, cursor_of, position_of
 from sqsjkr.api.models import (
     AuditEntries,
     AuditQuery,
@@ -32,13 +34,19 @@ from sqsjkr.api.models import (
     Schedules,
 )
 from sqsjkr.api.problems import ApiProblem
+from sqsjkr.errors import PageError
 from sqsjkr.fleet.audit import entry_json
 from sqsjkr.fleet.client import Fleet
-from sqsjkr.fleet.daemons import daemons_json
-from sqsjkr.fleet.history import RUNS_SEARCHED, record_json
-from sqsjkr.fleet.schedules import schedule_json
+from sqsjkr.fleet.daemons import daemon_key, daemons_json
+from sqsjkr.fleet.dead_letters import DeadLetter
+from sqsjkr.fleet.firings import FiringRow
+from sqsjkr.fleet.history import record_json
+from sqsjkr.fleet.locks import holdings_page
+from sqsjkr.fleet.paging import Paged, Position, page_after, position
+from sqsjkr.fleet.schedules import Scheduled, schedule_json
 from sqsjkr.fleet.status_data import status_json
 
+T = TypeVar("T")
 api = blueprint("reads", __name__, "What the fleet did and does")
 
 
@@ -47,7 +55,10 @@ def events(query: Page) -> dict[str, Any]:
     """Every event, with its verdict (scope read)
 
     Each event's summary, as `status --json` shows it, and `status --check`'s verdict on it."""
-    return _page(_events(caller("read")), query.cursor, query.limit)
+    bound, after = _where(query)
+    start = _checked(after, (str,))
+    page = _paged(lambda: page_after(_events(caller("read")), _event_key, start, query.limit))
+    return _shown(bound, page)
 
 
 @api.get("/events/<event_id>", responses={200: Event})
@@ -62,8 +73,14 @@ def event(path: EventPath) -> dict[str, Any]:
 @api.get("/events/<event_id>/runs", responses={200: Runs})
 def runs(path: EventPath, query: RunsQuery) -> dict[str, Any]:
     """An event's last runs, newest first (scope read)"""
-    found = caller("read").history(path.event_id, RUNS_SEARCHED, failed=query.failed)
-    return _page([record_json(r, output=False) for r in found], query.cursor, query.limit)
+    bound, after = _where(query)
+    fleet = caller("read")
+    page = _paged(
+        lambda: fleet.history_page(
+            path.event_id, after=after, limit=query.limit, failed=query.failed
+        )
+    )
+    return _shown(bound, page, lambda r: record_json(r, output=False))
 
 
 @api.get("/events/<event_id>/runs/<message_id>", responses={200: Run})
@@ -91,36 +108,52 @@ def firings(query: FiringsQuery) -> dict[str, Any]:
     """The ledger of firings, newest first (scope read)
 
     Every firing the schedules imply in the span, and what became of it."""
+    bound, after = _where(query)
+    start = _checked(after, (float, str, str))
     rows = caller("read").firings(query.event_id, query.since, missed_only=query.missed)
-    return _page([row.as_json() for row in rows], query.cursor, query.limit)
+    page = _paged(lambda: page_after(rows, _firing_key, start, query.limit))
+    return _shown(bound, page, lambda row: row.as_json())
 
 
 @api.get("/schedules", responses={200: Schedules})
 def schedules(query: Page) -> dict[str, Any]:
     """Every schedule, with its next fire times (scope read)"""
+    bound, after = _where(query)
+    start = _checked(after, (str,))
     found = caller("read").schedules()
-    shown = [schedule_json(s.schedule, s.timing, None) for s in found]
-    return _page(shown, query.cursor, query.limit)
+    page = _paged(lambda: page_after(found, _schedule_key, start, query.limit))
+    return _shown(bound, page, lambda s: schedule_json(s.schedule, s.timing, None))
 
 
 @api.get("/daemons", responses={200: Daemons})
 def daemons(query: Page) -> dict[str, Any]:
     """The fleet's daemons: running, then lost, then stopped (scope read)"""
-    shown = daemons_json(caller("read").daemons(), time.time())["daemons"]
-    return _page(shown, query.cursor, query.limit)
+    bound, after = _where(query)
+    start = _checked(after, (int, str, float, str))
+    now = time.time()
+    found = caller("read").daemons()
+    page = _paged(lambda: page_after(found, lambda m: daemon_key(m, now), start, query.limit))
+    return _shown(bound, Paged(daemons_json(page.items, now)["daemons"], page.after))
 
 
 @api.get("/locks", responses={200: Locks})
-def locks() -> dict[str, Any]:
-    """The held locks, the held slots of concurrency groups, the jobs waiting (scope read)"""
-    return caller("read").locks().as_json(time.time())
+def locks(query: Page) -> dict[str, Any]:
+    """The held locks, the held slots of concurrency groups, the jobs waiting (scope read)
+
+    Each one an item of its kind (lock, slot, waiting), in that order."""
+    bound, after = _where(query)
+    holdings = caller("read").locks()
+    return _shown(bound, _paged(lambda: holdings_page(holdings, time.time(), after, query.limit)))
 
 
 @api.get("/dead-letters", responses={200: DeadLetters})
 def dead_letters(query: QueueQuery) -> dict[str, Any]:
     """The dead letters of a queue, oldest first (scope read)"""
+    bound, after = _where(query)
+    start = _checked(after, (float, str))
     letters = caller("read").dead_letters(query.queue)
-    return _page([letter.as_json() for letter in letters], query.cursor, query.limit)
+    page = _paged(lambda: page_after(letters, _letter_key, start, query.limit))
+    return _shown(bound, page, lambda letter: letter.as_json())
 
 
 @api.get("/dead-letters/<message_id>", responses={200: Letter})
@@ -135,8 +168,11 @@ def dead_letter(path: JobPath, query: LetterQuery) -> dict[str, Any]:
 @api.get("/audit", responses={200: AuditEntries})
 def audit(query: AuditQuery) -> dict[str, Any]:
     """The audit trail, newest first (scope read)"""
-    entries = caller("read").audit(time.time() - query.since)
-    return _page([entry_json(e) for e in entries], query.cursor, query.limit)
+    bound, after = _where(query)
+    fleet = caller("read")
+    since = time.time() - query.since
+    page = _paged(lambda: fleet.audit_page(since, after=after, limit=query.limit))
+    return _shown(bound, page, entry_json)
 
 
 def _events(fleet: Fleet) -> list[dict[str, Any]]:
@@ -157,6 +193,45 @@ def _events(fleet: Fleet) -> list[dict[str, Any]]:
     return shown
 
 
-def _page(items: list[dict[str, Any]], cursor: str | None, limit: int) -> dict[str, Any]:
-    shown, after = page(items, cursor, limit)
-    return {"items": shown, "next": after}
+def _where(query: Page) -> tuple[str, Position | None]:
+    """This request's list (its route and filters) and where its cursor says the page starts."""
+    bound = binding(query)
+    return bound, position_of(bound, query.cursor)
+
+
+def _checked(after: Position | None, shape: tuple[type, ...]) -> Position | None:
+    return None if after is None else _paged(lambda: position(after, shape))
+
+
+def _paged(read: Callable[[], T]) -> T:
+    """read(), a position that is none of its list's a 400 naming cursor."""
+    try:
+        return read()
+    except PageError as exc:
+        raise ApiProblem(400, "bad-cursor", f"cursor: {exc}") from exc
+
+
+def _shown(
+    bound: str, page: Paged[Any], show: Callable[[Any], dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    items = page.items if show is None else [show(item) for item in page.items]
+    after = None if page.after is None else cursor_of(bound, page.after)
+    return {"items": items, "next": after}
+
+
+def _event_key(shown: dict[str, Any]) -> Position:
+    return (str(shown["event_id"]),)
+
+
+def _firing_key(row: FiringRow) -> Position:
+    # Newest first; the firings of one time by event and schedule.
+    return (-row.at, row.event_id, row.schedule)
+
+
+def _schedule_key(scheduled: Scheduled) -> Position:
+    return (scheduled.schedule.name,)
+
+
+def _letter_key(letter: DeadLetter) -> Position:
+    # Oldest first, as the queue's reader gives them; of one millisecond, by id.
+    return (letter.sent_at, letter.message_id)

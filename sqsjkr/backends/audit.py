@@ -11,7 +11,7 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from sqsjkr.backends.index import items_of_type, json_value
+from sqsjkr.backends.index import batch_get, items_of_type, json_value, keys_of_type
 
 AUDIT_TYPE = "audit"
 #: An audit item stays 400 days, then DynamoDB's TTL removes it.
@@ -118,6 +118,39 @@ class DynamoAudit:
         items = items_of_type(self._client, self._table, AUDIT_TYPE, expired_from=expired_from)
         kept = [e for e in map(_entry, items) if e.at >= since]
         return sorted(kept, key=lambda e: e.at, reverse=True)
+
+    def page(
+        self, since: float, after: tuple[float, str] | None, limit: int
+    ) -> tuple[list[AuditEntry], tuple[float, str] | None]:
+        """The entries from since on, newest first, after the position (time, item Id) of a
+        previous page's last one; and this page's last position when more follow. The keys are
+        listed (each Id holds its time); only the page's items are read."""
+        expired_from = int(since + AUDIT_KEEP_SECONDS)
+        found = []
+        for key in keys_of_type(self._client, self._table, AUDIT_TYPE, expired_from=expired_from):
+            at = _time_of(key["Id"]["S"])
+            if at is not None and at >= since:
+                found.append((at, key["Id"]["S"]))
+        # Newest first; of two entries of the same microsecond, by Id.
+        found.sort(key=lambda found: (-found[0], found[1]))
+        if after is not None:
+            found = [f for f in found if (-f[0], f[1]) > (-after[0], after[1])]
+        shown = found[:limit]
+        keys = [{"Id": {"S": id_}, "Type": {"S": AUDIT_TYPE}} for _, id_ in shown]
+        items = {
+            item["Id"]["S"]: _entry(item) for item in batch_get(self._client, self._table, keys)
+        }
+        # An entry that expired between the listing and the read is gone from the page.
+        entries = [items[id_] for _, id_ in shown if id_ in items]
+        return entries, shown[-1] if len(found) > limit else None
+
+
+def _time_of(id_: str) -> float | None:
+    """The time an audit item's Id holds ("audit:<unix seconds>:<random>")."""
+    try:
+        return float(id_.split(":")[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def _entry(item: dict[str, Any]) -> AuditEntry:

@@ -32,6 +32,13 @@ def items_of_type(
     return batch_get(client, table, keys)
 
 
+def keys_of_type(
+    client: Any, table: str, type_: str, *, expired_from: int | None = None
+) -> list[dict[str, Any]]:
+    """The keys (Id, Type, Expired) of items_of_type's items, the items themselves not read."""
+    return list(_keys_of_type(client, table, type_, expired_from))
+
+
 def batch_get(
     client: Any, table: str, keys: list[dict[str, Any]], projection: str | None = None
 ) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from sqsjkr.backends.audit import AuditTrail, DynamoAudit
 from sqsjkr.backends.aws import describe, make_client, make_session
 from sqsjkr.contract.config import Config
 from sqsjkr.errors import AuditRefused, quote
+from sqsjkr.fleet.paging import Paged, Position, position
 from sqsjkr.fleet.wording import local_time
 from sqsjkr.observability.logs import escape
 
@@ -158,6 +159,19 @@ def auditor_as(client: Any, table: str, actor: Actor) -> Auditor:
 def entries_since(client: Any, table: str, since: float) -> list[AuditEntry]:
     """Every audit entry of the table from since (unix seconds) on, newest first."""
     return DynamoAudit(client, table).entries(since)
+
+
+def audit_page(
+    client: Any, table: str, since: float, after: Position | None, limit: int
+) -> Paged[AuditEntry]:
+    """A page of the audit entries from since on, newest first, past the position of the
+    previous page's last one (None: the first page); PageError for a position of another list."""
+    start = None
+    if after is not None:
+        at, id_ = position(after, (float, str))
+        start = (float(at), str(id_))
+    entries, last = DynamoAudit(client, table).page(since, start, limit)
+    return Paged(entries, last)
 
 
 def entry_json(entry: AuditEntry) -> dict[str, object]:

@@ -13,13 +13,14 @@ from sqsjkr.backends.members import Member
 from sqsjkr.backends.pause import DynamoPauses, Pause
 from sqsjkr.backends.routes import DynamoRoutes, Route
 from sqsjkr.contract.run import RunRecord
-from sqsjkr.fleet.audit import entries_since
+from sqsjkr.fleet.audit import audit_page, entries_since
 from sqsjkr.fleet.connection import Connection
 from sqsjkr.fleet.daemons import ordered, read_members
 from sqsjkr.fleet.dead_letters import DeadLetter, Queues, find_letter, queues_of, read_letters
 from sqsjkr.fleet.firings import DEFAULT_SINCE, FiringRow, firings
-from sqsjkr.fleet.history import find_record, last_runs
+from sqsjkr.fleet.history import find_record, last_runs, runs_page
 from sqsjkr.fleet.locks import HeldLock, Holdings, held, lock_of
+from sqsjkr.fleet.paging import Paged, Position
 from sqsjkr.fleet.pipeline_steps import PipelineView
 from sqsjkr.fleet.pipelines import event_pipeline, parse_firing_time
 from sqsjkr.fleet.route import routes_of
@@ -63,6 +64,18 @@ class Reads(Connection):
         """The last runs of event_id (None: of every event), newest first; with failed, only
         those that did not succeed (`sqsjkr history`)."""
         return last_runs(self.store, event_id, limit, failed=failed)
+
+    def history_page(
+        self,
+        event_id: str,
+        *,
+        after: Position | None = None,
+        limit: int = 100,
+        failed: bool = False,
+    ) -> Paged[RunRecord]:
+        """A page of event_id's runs, newest first, past the previous page's `after` (None:
+        the first page); runs recorded meanwhile move no run of the next pages."""
+        return runs_page(self.store, event_id, after, limit, failed=failed)
 
     def run(self, event_id: str, message_id: str) -> RunRecord | None:
         """The newest record of message_id's run among event_id's last runs, or None."""
@@ -124,6 +137,15 @@ class Reads(Connection):
         """Every audit entry from since (unix seconds) on, newest first (`sqsjkr audit`)."""
         with self.store.reading():
             return entries_since(self.store.client, self.store.table, since)
+
+    def audit_page(
+        self, since: float, *, after: Position | None = None, limit: int = 100
+    ) -> Paged[AuditEntry]:
+        """A page of the audit entries from since (unix seconds) on, newest first, past the
+        previous page's `after` (None: the first page); entries written meanwhile move no entry
+        of the next pages. Only the page's items are read."""
+        with self.store.reading():
+            return audit_page(self.store.client, self.store.table, since, after, limit)
 
     def firings(
         self, event_id: str | None = None, since: float = DEFAULT_SINCE, missed_only: bool = False

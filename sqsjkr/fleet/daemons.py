@@ -20,7 +20,12 @@ _ORDER = {State.RUNNING: 0, State.LOST: 1, State.STOPPED: 2}
 
 def ordered(members: Sequence[Member], now: float) -> list[Member]:
     """Running first, then lost, then stopped; by host and start within each."""
-    return sorted(members, key=lambda m: (_ORDER[m.state(now)], m.host, m.started_at))
+    return sorted(members, key=lambda m: daemon_key(m, now))
+
+
+def daemon_key(member: Member, now: float) -> tuple[int, str, float, str]:
+    """Where a daemon sorts in ordered()'s order, its owner (unique) last: a page's position."""
+    return (_ORDER[member.state(now)], member.host, member.started_at, member.owner)
 
 
 def live(members: Sequence[Member], now: float) -> list[Member]:

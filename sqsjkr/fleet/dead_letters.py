@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -38,6 +40,11 @@ _log = logging.getLogger(__name__)
 PEEK_VISIBILITY_SECONDS = 30
 #: A short long poll: it asks every SQS server, so an empty answer means no more messages.
 PEEK_WAIT_SECONDS = 1
+#: How long the letters one read of a dead-letter queue found answer this process's next reads
+#: of it: readers at once (the dashboard's views, the API's clients) see the same letters, and
+#: raise each letter's receive count once, not once each. A change made here (a redrive, a
+#: delete) is seen at once; one made elsewhere, within these seconds.
+LETTERS_FRESH_SECONDS = 5.0
 #: The message attributes EventBridge Scheduler puts on a dead-letter event, a firing it could
 #: not deliver (its guide, "Configuring a schedule's dead-letter queue"; local mode's scheduler
 #: puts them too): a redrive leaves them behind.
@@ -270,9 +277,46 @@ def shown_attribute(name: str, value: Mapping[str, Any]) -> dict[str, str]:
     return shown
 
 
+class _Peeks:
+    """What this process's peeks of each queue share: a lock, since SQS has no true peek (a
+    receive hides what it reads from every other reader until it is released, so two peeks at
+    once each find part of the queue), and the letters its last read found, for read_letters."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._mutex = threading.Lock()
+        # Reentrant: a peek within another of the same thread does not wait for itself.
+        self._locks: dict[str, threading.RLock] = {}
+        self._last: dict[str, tuple[float, list[DeadLetter]]] = {}
+
+    def lock(self, url: str) -> threading.RLock:
+        with self._mutex:
+            return self._locks.setdefault(url, threading.RLock())
+
+    def last_read(self, url: str) -> list[DeadLetter] | None:
+        """The letters a read of url found within LETTERS_FRESH_SECONDS, or None."""
+        with self._mutex:
+            found = self._last.get(url)
+            if found is None or self.clock() - found[0] >= LETTERS_FRESH_SECONDS:
+                return None
+            return list(found[1])
+
+    def keep(self, url: str, letters: list[DeadLetter]) -> None:
+        with self._mutex:
+            self._last[url] = (self.clock(), list(letters))
+
+    def forget(self, url: str) -> None:
+        with self._mutex:
+            self._last.pop(url, None)
+
+
+_PEEKS = _Peeks()
+
+
 class Peek:
     """Reads every message of a queue without consuming it; leaving the block makes every one
-    read and not deleted visible again at once."""
+    read and not deleted visible again at once. The peeks of one queue in this process take
+    turns, so that none hides letters from another."""
 
     def __init__(self, sqs: Any, url: str, warn: Callable[[str], None] | None = None) -> None:
         self._sqs = sqs
@@ -280,8 +324,10 @@ class Peek:
         # Who hears of a message that stays hidden: the face, or this module's log.
         self._warn = warn or _log.warning
         self._held: dict[str, DeadLetter] = {}
+        self._turn = _PEEKS.lock(url)
 
     def __enter__(self) -> Peek:
+        self._turn.acquire()
         return self
 
     def __exit__(
@@ -290,7 +336,19 @@ class Peek:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.release()
+        try:
+            self.release()
+        finally:
+            self._turn.release()
+
+    def last_read(self) -> list[DeadLetter] | None:
+        """The letters a read of this queue in this process found within
+        LETTERS_FRESH_SECONDS (None: none did, or a delete here changed the queue since)."""
+        return _PEEKS.last_read(self._url)
+
+    def keep(self, letters: list[DeadLetter]) -> None:
+        """Keep letters, what a read of the queue found, as its last read."""
+        _PEEKS.keep(self._url, letters)
 
     def pages(self, expected: int | None = None) -> Iterator[list[DeadLetter]]:
         """The messages, a receive at a time, until a receive brings no message not yet read
@@ -315,6 +373,7 @@ class Peek:
             yield new
 
     def delete(self, letter: DeadLetter) -> None:
+        _PEEKS.forget(self._url)
         self._sqs.delete_message(QueueUrl=self._url, ReceiptHandle=letter.receipt_handle)
         self._held.pop(letter.message_id, None)
 
@@ -324,6 +383,7 @@ class Peek:
             {"Id": str(i), "ReceiptHandle": letter.receipt_handle}
             for i, letter in enumerate(letters)
         ]
+        _PEEKS.forget(self._url)
         response = self._sqs.delete_message_batch(QueueUrl=self._url, Entries=entries)
         failed = {
             int(f["Id"]): f.get("Message", f.get("Code", "")) for f in response.get("Failed", [])
@@ -371,8 +431,15 @@ def read_letters(
     if expected == 0:
         return []
     with Peek(queues.sqs, queues.dlq_url, warn) as peek:
-        letters = [letter for page in peek.pages(expected) for letter in page]
-    return sorted(letters, key=lambda letter: letter.sent_at)
+        # Within the turn: readers that waited for this one's read answer its letters.
+        letters = peek.last_read()
+        if letters is None:
+            letters = sorted(
+                (letter for page in peek.pages(expected) for letter in page),
+                key=lambda letter: letter.sent_at,
+            )
+            peek.keep(letters)
+    return letters
 
 
 def letter_count(queues: Queues) -> int:
@@ -388,6 +455,7 @@ def find_letter(
 ) -> DeadLetter | None:
     """The message of the dead-letter queue whose id (DLQ or original) is message_id, or None."""
     with Peek(queues.sqs, queues.dlq_url, warn) as peek:
-        return next(
+        kept = peek.last_read() or []
+        return next((found for found in kept if found.matches(message_id)), None) or next(
             (found for page in peek.pages() for found in page if found.matches(message_id)), None
         )

@@ -17,7 +17,8 @@ from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.history import run_type as run_type
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, RunRecord
-from sqsjkr.errors import ResourceMissingError
+from sqsjkr.errors import PageError, ResourceMissingError
+from sqsjkr.fleet.paging import Paged, Position, position
 
 if TYPE_CHECKING:
     # fleet-actions moves the Auditor into sqsjkr/fleet/audit.py: the lead points this there.
@@ -89,6 +90,23 @@ def last_runs(store: Store, event_id: str | None, limit: int, *, failed: bool) -
         if event_id is None:
             return recent_runs(store.history, limit, failed=failed)
         return store.history.runs(event_id, limit, failed=failed)
+
+
+def runs_page(
+    store: Store, event_id: str, after: Position | None, limit: int, *, failed: bool
+) -> Paged[RunRecord]:
+    """A page of the event's runs, newest first, past the run whose item's Type (its run_type,
+    which sorts as its end time) is the position (None: the first page); PageError for a
+    position of another list."""
+    before = None
+    if after is not None:
+        before = str(position(after, (str,))[0])
+        if not before.startswith(RUN_TYPE_PREFIX):
+            raise PageError(f"the position {after!r} is no run's")
+    with store.reading():
+        found = store.history.runs(event_id, limit + 1, failed=failed, before=before)
+    shown = found[:limit]
+    return Paged(shown, (run_type(shown[-1]),) if len(found) > limit else None)
 
 
 def ended_at(record: RunRecord | None) -> float:

@@ -18,6 +18,7 @@ from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import RunStart
 from sqsjkr.errors import quote
 from sqsjkr.fleet.history import reading_table
+from sqsjkr.fleet.paging import Paged, Position, page_after, position
 from sqsjkr.fleet.wording import format_span
 
 
@@ -170,6 +171,27 @@ class Holdings:
             "groups": [group.as_json(now) for group in self.groups],
             "waiting": [waiting_json(run) for run in self.waiting],
         }
+
+
+def holdings_page(
+    holdings: Holdings, now: float, after: Position | None, limit: int
+) -> Paged[dict[str, Any]]:
+    """A page of every holding as one object of its kind: a held lock ("lock"), a group's held
+    slot ("slot", with its group's key) and a job waiting ("waiting"), in that order, each kind
+    by its ids; past the previous page's position (PageError for one of another list)."""
+    listed: list[tuple[Position, dict[str, Any]]] = []
+    for lock in holdings.locks:
+        listed.append(((0, lock.lock_id, 0, ""), {"kind": "lock", **lock.as_json(now)}))
+    for group in holdings.groups:
+        for slot in group.slots:
+            shown = {"kind": "slot", "key": group.key, **slot.as_json(now)}
+            listed.append(((1, group.key, slot.slot, ""), shown))
+    for run in holdings.waiting:
+        key = (2, run.event_id, 0, run.message_id)
+        listed.append((key, {"kind": "waiting", **waiting_json(run)}))
+    start = None if after is None else position(after, (int, str, int, str))
+    page = page_after(listed, lambda pair: pair[0], start, limit)
+    return Paged([shown for _, shown in page.items], page.after)
 
 
 def waiting_json(start: RunStart) -> dict[str, Any]:
