@@ -31,20 +31,26 @@ from sqsjkr.backends.pipeline import DynamoPipelines
 from sqsjkr.commands.cli import main
 from sqsjkr.contract.pipeline import parse_pipeline
 from sqsjkr.contract.run import RunOutcome, RunRecord
-from tests.conftest import Aws, Daemon, config_text, new_aws
+from sqsjkr.contract.firing import Origin
+from tests.conftest import Daemon, config_text, new_aws
+from tests.test_catchup import HOUR, hourly, module_message
+from tests.test_schedules import scheduler
 from tests.faults import Call, Fault, FaultProxy
 
 #: The lease of claims and locks: a killed daemon's are taken over within seconds (the queue's
 #: visibility timeout follows from it: 4 s).
 LEASE = "2s"
 #: How long a replay may take to settle after its fault before what it left is judged.
-SETTLE_SECONDS = 45.0
+SETTLE_SECONDS = 30.0
 #: The event ids of every path start so: the steps a call names are read from its text.
 PREFIX = "fpx"
 
-#: The Types of items that idle daemons write whatever the path: their presence, the catch-up
-#: look's lease, running jobs' output tails (written on a timer, not by the path).
-BACKGROUND_TYPES = frozenset({"daemon", "catchup", "live"})
+#: What idle daemons call whatever the path: the items of their presence, of the catch-up
+#: look's lease, of running jobs' output tails (written on a timer, not by the path), and the
+#: scheduler's REST calls (the catch-up look).
+BACKGROUND = frozenset({"daemon", "catchup", "live", "scheduler"})
+#: A catch-up send's path is the look: only presence and output tails are not on it.
+LOOKING = frozenset({"daemon", "live"})
 
 
 class Kind(enum.Enum):
@@ -77,14 +83,42 @@ class Point:
         return (self.action, self.shape, self.subject)
 
 
-STEP_NAMES = re.compile(rf'{PREFIX}-(\w+)|#step-(\w+)|\\?"step\\?": ?\\?"(\w+)')
+STEP_NAMES = re.compile(rf"{PREFIX}-(\w+)|#step-(\w+)")
 
 
-def subject_of(text: str) -> str:
-    """The steps (or events) a call's text names, sorted: how the calls of b and c, made in
-    either order, are told apart."""
-    names = {next(g for g in m.groups() if g) for m in STEP_NAMES.finditer(text)}
-    return ",".join(sorted(names))
+def names_in(text: str) -> set[str]:
+    """The steps (or events) text names by their event ids or their claims' keys."""
+    return {next(g for g in m.groups() if g) for m in STEP_NAMES.finditer(text)}
+
+
+def step_of_message(body: str) -> str:
+    """The step a message is (its root's, for a pipeline's first), else the event it is of."""
+    try:
+        job = json.loads(body)
+    except ValueError:
+        return ""
+    if not isinstance(job, dict):
+        return ""
+    if job.get("step"):
+        return str(job["step"])
+    if isinstance(job.get("pipeline"), dict):
+        return str(job["pipeline"].get("root", ""))
+    return ",".join(sorted(names_in(str(job.get("event_id", "")))))
+
+
+def subject_of(call: Call, answer: bytes | None) -> str:
+    """The steps (or events) a call is about, sorted: how the calls of b and c, made in either
+    order, are told apart from one run to the next."""
+    request = call.json
+    if call.action == "ReceiveMessage":
+        messages = json.loads(answer or b"{}").get("Messages") or []
+        return ",".join(sorted(step_of_message(m.get("Body", "")) for m in messages))
+    if call.action == "SendMessage":
+        return step_of_message(str(request.get("MessageBody", "")))
+    step = request.get("ExpressionAttributeValues", {}).get(":step", {}).get("SS")
+    if step:  # a step's end noted in its run's item
+        return ",".join(sorted(step))
+    return ",".join(sorted(names_in(call.body.decode(errors="replace"))))
 
 
 def kind_of_item(type_: str | None) -> str:
@@ -108,31 +142,34 @@ def shape_of(call: Call) -> str:
     return "queue" if queue else ""
 
 
-def identity(call: Call, answer: bytes | None) -> tuple[str, str, str] | None:
-    """The call's identity on the path, or None for a call that idle daemons make anyway: an
-    empty ReceiveMessage, their presence, the scheduler's list (no X-Amz-Target)."""
-    if not call.action:
-        return None
-    if kind_of_item(call.item_type()) in BACKGROUND_TYPES:
+def identity(
+    call: Call, answer: bytes | None, quiet: frozenset[str] = BACKGROUND
+) -> tuple[str, str, str] | None:
+    """The call's identity on the path, or None for a call that idle daemons make anyway (an
+    empty ReceiveMessage, and what quiet names)."""
+    if not call.action:  # the scheduler's REST API
+        return None if "scheduler" in quiet else (call.route, "scheduler", "")
+    if kind_of_item(call.item_type()) in quiet:
         return None
     if call.action == "ReceiveMessage":
-        messages = json.loads(answer or b"{}").get("Messages") or []
-        if not messages:
+        if not json.loads(answer or b"{}").get("Messages"):
             return None
-        return (call.action, "queue", subject_of(json.dumps(messages)))
+        return (call.action, "queue", subject_of(call, answer))
     if call.action in ("GetQueueAttributes", "ChangeMessageVisibilityBatch", "GetQueueUrl"):
         # Made on timers (the backlog gauge, visibility kept up) or once per process.
         return None
-    return (call.action, shape_of(call), subject_of(call.body.decode(errors="replace")))
+    return (call.action, shape_of(call), subject_of(call, None))
 
 
-def path_points(answers: Sequence[tuple[Call, int, bytes | None]]) -> list[Point]:
+def path_points(
+    answers: Sequence[tuple[Call, int, bytes | None]], quiet: frozenset[str] = BACKGROUND
+) -> list[Point]:
     """The points of a clean run's calls (answered after the path began), retries left out."""
     seen: Counter[tuple[str, str, str]] = Counter()
     last: dict[tuple[str, str, str], str] = {}
     points = []
     for call, _, answer in answers:
-        ident = identity(call, answer)
+        ident = identity(call, answer, quiet)
         if ident is None or (call.action != "ReceiveMessage" and last.get(ident) == call.request_key()):
             continue
         last[ident] = call.request_key()
@@ -144,8 +181,9 @@ def path_points(answers: Sequence[tuple[Call, int, bytes | None]]) -> list[Point
 class Aim:
     """Finds a point's call among a replay's calls as they come, and the tries of it after."""
 
-    def __init__(self, point: Point, retries: int) -> None:
+    def __init__(self, point: Point, retries: int, quiet: frozenset[str] = BACKGROUND) -> None:
         self.point = point
+        self._quiet = quiet
         self._seen: Counter[tuple[str, str, str]] = Counter()
         self._last: dict[tuple[str, str, str], str] = {}
         self._hit: str | None = None
@@ -161,7 +199,7 @@ class Aim:
             return False
         if call.action == "ReceiveMessage":  # answered() decides, once it is answered
             return True
-        ident = identity(call, None)
+        ident = identity(call, None, self._quiet)
         if not self.armed.is_set() or ident is None or self._last.get(ident) == call.request_key():
             return False
         self._last[ident] = call.request_key()
@@ -170,7 +208,7 @@ class Aim:
 
     def answered(self, call: Call, status: int, answer: bytes) -> bool:
         """Whether the ReceiveMessage that took effect was the point's."""
-        ident = identity(call, answer)
+        ident = identity(call, answer, self._quiet)
         if not self.armed.is_set() or ident is None or self._hit is not None:
             return False
         self._seen[ident] += 1
@@ -310,6 +348,9 @@ class Path_:
     prepare: Callable[[World], None] = lambda world: None
     #: Runs beyond one per step that a crash may cause: counted, not failed.
     reruns: Callable[[World], int] = lambda world: 0
+    #: The path begins as a daemon starts (a catch-up look): prepare comes before it.
+    begins_with_daemon: bool = False
+    quiet: frozenset[str] = BACKGROUND
 
 
 def firing_fields(at: float) -> dict[str, str]:
@@ -517,6 +558,51 @@ def rerun_path() -> Path_:
     return Path_("rerun", send, run.done, check, prepare=prepare, reruns=reruns)
 
 
+def catch_up_path() -> Path_:
+    """An hourly schedule with catch_up whose last firing (30 minutes ago) no daemon took: the
+    daemon that starts looks, sends it as that firing, and runs it once."""
+    event = f"{PREFIX}-catchup"
+    group = f"fp-{uuid.uuid4().hex[:8]}"
+
+    def prepare(world: World) -> None:
+        scheduler().create_schedule_group(Name=group)
+        body = module_message(event, f"echo ran >> {world.out}", catch_up="1h")
+        hourly(world.aws, group, event, time.time() - 2.5 * HOUR, body)
+        section = f'\n[schedule]\ngroup = "{group}"\ncatch_up_interval = "3s"\n'
+        world.conf.write_text(world.conf.read_text() + section)
+
+    def settled(world: World) -> bool:
+        return world.aws.queue_counts() == (0, 0) and bool(succeeded(final_records(world, event)))
+
+    def check(world: World) -> list[str]:
+        problems = []
+        if "ran" not in world.lines():
+            problems.append("the missed firing never ran")
+        ok = succeeded(final_records(world, event))
+        if len(ok) != 1:
+            problems.append(f"the firing recorded as run {len(ok)} times: {outcomes(world.records(event))}")
+        elif ok[0].origin != Origin.CATCH_UP.value:
+            problems.append(f"its run's origin is {ok[0].origin}, not catch-up")
+        queued = world.aws.queue_counts()
+        if queued != (0, 0):
+            problems.append(f"messages left on the queue (visible, in flight: {queued})")
+        return problems
+
+    def reruns(world: World) -> int:
+        return max(0, world.lines().count("ran") - 1)
+
+    return Path_(
+        "catchup",
+        lambda world: None,
+        settled,
+        check,
+        prepare=prepare,
+        reruns=reruns,
+        begins_with_daemon=True,
+        quiet=LOOKING,
+    )
+
+
 def paths() -> dict[str, Callable[[], Path_]]:
     """Each path the walk tries, by name, in order of priority."""
     return {
@@ -525,6 +611,7 @@ def paths() -> dict[str, Callable[[], Path_]]:
         "firing": lambda: single_job("firing", firing=True),
         "pipeline": pipeline_path,
         "rerun": rerun_path,
+        "catchup": catch_up_path,
     }
 
 
@@ -566,25 +653,33 @@ def replay(
     env: dict[str, str],
     point: Point | None = None,
     kind: Kind | None = None,
+    *,
+    faults: Callable[[World], list[Fault]] = lambda world: [],
+    settle: float = SETTLE_SECONDS,
     directory: Path | None = None,
 ) -> tuple[Outcome, list[Point]]:
-    """Run the path once, with kind done to point's call (none: a clean run); the outcome, and
-    the points the path's calls made."""
+    """Run the path once, with kind done to point's call (none: a clean run) and these other
+    faults; the outcome, and the points the path's calls made."""
     path = make()
     began = time.monotonic()
     with world_on(endpoint, env, directory) as world:
         aim = None
         if point is not None and kind is not None:
-            aim = Aim(point, retries=ATTEMPTS - 1)
+            aim = Aim(point, retries=ATTEMPTS - 1, quiet=path.quiet)
             for fault in faults_for(kind, aim, world.kill_host):
                 world.proxy.add(fault)
-        world.start()
+        for fault in faults(world):
+            world.proxy.add(fault)
+        if not path.begins_with_daemon:
+            world.start()
         path.prepare(world)
         mark = len(world.proxy.answers)
         if aim is not None:
             aim.armed.set()
+        if path.begins_with_daemon:
+            world.start()
         path.send(world)
-        deadline = time.monotonic() + SETTLE_SECONDS
+        deadline = time.monotonic() + settle
         pause = 0.05
         while not path.settled(world) and time.monotonic() < deadline:
             world.tend()
@@ -600,7 +695,7 @@ def replay(
             outcome.problems.append(f"status --check says OK: {line}")
         if not outcome.problems and code != 0:
             outcome.problems.append(f"status --check says {code} of a path that ended well: {line}")
-        points = path_points(world.proxy.answers[mark:])
+        points = path_points(world.proxy.answers[mark:], path.quiet)
     outcome.seconds = time.monotonic() - began
     return outcome, points
 

@@ -24,6 +24,8 @@ class Call:
 
     action: str  # "PutItem", "ReceiveMessage", ...
     body: bytes
+    #: The method and path of a REST call, which has no action ("GET /schedules/nightly").
+    route: str = ""
 
     @property
     def json(self) -> Any:
@@ -186,7 +188,8 @@ class FaultProxy:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length)
         target = handler.headers.get("X-Amz-Target", "")
-        call = Call(target.rpartition(".")[2], body)
+        route = f"{handler.command} {urlsplit(handler.path).path}"
+        call = Call(target.rpartition(".")[2], body, "" if target else route)
         fault = self._fault_for(call)
         if fault is not None and fault.error is not None and fault.confirm is None:
             self._refuse(handler, call, fault)
