@@ -61,7 +61,9 @@ def main() -> int:
         for name in args.path or list(paths()):
             make = paths()[name]
             clean, points = replay(make, env["AWS_ENDPOINT_URL"], env)
-            print(f"{name}: {len(points)} points in its clean run ({clean.seconds:.1f}s)", flush=True)
+            print(
+                f"{name}: {len(points)} points in its clean run ({clean.seconds:.1f}s)", flush=True
+            )
             if clean.problems:
                 print(f"  the clean run failed: {clean}", flush=True)
                 failed.append(clean)

@@ -29,13 +29,13 @@ from sqsjkr.backends.aws import ATTEMPTS
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.pipeline import DynamoPipelines
 from sqsjkr.commands.cli import main
+from sqsjkr.contract.firing import Origin
 from sqsjkr.contract.pipeline import parse_pipeline
 from sqsjkr.contract.run import RunOutcome, RunRecord
-from sqsjkr.contract.firing import Origin
 from tests.conftest import Daemon, config_text, new_aws
+from tests.faults import Call, Fault, FaultProxy
 from tests.test_catchup import HOUR, hourly, module_message
 from tests.test_schedules import scheduler
-from tests.faults import Call, Fault, FaultProxy
 
 #: The lease of claims and locks: a killed daemon's are taken over within seconds (the queue's
 #: visibility timeout follows from it: 4 s).
@@ -170,7 +170,9 @@ def path_points(
     points = []
     for call, _, answer in answers:
         ident = identity(call, answer, quiet)
-        if ident is None or (call.action != "ReceiveMessage" and last.get(ident) == call.request_key()):
+        if ident is None or (
+            call.action != "ReceiveMessage" and last.get(ident) == call.request_key()
+        ):
             continue
         last[ident] = call.request_key()
         seen[ident] += 1
@@ -451,9 +453,14 @@ class PipelineRun:
         return {**diamond(world.out, self.c_command), "firing": self.firing}
 
     def state(self, world: World) -> Any:
-        return DynamoPipelines(world.aws.dynamodb, world.aws.table, lives_seconds=60).state(
-            self.key
-        )
+        store = DynamoPipelines(world.aws.dynamodb, world.aws.table, lives_seconds=60)
+        try:
+            return store.state(self.key)
+        except KeyError:
+            # moto (not DynamoDB) can show an UpdateItem's item half made to a read at the same
+            # moment; the next read sees it whole.
+            time.sleep(0.05)
+            return store.state(self.key)
 
     def done(self, world: World) -> bool:
         state = self.state(world)
@@ -463,14 +470,18 @@ class PipelineRun:
             and world.aws.queue_counts() == (0, 0)
         )
 
-    def check(self, world: World, failed_before: int = 0) -> list[str]:
+    def check(self, world: World, notified: int = 0) -> list[str]:
         problems = []
         ran = world.lines()
         for step in STEPS:
             if f"end-{step}" not in ran:
-                problems.append(f"{step} never ended" + (" (never started)" * (f"start-{step}" not in ran)))
+                problems.append(
+                    f"{step} never ended" + (" (never started)" * (f"start-{step}" not in ran))
+                )
             records = [
-                r for r in succeeded(final_records(world, f"{PREFIX}-{step}")) if r.pipeline_key == self.key
+                r
+                for r in succeeded(final_records(world, f"{PREFIX}-{step}"))
+                if r.pipeline_key == self.key
             ]
             if len(records) != 1:
                 problems.append(f"{step} recorded as succeeded {len(records)} times for the run")
@@ -478,9 +489,9 @@ class PipelineRun:
             first_d = ran.index("start-d")
             for parent in ("b", "c"):
                 ends = [i for i, line in enumerate(ran) if line == f"end-{parent}"]
-                if not ends or ends[0 + failed_before * (parent == "c")] > first_d:
+                if not ends or ends[0] > first_d:
                     problems.append(f"d started before {parent} ended")
-        if ran.count("notified") != failed_before:
+        if ran.count("notified") != notified:
             problems.append(f"notify ran {ran.count('notified')} times")
         state = self.state(world)
         if state is None:
@@ -497,7 +508,9 @@ class PipelineRun:
 
     def reruns(self, world: World, before: Counter[str] | None = None) -> int:
         ran = Counter(world.lines())
-        return sum(max(0, ran[f"start-{s}"] - 1 - (before or Counter())[f"start-{s}"]) for s in STEPS)
+        return sum(
+            max(0, ran[f"start-{s}"] - 1 - (before or Counter())[f"start-{s}"]) for s in STEPS
+        )
 
 
 def pipeline_path() -> Path_:
@@ -528,28 +541,35 @@ def rerun_path() -> Path_:
         )
         world.aws.send(run.body(world))
         deadline = time.monotonic() + SETTLE_SECONDS
-        while not (run.state(world) is not None and run.state(world).failed == {"c"} and "notified" in world.lines()):
+        while not failed_and_quiet(world):
             if time.monotonic() > deadline:
                 raise AssertionError(f"the failed run did not settle: {world.lines()}")
             time.sleep(0.1)
         fixed.touch()
 
+    def failed_and_quiet(world: World) -> bool:
+        state = run.state(world)
+        return (
+            state is not None
+            and state.failed == {"c"}
+            and "notified" in world.lines()
+            and world.aws.queue_counts() == (0, 0)
+        )
+
     def send(world: World) -> None:
         body = run.body(world)
         pipeline = parse_pipeline(body)
         assert pipeline is not None
-        message = {**pipeline.steps["c"].job, "pipeline": pipeline.as_fields(), "step": "c"}  # type: ignore[arg-type]
+        job = dict(pipeline.steps["c"].job or {})
+        message = {**job, "pipeline": pipeline.as_fields(), "step": "c"}
         firing = {**body["firing"], "rerun": rerun_id}
         world.aws.send({**message, "pipeline_key": run.key, "firing": firing})
 
     def check(world: World) -> list[str]:
-        problems = run.check(world, failed_before=1)
-        ran = world.lines()
-        if ran.count("start-c") < 2:
+        problems = run.check(world, notified=1)
+        if world.lines().count("start-c") < 2:
             problems.append("c was not run again")
-        return [p for p in problems if not p.startswith("c recorded as succeeded")] + [
-            p for p in problems if p.startswith("c recorded as succeeded 0")
-        ]
+        return problems
 
     def reruns(world: World) -> int:
         ran = Counter(world.lines())
@@ -580,7 +600,9 @@ def catch_up_path() -> Path_:
             problems.append("the missed firing never ran")
         ok = succeeded(final_records(world, event))
         if len(ok) != 1:
-            problems.append(f"the firing recorded as run {len(ok)} times: {outcomes(world.records(event))}")
+            problems.append(
+                f"the firing recorded as run {len(ok)} times: {outcomes(world.records(event))}"
+            )
         elif ok[0].origin != Origin.CATCH_UP.value:
             problems.append(f"its run's origin is {ok[0].origin}, not catch-up")
         queued = world.aws.queue_counts()
@@ -633,7 +655,11 @@ class Outcome:
     seconds: float = 0.0
 
     def __str__(self) -> str:
-        what = "clean run" if self.point is None else f"{self.point} {self.kind.value if self.kind else ''}"
+        what = (
+            "clean run"
+            if self.point is None
+            else f"{self.point} {self.kind.value if self.kind else ''}"
+        )
         return f"{self.path}: {what}: {'; '.join(self.problems) or 'ok'}"
 
 
@@ -681,13 +707,16 @@ def replay(
         path.send(world)
         deadline = time.monotonic() + settle
         pause = 0.05
-        while not path.settled(world) and time.monotonic() < deadline:
+        while not quietly(path.settled, world) and time.monotonic() < deadline:
             world.tend()
             time.sleep(pause)
             pause = min(pause * 1.5, 0.5)
         outcome = Outcome(path.name, point, kind, kills=world.kills)
         outcome.reached = aim is None or aim.reached.is_set()
-        outcome.problems = path.check(world)
+        try:
+            outcome.problems = path.check(world)
+        except Exception as exc:  # noqa: BLE001 - a walk of many replays reports it, and goes on
+            outcome.problems = [f"the check failed: {type(exc).__name__}: {exc}"]
         outcome.reruns = path.reruns(world)
         outcome.check = status_check(world)
         code, line = outcome.check
@@ -700,7 +729,17 @@ def replay(
     return outcome, points
 
 
-def sample(points: Sequence[Point], kinds: Sequence[Kind], per_kind: int, seed: int) -> list[tuple[Point, Kind]]:
+def quietly(settled: Callable[[World], bool], world: World) -> bool:
+    """settled(world), False when it fails (a read at a bad moment): the next poll asks again."""
+    try:
+        return settled(world)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def sample(
+    points: Sequence[Point], kinds: Sequence[Kind], per_kind: int, seed: int
+) -> list[tuple[Point, Kind]]:
     """A few (point, kind) pairs of each kind, drawn by a fixed seed."""
     draw = random.Random(seed)
     chosen = []

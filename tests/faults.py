@@ -10,6 +10,7 @@ import http.server
 import json
 import random
 import socketserver
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -151,6 +152,11 @@ class FaultProxy:
         class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             daemon_threads = True
 
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # A client killed mid-call resets its connection: no error of the proxy's.
+                if not isinstance(sys.exc_info()[1], ConnectionError):
+                    super().handle_error(request, client_address)
+
         self._server = Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -217,7 +223,9 @@ class FaultProxy:
         self._record(call, status, data)
         reply(handler, status, data, reply_headers)
 
-    def _refuse(self, handler: http.server.BaseHTTPRequestHandler, call: Call, fault: Fault) -> None:
+    def _refuse(
+        self, handler: http.server.BaseHTTPRequestHandler, call: Call, fault: Fault
+    ) -> None:
         """Answer call with fault's error."""
         assert fault.error is not None
         status, code = fault.error
