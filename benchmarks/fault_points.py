@@ -1,7 +1,7 @@
 """The whole fault-point walk (issue 36): every AWS call of each path, refused, its answer lost,
 or followed by SIGKILL of its daemon, then the path's invariants checked after recovery.
 
-    .venv/bin/python benchmarks/fault_points.py                   # every path, ~N min
+    .venv/bin/python benchmarks/fault_points.py                   # every path, ~20 min
     .venv/bin/python benchmarks/fault_points.py --path plain --kind lost --jobs 2
 
 Prints `P points x K faults: T tried, N failed`, each failure, and exits 1 when any failed.
@@ -55,7 +55,7 @@ def main() -> int:
     server, env = moto()
     began = time.monotonic()
     failed: list[Outcome] = []
-    tried = unreached = 0
+    tried = unreached = again = 0
     points_seen = 0
     try:
         for name in args.path or list(paths()):
@@ -78,6 +78,7 @@ def main() -> int:
                 for outcome in pool.map(one, todo):
                     tried += 1
                     unreached += not outcome.reached
+                    again += outcome.reruns > 0
                     if outcome.problems:
                         failed.append(outcome)
                     if outcome.problems or args.verbose:
@@ -89,7 +90,7 @@ def main() -> int:
     minutes = (time.monotonic() - began) / 60
     print(
         f"{points_seen} points x {len(kinds)} faults: {tried} tried, {len(failed)} failed, "
-        f"{unreached} not reached, in {minutes:.1f} min"
+        f"{unreached} not reached, {again} ran a command again, in {minutes:.1f} min"
     )
     for outcome in failed:
         print(f"FAILED {outcome}")
