@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.fault_points import Kind, Point, World, paths, replay, sample
+from tests.fault_points import Kind, PipelineRun, Point, World, paths, replay, sample, world_on
 from tests.faults import Call, Fault
 from tests.web_fleet import module_env
 
@@ -114,3 +114,17 @@ def deleted(world: World) -> Fault:
     return Fault(
         lambda call: call.action == "ReceiveMessage", error=(500, "InternalError"), confirm=delete
     )
+
+
+def test_the_walk_tells_a_child_started_before_a_parent_ended_and_a_step_left_out(
+    moto_endpoint: str, env: dict[str, str]
+) -> None:
+    # The pipeline's check on what a run left, with no daemon: d started before c ended, b
+    # never ran, and nothing was recorded.
+    with world_on(moto_endpoint, env) as world:
+        world.out.write_text("start-a end-a start-c start-d end-c end-d\n")
+        problems = PipelineRun(0.0).check(world)
+    assert "d started before c ended" in problems, problems
+    assert "b never ended (never started)" in problems, problems
+    assert "no item of the run" in problems, problems
+    assert "a recorded as succeeded 0 times for the run" in problems, problems
