@@ -666,6 +666,8 @@ class Outcome:
     reruns: int = 0
     kills: int = 0
     check: tuple[int, str] = (0, "")
+    #: What status --check will say an hour on (check_later).
+    later: tuple[int, str] = (0, "")
     seconds: float = 0.0
 
     def __str__(self) -> str:
@@ -733,8 +735,9 @@ def replay(
             outcome.problems = [f"the check failed: {type(exc).__name__}: {exc}"]
         outcome.reruns = path.reruns(world)
         outcome.check = status_check(world)
+        outcome.later = check_later(world)
         code, line = outcome.check
-        if outcome.problems and code == 0 and check_later(world)[0] == 0:
+        if outcome.problems and code == 0 and outcome.later[0] == 0:
             outcome.problems.append(f"status --check says OK, and would an hour on: {line}")
         if not outcome.problems and code != 0:
             outcome.problems.append(f"status --check says {code} of a path that ended well: {line}")
