@@ -36,7 +36,7 @@ from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.pipeline_steps import STUCK_AFTER
 from sqsjkr.fleet.status import CheckPolicy, check_verdict
-from tests.conftest import Daemon, config_text, new_aws
+from tests.conftest import Daemon, config_text, new_aws, wait_until
 from tests.faults import Call, Fault, FaultProxy
 from tests.test_catchup import HOUR, hourly, module_message
 from tests.test_schedules import scheduler
@@ -288,7 +288,13 @@ class World:
         daemon = Daemon(["run", "-c", str(self.conf)], self.env, self.dir)
         with self._lock:
             self.daemons.append(daemon)
-        daemon.wait_for_log("receiving with")
+        # A fault may kill it while it starts (a catch-up look's path begins there): tend()
+        # starts another.
+        wait_until(
+            lambda: "receiving with" in daemon.log or daemon.proc.poll() is not None,
+            30,
+            "the daemon receiving",
+        )
         return daemon
 
     def kill_host(self) -> None:
