@@ -25,6 +25,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from sqsjkr.backends.aws import ATTEMPTS
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.pipeline import DynamoPipelines
@@ -36,6 +38,7 @@ from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.pipeline_steps import STUCK_AFTER
 from sqsjkr.fleet.status import CheckPolicy, check_verdict
+from tests.api_fleet import TOKENS, tokens_file
 from tests.conftest import Daemon, config_text, new_aws, wait_until
 from tests.faults import Call, Fault, FaultProxy
 from tests.test_catchup import HOUR, hourly, module_message
@@ -201,7 +204,7 @@ class Aim:
 
     def first(self, call: Call) -> bool:
         """Whether call is the point's (for a ReceiveMessage: may be; answered() decides)."""
-        if self._hit is not None or call.action != self.point.action:
+        if self._hit is not None or (call.action or call.route) != self.point.action:
             return False
         if call.action == "ReceiveMessage":  # answered() decides, once it is answered
             return True
@@ -372,6 +375,8 @@ class Path_:
     reruns: Callable[[World], int] = lambda world: 0
     #: The path begins as a daemon starts (a catch-up look): prepare comes before it.
     begins_with_daemon: bool = False
+    #: Start again what a kill took beside the daemons (the web server).
+    tend: Callable[[World], None] = lambda world: None
     quiet: frozenset[str] = BACKGROUND
 
 
@@ -645,6 +650,88 @@ def catch_up_path() -> Path_:
     )
 
 
+class Web:
+    """`sqsjkr web` with the HTTP API on, its calls through the world's proxy: a host's second
+    process, killed with the daemon when the host dies."""
+
+    def __init__(self) -> None:
+        self.process: Daemon | None = None
+        self.url = ""
+        self.answers: list[int | str] = []
+
+    def start(self, world: World) -> None:
+        tokens = tokens_file(world.dir)
+        args = [
+            "web",
+            "-c",
+            str(world.conf),
+            "--listen",
+            "127.0.0.1:0",
+            "--api-tokens",
+            str(tokens),
+        ]
+        process = Daemon([*args, "--enable-actions"], world.env, world.dir)
+        world.daemons.append(process)  # killed with them; not a daemon that tend() counts
+        self.process = process
+        found = wait_until(
+            lambda: re.search(r"sqsjkr web: (http://127\.0\.0\.1:\d+/)", process.log),
+            30,
+            "sqsjkr web's start-up line",
+        )
+        self.url = found.group(1)
+
+    def tend(self, world: World) -> None:
+        if self.process is not None and self.process.proc.poll() is not None:
+            self.start(world)
+
+    def submit(self, world: World, body: dict[str, Any], tries: int = 3) -> None:
+        """POST the job as a client does: again after an error or no answer, with the same
+        unique_for, until an answer says it was sent."""
+        secret = TOKENS["all"][0]
+        for _ in range(tries):
+            self.tend(world)
+            try:
+                answer = requests.post(
+                    self.url + "api/v1/jobs",
+                    json=body,
+                    headers={"Authorization": f"Bearer {secret}"},
+                    timeout=30,
+                )
+            except requests.RequestException as exc:
+                self.answers.append(type(exc).__name__)
+                continue
+            self.answers.append(answer.status_code)
+            if answer.status_code in (200, 201):
+                return
+
+
+def api_submit_path() -> Path_:
+    """A job submitted through the HTTP API (POST /api/v1/jobs, unique for a while), retried by
+    its client until answered: it runs, once answered that it was sent."""
+    web = Web()
+    job = single_job("api")
+
+    def send(world: World) -> None:
+        command = {"command": f"echo ran >> {world.out}", "event_id": f"{PREFIX}-api"}
+        web.submit(world, {"job": command, "unique_for": "10m"})
+
+    def check(world: World) -> list[str]:
+        problems = job.check(world)
+        if not any(a in (200, 201) for a in web.answers):
+            problems.append(f"the API never said it was sent: {web.answers}")
+        return problems
+
+    return Path_(
+        "api",
+        send,
+        job.settled,
+        check,
+        prepare=web.start,
+        reruns=job.reruns,
+        tend=web.tend,
+    )
+
+
 def paths() -> dict[str, Callable[[], Path_]]:
     """Each path the walk tries, by name, in order of priority."""
     return {
@@ -654,6 +741,7 @@ def paths() -> dict[str, Callable[[], Path_]]:
         "pipeline": pipeline_path,
         "rerun": rerun_path,
         "catchup": catch_up_path,
+        "api": api_submit_path,
     }
 
 
@@ -731,6 +819,7 @@ def replay(
         pause = 0.05
         while not quietly(path.settled, world) and time.monotonic() < deadline:
             world.tend()
+            path.tend(world)
             time.sleep(pause)
             pause = min(pause * 1.5, 0.5)
         outcome = Outcome(path.name, point, kind, kills=world.kills)

@@ -44,7 +44,7 @@ class Call:
         two writes (their items carry a new owner id, or time). botocore's idempotency token,
         new at each call, is left out."""
         request = {k: v for k, v in self.json.items() if k != "ClientRequestToken"}
-        return f"{self.action} {json.dumps(request, sort_keys=True)}"
+        return f"{self.action or self.route} {json.dumps(request, sort_keys=True)}"
 
 
 @dataclass
