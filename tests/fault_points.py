@@ -314,7 +314,7 @@ class World:
 
     def tend(self) -> None:
         """Start a daemon in place of a killed one, as an autoscaling group would."""
-        if not any(d.proc.poll() is None for d in self.daemons):
+        if not any(d.proc.poll() is None for d in self.daemons if d.args[0] == "run"):
             self.start()
 
     def lines(self) -> list[str]:
@@ -671,7 +671,7 @@ class Web:
             str(tokens),
         ]
         process = Daemon([*args, "--enable-actions"], world.env, world.dir)
-        world.daemons.append(process)  # killed with them; not a daemon that tend() counts
+        world.daemons.append(process)  # killed with them when the host dies
         self.process = process
         found = wait_until(
             lambda: re.search(r"sqsjkr web: (http://127\.0\.0\.1:\d+/)", process.log),
