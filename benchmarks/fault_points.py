@@ -44,6 +44,11 @@ def moto() -> tuple[ThreadedMotoServer, dict[str, str]]:
     return server, env
 
 
+def say(text: str) -> None:
+    """Print to the real stdout: a replay's `status --check` redirects sys.stdout meanwhile."""
+    print(text, file=sys.__stdout__, flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--path", action="append", choices=list(paths()), help="(repeatable)")
@@ -61,11 +66,9 @@ def main() -> int:
         for name in args.path or list(paths()):
             make = paths()[name]
             clean, points = replay(make, env["AWS_ENDPOINT_URL"], env)
-            print(
-                f"{name}: {len(points)} points in its clean run ({clean.seconds:.1f}s)", flush=True
-            )
+            say(f"{name}: {len(points)} points in its clean run ({clean.seconds:.1f}s)")
             if clean.problems:
-                print(f"  the clean run failed: {clean}", flush=True)
+                say(f"  the clean run failed: {clean}")
                 failed.append(clean)
                 continue
             points_seen += len(points)
@@ -84,16 +87,16 @@ def main() -> int:
                     if outcome.problems or args.verbose:
                         extra = f" (runs again: {outcome.reruns})" if outcome.reruns else ""
                         reached = "" if outcome.reached else " (point not reached)"
-                        print(f"  {outcome}{extra}{reached} [{outcome.seconds:.1f}s]", flush=True)
+                        say(f"  {outcome}{extra}{reached} [{outcome.seconds:.1f}s]")
     finally:
         server.stop()
     minutes = (time.monotonic() - began) / 60
-    print(
+    say(
         f"{points_seen} points x {len(kinds)} faults: {tried} tried, {len(failed)} failed, "
         f"{unreached} not reached, {again} ran a command again, in {minutes:.1f} min"
     )
     for outcome in failed:
-        print(f"FAILED {outcome}")
+        say(f"FAILED {outcome}")
     return 1 if failed else 0
 
 
