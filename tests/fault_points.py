@@ -418,7 +418,9 @@ def single_job(name: str, **fields: Any) -> Path_:
         queued = world.aws.queue_counts()
         if ran == 0:
             problems.append(
-                "never ran, its message deleted" if queued == (0, 0) else f"never ran ({queued})"
+                "never ran, and no message of it is left"
+                if queued == (0, 0)
+                else f"never ran ({queued})"
             )
         elif queued != (0, 0):
             problems.append(f"its message left on the queue (visible, in flight: {queued})")

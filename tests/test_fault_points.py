@@ -96,7 +96,7 @@ def test_the_walk_tells_a_job_whose_message_was_deleted_unrun(
     outcome, _ = replay(
         paths()["plain"], moto_endpoint, env, faults=lambda world: [deleted(world)], settle=3
     )
-    assert "never ran, its message deleted" in outcome.problems, outcome
+    assert "never ran, and no message of it is left" in outcome.problems, outcome
     assert "no record of a success: []" in outcome.problems, outcome
 
 
