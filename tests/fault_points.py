@@ -7,6 +7,7 @@ Used by tests/test_fault_points.py (a sample) and benchmarks/fault_points.py (th
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import enum
 import io
 import json
@@ -271,6 +272,17 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def die_with_parent() -> None:
+    """In a daemon's process before it runs: SIGKILL when the walk that started it ends, however
+    it ends (a walk stopped with SIGTERM runs no cleanup; its daemons would poll a dead proxy)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+#: prctl(2)'s option: the signal a process gets when the thread that started it ends.
+PR_SET_PDEATHSIG = 1
+
+
 class World:
     """One replay's queue, table, directory and daemons behind one proxy."""
 
@@ -288,7 +300,7 @@ class World:
         self.conf.write_text(text.replace("[lock]\n", f'[lock]\nlease = "{LEASE}"\n'))
 
     def start(self) -> Daemon:
-        daemon = Daemon(["run", "-c", str(self.conf)], self.env, self.dir)
+        daemon = Daemon(["run", "-c", str(self.conf)], self.env, self.dir, die_with_parent)
         with self._lock:
             self.daemons.append(daemon)
         # A fault may kill it while it starts (a catch-up look's path begins there): tend()
@@ -672,7 +684,7 @@ class Web:
             "--api-tokens",
             str(tokens),
         ]
-        process = Daemon([*args, "--enable-actions"], world.env, world.dir)
+        process = Daemon([*args, "--enable-actions"], world.env, world.dir, die_with_parent)
         world.daemons.append(process)  # killed with them when the host dies
         self.process = process
         found = wait_until(
