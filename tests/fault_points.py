@@ -1,7 +1,5 @@
-"""The fault-point walk: each AWS call of a path, found by recording one clean run, refused, its
-answer lost, or followed by SIGKILL of its daemon; then the path's invariants after recovery.
-
-Used by tests/test_fault_points.py (a sample) and benchmarks/fault_points.py (the whole walk).
+"""The fault-point walk: each AWS call of a path, recorded in a clean run, refused, its answer lost
+or followed by SIGKILL; then the path's invariants (tests/test_fault_points.py, benchmarks/).
 """
 
 from __future__ import annotations
@@ -374,7 +372,7 @@ def check_later(world: World) -> tuple[int, str]:
 
 
 @dataclass
-class Path_:
+class JobPath:
     """A path: what is set up before it (no fault yet), the send that starts it, when it has
     settled, and what must then hold (a list of what does not)."""
 
@@ -405,7 +403,7 @@ def succeeded(records: list[RunRecord]) -> list[RunRecord]:
     return [r for r in records if r.outcome is RunOutcome.SUCCEEDED]
 
 
-def single_job(name: str, **fields: Any) -> Path_:
+def single_job(name: str, **fields: Any) -> JobPath:
     """A job (plain, with a lock, or of a firing): it runs at least once, its message is not
     left, a record says it succeeded, and its lock is given back."""
     event = f"{PREFIX}-{name}"
@@ -448,7 +446,7 @@ def single_job(name: str, **fields: Any) -> Path_:
     def reruns(world: World) -> int:
         return max(0, world.lines().count("ran") - 1)
 
-    return Path_(name, send, settled, check, reruns=reruns)
+    return JobPath(name, send, settled, check, reruns=reruns)
 
 
 def outcomes(records: list[RunRecord]) -> list[str]:
@@ -552,13 +550,13 @@ class PipelineRun:
         )
 
 
-def pipeline_path() -> Path_:
+def pipeline_path() -> JobPath:
     run = PipelineRun(time.time() - 5)
 
     def send(world: World) -> None:
         world.aws.send(run.body(world))
 
-    return Path_(
+    return JobPath(
         "pipeline",
         send,
         run.done,
@@ -567,7 +565,7 @@ def pipeline_path() -> Path_:
     )
 
 
-def rerun_path() -> Path_:
+def rerun_path() -> JobPath:
     """A diamond whose c failed (notify ran, d skipped), re-run by `trigger STEP --firing T
     --force` once c is fixed: c again, then d, each once."""
     run = PipelineRun(time.time() - 5)
@@ -614,10 +612,10 @@ def rerun_path() -> Path_:
         ran = Counter(world.lines())
         return sum(max(0, ran[f"start-{s}"] - 1) for s in "abd") + max(0, ran["start-c"] - 2)
 
-    return Path_("rerun", send, run.done, check, prepare=prepare, reruns=reruns)
+    return JobPath("rerun", send, run.done, check, prepare=prepare, reruns=reruns)
 
 
-def catch_up_path() -> Path_:
+def catch_up_path() -> JobPath:
     """An hourly schedule with catch_up whose last firing (30 minutes ago) no daemon took: the
     daemon that starts looks, sends it as that firing, and runs it once."""
     event = f"{PREFIX}-catchup"
@@ -652,7 +650,7 @@ def catch_up_path() -> Path_:
     def reruns(world: World) -> int:
         return max(0, world.lines().count("ran") - 1)
 
-    return Path_(
+    return JobPath(
         "catchup",
         lambda world: None,
         settled,
@@ -719,7 +717,7 @@ class Web:
                 return
 
 
-def api_submit_path() -> Path_:
+def api_submit_path() -> JobPath:
     """A job submitted through the HTTP API (POST /api/v1/jobs, unique for a while), retried by
     its client until answered: it runs, once answered that it was sent."""
     web = Web()
@@ -735,7 +733,7 @@ def api_submit_path() -> Path_:
             problems.append(f"the API never said it was sent: {web.answers}")
         return problems
 
-    return Path_(
+    return JobPath(
         "api",
         send,
         job.settled,
@@ -746,7 +744,7 @@ def api_submit_path() -> Path_:
     )
 
 
-def paths() -> dict[str, Callable[[], Path_]]:
+def paths() -> dict[str, Callable[[], JobPath]]:
     """Each path the walk tries, by name, in order of priority."""
     return {
         "plain": lambda: single_job("plain"),
@@ -798,7 +796,7 @@ def world_on(endpoint: str, env: dict[str, str], directory: Path | None = None) 
 
 
 def replay(
-    make: Callable[[], Path_],
+    make: Callable[[], JobPath],
     endpoint: str,
     env: dict[str, str],
     point: Point | None = None,
