@@ -1,6 +1,5 @@
-"""The fault-point walk's fast sample (issue 36): a few recorded calls of the job paths, drawn by a
-fixed seed, and every call of a pipeline step's end, each refused, its answer lost, or followed by
-SIGKILL; benchmarks/fault_points.py walks every point of every path.
+"""The fault-point walk's sample (issue 36): a drawn call of a job path per fault, each call of a fan-in
+parent's end under each fault, and the walk's own checks; benchmarks/fault_points.py walks them all.
 """
 
 from __future__ import annotations
