@@ -864,9 +864,10 @@ def quietly(settled: Callable[[World], bool], world: World) -> bool:
 def sample(
     points: Sequence[Point], kinds: Sequence[Kind], per_kind: int, seed: int
 ) -> list[tuple[Point, Kind]]:
-    """A few (point, kind) pairs of each kind, drawn by a fixed seed."""
+    """A few (point, kind) pairs of each kind, drawn by a fixed seed from the points sorted: the
+    same draw whichever order two runs' concurrent calls came in."""
     draw = random.Random(seed)
     chosen = []
     for kind in kinds:
-        chosen += [(p, kind) for p in draw.sample(list(points), min(per_kind, len(points)))]
+        chosen += [(p, kind) for p in draw.sample(sorted(points), min(per_kind, len(points)))]
     return chosen

@@ -15,8 +15,10 @@ from tests.fault_points import Kind, PipelineRun, Point, World, paths, replay, s
 from tests.faults import Call, Fault
 from tests.web_fleet import module_env
 
-#: The seed of the sample's draws: the same points in every run of the suite.
-SEED = 36
+#: The seed of the sample's draws: the same points in every run of the suite. This one draws
+#: three paths' writes (a catch-up send, a lock's claim, a firing's claim) rather than their
+#: receives, whose faults only delay them; the benchmark walks every point.
+SEED = 50
 
 Record = Callable[[str], list[Point]]
 
