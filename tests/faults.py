@@ -10,6 +10,7 @@ import http.server
 import json
 import random
 import socketserver
+import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -24,6 +25,8 @@ class Call:
 
     action: str  # "PutItem", "ReceiveMessage", ...
     body: bytes
+    #: The method and path of a REST call, which has no action ("GET /schedules/nightly").
+    route: str = ""
 
     @property
     def json(self) -> Any:
@@ -41,7 +44,7 @@ class Call:
         two writes (their items carry a new owner id, or time). botocore's idempotency token,
         new at each call, is left out."""
         request = {k: v for k, v in self.json.items() if k != "ClientRequestToken"}
-        return f"{self.action} {json.dumps(request, sort_keys=True)}"
+        return f"{self.action or self.route} {json.dumps(request, sort_keys=True)}"
 
 
 @dataclass
@@ -61,6 +64,15 @@ class Fault:
     #: Forward the call this many more times after the first (its answer is the first's): a
     #: SendMessage repeated puts that many more copies of the message on the queue.
     repeat: int = 0
+    #: Forward the call, then close the connection without answering: it took effect, and its
+    #: caller cannot know (botocore sees the connection closed, and tries again).
+    drop: bool = False
+    #: Called once the call took effect, before it is answered (SIGKILL its caller, say).
+    after: Callable[[Call], None] | None = None
+    #: Decided once the call took effect, from its answer (status, body): whether the fault
+    #: takes it after all (an error then replaces the answer). A ReceiveMessage is known to
+    #: carry a message only from its answer.
+    confirm: Callable[[Call, int, bytes], bool] | None = None
 
     def applies(self, call: Call, draw: Callable[[], float]) -> bool:
         """Whether this fault takes call: it matches, has times left, and draw() fell in its share."""
@@ -121,6 +133,9 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._faults: list[Fault] = []
         self.calls: list[Call] = []
+        #: Each call with the answer its caller got, in the order of the answers: (call, HTTP
+        #: status, body); None for an answer that was dropped.
+        self.answers: list[tuple[Call, int, bytes | None]] = []
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -136,6 +151,11 @@ class FaultProxy:
 
         class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # A client killed mid-call resets its connection: no error of the proxy's.
+                if not isinstance(sys.exc_info()[1], ConnectionError):
+                    super().handle_error(request, client_address)
 
         self._server = Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -174,22 +194,50 @@ class FaultProxy:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length)
         target = handler.headers.get("X-Amz-Target", "")
-        call = Call(target.rpartition(".")[2], body)
+        route = f"{handler.command} {urlsplit(handler.path).path}"
+        call = Call(target.rpartition(".")[2], body, "" if target else route)
         fault = self._fault_for(call)
-        if fault is not None and fault.error is not None:
-            status, code = fault.error
-            fields = {"__type": code, "message": "injected"}
-            fields.update(fault.details(call) if fault.details else {})
-            body = json.dumps(fields).encode()
-            reply(handler, status, body, {"Content-Type": "application/x-amz-json-1.0"})
+        if fault is not None and fault.error is not None and fault.confirm is None:
+            self._refuse(handler, call, fault)
             return
         headers = {k: v for k, v in handler.headers.items() if k.lower() != "host"}
         status, data, reply_headers = self._forward(handler, body, headers)
+        if fault is not None and fault.confirm is not None:
+            if not fault.confirm(call, status, data):
+                with self._lock:
+                    fault.hits -= 1
+                fault = None
+            elif fault.error is not None:
+                self._refuse(handler, call, fault)
+                return
         for _ in range(0 if fault is None else fault.repeat):
             self._forward(handler, body, headers)
+        if fault is not None and fault.after is not None:
+            fault.after(call)
+        if fault is not None and fault.drop:
+            self._record(call, status, None)
+            handler.close_connection = True  # no answer: the connection just closes
+            return
         if fault is not None and fault.hold:
             time.sleep(fault.hold)  # the call took effect; its answer is late
+        self._record(call, status, data)
         reply(handler, status, data, reply_headers)
+
+    def _refuse(
+        self, handler: http.server.BaseHTTPRequestHandler, call: Call, fault: Fault
+    ) -> None:
+        """Answer call with fault's error."""
+        assert fault.error is not None
+        status, code = fault.error
+        fields = {"__type": code, "message": "injected"}
+        fields.update(fault.details(call) if fault.details else {})
+        data = json.dumps(fields).encode()
+        self._record(call, status, data)
+        reply(handler, status, data, {"Content-Type": "application/x-amz-json-1.0"})
+
+    def _record(self, call: Call, status: int, data: bytes | None) -> None:
+        with self._lock:
+            self.answers.append((call, status, data))
 
     def _forward(
         self, handler: http.server.BaseHTTPRequestHandler, body: bytes, headers: dict[str, str]
