@@ -139,6 +139,11 @@ class RequestError(SqsjkrError):
     store it needs that the config turns off): nothing was done. The CLI exits 2 with it."""
 
 
+class ControlsFull(RequestError):
+    """A pause or a route would grow the fleet's controls item past DynamoDB's largest item:
+    nothing of it was written."""
+
+
 class AlreadyDone(NothingToDo, RequestError):
     """What was asked is done already (a firing asked to run that already ran): nothing was
     sent. A RequestError for programs that caught one before; the CLI exits 1 with it, as with

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from sqsjkr.contract.limits import MAX_KEY_BYTES
 
-#: The longest id, name or key a path or a field takes (a DynamoDB key's bytes).
+#: The longest id, name or key a path or a field takes, in bytes of UTF-8 (a DynamoDB key's).
 MAX_ID = MAX_KEY_BYTES
+#: SQS's longest queue name (".fifo" included).
+MAX_QUEUE_NAME = 80
 #: The longest reason an action is audited with.
 MAX_REASON = 1000
 #: The longest long poll of one call.
@@ -21,13 +23,52 @@ MAX_PAGE = 500
 #: The longest span a list of firings or of the audit trail reaches back (90 days).
 MAX_SPAN = 90 * 86400
 
-IdText = Annotated[str, Field(min_length=1, max_length=MAX_ID)]
+
+def _key_bytes(value: str) -> str:
+    """An id bounded as the daemon bounds a message's (contract/fields.py's key_text): its UTF-8
+    at most a DynamoDB key's bytes. Refused here, before any audit item or write, rather than by
+    DynamoDB halfway through an action."""
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        # "\ud800" in JSON decodes to a lone surrogate, which no AWS call takes.
+        raise ValueError("must not contain an unpaired surrogate") from None
+    if size > MAX_ID:
+        raise ValueError(f"must be at most {MAX_ID} bytes of UTF-8, got {size}")
+    return value
+
+
+#: An event, message or lock id, a schedule's name, a unique_key: a DynamoDB key's text, of at
+#: most MAX_ID bytes (maxLength says characters; a character may take up to four bytes).
+IdText = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_ID,
+        pattern="^[^\\x00]+$",
+        description=f"At most {MAX_ID} bytes of UTF-8, no NUL",
+    ),
+    AfterValidator(_key_bytes),
+]
+#: A queue's name, as SQS allows it.
+QueueName = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_QUEUE_NAME, pattern="^[A-Za-z0-9_-]+(\\.fifo)?$"),
+]
 
 
 class Strict(BaseModel):
-    """A request part: an unknown field is an error, not ignored."""
+    """A request's path or query: an unknown parameter is an error, not ignored. Their values
+    arrive as text, so "5" may be read as the integer 5."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class Body(BaseModel):
+    """A request's JSON body: an unknown field is an error, and no value is coerced to its
+    field's type (true is not 1, 0 is not false, "5" is not 5)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Open(BaseModel):
@@ -60,12 +101,7 @@ class LockPath(Strict):
 
 
 class JobQuery(Strict):
-    event_id: str | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_ID,
-        description="The job's event, when known: fewer reads",
-    )
+    event_id: IdText | None = Field(None, description="The job's event, when known: fewer reads")
 
 
 class WaitQuery(JobQuery):
@@ -86,7 +122,7 @@ class RunsQuery(Page):
 
 
 class FiringsQuery(Page):
-    event_id: str | None = Field(None, min_length=1, max_length=MAX_ID)
+    event_id: IdText | None = None
     since: float = Field(86400, ge=60, le=MAX_SPAN, description="Seconds back from now")
     missed: bool = Field(False, description="Only the firings that did not run")
 
@@ -96,19 +132,17 @@ class AuditQuery(Page):
 
 
 class QueueQuery(Page):
-    queue: str | None = Field(
-        None, min_length=1, max_length=80, description="The queue (default: [sqs] queue_name)"
-    )
+    queue: QueueName | None = Field(None, description="The queue (default: [sqs] queue_name)")
 
 
 class LetterQuery(Strict):
-    queue: str | None = Field(None, min_length=1, max_length=80)
+    queue: QueueName | None = None
 
 
 # -- bodies --------------------------------------------------------------------------------------
 
 
-class Reason(Strict):
+class Reason(Body):
     reason: str = Field("", max_length=MAX_REASON, description="Why, for the audit trail")
 
 
@@ -129,10 +163,8 @@ class Submit(Reason):
         description="The message's fields, as docs/messages.md gives them, but for those the "
         "fleet mints (firing, step, pipeline_key): refused, 400 invalid-job naming the field"
     )
-    unique_key: str | None = Field(
+    unique_key: IdText | None = Field(
         None,
-        min_length=1,
-        max_length=MAX_ID,
         description="With unique_for: what makes two jobs the same (default: the whole body)",
     )
     unique_for: str | None = Field(
@@ -142,14 +174,12 @@ class Submit(Reason):
         description='A duration ("10m"): while an identical job sent that long ago is unfinished, '
         "answer it instead of sending",
     )
-    queue: str | None = Field(None, min_length=1, max_length=80)
+    queue: QueueName | None = None
     delay: int = Field(0, ge=0, le=900, description="SQS's DelaySeconds")
 
 
 class Trigger(Reason):
-    schedule: str | None = Field(
-        None, min_length=1, max_length=MAX_ID, description="Which schedule, when it has several"
-    )
+    schedule: IdText | None = Field(None, description="Which schedule, when it has several")
 
 
 class TriggerFiring(Trigger):
@@ -162,7 +192,7 @@ class TriggerFiring(Trigger):
 
 
 class Pausing(Reason):
-    events: list[str] | None = Field(
+    events: list[IdText] | None = Field(
         None, min_length=1, max_length=100, description="The events; none: every event"
     )
     until: str | None = Field(
@@ -171,11 +201,11 @@ class Pausing(Reason):
 
 
 class Resuming(Reason):
-    events: list[str] | None = Field(None, min_length=1, max_length=100)
+    events: list[IdText] | None = Field(None, min_length=1, max_length=100)
 
 
 class Routing(Reason):
-    queue: str = Field(min_length=1, max_length=80)
+    queue: QueueName
     force: bool = Field(False, description="Route to a queue no live daemon serves")
 
 
@@ -185,10 +215,10 @@ class Unlocking(Reason):
 
 
 class Redriving(Reason):
-    message_ids: list[str] | None = Field(
+    message_ids: list[IdText] | None = Field(
         None, min_length=1, max_length=100, description="The letters; none: every one"
     )
-    queue: str | None = Field(None, min_length=1, max_length=80)
+    queue: QueueName | None = None
     force: bool = Field(False, description="Redrive letters the daemon would refuse again")
 
 

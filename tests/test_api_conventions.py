@@ -1,0 +1,103 @@
+"""The HTTP API's conventions against a live `sqsjkr web` on moto: ids bounded as the daemon bounds
+them, an action whole or not at all, strict types, and what a token may reach and learn.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sqsjkr.api.models import MAX_ID
+from tests.api_fleet import Served, aws_environment, serve_api, tokens_file
+from tests.test_api import problem
+from tests.web_fleet import WebFleet, make_fleet, module_env
+
+
+@pytest.fixture(scope="module")
+def fleet(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebFleet]:
+    with module_env(moto_endpoint):
+        yield make_fleet(tmp_path_factory.mktemp("api-conv"))
+
+
+@pytest.fixture(scope="module")
+def served(
+    fleet: WebFleet, moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    directory = tmp_path_factory.mktemp("api-conv-web")
+    args = ("--api-tokens", str(tokens_file(directory)))
+    with serve_api(fleet, aws_environment(moto_endpoint), directory, *args) as s:
+        yield s
+
+
+def audited(served: Served, prefix: str) -> list[dict[str, Any]]:
+    entries = served.call("GET", "api/v1/audit", token="reader", params={"limit": 500})
+    return [e for e in entries.json()["items"] if str(e["target"]).startswith(prefix)]
+
+
+def paused_ids(fleet: WebFleet) -> set[str]:
+    item = fleet.pauses_item() or {}
+    return {name.removeprefix("Pause:") for name in item if name.startswith("Pause:")}
+
+
+def test_an_id_longer_than_the_daemon_takes_is_refused_before_anything_is_done(
+    served: Served, fleet: WebFleet
+) -> None:
+    prefix = f"long-{uuid.uuid4().hex[:6]}-"
+    for long_id in (prefix + "x" * 9000, prefix + "é" * MAX_ID):
+        events = [prefix + "short", long_id]
+        refused = served.call("POST", "api/v1/pauses", token="actor", json={"events": events})
+        assert "events.1" in problem(refused, 400, "invalid-request")["detail"]
+        for path in (f"api/v1/events/{long_id}", f"api/v1/jobs/{long_id}"):
+            problem(served.call("GET", path, token="reader"), 400, "invalid-request")
+        unlock = served.call("POST", f"api/v1/locks/{long_id}/unlock", token="actor", json={})
+        problem(unlock, 400, "invalid-request")
+    nul = served.call("POST", "api/v1/pauses", token="actor", json={"events": [prefix + "\0"]})
+    problem(nul, 400, "invalid-request")
+    assert audited(served, prefix) == []
+    assert not {p for p in paused_ids(fleet) if p.startswith(prefix)}
+
+
+def test_a_pause_of_many_events_is_made_whole_or_audited_as_refused_and_leaves_nothing(
+    served: Served, fleet: WebFleet
+) -> None:
+    """A pause too large for the controls item (100 events of the longest ids, each with the
+    longest reason) pauses none of them, and each audit item says it was refused."""
+    prefix = f"many-{uuid.uuid4().hex[:6]}-"
+    events = [f"{prefix}{n:03d}".ljust(MAX_ID, "e") for n in range(100)]
+    body = {"events": events, "reason": "r" * 1000}
+    refused = served.call("POST", "api/v1/pauses", token="actor", json=body)
+    assert "nothing written" in problem(refused, 400, "bad-request")["detail"]
+    assert not {p for p in paused_ids(fleet) if p.startswith(prefix)}
+    entries = audited(served, prefix)
+    assert len(entries) == len(events)
+    assert {(e["action"], e["detail"].split(":")[0]) for e in entries} == {
+        ("pause (refused)", "not paused")
+    }
+    # A pause that fits is made whole, each event audited as paused.
+    made = served.call("POST", "api/v1/pauses", token="actor", json={"events": events[:3]})
+    assert made.status_code == 200, made.text
+    assert set(events[:3]) <= paused_ids(fleet)
+    done = [e for e in audited(served, prefix) if e["action"] == "pause"]
+    assert sorted(e["target"] for e in done) == events[:3]
+    served.call("POST", "api/v1/pauses/resume", token="actor", json={"events": events[:3]})
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("api/v1/jobs", {"job": {"command": "true"}, "delay": True}, "delay"),
+        ("api/v1/jobs", {"job": {"command": "true"}, "delay": "5"}, "delay"),
+        ("api/v1/jobs", {"job": {"command": "true"}, "delay": 5.0}, "delay"),
+        ("api/v1/locks/strict-lock/unlock", {"force": 0}, "force"),
+        ("api/v1/events/strict/firings", {"at": "2030-01-01T00:00:00Z", "force": "true"}, "force"),
+        ("api/v1/events/strict/route", {"queue": "q", "force": 1}, "force"),
+    ],
+)
+def test_a_body_field_of_the_wrong_type_is_refused_not_coerced(
+    served: Served, path: str, body: dict[str, Any], field: str
+) -> None:
+    refused = served.call("POST", path, json=body)
+    assert problem(refused, 400, "invalid-request")["detail"].startswith(f"{field}: ")
