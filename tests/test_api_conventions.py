@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from sqsjkr.api.models import MAX_ID
+from sqsjkr.local.endpoint import LOCAL_ACCOUNT
 from tests.api_fleet import Served, aws_environment, serve_api, tokens_file
+from tests.conftest import REGION
 from tests.test_api import problem
 from tests.web_fleet import WebFleet, make_fleet, module_env
 
@@ -101,3 +103,66 @@ def test_a_body_field_of_the_wrong_type_is_refused_not_coerced(
 ) -> None:
     refused = served.call("POST", path, json=body)
     assert problem(refused, 400, "invalid-request")["detail"].startswith(f"{field}: ")
+
+
+def queued(fleet: WebFleet, url: str) -> int:
+    counts = fleet.sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return int(counts["ApproximateNumberOfMessages"])
+
+
+def test_a_send_reaches_the_fleets_job_queues_alone(served: Served, fleet: WebFleet) -> None:
+    """Not the dead-letter queue nor another queue of the account: those are answered as a queue
+    that does not exist; a queue a route names is the fleet's."""
+    dlq = f"{fleet.queue_name}-dlq"
+    other = f"other-{uuid.uuid4().hex[:8]}"
+    fleet.sqs.create_queue(QueueName=other)
+    before = queued(fleet, fleet.dlq_url)
+    job = {"command": "true", "event_id": "confined"}
+    details = []
+    for queue in (dlq, other, f"none-{uuid.uuid4().hex[:8]}"):
+        sent = served.call("POST", "api/v1/jobs", token="sender", json={"job": job, "queue": queue})
+        details.append(problem(sent, 404, "not-found")["detail"].replace(queue, "Q"))
+    assert len(set(details)) == 1, details
+    assert queued(fleet, fleet.dlq_url) == before
+    routed = served.call(
+        "POST",
+        "api/v1/events/confined/route",
+        token="actor",
+        json={"queue": other, "force": True},
+    )
+    assert routed.status_code == 200, routed.text
+    sent = served.call("POST", "api/v1/jobs", token="sender", json={"job": job, "queue": other})
+    assert sent.status_code == 201, sent.text
+    served.call("POST", "api/v1/events/confined/route/clear", token="actor", json={})
+
+
+def test_a_read_token_learns_no_queue_that_is_not_the_fleets(
+    served: Served, fleet: WebFleet
+) -> None:
+    other = f"exists-{uuid.uuid4().hex[:8]}"
+    fleet.sqs.create_queue(QueueName=other)
+    answers = set()
+    for queue in (f"{fleet.queue_name}-dlq", other, f"none-{uuid.uuid4().hex[:8]}"):
+        for path in ("api/v1/dead-letters", "api/v1/dead-letters/some-id"):
+            read = served.call("GET", path, token="reader", params={"queue": queue})
+            answers.add((path, read.status_code, read.text.replace(queue, "Q")))
+    assert len(answers) == 2, answers  # one answer per route, whatever the queue
+    assert {status for _, status, _ in answers} == {404}
+
+
+def test_problems_name_no_account_region_table_or_schedule_group(
+    served: Served, fleet: WebFleet
+) -> None:
+    where = (LOCAL_ACCOUNT, REGION, fleet.table)
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    routed = served.call(
+        "POST", "api/v1/events/anywhere/route", token="actor", json={"queue": missing}
+    )
+    detail = problem(routed, 404, "not-found")["detail"]
+    assert missing in detail and not [w for w in where if w in detail], detail
+    unscheduled = served.call("POST", "api/v1/events/unscheduled/trigger", token="actor", json={})
+    assert unscheduled.status_code >= 400, unscheduled.text
+    detail = unscheduled.json()["detail"]
+    assert "unscheduled" in detail and not [w for w in where if w in detail], detail

@@ -15,7 +15,13 @@ from werkzeug.exceptions import HTTPException
 from sqsjkr import __version__
 from sqsjkr.api import actions, jobs, reads
 from sqsjkr.api.access import PREFIX, Access, authenticate, authorize, install
-from sqsjkr.api.problems import PROBLEM_SCHEMA, ApiProblem, problem_of, problem_response
+from sqsjkr.api.problems import (
+    PROBLEM_SCHEMA,
+    ApiProblem,
+    install_scrub,
+    problem_of,
+    problem_response,
+)
 from sqsjkr.api.tokens import Tokens, Unauthorized, load_tokens
 from sqsjkr.contract.config import Config
 
@@ -36,6 +42,7 @@ def create_api(config: Config, tokens: Tokens) -> OpenAPI:
     """The API of config's fleet, for the holders of tokens."""
     app = _routes()
     install(app, Access(config, tokens))
+    install_scrub(app, config)
 
     @app.before_request
     def _token() -> None:

@@ -11,6 +11,7 @@ from sqsjkr.api.access import blueprint, caller, waits
 from sqsjkr.api.actions import killed_json
 from sqsjkr.api.models import Job, JobPath, JobQuery, Killed, Reason, Submit, Submitted, WaitQuery
 from sqsjkr.api.problems import ApiProblem
+from sqsjkr.api.queues import fleet_queue
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, WaitTimedOut
 from sqsjkr.fleet.jobs import JobState
@@ -28,7 +29,7 @@ def submit(body: Submit) -> tuple[dict[str, Any], int]:
     fleet = caller("send")
     handle = fleet.send(
         body.job,
-        queue=body.queue,
+        queue=fleet_queue(fleet, body.queue),
         delay=body.delay,
         unique_for=_seconds("unique_for", body.unique_for),
         unique_key=body.unique_key,

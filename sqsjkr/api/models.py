@@ -131,12 +131,19 @@ class AuditQuery(Page):
     since: float = Field(86400, ge=1, le=MAX_SPAN, description="Seconds back from now")
 
 
+#: What a queue parameter or field may name.
+FLEET_QUEUE = (
+    "One of the fleet's job queues: the config's, or one a route names (default: [sqs] "
+    "queue_name); any other is answered 404 not-found, as one that does not exist"
+)
+
+
 class QueueQuery(Page):
-    queue: QueueName | None = Field(None, description="The queue (default: [sqs] queue_name)")
+    queue: QueueName | None = Field(None, description=FLEET_QUEUE)
 
 
 class LetterQuery(Strict):
-    queue: QueueName | None = None
+    queue: QueueName | None = Field(None, description=FLEET_QUEUE)
 
 
 # -- bodies --------------------------------------------------------------------------------------
@@ -174,7 +181,7 @@ class Submit(Reason):
         description='A duration ("10m"): while an identical job sent that long ago is unfinished, '
         "answer it instead of sending",
     )
-    queue: QueueName | None = None
+    queue: QueueName | None = Field(None, description=FLEET_QUEUE)
     delay: int = Field(0, ge=0, le=900, description="SQS's DelaySeconds")
 
 
@@ -218,7 +225,7 @@ class Redriving(Reason):
     message_ids: list[IdText] | None = Field(
         None, min_length=1, max_length=100, description="The letters; none: every one"
     )
-    queue: QueueName | None = None
+    queue: QueueName | None = Field(None, description=FLEET_QUEUE)
     force: bool = Field(False, description="Redrive letters the daemon would refuse again")
 
 

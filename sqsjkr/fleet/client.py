@@ -48,6 +48,10 @@ class Fleet(Actions):
         """Check job (a message body, or its fields as a dict) with the daemon's parser, put
         it on queue (default: [sqs] queue_name), audited, and return its handle at once.
 
+        queue may name any queue of the account that this Fleet's AWS identity may send to (a
+        program holds that identity's rights anyway); the HTTP API sends only to
+        job_queues(), the config's and those its routes name.
+
         InvalidJobError, and nothing sent, for a job the daemon would refuse; RequestError for
         a delay outside 0..900 or a unique_for that is not a number of seconds above 0.
         unique_for (seconds): while a job sent with it that long ago is unfinished and is the
