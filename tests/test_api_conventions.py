@@ -4,15 +4,19 @@ them, an action whole or not at all, strict types, and what a token may reach an
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sqsjkr.api.models import MAX_ID
 from sqsjkr.local.endpoint import LOCAL_ACCOUNT
-from tests.api_fleet import Served, aws_environment, serve_api, tokens_file
+from tests.api_fleet import TOKENS, Served, aws_environment, serve_api, tokens_file
 from tests.conftest import REGION
 from tests.test_api import problem
 from tests.web_fleet import WebFleet, make_fleet, module_env
@@ -166,3 +170,29 @@ def test_problems_name_no_account_region_table_or_schedule_group(
     assert unscheduled.status_code >= 400, unscheduled.text
     detail = unscheduled.json()["detail"]
     assert "unscheduled" in detail and not [w for w in where if w in detail], detail
+
+
+def test_an_id_no_queue_can_hold_is_unknown_and_the_docs_poll_loop_stops_on_it(
+    served: Served, tmp_path: Path
+) -> None:
+    state = served.call("GET", "api/v1/jobs/a-mistyped-id", token="reader").json()
+    assert (state["phase"], state["traced"]) == ("unknown", False), state
+    # An id of SQS's shape may be a job not taken yet: still queued.
+    shaped = served.call("GET", f"api/v1/jobs/{uuid.uuid4()}", token="reader").json()
+    assert (shaped["phase"], shaped["traced"]) == ("queued", False), shaped
+    text = (Path(__file__).parent.parent / "docs" / "api.md").read_text()
+    block = re.search(r"## Submit and poll.*?```bash\n(.*?)```", text, re.S)
+    assert block, "docs/api.md lost its curl example"
+    # The loop as written, its submit's id mistyped: it ends at its first call.
+    script = block[1].replace("id=$(", "id=a-mistyped-id\n: $(", 1)
+    env = {**os.environ, "SQSJKR_API": served.url + "api/v1", "SQSJKR_TOKEN": TOKENS["sender"][0]}
+    ran = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=25,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "unknown"

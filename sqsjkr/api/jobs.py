@@ -14,7 +14,7 @@ from sqsjkr.api.problems import ApiProblem
 from sqsjkr.api.queues import fleet_queue
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, WaitTimedOut
-from sqsjkr.fleet.jobs import JobState
+from sqsjkr.fleet.jobs import JobPhase, JobState
 
 api = blueprint("jobs", __name__, "Submit a job and follow it to its end")
 
@@ -63,6 +63,9 @@ def wait(path: JobPath, query: WaitQuery) -> dict[str, Any]:
     if not waits().acquire(blocking=False):
         raise ApiProblem(429, "too-many-waits", "too many waits at once", {"Retry-After": "1"})
     try:
+        known = fleet.job(path.message_id, query.event_id)
+        if known.phase is JobPhase.UNKNOWN and not known.may_be_queued:
+            return job_json(known)  # on no queue: nothing to wait for
         handle = fleet.handle(path.message_id, query.event_id)
         with contextlib.suppress(WaitTimedOut):
             handle.wait(query.timeout)
@@ -90,9 +93,13 @@ def _seconds(field: str, text: str | None) -> float | None:
 
 
 def job_json(state: JobState) -> dict[str, Any]:
-    """A job's state as the API shows it: `job --json`'s object, its phase one of four."""
+    """A job's state as the API shows it: `job --json`'s object, its phase one of five. A job
+    no daemon has left a trace of is queued (traced false) while it may still be on its queue,
+    and unknown once it cannot be (JobState.may_be_queued), so that a poll stops."""
     shown = state.as_json()
     phase = shown.pop("state")
     shown["traced"] = phase != "unknown"
-    shown["phase"] = "queued" if phase == "unknown" else phase
+    if phase == "unknown" and state.may_be_queued:
+        phase = "queued"
+    shown["phase"] = phase
     return shown

@@ -241,7 +241,10 @@ class Submitted(BaseModel):
 class Job(Open):
     message_id: str
     event_id: str
-    phase: Literal["queued", "waiting", "running", "ended"]
+    phase: Literal["queued", "waiting", "running", "ended", "unknown"] = Field(
+        description="unknown: no daemon has left a trace of it and no queue can hold it (an id "
+        "SQS never gives): a mistyped id, or no job of this fleet"
+    )
     outcome: str | None = Field(description="ended: how its run ended (null: no record kept)")
     traced: bool = Field(description="false: no daemon has left a trace of it yet")
     host: str | None

@@ -6,6 +6,7 @@ The state is read as `kill` and `trigger --wait` read runs: the job's claim, its
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,11 @@ from sqsjkr.fleet.waiting import Deadline
 
 #: How many of an event's last runs are read for a job's final record.
 RECORD_RUNS = 20
+#: The shape of every id SQS gives a message: a UUID. An id of another shape was never a
+#: message's, so no queue can hold it.
+_SQS_MESSAGE_ID = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE
+)
 
 
 class JobPhase(enum.Enum):
@@ -57,6 +63,15 @@ class JobState:
     @property
     def ended(self) -> bool:
         return self.phase is JobPhase.ENDED
+
+    @property
+    def may_be_queued(self) -> bool:
+        """False when the job is known to be on no queue: no daemon left a trace of it (UNKNOWN)
+        and its id is not one SQS gives (a mistyped or made-up id). An UNKNOWN job with an id
+        of SQS's shape may still wait on its queue, not taken yet."""
+        if self.phase is not JobPhase.UNKNOWN:
+            return self.phase is JobPhase.QUEUED
+        return _SQS_MESSAGE_ID.fullmatch(self.message_id) is not None
 
     def as_json(self) -> dict[str, object]:
         """`job --json`'s object: its times unix seconds, as its record's and history --json's."""
