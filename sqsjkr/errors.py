@@ -155,6 +155,11 @@ class WaitTimedOut(SqsjkrError, TimeoutError):
     TimeoutError, as a program's other waits raise; the CLI exits 124 with it."""
 
 
+class IdempotencyKeyReused(RequestError):
+    """A send's idempotency key came with another request before, within its window: nothing
+    was sent."""
+
+
 class UniqueSendBusy(SqsjkrError):
     """A send with unique_for found an identical send still under way (it holds the job's
     uniqueness item without a message id yet): nothing was sent."""

@@ -196,3 +196,37 @@ def test_an_id_no_queue_can_hold_is_unknown_and_the_docs_poll_loop_stops_on_it(
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "unknown"
+
+
+def test_an_idempotency_key_answers_a_retry_as_the_first_and_refuses_another_body(
+    served: Served, fleet: WebFleet
+) -> None:
+    key = {"Idempotency-Key": f'"{uuid.uuid4()}"'}
+    body = {"job": {"command": "echo once", "event_id": "idempotent"}}
+    before = queued(fleet, fleet.queue_url)
+    first = served.call("POST", "api/v1/jobs", token="sender", json=body, headers=key)
+    assert first.status_code == 201, first.text
+    again = served.call("POST", "api/v1/jobs", token="sender", json=body, headers=key)
+    assert (again.status_code, again.json()) == (201, first.json())
+    assert queued(fleet, fleet.queue_url) == before + 1
+    other = {"job": {"command": "echo twice", "event_id": "idempotent"}}
+    reused = served.call("POST", "api/v1/jobs", token="sender", json=other, headers=key)
+    assert "Idempotency-Key" in problem(reused, 422, "idempotency-key-reused")["detail"]
+    # Each token's keys are its own: another's same key is another request.
+    theirs = served.call("POST", "api/v1/jobs", token="all", json=body, headers=key)
+    assert theirs.status_code == 201 and theirs.json() != first.json(), theirs.text
+    assert queued(fleet, fleet.queue_url) == before + 2
+
+
+def test_a_unique_key_is_the_tokens_own(served: Served) -> None:
+    """Another token that guesses a token's unique_key does not suppress its job."""
+    unique = {"unique_key": f"tenant-{uuid.uuid4().hex[:6]}", "unique_for": "10m"}
+    mine = {"job": {"command": "echo mine", "event_id": "keyed"}, **unique}
+    sent = served.call("POST", "api/v1/jobs", token="sender", json=mine)
+    assert sent.status_code == 201, sent.text
+    theirs = {"job": {"command": "echo theirs", "event_id": "keyed"}, **unique}
+    guessed = served.call("POST", "api/v1/jobs", token="all", json=theirs)
+    assert guessed.status_code == 201 and guessed.json()["deduplicated"] is False, guessed.text
+    assert guessed.json()["message_id"] != sent.json()["message_id"]
+    repeat = served.call("POST", "api/v1/jobs", token="sender", json=mine)
+    assert repeat.status_code == 200 and repeat.json() == {**sent.json(), "deduplicated": True}

@@ -7,9 +7,21 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from flask import g
+
 from sqsjkr.api.access import blueprint, caller, waits
 from sqsjkr.api.actions import killed_json
-from sqsjkr.api.models import Job, JobPath, JobQuery, Killed, Reason, Submit, Submitted, WaitQuery
+from sqsjkr.api.models import (
+    Job,
+    JobPath,
+    JobQuery,
+    Killed,
+    Reason,
+    Submit,
+    SubmitHeaders,
+    Submitted,
+    WaitQuery,
+)
 from sqsjkr.api.problems import ApiProblem
 from sqsjkr.api.queues import fleet_queue
 from sqsjkr.contract.duration import parse_duration
@@ -20,12 +32,13 @@ api = blueprint("jobs", __name__, "Submit a job and follow it to its end")
 
 
 @api.post("/jobs", responses={201: Submitted, 200: Submitted})
-def submit(body: Submit) -> tuple[dict[str, Any], int]:
+def submit(body: Submit, header: SubmitHeaders) -> tuple[dict[str, Any], int]:
     """Submit a job (scope send)
 
     Put the job on its queue, checked as the daemon will check it. With unique_for, an
-    identical job (the same unique_key, else the same body) sent that long ago and unfinished is
-    answered instead, with 200 and deduplicated true, and nothing is sent."""
+    identical job (the same unique_key of this token, else the same body) sent that long ago and
+    unfinished is answered instead, with 200 and deduplicated true, and nothing is sent. With an
+    Idempotency-Key, a retry of the request answers as the first did."""
     fleet = caller("send")
     handle = fleet.send(
         body.job,
@@ -34,6 +47,8 @@ def submit(body: Submit) -> tuple[dict[str, Any], int]:
         unique_for=_seconds("unique_for", body.unique_for),
         unique_key=body.unique_key,
         reason=body.reason,
+        unique_scope=g.token.name,
+        idempotency_key=header.key(),
     )
     shown = {
         "message_id": handle.message_id,

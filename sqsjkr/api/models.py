@@ -14,6 +14,8 @@ from sqsjkr.contract.limits import MAX_KEY_BYTES
 MAX_ID = MAX_KEY_BYTES
 #: SQS's longest queue name (".fifo" included).
 MAX_QUEUE_NAME = 80
+#: The longest Idempotency-Key, quotes aside.
+MAX_IDEMPOTENCY_KEY = 255
 #: The longest reason an action is audited with.
 MAX_REASON = 1000
 #: The longest long poll of one call.
@@ -146,6 +148,32 @@ class LetterQuery(Strict):
     queue: QueueName | None = Field(None, description=FLEET_QUEUE)
 
 
+# -- headers --------------------------------------------------------------------------------------
+
+
+class SubmitHeaders(BaseModel):
+    """A submit's headers: Idempotency-Key, the others ignored (Authorization is the token's)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    idempotency_key: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_IDEMPOTENCY_KEY + 2,
+        pattern='^"?[\\x21\\x23-\\x7e]+"?$',
+        description='A key of the request, as the IETF draft "The Idempotency-Key HTTP Header '
+        'Field" has it (a UUID, say; quoted or not): a retry with the same key and body within '
+        "a day answers the first answer and sends nothing; the same key with another body is "
+        "422 idempotency-key-reused. Each token's keys are its own.",
+    )
+
+    def key(self) -> str | None:
+        """The key, unquoted (the draft's value is a structured field's string)."""
+        if self.idempotency_key is None:
+            return None
+        return self.idempotency_key.removeprefix('"').removesuffix('"') or None
+
+
 # -- bodies --------------------------------------------------------------------------------------
 
 
@@ -172,7 +200,8 @@ class Submit(Reason):
     )
     unique_key: IdText | None = Field(
         None,
-        description="With unique_for: what makes two jobs the same (default: the whole body)",
+        description="With unique_for: what makes two jobs the same (default: the whole body); "
+        "a token's keys are its own, and another token's job of the same key is not this one",
     )
     unique_for: str | None = Field(
         None,
