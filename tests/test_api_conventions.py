@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from openapi_spec_validator import validate
 
+from sqsjkr.api.app import document
 from sqsjkr.api.models import MAX_ID
 from sqsjkr.local.endpoint import LOCAL_ACCOUNT
 from tests.api_fleet import TOKENS, Served, aws_environment, serve_api, tokens_file
@@ -230,3 +232,35 @@ def test_a_unique_key_is_the_tokens_own(served: Served) -> None:
     assert guessed.json()["message_id"] != sent.json()["message_id"]
     repeat = served.call("POST", "api/v1/jobs", token="sender", json=mine)
     assert repeat.status_code == 200 and repeat.json() == {**sent.json(), "deduplicated": True}
+
+
+def test_the_document_types_a_job_links_submit_to_state_and_wait_and_names_its_bearer() -> None:
+    doc = document()
+    validate(doc)
+    job = doc["components"]["schemas"]["Submit"]["properties"]["job"]
+    table = (Path(__file__).parent.parent / "docs" / "messages.md").read_text()
+    rows = re.search(r"\| field \| type \| meaning \|\n\|---\|---\|---\|\n(.*?)\n\n", table, re.S)
+    assert rows, "docs/messages.md lost its table of fields"
+    listed = set(re.findall(r"`(\w+)`", "".join(r.split("|")[1] for r in rows[1].splitlines())))
+    assert listed >= {"command", "event_id", "retries", "firing"}, listed
+    assert set(job["properties"]) == listed, set(job["properties"]) ^ listed
+    assert job["additionalProperties"] is True  # the parser ignores a field it does not know
+    operations = {
+        op["operationId"]: (path, op)
+        for path, methods in doc["paths"].items()
+        for op in methods.values()
+    }
+    submitted = doc["paths"]["/api/v1/jobs"]["post"]["responses"]
+    for status in ("200", "201"):
+        links = submitted[status]["links"]
+        targets = {operations[link["operationId"]][0] for link in links.values()}
+        assert targets == {"/api/v1/jobs/{message_id}", "/api/v1/jobs/{message_id}/wait"}
+        for link in links.values():
+            _, target = operations[link["operationId"]]
+            taken = {f"{p['in']}.{p['name']}" for p in target["parameters"]}
+            assert set(link["parameters"]) <= taken, (link, taken)
+    state = doc["paths"]["/api/v1/jobs/{message_id}"]["get"]["responses"]["200"]
+    assert operations[state["links"]["wait"]["operationId"]][0].endswith("/wait")
+    scheme = doc["components"]["securitySchemes"]["bearer"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    assert "Authorization: Bearer" in scheme["description"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
 from sqsjkr.contract.limits import MAX_KEY_BYTES
 
@@ -181,6 +181,68 @@ class Reason(Body):
     reason: str = Field("", max_length=MAX_REASON, description="Why, for the audit trail")
 
 
+def _nullable(kind: str | list[str], description: str, **more: Any) -> dict[str, Any]:
+    """A message's optional field: null is as absent (the parser reads it so)."""
+    kinds = [kind] if isinstance(kind, str) else kind
+    one_of = [{"type": k, **more} for k in kinds]
+    return {"anyOf": [*one_of, {"type": "null"}], "description": description}
+
+
+_DURATION = ["integer", "string"]
+_KEY = {"maxLength": MAX_ID}
+#: A job's message, as docs/messages.md lists its fields: the types the daemon's parser takes
+#: (contract/job.py), which checks the job; a field of another type is 400 invalid-job, naming
+#: it. A field it does not know it ignores, and so may a job carry one.
+JOB_SCHEMA: dict[str, Any] = {
+    "title": "Message",
+    "type": "object",
+    "additionalProperties": True,
+    "description": "The message's fields, as docs/messages.md gives them (a command or an http "
+    "call), checked as the daemon checks them: a field it refuses is 400 invalid-job naming "
+    "it; one it does not know is ignored. Those the fleet mints (firing, step, pipeline_key) "
+    "are refused.",
+    "properties": {
+        "command": _nullable("string", "Run as sh -c COMMAND; required unless http"),
+        "envs": _nullable(
+            "object",
+            "Added to the daemon's environment",
+            additionalProperties={"type": "string"},
+        ),
+        "env": _nullable("object", "As envs; envs wins", additionalProperties={"type": "string"}),
+        "event_id": _nullable("string", "The schedule's name (default: the message id)", **_KEY),
+        "lock_id": _nullable("string", "Jobs of one lock_id never run at once", **_KEY),
+        "life_time": _nullable(_DURATION, 'Cancel if older: seconds or a Go duration ("90s")'),
+        "abort_if_locked": _nullable("boolean", "Give up at once when the lock is held"),
+        "disable_life_time_trigger": _nullable("boolean", "No trigger when it is cancelled"),
+        "timeout": _nullable(_DURATION, "Stop the job after this long"),
+        "http": _nullable(
+            "object",
+            "An HTTP call instead of command: url (required, under [http] allow), method, "
+            "headers, body, timeout, success_status",
+        ),
+        "concurrency_key": _nullable(
+            "string", "At most concurrency_limit jobs of this key run at once", **_KEY
+        ),
+        "concurrency_limit": _nullable(
+            "integer", "The size of the concurrency_key's group", minimum=1, maximum=1000
+        ),
+        "retries": _nullable(
+            "integer",
+            "Run an errored or timed-out job again, this many times at most",
+            minimum=0,
+            maximum=100,
+        ),
+        "retry_delay": _nullable(_DURATION, "The wait before the first retry; it doubles"),
+        "pipeline": _nullable("object", "The pipeline this message is the root of"),
+        "catch_up": _nullable(_DURATION, "In a schedule's message: run a missed firing late"),
+        "origin": {"description": "Who sent it: a submit's is always send, whatever it says"},
+        "firing": {"type": "null", "description": "Minted by the fleet: refused"},
+        "step": {"type": "null", "description": "Minted by the fleet: refused"},
+        "pipeline_key": {"type": "null", "description": "Minted by the fleet: refused"},
+    },
+}
+
+
 class Submit(Reason):
     model_config = ConfigDict(
         json_schema_extra={
@@ -194,10 +256,7 @@ class Submit(Reason):
         }
     )
 
-    job: dict[str, Any] = Field(
-        description="The message's fields, as docs/messages.md gives them, but for those the "
-        "fleet mints (firing, step, pipeline_key): refused, 400 invalid-job naming the field"
-    )
+    job: Annotated[dict[str, Any], WithJsonSchema(JOB_SCHEMA)]
     unique_key: IdText | None = Field(
         None,
         description="With unique_for: what makes two jobs the same (default: the whole body); "
@@ -261,13 +320,43 @@ class Redriving(Reason):
 # -- answers -------------------------------------------------------------------------------------
 
 
+#: The operations a job's answer leads to, as OpenAPI links: its state, and the wait for its end,
+#: each by the message id (and the event id, which saves reads) of the answer.
+_JOB_OPERATIONS = {
+    "state": ("jobs_job_jobs__message_id__get", "The job's state now"),
+    "wait": ("jobs_wait_jobs__message_id__wait_get", "The job's state once it has ended"),
+}
+
+
+def job_links(*names: str) -> dict[str, Any]:
+    """The OpenAPI links of an answer that names a job: to each of names' operations."""
+    return {
+        name: {
+            "operationId": _JOB_OPERATIONS[name][0],
+            "description": _JOB_OPERATIONS[name][1],
+            "parameters": {
+                "path.message_id": "$response.body#/message_id",
+                "query.event_id": "$response.body#/event_id",
+            },
+        }
+        for name in names
+    }
+
+
 class Submitted(BaseModel):
+    model_config = ConfigDict(openapi_extra={"links": job_links("state", "wait")})  # type: ignore[typeddict-unknown-key]
+
     message_id: str
     event_id: str
     deduplicated: bool = Field(description="An identical unfinished job was answered: none sent")
 
 
 class Job(Open):
+    model_config = ConfigDict(
+        extra="allow",
+        openapi_extra={"links": job_links("wait")},  # type: ignore[typeddict-unknown-key]
+    )
+
     message_id: str
     event_id: str
     phase: Literal["queued", "waiting", "running", "ended", "unknown"] = Field(
