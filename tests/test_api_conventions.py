@@ -261,6 +261,8 @@ def test_the_document_types_a_job_links_submit_to_state_and_wait_and_names_its_b
             assert set(link["parameters"]) <= taken, (link, taken)
     state = doc["paths"]["/api/v1/jobs/{message_id}"]["get"]["responses"]["200"]
     assert operations[state["links"]["wait"]["operationId"]][0].endswith("/wait")
+    headers = doc["paths"]["/api/v1/jobs"]["post"]["parameters"]
+    assert [p["name"] for p in headers if p["in"] == "header"] == ["Idempotency-Key"]
     scheme = doc["components"]["securitySchemes"]["bearer"]
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
     assert "Authorization: Bearer" in scheme["description"]

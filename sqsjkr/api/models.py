@@ -158,6 +158,7 @@ class SubmitHeaders(BaseModel):
 
     idempotency_key: str | None = Field(
         None,
+        alias="Idempotency-Key",
         min_length=1,
         max_length=MAX_IDEMPOTENCY_KEY + 2,
         pattern='^"?[\\x21\\x23-\\x7e]+"?$',
