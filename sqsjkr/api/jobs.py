@@ -26,7 +26,7 @@ from sqsjkr.api.problems import ApiProblem
 from sqsjkr.api.queues import fleet_queue
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, WaitTimedOut
-from sqsjkr.fleet.jobs import JobPhase, JobState
+from sqsjkr.fleet.jobs import JobPhase, JobState, of_sqs_shape
 
 api = blueprint("jobs", __name__, "Submit a job and follow it to its end")
 
@@ -73,14 +73,16 @@ def wait(path: JobPath, query: WaitQuery) -> dict[str, Any]:
     """Wait for a job to end (scope read)
 
     A long poll: the job's state once it has ended, or once timeout seconds (at most 60) have
-    passed, whichever comes first. Nothing is stopped."""
+    passed, whichever comes first. Nothing is stopped. A job on no queue (phase unknown: no
+    daemon left a trace of it, and SQS never gives its id) is answered at once."""
     fleet = caller("read")
     if not waits().acquire(blocking=False):
         raise ApiProblem(429, "too-many-waits", "too many waits at once", {"Retry-After": "1"})
     try:
-        known = fleet.job(path.message_id, query.event_id)
-        if known.phase is JobPhase.UNKNOWN and not known.may_be_queued:
-            return job_json(known)  # on no queue: nothing to wait for
+        if not of_sqs_shape(path.message_id):
+            known = fleet.job(path.message_id, query.event_id)
+            if known.phase is JobPhase.UNKNOWN:
+                return job_json(known)  # on no queue: nothing to wait for
         handle = fleet.handle(path.message_id, query.event_id)
         with contextlib.suppress(WaitTimedOut):
             handle.wait(query.timeout)

@@ -71,7 +71,12 @@ class JobState:
         of SQS's shape may still wait on its queue, not taken yet."""
         if self.phase is not JobPhase.UNKNOWN:
             return self.phase is JobPhase.QUEUED
-        return _SQS_MESSAGE_ID.fullmatch(self.message_id) is not None
+        return of_sqs_shape(self.message_id)
+
+
+def of_sqs_shape(message_id: str) -> bool:
+    """Whether message_id could be one SQS gave a message (a UUID)."""
+    return _SQS_MESSAGE_ID.fullmatch(message_id) is not None
 
     def as_json(self) -> dict[str, object]:
         """`job --json`'s object: its times unix seconds, as its record's and history --json's."""
