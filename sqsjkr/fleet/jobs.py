@@ -73,11 +73,6 @@ class JobState:
             return self.phase is JobPhase.QUEUED
         return of_sqs_shape(self.message_id)
 
-
-def of_sqs_shape(message_id: str) -> bool:
-    """Whether message_id could be one SQS gave a message (a UUID)."""
-    return _SQS_MESSAGE_ID.fullmatch(message_id) is not None
-
     def as_json(self) -> dict[str, object]:
         """`job --json`'s object: its times unix seconds, as its record's and history --json's."""
         return {
@@ -91,6 +86,11 @@ def of_sqs_shape(message_id: str) -> bool:
             "outcome": None if self.outcome is None else self.outcome.value,
             "record": None if self.record is None else record_json(self.record, output=True),
         }
+
+
+def of_sqs_shape(message_id: str) -> bool:
+    """Whether message_id could be one SQS gave a message (a UUID)."""
+    return _SQS_MESSAGE_ID.fullmatch(message_id) is not None
 
 
 @dataclass(frozen=True)
