@@ -5,6 +5,7 @@ answered at once by a handle that reads its state and waits for its run.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import secrets
 import threading
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqsjkr.backends.audit import AuditEntry
-from sqsjkr.backends.aws import make_client
+from sqsjkr.backends.aws import describe, make_client
 from sqsjkr.backends.sqs import (
     SendSettings,
     fifo_send_parameters,
@@ -43,6 +44,8 @@ from sqsjkr.fleet.unique import (
     fingerprint,
 )
 from sqsjkr.observability.logs import shorten_command
+
+_log = logging.getLogger(__name__)
 
 #: SQS's longest DelaySeconds.
 MAX_DELAY = 900
@@ -303,7 +306,18 @@ class Sender:
             sends.let_go(held)  # nothing was sent: a retry of the request may send it
             raise
         answered = Answered(handle.message_id, handle.event_id, handle.queue, handle.deduplicated)
-        sends.answer(held, answered)
+        try:
+            sends.answer(held, answered)
+        except Exception as exc:
+            # The job is sent: its answer stands. A retry of the request may send it again once
+            # the item's pending minute has passed, which is what a lost item can do no better.
+            _log.warning(
+                "the answer of idempotency key %r was not kept (%s): a retry may send message "
+                "%s's job again",
+                key,
+                describe(exc),
+                handle.message_id,
+            )
         return handle
 
     def outgoing(self, job: str | Mapping[str, Any], queue: str | None, delay: int) -> Outgoing:
