@@ -144,6 +144,11 @@ class PageError(RequestError):
     or altered): nothing was read."""
 
 
+class ControlsFull(RequestError):
+    """A pause or a route would grow the fleet's controls item past DynamoDB's largest item:
+    nothing of it was written."""
+
+
 class AlreadyDone(NothingToDo, RequestError):
     """What was asked is done already (a firing asked to run that already ran): nothing was
     sent. A RequestError for programs that caught one before; the CLI exits 1 with it, as with
@@ -153,6 +158,11 @@ class AlreadyDone(NothingToDo, RequestError):
 class WaitTimedOut(SqsjkrError, TimeoutError):
     """A wait's deadline (--timeout) passed before what it waited for: nothing was stopped. A
     TimeoutError, as a program's other waits raise; the CLI exits 124 with it."""
+
+
+class IdempotencyKeyReused(RequestError):
+    """A send's idempotency key came with another request before, within its window: nothing
+    was sent."""
 
 
 class UniqueSendBusy(SqsjkrError):

@@ -26,6 +26,7 @@ from sqsjkr.api.models import (
     Unlocked,
     Unlocking,
 )
+from sqsjkr.api.queues import fleet_queue
 from sqsjkr.fleet.kill import Target
 from sqsjkr.fleet.trigger import Triggered as Sent
 
@@ -112,8 +113,12 @@ def redrive(body: Redriving) -> dict[str, Any]:
 
     Then delete them from the dead-letter queue; one the daemon would refuse again stays
     (skipped), unless force."""
-    done = caller("act").redrive(
-        body.message_ids, queue=body.queue, force=body.force, reason=body.reason
+    fleet = caller("act")
+    done = fleet.redrive(
+        body.message_ids,
+        queue=fleet_queue(fleet, body.queue),
+        force=body.force,
+        reason=body.reason,
     )
     return {"moved": done.moved, "skipped": list(done.skipped), "errors": list(done.errors)}
 

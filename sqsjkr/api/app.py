@@ -13,6 +13,7 @@ from flask import Request, Response, jsonify, request
 from flask.globals import request_ctx
 from flask.json.provider import DefaultJSONProvider
 from flask_openapi3 import Info, OpenAPI, Schema
+from flask_openapi3.models.security_scheme import SecurityScheme
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.routing import BaseConverter
@@ -20,7 +21,13 @@ from werkzeug.routing import BaseConverter
 from sqsjkr import __version__
 from sqsjkr.api import actions, jobs, reads
 from sqsjkr.api.access import PREFIX, Access, authenticate, authorize, install
-from sqsjkr.api.problems import PROBLEM_SCHEMA, ApiProblem, problem_of, problem_response
+from sqsjkr.api.problems import (
+    PROBLEM_SCHEMA,
+    ApiProblem,
+    install_scrub,
+    problem_of,
+    problem_response,
+)
 from sqsjkr.api.tokens import Tokens, Unauthorized, load_tokens
 from sqsjkr.contract import safe_json
 from sqsjkr.contract.config import Config
@@ -32,12 +39,16 @@ MAX_BODY = MAX_MESSAGE_BYTES
 #: The 413's detail, as docs/api.md documents it (the listener's own 413 says the same).
 TOO_LARGE = f"the body is larger than {MAX_BODY // (1024 * 1024)} MiB"
 HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
-SECURITY_SCHEMES = {
-    "bearer": {
-        "type": "http",
-        "scheme": "bearer",
-        "description": "A token of `sqsjkr web --api-tokens`, made by `sqsjkr token new`",
-    }
+#: The bearer scheme (RFC 6750) every route but the contract takes its token by. The reference's
+#: renderer shows it on each route as a header named by its key: its description names the header.
+SECURITY_SCHEMES: dict[str, SecurityScheme | dict[str, Any]] = {
+    "bearer": SecurityScheme(
+        type="http",
+        scheme="bearer",
+        bearerFormat="sqsjkr token",
+        description="Send `Authorization: Bearer TOKEN`: a token of `sqsjkr token new`, granted "
+        "by `sqsjkr web --api-tokens`",
+    )
 }
 
 
@@ -45,6 +56,7 @@ def create_api(config: Config, tokens: Tokens) -> OpenAPI:
     """The API of config's fleet, for the holders of tokens."""
     app = _routes()
     install(app, Access(config, tokens))
+    install_scrub(app, config)
 
     @app.before_request
     def _token() -> None:
@@ -82,7 +94,7 @@ def _routes() -> OpenAPI:
             version=__version__,
             description="Submit jobs to the fleet and follow them; read and steer the fleet.",
         ),
-        security_schemes=SECURITY_SCHEMES,  # type: ignore[arg-type]
+        security_schemes=SECURITY_SCHEMES,
         doc_ui=False,
         validation_error_status=400,
         validation_error_callback=_invalid,

@@ -11,31 +11,45 @@ from flask import g, request
 
 from sqsjkr.api.access import blueprint, caller, waits
 from sqsjkr.api.actions import killed_json
-from sqsjkr.api.models import Job, JobPath, JobQuery, Killed, Reason, Submit, Submitted, WaitQuery
+from sqsjkr.api.models import (
+    Job,
+    JobPath,
+    JobQuery,
+    Killed,
+    Reason,
+    Submit,
+    SubmitHeaders,
+    Submitted,
+    WaitQuery,
+)
 from sqsjkr.api.problems import ApiProblem
+from sqsjkr.api.queues import fleet_queue
 from sqsjkr.api.slots import RETRY_AFTER, Slot, WaitRefused
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError, WaitTimedOut
-from sqsjkr.fleet.jobs import JobState
+from sqsjkr.fleet.jobs import JobPhase, JobState, of_sqs_shape
 
 api = blueprint("jobs", __name__, "Submit a job and follow it to its end")
 
 
 @api.post("/jobs", responses={201: Submitted, 200: Submitted})
-def submit(body: Submit) -> tuple[dict[str, Any], int]:
+def submit(body: Submit, header: SubmitHeaders) -> tuple[dict[str, Any], int]:
     """Submit a job (scope send)
 
     Put the job on its queue, checked as the daemon will check it. With unique_for, an
-    identical job (the same unique_key, else the same body) sent that long ago and unfinished is
-    answered instead, with 200 and deduplicated true, and nothing is sent."""
+    identical job (the same unique_key of this token, else the same body) sent that long ago and
+    unfinished is answered instead, with 200 and deduplicated true, and nothing is sent. With an
+    Idempotency-Key, a retry of the request answers as the first did."""
     fleet = caller("send")
     handle = fleet.send(
         body.job,
-        queue=body.queue,
+        queue=fleet_queue(fleet, body.queue),
         delay=body.delay,
         unique_for=_seconds("unique_for", body.unique_for),
         unique_key=body.unique_key,
         reason=body.reason,
+        unique_scope=g.token.name,
+        idempotency_key=header.key(),
     )
     shown = {
         "message_id": handle.message_id,
@@ -60,10 +74,15 @@ def wait(path: JobPath, query: WaitQuery) -> dict[str, Any]:
     """Wait for a job to end (scope read)
 
     A long poll: the job's state once it has ended, or once timeout seconds (at most 60) have
-    passed, whichever comes first. Nothing is stopped."""
+    passed, whichever comes first. Nothing is stopped. A job on no queue (phase unknown: no
+    daemon left a trace of it, and SQS never gives its id) is answered at once."""
     fleet = caller("read")
     slot = _slot()
     try:
+        if not of_sqs_shape(path.message_id):
+            known = fleet.job(path.message_id, query.event_id)
+            if known.phase is JobPhase.UNKNOWN:
+                return job_json(known)  # on no queue: nothing to wait for
         handle = fleet.handle(path.message_id, query.event_id)
         with contextlib.suppress(WaitTimedOut):
             # A HEAD answers the state now: nobody reads a long poll's body it does not get.
@@ -102,9 +121,13 @@ def _seconds(field: str, text: str | None) -> float | None:
 
 
 def job_json(state: JobState) -> dict[str, Any]:
-    """A job's state as the API shows it: `job --json`'s object, its phase one of four."""
+    """A job's state as the API shows it: `job --json`'s object, its phase one of five. A job
+    no daemon has left a trace of is queued (traced false) while it may still be on its queue,
+    and unknown once it cannot be (JobState.may_be_queued), so that a poll stops."""
     shown = state.as_json()
     phase = shown.pop("state")
     shown["traced"] = phase != "unknown"
-    shown["phase"] = "queued" if phase == "unknown" else phase
+    if phase == "unknown" and state.may_be_queued:
+        phase = "queued"
+    shown["phase"] = phase
     return shown

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
 from sqsjkr.contract.limits import MAX_KEY_BYTES
 
-#: The longest id, name or key a path or a field takes (a DynamoDB key's bytes).
+#: The longest id, name or key a path or a field takes, in bytes of UTF-8 (a DynamoDB key's).
 MAX_ID = MAX_KEY_BYTES
+#: SQS's longest queue name (".fifo" included).
+MAX_QUEUE_NAME = 80
+#: The longest Idempotency-Key, quotes aside.
+MAX_IDEMPOTENCY_KEY = 255
 #: The longest reason an action is audited with.
 MAX_REASON = 1000
 #: The longest long poll of one call.
@@ -23,13 +27,52 @@ MAX_CURSOR = 4096
 #: The longest span a list of firings or of the audit trail reaches back (90 days).
 MAX_SPAN = 90 * 86400
 
-IdText = Annotated[str, Field(min_length=1, max_length=MAX_ID)]
+
+def _key_bytes(value: str) -> str:
+    """An id bounded as the daemon bounds a message's (contract/fields.py's key_text): its UTF-8
+    at most a DynamoDB key's bytes. Refused here, before any audit item or write, rather than by
+    DynamoDB halfway through an action."""
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        # "\ud800" in JSON decodes to a lone surrogate, which no AWS call takes.
+        raise ValueError("must not contain an unpaired surrogate") from None
+    if size > MAX_ID:
+        raise ValueError(f"must be at most {MAX_ID} bytes of UTF-8, got {size}")
+    return value
+
+
+#: An event, message or lock id, a schedule's name, a unique_key: a DynamoDB key's text, of at
+#: most MAX_ID bytes (maxLength says characters; a character may take up to four bytes).
+IdText = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_ID,
+        pattern="^[^\\x00]+$",
+        description=f"At most {MAX_ID} bytes of UTF-8, no NUL",
+    ),
+    AfterValidator(_key_bytes),
+]
+#: A queue's name, as SQS allows it.
+QueueName = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_QUEUE_NAME, pattern="^[A-Za-z0-9_-]+(\\.fifo)?$"),
+]
 
 
 class Strict(BaseModel):
-    """A request part: an unknown field is an error, not ignored."""
+    """A request's path or query: an unknown parameter is an error, not ignored. Their values
+    arrive as text, so "5" may be read as the integer 5."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class Body(BaseModel):
+    """A request's JSON body: an unknown field is an error, and no value is coerced to its
+    field's type (true is not 1, 0 is not false, "5" is not 5)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Open(BaseModel):
@@ -62,12 +105,7 @@ class LockPath(Strict):
 
 
 class JobQuery(Strict):
-    event_id: str | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_ID,
-        description="The job's event, when known: fewer reads",
-    )
+    event_id: IdText | None = Field(None, description="The job's event, when known: fewer reads")
 
 
 class WaitQuery(JobQuery):
@@ -91,7 +129,7 @@ class RunsQuery(Page):
 
 
 class FiringsQuery(Page):
-    event_id: str | None = Field(None, min_length=1, max_length=MAX_ID)
+    event_id: IdText | None = None
     since: float = Field(86400, ge=60, le=MAX_SPAN, description="Seconds back from now")
     missed: bool = Field(False, description="Only the firings that did not run")
 
@@ -100,21 +138,115 @@ class AuditQuery(Page):
     since: float = Field(86400, ge=1, le=MAX_SPAN, description="Seconds back from now")
 
 
+#: What a queue parameter or field may name.
+FLEET_QUEUE = (
+    "One of the fleet's job queues: the config's, or one a route names (default: [sqs] "
+    "queue_name); any other is answered 404 not-found, as one that does not exist"
+)
+
+
 class QueueQuery(Page):
-    queue: str | None = Field(
-        None, min_length=1, max_length=80, description="The queue (default: [sqs] queue_name)"
-    )
+    queue: QueueName | None = Field(None, description=FLEET_QUEUE)
 
 
 class LetterQuery(Strict):
-    queue: str | None = Field(None, min_length=1, max_length=80)
+    queue: QueueName | None = Field(None, description=FLEET_QUEUE)
+
+
+# -- headers --------------------------------------------------------------------------------------
+
+
+class SubmitHeaders(BaseModel):
+    """A submit's headers: Idempotency-Key, the others ignored (Authorization is the token's)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    idempotency_key: str | None = Field(
+        None,
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=MAX_IDEMPOTENCY_KEY + 2,
+        pattern='^"?[\\x21\\x23-\\x7e]+"?$',
+        description='A key of the request, as the IETF draft "The Idempotency-Key HTTP Header '
+        'Field" has it (a UUID, say; quoted or not): a retry with the same key and body within '
+        "a day answers the first answer and sends nothing; the same key with another body is "
+        "422 idempotency-key-reused. Each token's keys are its own.",
+    )
+
+    def key(self) -> str | None:
+        """The key, unquoted (the draft's value is a structured field's string)."""
+        if self.idempotency_key is None:
+            return None
+        return self.idempotency_key.removeprefix('"').removesuffix('"') or None
 
 
 # -- bodies --------------------------------------------------------------------------------------
 
 
-class Reason(Strict):
+class Reason(Body):
     reason: str = Field("", max_length=MAX_REASON, description="Why, for the audit trail")
+
+
+def _nullable(kind: str | list[str], description: str, **more: Any) -> dict[str, Any]:
+    """A message's optional field: null is as absent (the parser reads it so)."""
+    kinds = [kind] if isinstance(kind, str) else kind
+    one_of = [{"type": k, **more} for k in kinds]
+    return {"anyOf": [*one_of, {"type": "null"}], "description": description}
+
+
+_DURATION = ["integer", "string"]
+_KEY = {"maxLength": MAX_ID}
+#: A job's message, as docs/messages.md lists its fields: the types the daemon's parser takes
+#: (contract/job.py), which checks the job; a field of another type is 400 invalid-job, naming
+#: it. A field it does not know it ignores, and so may a job carry one.
+JOB_SCHEMA: dict[str, Any] = {
+    "title": "Message",
+    "type": "object",
+    "additionalProperties": True,
+    "description": "The message's fields, as docs/messages.md gives them (a command or an http "
+    "call), checked as the daemon checks them: a field it refuses is 400 invalid-job naming "
+    "it; one it does not know is ignored. Those the fleet mints (firing, step, pipeline_key) "
+    "are refused.",
+    "properties": {
+        "command": _nullable("string", "Run as sh -c COMMAND; required unless http"),
+        "envs": _nullable(
+            "object",
+            "Added to the daemon's environment",
+            additionalProperties={"type": "string"},
+        ),
+        "env": _nullable("object", "As envs; envs wins", additionalProperties={"type": "string"}),
+        "event_id": _nullable("string", "The schedule's name (default: the message id)", **_KEY),
+        "lock_id": _nullable("string", "Jobs of one lock_id never run at once", **_KEY),
+        "life_time": _nullable(_DURATION, 'Cancel if older: seconds or a Go duration ("90s")'),
+        "abort_if_locked": _nullable("boolean", "Give up at once when the lock is held"),
+        "disable_life_time_trigger": _nullable("boolean", "No trigger when it is cancelled"),
+        "timeout": _nullable(_DURATION, "Stop the job after this long"),
+        "http": _nullable(
+            "object",
+            "An HTTP call instead of command: url (required, under [http] allow), method, "
+            "headers, body, timeout, success_status",
+        ),
+        "concurrency_key": _nullable(
+            "string", "At most concurrency_limit jobs of this key run at once", **_KEY
+        ),
+        "concurrency_limit": _nullable(
+            "integer", "The size of the concurrency_key's group", minimum=1, maximum=1000
+        ),
+        "retries": _nullable(
+            "integer",
+            "Run an errored or timed-out job again, this many times at most",
+            minimum=0,
+            maximum=100,
+        ),
+        "retry_delay": _nullable(_DURATION, "The wait before the first retry; it doubles"),
+        "pipeline": _nullable("object", "The pipeline this message is the root of"),
+        "catch_up": _nullable(_DURATION, "In a schedule's message: run a missed firing late"),
+        "origin": {"description": "Who sent it: a submit's is always send, whatever it says"},
+        "firing": {"type": "null", "description": "Minted by the fleet: refused"},
+        "step": {"type": "null", "description": "Minted by the fleet: refused"},
+        "pipeline_key": {"type": "null", "description": "Minted by the fleet: refused"},
+    },
+}
 
 
 class Submit(Reason):
@@ -130,15 +262,11 @@ class Submit(Reason):
         }
     )
 
-    job: dict[str, Any] = Field(
-        description="The message's fields, as docs/messages.md gives them, but for those the "
-        "fleet mints (firing, step, pipeline_key): refused, 400 invalid-job naming the field"
-    )
-    unique_key: str | None = Field(
+    job: Annotated[dict[str, Any], WithJsonSchema(JOB_SCHEMA)]
+    unique_key: IdText | None = Field(
         None,
-        min_length=1,
-        max_length=MAX_ID,
-        description="With unique_for: what makes two jobs the same (default: the whole body)",
+        description="With unique_for: what makes two jobs the same (default: the whole body); "
+        "a token's keys are its own, and another token's job of the same key is not this one",
     )
     unique_for: str | None = Field(
         None,
@@ -147,14 +275,12 @@ class Submit(Reason):
         description='A duration ("10m"): while an identical job sent that long ago is unfinished, '
         "answer it instead of sending",
     )
-    queue: str | None = Field(None, min_length=1, max_length=80)
+    queue: QueueName | None = Field(None, description=FLEET_QUEUE)
     delay: int = Field(0, ge=0, le=900, description="SQS's DelaySeconds")
 
 
 class Trigger(Reason):
-    schedule: str | None = Field(
-        None, min_length=1, max_length=MAX_ID, description="Which schedule, when it has several"
-    )
+    schedule: IdText | None = Field(None, description="Which schedule, when it has several")
 
 
 class TriggerFiring(Trigger):
@@ -167,7 +293,7 @@ class TriggerFiring(Trigger):
 
 
 class Pausing(Reason):
-    events: list[str] | None = Field(
+    events: list[IdText] | None = Field(
         None, min_length=1, max_length=100, description="The events; none: every event"
     )
     until: str | None = Field(
@@ -176,11 +302,11 @@ class Pausing(Reason):
 
 
 class Resuming(Reason):
-    events: list[str] | None = Field(None, min_length=1, max_length=100)
+    events: list[IdText] | None = Field(None, min_length=1, max_length=100)
 
 
 class Routing(Reason):
-    queue: str = Field(min_length=1, max_length=80)
+    queue: QueueName
     force: bool = Field(False, description="Route to a queue no live daemon serves")
 
 
@@ -190,26 +316,59 @@ class Unlocking(Reason):
 
 
 class Redriving(Reason):
-    message_ids: list[str] | None = Field(
+    message_ids: list[IdText] | None = Field(
         None, min_length=1, max_length=100, description="The letters; none: every one"
     )
-    queue: str | None = Field(None, min_length=1, max_length=80)
+    queue: QueueName | None = Field(None, description=FLEET_QUEUE)
     force: bool = Field(False, description="Redrive letters the daemon would refuse again")
 
 
 # -- answers -------------------------------------------------------------------------------------
 
 
+#: The operations a job's answer leads to, as OpenAPI links: its state, and the wait for its end,
+#: each by the message id (and the event id, which saves reads) of the answer.
+_JOB_OPERATIONS = {
+    "state": ("jobs_job_jobs__message_id__get", "The job's state now"),
+    "wait": ("jobs_wait_jobs__message_id__wait_get", "The job's state once it has ended"),
+}
+
+
+def job_links(*names: str) -> dict[str, Any]:
+    """The OpenAPI links of an answer that names a job: to each of names' operations."""
+    return {
+        name: {
+            "operationId": _JOB_OPERATIONS[name][0],
+            "description": _JOB_OPERATIONS[name][1],
+            "parameters": {
+                "path.message_id": "$response.body#/message_id",
+                "query.event_id": "$response.body#/event_id",
+            },
+        }
+        for name in names
+    }
+
+
 class Submitted(BaseModel):
+    model_config = ConfigDict(openapi_extra={"links": job_links("state", "wait")})  # type: ignore[typeddict-unknown-key]
+
     message_id: str
     event_id: str
     deduplicated: bool = Field(description="An identical unfinished job was answered: none sent")
 
 
 class Job(Open):
+    model_config = ConfigDict(
+        extra="allow",
+        openapi_extra={"links": job_links("wait")},  # type: ignore[typeddict-unknown-key]
+    )
+
     message_id: str
     event_id: str
-    phase: Literal["queued", "waiting", "running", "ended"]
+    phase: Literal["queued", "waiting", "running", "ended", "unknown"] = Field(
+        description="unknown: no daemon has left a trace of it and no queue can hold it (an id "
+        "SQS never gives): a mistyped id, or no job of this fleet"
+    )
     outcome: str | None = Field(description="ended: how its run ended (null: no record kept)")
     traced: bool = Field(description="false: no daemon has left a trace of it yet")
     host: str | None

@@ -5,13 +5,16 @@ sent with, and the fleet layer's errors mapped to them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-from flask import Response
+from flask import Response, current_app, has_app_context
 
 from sqsjkr import errors
+from sqsjkr.contract.config import Config
 from sqsjkr.fleet.failures import failure_text
 
 MEDIA_TYPE = "application/problem+json"
@@ -27,6 +30,7 @@ _BY_ERROR: tuple[tuple[type[Exception], int, str], ...] = (
     (errors.UnlockRefused, 409, "unlock-refused"),
     (errors.RouteRefused, 409, "route-refused"),
     (errors.UniqueSendBusy, 409, "send-busy"),
+    (errors.IdempotencyKeyReused, 422, "idempotency-key-reused"),
     (errors.ResourceMissingError, 404, "not-found"),
     (errors.InvalidJobError, 400, "invalid-job"),
     (errors.DurationError, 400, "invalid-duration"),
@@ -44,6 +48,7 @@ STATUSES = {
     404: "What the path names is not there (or the API is off: sqsjkr web --api-tokens).",
     409: "The action found nothing to do, or what it would do is refused or done already.",
     413: "The body is larger than 1 MiB.",
+    422: "An Idempotency-Key given before with another request: nothing was sent.",
     429: "Too many failed token checks, or long polls at once: try again after Retry-After.",
     500: "The fleet layer failed in a way it names (a config it cannot use, say).",
     502: "AWS refused or failed the call the fleet layer made.",
@@ -79,12 +84,18 @@ def problem_of(exc: Exception) -> ApiProblem:
 
 
 def problem_response(problem: ApiProblem) -> Response:
-    """The problem as application/problem+json."""
+    """The problem as application/problem+json, its detail scrubbed of where the fleet lives
+    (Scrub) when the API's app has installed one."""
+    detail = problem.detail
+    if has_app_context():
+        scrub = current_app.extensions.get(_SCRUB_KEY)
+        if scrub is not None:
+            detail = scrub(detail)
     body = {
         "type": f"urn:sqsjkr:problem:{problem.code}",
         "title": HTTPStatus(problem.status).phrase,
         "status": problem.status,
-        "detail": problem.detail,
+        "detail": detail,
         "code": problem.code,
     }
     response = Response(json.dumps(body), problem.status, mimetype=MEDIA_TYPE)
@@ -93,6 +104,48 @@ def problem_response(problem: ApiProblem) -> Response:
         # A program told to come back is told when.
         response.headers.setdefault("Retry-After", str(RETRY_AFTER))
     return response
+
+
+_SCRUB_KEY = "sqsjkr.api.scrub"
+#: An ARN, a URL of an AWS endpoint, an account id, a region's name: whatever their source.
+_ARN = re.compile(r"arn:aws[\w-]*:[^\s'\"(),]*")
+_AWS_URL = re.compile(r"https?://[^\s'\"(),]*amazonaws\.com[^\s'\"(),]*")
+_ACCOUNT = re.compile(r"(?<![\w-])\d{12}(?![\w-])")
+_REGION = re.compile(
+    r"(?<![\w-])(?:us|eu|ap|sa|ca|me|af|il|mx|cn)(?:-gov|-iso[a-z]?)?-"
+    r"(?:north|south|east|west|central|northeast|southeast|northwest|southwest)-\d(?![\w-])"
+)
+
+
+@dataclass(frozen=True)
+class Scrub:
+    """Takes out of a problem's detail what tells a client where the fleet lives: the AWS
+    account, its region, the table, the schedule group (a fleet's error names them for its
+    operator, who reads the log; a token's holder needs none of them to act on the problem)."""
+
+    account: str
+    region: str
+    #: The table and the schedule group: often the same word as the command's name ("sqsjkr"),
+    #: so they are taken out only where an error names them (after "table" or "group", quoted).
+    names: tuple[str, ...]
+
+    def __call__(self, detail: str) -> str:
+        detail = _ARN.sub("<arn>", detail)
+        detail = _AWS_URL.sub("<aws-endpoint>", detail)
+        for word, shown in ((self.account, "<account>"), (self.region, "<region>")):
+            if word:
+                detail = re.sub(rf"(?<![\w-]){re.escape(word)}(?![\w-])", shown, detail)
+        detail = _REGION.sub("<region>", _ACCOUNT.sub("<account>", detail))
+        for name in self.names:
+            named = rf"(?i)\b(table|group)(:?\s+|/)(['\"]?){re.escape(name)}\3(?![\w.-])"
+            detail = re.sub(named, r"\1\2\3<name>\3", detail)
+        return detail
+
+
+def install_scrub(app: Any, config: Config) -> None:
+    """Scrub every problem app answers with of config's account, region, table and group."""
+    names = tuple(n for n in (config.lock.table, config.schedule.group) if n)
+    app.extensions[_SCRUB_KEY] = Scrub(config.account.id, config.account.region, names)
 
 
 #: The problem object's JSON Schema, as the OpenAPI document shows it.

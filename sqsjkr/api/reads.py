@@ -34,6 +34,7 @@ from sqsjkr.api.models import (
     Schedules,
 )
 from sqsjkr.api.problems import ApiProblem
+from sqsjkr.api.queues import fleet_queue
 from sqsjkr.errors import PageError
 from sqsjkr.fleet.audit import entry_json
 from sqsjkr.fleet.client import Fleet
@@ -151,7 +152,8 @@ def dead_letters(query: QueueQuery) -> dict[str, Any]:
     """The dead letters of a queue, oldest first (scope read)"""
     bound, after = _where(query)
     start = _checked(after, (float, str))
-    letters = caller("read").dead_letters(query.queue)
+    fleet = caller("read")
+    letters = fleet.dead_letters(fleet_queue(fleet, query.queue))
     page = _paged(lambda: page_after(letters, _letter_key, start, query.limit))
     return _shown(bound, page, lambda letter: letter.as_json())
 
@@ -159,7 +161,8 @@ def dead_letters(query: QueueQuery) -> dict[str, Any]:
 @api.get("/dead-letters/<message_id>", responses={200: Letter})
 def dead_letter(path: JobPath, query: LetterQuery) -> dict[str, Any]:
     """One dead letter, by its id in the dead-letter queue or its original's (scope read)"""
-    letter = caller("read").dead_letter(path.message_id, query.queue)
+    fleet = caller("read")
+    letter = fleet.dead_letter(path.message_id, fleet_queue(fleet, query.queue))
     if letter is None:
         raise ApiProblem(404, "not-found", f"no dead letter {path.message_id!r}")
     return letter.as_json()

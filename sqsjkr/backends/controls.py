@@ -7,13 +7,13 @@ pause.py and routes.py give the attributes their meaning; this module only reads
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import conditional_write, error_code
-from sqsjkr.errors import ResourceMissingError, StoreError
+from sqsjkr.errors import ControlsFull, ResourceMissingError, StoreError
 
 T = TypeVar("T")
 
@@ -22,6 +22,8 @@ T = TypeVar("T")
 CONTROLS_ID = "sqsjkr:pauses"
 CONTROLS_TYPE = "pause"
 KEY = {"Id": {"S": CONTROLS_ID}, "Type": {"S": CONTROLS_TYPE}}
+#: DynamoDB's largest item: its attributes' names and values, in bytes.
+MAX_ITEM_BYTES = 400 * 1024
 
 
 class ControlItem:
@@ -42,13 +44,34 @@ class ControlItem:
 
     def put_attribute(self, name: str, text: str) -> None:
         """Set one attribute to a string, creating the item if need be."""
+        self.put_attributes({name: text})
+
+    def put_attributes(self, texts: Mapping[str, str]) -> None:
+        """Set attributes to strings, creating the item if need be: all of them or none.
+        ControlsFull, and nothing written, when the item would grow past DynamoDB's largest;
+        then one UpdateItem, which sets them all or fails whole."""
+        if not texts:
+            return
+        # Checked first: an UpdateItem refused for its size is all-or-nothing on DynamoDB, but
+        # not on every endpoint that speaks its API (moto's sets some of it).
+        grown = {**self.read_attributes(), **{name: {"S": text} for name, text in texts.items()}}
+        size = item_bytes({**KEY, **grown})
+        if size > MAX_ITEM_BYTES:
+            raise ControlsFull(
+                f"the controls item would be {size} bytes, over DynamoDB's {MAX_ITEM_BYTES}: "
+                f"nothing written (fewer events at once, shorter ids or reasons, or resume "
+                "pauses and clear routes no longer needed)"
+            )
+        names = {f"#n{i}": name for i, name in enumerate(texts)}
+        values = {f":v{i}": {"S": text} for i, text in enumerate(texts.values())}
+        sets = ", ".join(f"#n{i} = :v{i}" for i in range(len(texts)))
         try:
             self._client.update_item(
                 TableName=self._table,
                 Key=KEY,
-                UpdateExpression="SET #name = :value",
-                ExpressionAttributeNames={"#name": name},
-                ExpressionAttributeValues={":value": {"S": text}},
+                UpdateExpression=f"SET {sets}",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
             )
         except ClientError as exc:
             raise self.missing(exc) from exc
@@ -110,3 +133,18 @@ def decode_attributes(
                 f"the item {CONTROLS_ID!r} has a damaged attribute {name!r} ({exc!r}): {remedy}"
             ) from exc
     return found
+
+
+def item_bytes(item: Mapping[str, Any]) -> int:
+    """An item's size as DynamoDB counts it, for the string and number attributes this item
+    holds (a number counted at its largest, 21 bytes); any other value by its JSON's length."""
+    size = 0
+    for name, value in item.items():
+        size += len(name.encode())
+        if "S" in value:
+            size += len(value["S"].encode())
+        elif "N" in value:
+            size += 21
+        else:
+            size += len(json.dumps(value))
+    return size

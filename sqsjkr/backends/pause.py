@@ -61,8 +61,9 @@ class PauseStore(Protocol):
     def pauses(self) -> list[Pause]:
         """The pauses in effect: one whose until has passed is left out."""
 
-    def pause(self, pause: Pause) -> None:
-        """Add the pause, or replace the one of the same scope (the same event, or all)."""
+    def pause(self, *pauses: Pause) -> None:
+        """Add the pauses, each replacing the one of its scope (the same event, or all): all of
+        them, or none when the store refuses the write."""
 
     def resume(self, event_ids: Sequence[str] | None) -> list[Pause]:
         """Lift the pauses of these events (None: every pause, all included); the ones lifted
@@ -93,9 +94,9 @@ class MemoryPauses:
         with self._mutex:
             return sorted((p for p in self._pauses.values() if p.in_effect(now)), key=_order)
 
-    def pause(self, pause: Pause) -> None:
+    def pause(self, *pauses: Pause) -> None:
         with self._mutex:
-            self._pauses[pause.scope] = pause
+            self._pauses.update((p.scope, p) for p in pauses)
 
     def resume(self, event_ids: Sequence[str] | None) -> list[Pause]:
         now = self._clock()
@@ -119,8 +120,11 @@ class DynamoPauses:
     def pauses(self) -> list[Pause]:
         return in_effect(decode_pauses(self._item.read_attributes()), self._clock())
 
-    def pause(self, pause: Pause) -> None:
-        self._item.put_attribute(ATTRIBUTE_PREFIX + pause.scope, json.dumps(pause.as_dict()))
+    def pause(self, *pauses: Pause) -> None:
+        # One UpdateItem: a pause of many events is made whole, or not at all.
+        self._item.put_attributes(
+            {ATTRIBUTE_PREFIX + p.scope: json.dumps(p.as_dict()) for p in pauses}
+        )
 
     def resume(self, event_ids: Sequence[str] | None) -> list[Pause]:
         if event_ids is None:

@@ -44,15 +44,27 @@ class Fleet(Actions):
         unique_for: float | None = None,
         unique_key: str | None = None,
         reason: str = "",
+        unique_scope: str | None = None,
+        idempotency_key: str | None = None,
     ) -> JobHandle:
         """Check job (a message body, or its fields as a dict) with the daemon's parser, put
         it on queue (default: [sqs] queue_name), audited, and return its handle at once.
+
+        queue may name any queue of the account that this Fleet's AWS identity may send to (a
+        program holds that identity's rights anyway); the HTTP API sends only to
+        job_queues(), the config's and those its routes name.
 
         InvalidJobError, and nothing sent, for a job the daemon would refuse; RequestError for
         a delay outside 0..900 or a unique_for that is not a number of seconds above 0.
         unique_for (seconds): while a job sent with it that long ago is unfinished and is the
         same (the same unique_key, else the same body; same queue), return that job's handle,
-        with deduplicated True, and send nothing."""
+        with deduplicated True, and send nothing. unique_scope: whose unique_key it is (the HTTP
+        API gives its token's name): the same key in another scope does not meet it.
+
+        idempotency_key: a retry of the same request (the same key from this Fleet's actor,
+        the same arguments) within a day answers the first send's handle and sends nothing;
+        IdempotencyKeyReused (a RequestError), nothing sent, when the key came with other
+        arguments."""
         return self.sender.send(
             job,
             queue=queue,
@@ -60,6 +72,8 @@ class Fleet(Actions):
             unique_for=unique_for,
             unique_key=unique_key,
             reason=reason,
+            unique_scope=unique_scope,
+            idempotency_key=idempotency_key,
         )
 
     def send_later(

@@ -115,6 +115,12 @@ class Reads(Connection):
         """Every route of the table (`sqsjkr route`)."""
         return routes_of(DynamoRoutes(self.store.client, self.store.table), self.table)
 
+    def job_queues(self) -> list[str]:
+        """The fleet's job queues, sorted: the config's ([sqs] and each [[queues]]) and those
+        its routes name. The HTTP API sends to and reads the dead letters of these alone."""
+        named = {queue.name for queue in self.config.all_queues()}
+        return sorted(named | {route.queue for route in self.routes()})
+
     def pauses(self) -> list[Pause]:
         """Every pause in the table, in effect or past its until."""
         with self.table.reading():

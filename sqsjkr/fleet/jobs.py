@@ -6,6 +6,7 @@ The state is read as `kill` and `trigger --wait` read runs: the job's claim, its
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,11 @@ from sqsjkr.fleet.waiting import Deadline
 
 #: How many of an event's last runs are read for a job's final record.
 RECORD_RUNS = 20
+#: The shape of every id SQS gives a message: a UUID. An id of another shape was never a
+#: message's, so no queue can hold it.
+_SQS_MESSAGE_ID = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE
+)
 
 
 class JobPhase(enum.Enum):
@@ -58,6 +64,15 @@ class JobState:
     def ended(self) -> bool:
         return self.phase is JobPhase.ENDED
 
+    @property
+    def may_be_queued(self) -> bool:
+        """False when the job is known to be on no queue: no daemon left a trace of it (UNKNOWN)
+        and its id is not one SQS gives (a mistyped or made-up id). An UNKNOWN job with an id
+        of SQS's shape may still wait on its queue, not taken yet."""
+        if self.phase is not JobPhase.UNKNOWN:
+            return self.phase is JobPhase.QUEUED
+        return of_sqs_shape(self.message_id)
+
     def as_json(self) -> dict[str, object]:
         """`job --json`'s object: its times unix seconds, as its record's and history --json's."""
         return {
@@ -71,6 +86,11 @@ class JobState:
             "outcome": None if self.outcome is None else self.outcome.value,
             "record": None if self.record is None else record_json(self.record, output=True),
         }
+
+
+def of_sqs_shape(message_id: str) -> bool:
+    """Whether message_id could be one SQS gave a message (a UUID)."""
+    return _SQS_MESSAGE_ID.fullmatch(message_id) is not None
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqsjkr.backends.aws import describe
 from sqsjkr.backends.controls import ControlItem
 from sqsjkr.backends.pause import ALL_SCOPE, PauseStore, decode_pauses, in_effect
 from sqsjkr.backends.pause import DynamoPauses as DynamoPauses
@@ -19,8 +20,8 @@ from sqsjkr.backends.pause import Pause as Pause
 from sqsjkr.backends.pause import paused as paused
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.duration import parse_duration
-from sqsjkr.errors import DurationError, RequestError, quote
-from sqsjkr.fleet.audit import Auditor
+from sqsjkr.errors import AuditRefused, DurationError, RequestError, quote
+from sqsjkr.fleet.audit import AuditEntry, Auditor
 from sqsjkr.fleet.locks import Table, table_of
 from sqsjkr.fleet.wording import format_duration, format_span, local_time
 from sqsjkr.observability.logs import escape
@@ -114,15 +115,35 @@ def pause_events(
     now: float,
     ends: float | None,
     reason: str,
-) -> Iterator[Pause]:
-    """Pause events (None: all), each audited first.
-    Yields each pause once made; AuditRefused before the first one not audited."""
-    for event_id in [None] if events is None else events:
-        made = Pause(event_id, now, ends, reason, by)
-        until_text = "until resumed" if ends is None else f"until {local_time(ends)}"
-        audit("pause", event_id or "all events", reason=reason, detail=until_text)
-        store.pause(made)
-        yield made
+) -> list[Pause]:
+    """Pause events (None: all), each audited first, then all of them in one write; the pauses
+    made. All or nothing: when an audit item or the write is refused, no pause is made and the
+    items written are marked refused (the error is raised again), so that the trail never shows
+    a pause that was not made."""
+    scopes: Sequence[str | None] = [None] if events is None else events
+    made = [Pause(event_id, now, ends, reason, by) for event_id in scopes]
+    until_text = "until resumed" if ends is None else f"until {local_time(ends)}"
+    written: list[AuditEntry] = []
+    try:
+        for pause in made:
+            written.append(
+                audit("pause", pause.event_id or "all events", reason=reason, detail=until_text)
+            )
+        store.pause(*made)
+    except Exception as exc:
+        why = f"not paused: {_failure(exc)}"
+        for entry in written:
+            problem = audit.refused(entry, why)
+            if problem is not None:
+                _log.warning("%s", problem)  # nothing was paused: the trail says more than was done
+        raise
+    return made
+
+
+def _failure(exc: Exception) -> str:
+    if isinstance(exc, AuditRefused):
+        return "an audit item of the same pause could not be written"
+    return escape(describe(exc))
 
 
 def pauses_of(config: Config) -> DynamoPauses:

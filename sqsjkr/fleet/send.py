@@ -5,6 +5,7 @@ answered at once by a handle that reads its state and waits for its run.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import secrets
 import threading
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqsjkr.backends.audit import AuditEntry
-from sqsjkr.backends.aws import make_client
+from sqsjkr.backends.aws import describe, make_client
 from sqsjkr.backends.sqs import (
     SendSettings,
     fifo_send_parameters,
@@ -34,8 +35,17 @@ from sqsjkr.fleet.checks import retries_warning
 from sqsjkr.fleet.fifo import fifo_parameters
 from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.jobs import JobHandle, JobState, job_state
-from sqsjkr.fleet.unique import Earlier, Reservation, UniqueSends
+from sqsjkr.fleet.unique import (
+    Answered,
+    Earlier,
+    IdempotentSends,
+    Reservation,
+    UniqueSends,
+    fingerprint,
+)
 from sqsjkr.observability.logs import shorten_command
+
+_log = logging.getLogger(__name__)
 
 #: SQS's longest DelaySeconds.
 MAX_DELAY = 900
@@ -160,12 +170,14 @@ def send_job(
     reason: str = "",
     unique_for: float | None = None,
     unique_key: str | None = None,
+    unique_scope: str | None = None,
 ) -> Sent:
     """Put the job on its queue now, audited first, and return its handle.
 
     unique_for (seconds): while a job sent with it in the last unique_for seconds is
     unfinished, and is the same (same queue, and the same unique_key, or the same body without
-    one), return that job's handle, earlier, and send nothing."""
+    one), return that job's handle, earlier, and send nothing. unique_scope: whose unique_key
+    it is (an API token's name): another scope's key of the same text is another key."""
     check_send(out.delay, unique_for, unique_key)
     sqs = make_client(store.session, "sqs")
     if unique_for is None:
@@ -176,7 +188,9 @@ def send_job(
         return not job_state(store, earlier.message_id, earlier.event_id).ended
 
     with store.reading():
-        held = uniques.reserve(out.queue_name, out.body, unfinished, key=unique_key)
+        held = uniques.reserve(
+            out.queue_name, out.body, unfinished, key=unique_key, scope=unique_scope
+        )
     if isinstance(held, Earlier):
         handle = JobHandle(held.message_id, held.event_id, out.queue_name, store, True)
         return Sent(handle, True)
@@ -238,20 +252,73 @@ class Sender:
         unique_for: float | None = None,
         unique_key: str | None = None,
         reason: str = "",
+        unique_scope: str | None = None,
+        idempotency_key: str | None = None,
     ) -> JobHandle:
         """Put job (a message body, or its fields as a dict) on queue (default: [sqs]
         queue_name) and return its handle at once. InvalidJobError for a job the daemon would
         refuse, RequestError for a bad delay or unique_for: nothing is sent. unique_for,
-        unique_key: see send_job; the handle's deduplicated says whether this send was one."""
+        unique_key, unique_scope: see send_job; the handle's deduplicated says whether this
+        send was one. idempotency_key: a retry of this request (the same key from this
+        auditor's actor, within IDEMPOTENCY_SECONDS) answers the first send's handle, sending
+        nothing; IdempotencyKeyReused when the key came with another request."""
         check_send(delay, unique_for, unique_key)
-        return send_job(
-            self.store,
-            self._audit,
-            self.outgoing(job, queue, delay),
-            reason=reason,
-            unique_for=unique_for,
-            unique_key=unique_key,
-        ).handle
+        out = self.outgoing(job, queue, delay)
+        request = {
+            "job": job if isinstance(job, str) else dict(job),
+            "queue": queue,
+            "delay": delay,
+            "unique_for": unique_for,
+            "unique_key": unique_key,
+            "unique_scope": unique_scope,
+            "reason": reason,
+        }
+
+        def send() -> JobHandle:
+            return send_job(
+                self.store,
+                self._audit,
+                out,
+                reason=reason,
+                unique_for=unique_for,
+                unique_key=unique_key,
+                unique_scope=unique_scope,
+            ).handle
+
+        if idempotency_key is None:
+            return send()
+        return self._idempotent(idempotency_key, fingerprint(request), send)
+
+    def _idempotent(self, key: str, request: str, send: Callable[[], JobHandle]) -> JobHandle:
+        """send() once per key of this actor's and request; the first answer otherwise."""
+        if not key:
+            raise RequestError("an idempotency key may not be empty")
+        sends = IdempotentSends(self.store.client, self.store.table)
+        with self.store.reading():
+            held = sends.begin(self._audit.actor.user, key, request)
+        if isinstance(held, Answered):
+            return JobHandle(
+                held.message_id, held.event_id, held.queue, self.store, held.deduplicated
+            )
+        try:
+            handle = send()
+        except BaseException:
+            sends.let_go(held)  # nothing was sent: a retry of the request may send it
+            raise
+        answered = Answered(handle.message_id, handle.event_id, handle.queue, handle.deduplicated)
+        try:
+            sends.answer(held, answered)
+        except Exception as exc:
+            # The job is sent: its answer stands. A retry of the request may send it again once
+            # the item's pending minute has passed, which is what a lost item can do no better.
+            _log.warning(
+                "the answer of idempotency key %r was not kept (%s): a retry may send message "
+                "%s's job again",
+                key,
+                describe(exc),
+                handle.message_id,
+            )
+        return handle
 
     def outgoing(self, job: str | Mapping[str, Any], queue: str | None, delay: int) -> Outgoing:
         """job checked with the daemon's parser (InvalidJobError) and addressed to queue."""
