@@ -246,7 +246,8 @@ def test_wait_slots_are_bounded_per_token_and_in_all(served: Served) -> None:
     """Each wait holds one of the listener's threads: a token holds WAITS_PER_TOKEN at most, so
     that another token is still served, and the listener MAX_WAITS in all; each refusal is 429
     with Retry-After (no daemon runs the job: the holders wait their whole timeout)."""
-    path = f"api/v1/jobs/{uuid.uuid4().hex}/wait"
+    # An id of SQS's shape: one of another shape is unknown, and answered at once.
+    path = f"api/v1/jobs/{uuid.uuid4()}/wait"
     tokens = ["reader", "sender"]
     assert len(tokens) * WAITS_PER_TOKEN == MAX_WAITS
     with ThreadPoolExecutor(MAX_WAITS) as pool:

@@ -294,7 +294,7 @@ def test_methods_a_route_lacks_are_405_with_allow_before_the_scope(served: Serve
 def test_head_on_wait_answers_at_once(served: Served) -> None:
     started = time.monotonic()
     head = served.call(
-        "HEAD", f"api/v1/jobs/{uuid.uuid4().hex}/wait", token="reader", params={"timeout": 30}
+        "HEAD", f"api/v1/jobs/{uuid.uuid4()}/wait", token="reader", params={"timeout": 30}
     )
     assert head.status_code == 200 and time.monotonic() - started < 10
 
