@@ -32,6 +32,7 @@ from sqsjkr.backends.pipeline import DynamoPipelines
 from sqsjkr.commands.cli import main
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.firing import Origin
+from sqsjkr.contract.pipeline import PipelineRun as StepOfRun
 from sqsjkr.contract.pipeline import parse_pipeline
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.fleet.history import store_of
@@ -583,6 +584,14 @@ def rerun_path() -> JobPath:
                 raise AssertionError(f"the failed run did not settle: {world.lines()}")
             time.sleep(0.1)
         fixed.touch()
+        # As trigger does before it sends: the re-run is asked for in the run's item, or the
+        # daemons refuse the step's message as no operator's.
+        pipeline = parse_pipeline(run.body(world))
+        assert pipeline is not None
+        asked = StepOfRun(pipeline, "c", run.key).asked(rerun_id)
+        assert DynamoPipelines(world.aws.dynamodb, world.aws.table, lives_seconds=60).ask(
+            run.key, asked
+        )
 
     def failed_and_quiet(world: World) -> bool:
         state = run.state(world)

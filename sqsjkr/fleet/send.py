@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqsjkr.backends.audit import AuditEntry
-from sqsjkr.backends.aws import describe, make_client
+from sqsjkr.backends.aws import AWS_ERRORS, describe, make_client
 from sqsjkr.backends.sqs import (
     SendSettings,
     fifo_send_parameters,
@@ -212,7 +212,17 @@ def _send_held(
     except BaseException:
         uniques.let_go(held)  # nothing was sent: the next send may send it
         raise
-    uniques.hold(held, sent.handle.message_id, sent.handle.event_id, unique_for)
+    try:
+        uniques.hold(held, sent.handle.message_id, sent.handle.event_id, unique_for)
+    except AWS_ERRORS as exc:
+        # The job was sent: its answer stands, not a failure a retry would send again. Its
+        # item names no message, so identical sends are refused as busy until it lapses.
+        _log.warning(
+            "message %s was sent, but its unique_for item could not name it (%s): identical "
+            "jobs are refused for a minute, then sent",
+            sent.handle.message_id,
+            describe(exc),
+        )
     return sent
 
 
