@@ -266,3 +266,30 @@ def test_the_document_types_a_job_links_submit_to_state_and_wait_and_names_its_b
     scheme = doc["components"]["securitySchemes"]["bearer"]
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
     assert "Authorization: Bearer" in scheme["description"]
+
+
+def test_a_201_says_where_the_job_is_and_a_read_answers_304_to_its_etag(served: Served) -> None:
+    sent = served.call("POST", "api/v1/jobs", token="sender", json={"job": {"command": "true"}})
+    assert sent.status_code == 201, sent.text
+    where = sent.headers["Location"]
+    assert where == f"/api/v1/jobs/{sent.json()['message_id']}"
+    first = served.call("GET", where.lstrip("/"), token="reader")
+    assert first.status_code == 200 and first.headers["ETag"]
+    again = served.call(
+        "GET", where.lstrip("/"), token="reader", headers={"If-None-Match": first.headers["ETag"]}
+    )
+    assert again.status_code == 304 and again.content == b""
+    stale = served.call("GET", where.lstrip("/"), token="reader", headers={"If-None-Match": '"x"'})
+    assert stale.status_code == 200 and stale.json() == first.json()
+
+
+def test_nothing_to_do_is_one_answer_across_kill_resume_and_redrive(served: Served) -> None:
+    nothing = f"idle-{uuid.uuid4().hex[:6]}"
+    calls = (
+        ("api/v1/pauses/resume", {"events": [nothing]}),
+        (f"api/v1/events/{nothing}/kill", {}),
+        ("api/v1/dead-letters/redrive", {"message_ids": [str(uuid.uuid4())]}),
+    )
+    for path, body in calls:
+        answer = served.call("POST", path, token="actor", json=body)
+        assert "nothing changed" in problem(answer, 409, "nothing-to-do")["detail"], path

@@ -26,6 +26,7 @@ from sqsjkr.api.models import (
     Unlocked,
     Unlocking,
 )
+from sqsjkr.api.problems import ApiProblem
 from sqsjkr.api.queues import fleet_queue
 from sqsjkr.fleet.kill import Target
 from sqsjkr.fleet.trigger import Triggered as Sent
@@ -75,8 +76,10 @@ def pause(body: Pausing) -> dict[str, Any]:
 def resume(body: Resuming) -> dict[str, Any]:
     """Resume events, or every paused event (scope act)
 
-    The pauses lifted; none when nothing was paused."""
+    The pauses lifted; 409 nothing-to-do when none was paused, as kill and redrive answer."""
     lifted = caller("act").resume(body.events, reason=body.reason)
+    if not lifted:
+        raise ApiProblem(409, "nothing-to-do", "none of those events was paused: nothing changed")
     return {"pauses": [p.as_dict() for p in lifted]}
 
 
@@ -112,7 +115,7 @@ def redrive(body: Redriving) -> dict[str, Any]:
     """Send dead letters back to their queue (scope act)
 
     Then delete them from the dead-letter queue; one the daemon would refuse again stays
-    (skipped), unless force."""
+    (skipped), unless force. 409 nothing-to-do when none was moved."""
     fleet = caller("act")
     done = fleet.redrive(
         body.message_ids,
@@ -120,6 +123,8 @@ def redrive(body: Redriving) -> dict[str, Any]:
         force=body.force,
         reason=body.reason,
     )
+    if done.nothing is not None:
+        raise ApiProblem(409, "nothing-to-do", f"{done.nothing}: nothing changed")
     return {"moved": done.moved, "skipped": list(done.skipped), "errors": list(done.errors)}
 
 

@@ -74,6 +74,10 @@ def create_api(config: Config, tokens: Tokens) -> OpenAPI:
         # Answers hold jobs' output and the fleet's state: no cache keeps them, and no browser
         # reads a JSON answer as anything else.
         response.headers.update(HEADERS)
+        if request.method in ("GET", "HEAD") and response.status_code == 200:
+            # A client that polls sends back the ETag it has: an unchanged answer is a 304.
+            response.add_etag()
+            response.make_conditional(request)
         return response
 
     return app

@@ -9,7 +9,7 @@ from typing import Any
 
 from flask import g, request
 
-from sqsjkr.api.access import blueprint, caller, waits
+from sqsjkr.api.access import PREFIX, blueprint, caller, waits
 from sqsjkr.api.actions import killed_json
 from sqsjkr.api.models import (
     Job,
@@ -33,7 +33,9 @@ api = blueprint("jobs", __name__, "Submit a job and follow it to its end")
 
 
 @api.post("/jobs", responses={201: Submitted, 200: Submitted})
-def submit(body: Submit, header: SubmitHeaders) -> tuple[dict[str, Any], int]:
+def submit(
+    body: Submit, header: SubmitHeaders
+) -> tuple[dict[str, Any], int] | tuple[dict[str, Any], int, dict[str, str]]:
     """Submit a job (scope send)
 
     Put the job on its queue, checked as the daemon will check it. With unique_for, an
@@ -56,7 +58,9 @@ def submit(body: Submit, header: SubmitHeaders) -> tuple[dict[str, Any], int]:
         "event_id": handle.event_id,
         "deduplicated": handle.deduplicated,
     }
-    return shown, 200 if handle.deduplicated else 201
+    if handle.deduplicated:
+        return shown, 200
+    return shown, 201, {"Location": f"{PREFIX}/jobs/{handle.message_id}"}
 
 
 @api.get("/jobs/<message_id>", responses={200: Job})

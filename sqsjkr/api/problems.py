@@ -162,12 +162,20 @@ PROBLEM_SCHEMA: dict[str, Any] = {
 }
 
 
+#: A read's answer when the client's If-None-Match names its ETag: no body.
+NOT_MODIFIED = "Not modified: the answer is the one whose ETag If-None-Match names."
+
+
 def documented_problems() -> dict[Any, Any]:
-    """Every problem status, as the OpenAPI document's responses of each route."""
+    """Every problem status, as the OpenAPI document's responses of each route (and a read's
+    304, which has no body)."""
     return {
-        status: {
-            "description": meaning,
-            "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
-        }
-        for status, meaning in STATUSES.items()
+        304: {"description": NOT_MODIFIED},
+        **{
+            status: {
+                "description": meaning,
+                "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+            }
+            for status, meaning in STATUSES.items()
+        },
     }

@@ -76,6 +76,8 @@ class Redrive:
     moved: int = 0
     errors: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    #: Why there was nothing to move (none of the named letters, or no letter at all), if so.
+    nothing: str | None = None
     #: Where a line of what it did goes, and a warning: the face's.
     say: Callable[[str], None] = field(default=lambda line: None)
     warn: Callable[[str], None] = field(default=lambda line: None)
@@ -159,7 +161,10 @@ def redrive_letters(
             missing = redrive_named(run, message_ids)
     for message_id in missing:
         run.errors.append(f"no message {quote(message_id)} in dead-letter queue {queues.dlq_name}")
+    if message_ids is None and not (run.moved or run.errors or run.skipped):
+        run.nothing = f"dead-letter queue {queues.dlq_name} holds no letter"
     if message_ids is not None and len(set(missing)) == len(set(message_ids)):
+        run.nothing = _none_found(queues)
         problem = audit.refused(entry, _none_found(queues))
         if problem is not None:
             warn(problem)
