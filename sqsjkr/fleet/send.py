@@ -34,15 +34,9 @@ from sqsjkr.fleet.audit import ONE_OFF, Auditor, command_auditor
 from sqsjkr.fleet.checks import retries_warning
 from sqsjkr.fleet.fifo import fifo_parameters
 from sqsjkr.fleet.history import Store, store_of
+from sqsjkr.fleet.idempotency import Answered, IdempotentSends, fingerprint
 from sqsjkr.fleet.jobs import JobHandle, JobState, job_state
-from sqsjkr.fleet.unique import (
-    Answered,
-    Earlier,
-    IdempotentSends,
-    Reservation,
-    UniqueSends,
-    fingerprint,
-)
+from sqsjkr.fleet.unique import Earlier, Reservation, UniqueSends
 from sqsjkr.observability.logs import shorten_command
 
 _log = logging.getLogger(__name__)
