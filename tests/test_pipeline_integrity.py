@@ -23,10 +23,10 @@ from sqsjkr.errors import InvalidJobError
 from sqsjkr.observability.logs import JobLog
 from tests.conftest import Aws, Start, run_daemon, wait_until
 from tests.faults import Fault, FaultProxy
-from tests.test_pipelines import Sent, diamond, firing_fields, lines
+from tests.test_pipelines import Sent, diamond, failed_nightly, firing_fields, lines
 from tests.test_schedules import group as group  # noqa: F401 - the fixture
-from tests.test_schedules import queue_arn, scheduler, sqsjkr, write_conf
-from tests.test_trigger import NIGHTLY, ROLE_ARN, module_input, nightly_schedule
+from tests.test_schedules import queue_arn, scheduler, sqsjkr
+from tests.test_trigger import NIGHTLY, ROLE_ARN
 
 JLOG = JobLog(logging.getLogger("test"), parse_job('{"command": "x"}', message_id="l", sent_at=0))
 
@@ -202,17 +202,8 @@ def test_trigger_of_a_step_follows_the_pipeline_its_run_began_with_and_run_now_s
     group: str,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    out, fixed = tmp_path / "runs", tmp_path / "fixed"
-    body = json.loads(module_input("scheduler", NIGHTLY, "UTC"))
-    c_command = f"echo start-c >> {out}; test -f {fixed} || exit 3; echo end-c >> {out}"
-    body.update(diamond(out, "nightly", c=c_command))
-    body["event_id"] = "nightly"
-    nightly_schedule(aws, group, body)
-    conf = write_conf(tmp_path, aws, group=group)
-    daemon, _ = run_daemon(start_daemon, tmp_path, aws)
-    firing = ["--firing", "2026-01-15T02:00:00Z", "-c", conf]
-    assert sqsjkr(capsys, "trigger", "nightly", *firing)[0] == 0
-    wait_until(lambda: "notified" in lines(out), timeout=30, what="c's on_failure step")
+    nightly = failed_nightly(start_daemon, tmp_path, aws, group, capsys)
+    out, body, firing = nightly.out, nightly.body, nightly.firing
     # The schedule's pipeline changes after the firing began: d now waits for a new step e too.
     body["pipeline"]["steps"]["e"] = {"after": ["a"], "job": {"command": f"echo e >> {out}"}}
     body["pipeline"]["steps"]["d"]["after"] = ["b", "c", "e"]
@@ -226,15 +217,15 @@ def test_trigger_of_a_step_follows_the_pipeline_its_run_began_with_and_run_now_s
     )
     code, _, err = sqsjkr(capsys, "trigger", "e", *firing)
     assert code != 0 and "was not in pipeline" in err, err
-    fixed.touch()
+    nightly.fixed.touch()
     code, _, err = sqsjkr(capsys, "trigger", "nightly-c", *firing, "--force", "--wait")
     assert code == 0, err
     wait_until(lambda: "end-d" in lines(out), timeout=30, what="d, the join as the run began")
     assert "e" not in lines(out)
     # A step run now is its job alone: it runs, and begins no run of the pipeline.
-    code, _, err = sqsjkr(capsys, "trigger", "nightly-b", "-c", conf, "--wait")
+    code, _, err = sqsjkr(capsys, "trigger", "nightly-b", "-c", nightly.conf, "--wait")
     assert code == 0, err
     assert lines(out).count("start-b") == 2
     runs = DynamoPipelines(aws.dynamodb, aws.table, lives_seconds=60).states()
     assert [s.key.rpartition("/")[2] for s in runs] == ["sqsjkr-nightly@2026-01-15T02:00:00Z"]
-    assert daemon.stop() == 0
+    assert nightly.daemon.stop() == 0

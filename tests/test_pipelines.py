@@ -9,6 +9,7 @@ import logging
 import signal
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from sqsjkr.contract.pipeline import PipelineRun, parse_pipeline
 from sqsjkr.daemon.pipeline import Steps
 from sqsjkr.errors import InvalidJobError
 from sqsjkr.observability.logs import JobLog
-from tests.conftest import Aws, Start, run_daemon, wait_until
+from tests.conftest import Aws, Daemon, Start, run_daemon, wait_until
 from tests.faults import Fault, FaultProxy
 from tests.test_schedules import group as group  # noqa: F401 - the fixture
 from tests.test_schedules import sqsjkr, write_conf
@@ -252,13 +253,26 @@ def test_a_daemon_killed_mid_step_loses_nothing(
     assert survivor.stop() == 0
 
 
-def test_trigger_firing_force_of_a_failed_step_runs_it_again_and_resumes_its_pipeline(
+@dataclass
+class FailedNightly:
+    """A nightly diamond's firing whose c failed (notify ran, d skipped), on a daemon."""
+
+    out: Path
+    fixed: Path  # c succeeds once this exists
+    body: dict[str, Any]  # the schedule's message
+    conf: str
+    daemon: Daemon
+    firing: list[str]  # trigger's options naming the firing and the config
+
+
+def failed_nightly(
     start_daemon: Start,
     tmp_path: Path,
     aws: Aws,
-    group: str,  # noqa: F811
+    group: str,
     capsys: pytest.CaptureFixture[str],
-) -> None:
+) -> FailedNightly:
+    """A nightly diamond's schedule, a daemon, and its 2026-01-15 firing triggered: c failed."""
     out, fixed = tmp_path / "runs", tmp_path / "fixed"
     body = json.loads(module_input("scheduler", NIGHTLY, "UTC"))
     c_command = f"echo start-c >> {out}; test -f {fixed} || exit 3; echo end-c >> {out}"
@@ -272,6 +286,18 @@ def test_trigger_firing_force_of_a_failed_step_runs_it_again_and_resumes_its_pip
     assert code == 0, err
     wait_until(lambda: "notified" in lines(out), timeout=30, what="c's on_failure step")
     assert "start-d" not in lines(out)
+    return FailedNightly(out, fixed, body, conf, daemon, firing)
+
+
+def test_trigger_firing_force_of_a_failed_step_runs_it_again_and_resumes_its_pipeline(
+    start_daemon: Start,
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nightly = failed_nightly(start_daemon, tmp_path, aws, group, capsys)
+    out, fixed, daemon, firing = nightly.out, nightly.fixed, nightly.daemon, nightly.firing
     code, _, err = sqsjkr(capsys, "trigger", "nightly-c", *firing)
     assert code == 1 and "already ran" in err, err
     fixed.touch()
