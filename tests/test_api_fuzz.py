@@ -132,3 +132,35 @@ def _use_known(case: Any) -> None:
     }
     if case.operation.label == "POST /api/v1/jobs":
         case.body = {"job": JOB, "unique_key": "fuzzed", "unique_for": "10m"}
+
+
+@pytest.mark.slow
+def test_the_linked_operations_hold_in_sequence(api_schema: Any) -> None:
+    """schemathesis's stateful phase over the document's links (submit -> state -> wait): each
+    step's answer matches the document, and an id a 201 named leads to a job the next step finds."""
+    headers = {"Authorization": f"Bearer {TOKENS['all'][0]}"}
+    machine = api_schema.as_state_machine()
+
+    class Workflow(machine):  # type: ignore[misc,valid-type]
+        def before_call(self, case: Any) -> None:
+            if case.operation.path.endswith("/wait"):
+                case.query = {**(case.query or {}), "timeout": 0.2}
+            if case.operation.label == "POST /api/v1/jobs":
+                case.body = {"job": JOB}
+
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"headers": headers, "timeout": 30}
+
+        def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
+            case.validate_response(response, checks=CHECKS, headers=headers)
+
+    Workflow.run(
+        settings=settings(
+            max_examples=8,
+            stateful_step_count=4,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+            database=None,
+        )
+    )
