@@ -671,6 +671,11 @@ def catch_up_path() -> JobPath:
     )
 
 
+#: The longest Retry-After the walk's API client waits: a send-busy's, the unique item's
+#: pending time.
+RETRY_AFTER_BOUND = 70.0
+
+
 class Web:
     """`sqsjkr web` with the HTTP API on, its calls through the world's proxy: a host's second
     process, killed with the daemon when the host dies."""
@@ -705,9 +710,10 @@ class Web:
         if self.process is not None and self.process.proc.poll() is not None:
             self.start(world)
 
-    def submit(self, world: World, body: dict[str, Any], tries: int = 3) -> None:
+    def submit(self, world: World, body: dict[str, Any], tries: int = 4) -> None:
         """POST the job as a client does: again after an error or no answer, with the same
-        unique_for, until an answer says it was sent."""
+        unique_for, until an answer says it was sent; after a 409 (a send of it under way,
+        which may be one the listener's death cut short), once its Retry-After has passed."""
         secret = TOKENS["all"][0]
         for _ in range(tries):
             self.tend(world)
@@ -724,6 +730,8 @@ class Web:
             self.answers.append(answer.status_code)
             if answer.status_code in (200, 201):
                 return
+            if answer.status_code == 409:
+                time.sleep(min(float(answer.headers.get("Retry-After", 1)), RETRY_AFTER_BOUND))
 
 
 def api_submit_path() -> JobPath:

@@ -16,6 +16,7 @@ from flask import Response, current_app, has_app_context
 from sqsjkr import errors
 from sqsjkr.contract.config import Config
 from sqsjkr.fleet.failures import failure_text
+from sqsjkr.fleet.unique import PENDING_SECONDS
 
 MEDIA_TYPE = "application/problem+json"
 #: Seconds a 429 or 503 that names none asks a program to wait before it tries again (the table
@@ -76,7 +77,9 @@ def problem_of(exc: Exception) -> ApiProblem:
         return exc
     for kind, status, code in _BY_ERROR:
         if isinstance(exc, kind):
-            return ApiProblem(status, code, str(exc))
+            # A send under way holds the job for at most PENDING_SECONDS: then it may be sent.
+            wait = {"Retry-After": str(PENDING_SECONDS)} if code == "send-busy" else None
+            return ApiProblem(status, code, str(exc), wait)
     if isinstance(exc, errors.SqsjkrError):
         return ApiProblem(500, "failed", str(exc))
     # failure_text raises again what is neither sqsjkr's nor an AWS failure: a bug, a 500.
