@@ -263,7 +263,7 @@ def test_the_document_types_a_job_links_submit_to_state_and_wait_and_names_its_b
     assert operations[state["links"]["wait"]["operationId"]][0].endswith("/wait")
     headers = doc["paths"]["/api/v1/jobs"]["post"]["parameters"]
     assert [p["name"] for p in headers if p["in"] == "header"] == ["Idempotency-Key"]
-    scheme = doc["components"]["securitySchemes"]["bearer"]
+    scheme = doc["components"]["securitySchemes"]["Authorization"]
     assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
     assert "Authorization: Bearer" in scheme["description"]
 

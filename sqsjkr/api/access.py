@@ -18,6 +18,8 @@ from sqsjkr.fleet.client import Fleet
 
 #: Every route's path starts with it.
 PREFIX = "/api/v1"
+#: The key of the bearer scheme in the document: the header that carries the token.
+SECURITY_SCHEME = "Authorization"
 _KEY = "sqsjkr.api"
 
 
@@ -45,7 +47,7 @@ def blueprint(name: str, import_name: str, description: str) -> APIBlueprint:
         import_name,
         url_prefix=PREFIX,
         abp_tags=[Tag(name=name, description=description)],
-        abp_security=[{"bearer": []}],
+        abp_security=[{SECURITY_SCHEME: []}],
         abp_responses=documented_problems(),
     )
 

@@ -20,7 +20,7 @@ from werkzeug.routing import BaseConverter
 
 from sqsjkr import __version__
 from sqsjkr.api import actions, jobs, reads
-from sqsjkr.api.access import PREFIX, Access, authenticate, authorize, install
+from sqsjkr.api.access import PREFIX, SECURITY_SCHEME, Access, authenticate, authorize, install
 from sqsjkr.api.problems import (
     PROBLEM_SCHEMA,
     ApiProblem,
@@ -40,14 +40,16 @@ MAX_BODY = MAX_MESSAGE_BYTES
 TOO_LARGE = f"the body is larger than {MAX_BODY // (1024 * 1024)} MiB"
 HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 #: The bearer scheme (RFC 6750) every route but the contract takes its token by. The reference's
-#: renderer shows it on each route as a header named by its key: its description names the header.
+#: renderer shows an HTTP scheme on each route as a header named by its key: the key
+#: (access.SECURITY_SCHEME) is the header's name, so that the reference reads as a client sends it.
 SECURITY_SCHEMES: dict[str, SecurityScheme | dict[str, Any]] = {
-    "bearer": SecurityScheme(
+    SECURITY_SCHEME: SecurityScheme(
         type="http",
         scheme="bearer",
         bearerFormat="sqsjkr token",
-        description="Send `Authorization: Bearer TOKEN`: a token of `sqsjkr token new`, granted "
-        "by `sqsjkr web --api-tokens`",
+        # Plain text: the reference's renderer shows a description as it is, backticks too.
+        description="Send Authorization: Bearer TOKEN, with a token of sqsjkr token new, granted "
+        "by sqsjkr web --api-tokens",
     )
 }
 
