@@ -394,3 +394,26 @@ def test_the_http_reference_has_one_title_a_table_of_contents_and_no_stray_backt
     assert {name.lower() for name in schemas} <= listed
     text = re.sub(r"<(pre|code)\b.*?</\1>", "", html, flags=re.S)
     assert "`" not in text
+
+
+def test_deploying_says_how_terraform_runs_offline_and_on_the_local_endpoint() -> None:
+    """The offline init is the one tests/test_terraform.py runs (a filesystem mirror through
+    -plugin-dir), and plan and apply are shown against `sqsjkr local`'s endpoint, with the
+    resource that does not finish there named."""
+    from . import test_terraform
+
+    text = (DOCS / "deploying.md").read_text()
+    lines = commands(text)
+    init = [line for line in lines if "terraform init -" in line]
+    assert init, "deploying.md shows no offline terraform init"
+    mirror = "/opt/tf-plugins"
+    assert str(test_terraform.PLUGIN_DIR) == mirror or "SQSJKR_TF_PLUGIN_DIR" in os.environ
+    for flag in ("-backend=false", "-input=false", f"-plugin-dir={mirror}"):
+        assert flag in init[0].split(), flag
+    assert any(f"terraform providers mirror {mirror}" in line for line in lines)
+    assert "filesystem_mirror" in text
+    assert ".venv/bin/sqsjkr local --port 4599" in lines
+    endpoint = "AWS_ENDPOINT_URL=http://127.0.0.1:4599"
+    assert any(endpoint in line and "terraform plan" in line for line in lines)
+    assert "terraform apply" in text and "aws_sqs_queue_redrive_allow_policy" in text
+    assert "endpoints {" in text
