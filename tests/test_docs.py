@@ -381,7 +381,7 @@ def test_the_http_reference_has_one_title_a_table_of_contents_and_no_stray_backt
     page = (site / "reference" / "http-api" / "index.html").read_text()
     html = article(site, "reference/http-api")
     assert len(re.findall(r"<h1\b", html)) == 1
-    toc = page[page.index('md-nav--secondary') : page.index("<article")]
+    toc = page[page.index("md-nav--secondary") : page.index("<article")]
     listed = set(re.findall(r'href="#([^"]+)"', toc))
     document = json.loads((DOCS / "reference" / "openapi.json").read_text())
     routes = [(path, method) for path, item in document["paths"].items() for method in item]
