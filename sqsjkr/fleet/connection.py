@@ -62,6 +62,7 @@ class Connection:
     def __init__(
         self, config: Config | str | os.PathLike[str], *, actor: str | None = None
     ) -> None:
+        #: The config this Fleet acts on, read from its file (or as given).
         self.config = config if isinstance(config, Config) else load_config(config)
         #: The config as errors name it.
         self.source = "the config" if isinstance(config, Config) else os.fspath(config)
