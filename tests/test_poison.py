@@ -24,7 +24,7 @@ from sqsjkr.contract.run import RunOutcome
 from sqsjkr.crontab.fires import next_firing
 from sqsjkr.errors import InvalidJobError
 from sqsjkr.fleet.dead_letters import DeadLetter
-from sqsjkr.fleet.send import by_hand
+from sqsjkr.fleet.send import MINTED_FIELDS, by_hand
 from tests.conftest import Cli, Start, wait_until
 from tests.web_fleet import WebFleet, make_fleet, record
 
@@ -116,6 +116,14 @@ def test_send_body_refuses_each_poison(cli: Cli) -> None:
     for body, reason in POISON.values():
         refused = cli("send", "--body", body, "-c", "/nonexistent.toml")
         assert refused.returncode == 2, refused.stderr
+        # A sender may not set what the fleet mints: that refusal comes first.
+        try:
+            fields = safe_json.loads(body)
+        except safe_json.JsonError:
+            fields = None
+        minted = [n for n in MINTED_FIELDS if isinstance(fields, dict) and n in fields]
+        if minted:
+            reason = f'field "{minted[0]}": is set by the fleet\'s daemons, not by a sender'
         assert f"invalid job, nothing sent: {reason}" in refused.stderr
 
 

@@ -5,6 +5,7 @@ read from it (DeadLetter), and the reader (Peek), which makes every message it r
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import threading
 import time
@@ -325,9 +326,10 @@ class Peek:
         self._warn = warn or _log.warning
         self._held: dict[str, DeadLetter] = {}
         self._turn = _PEEKS.lock(url)
+        self._taking_turns = contextlib.ExitStack()
 
     def __enter__(self) -> Peek:
-        self._turn.acquire()
+        self._taking_turns.enter_context(self._turn)
         return self
 
     def __exit__(
@@ -339,7 +341,7 @@ class Peek:
         try:
             self.release()
         finally:
-            self._turn.release()
+            self._taking_turns.close()  # the next peek of this queue's turn
 
     def last_read(self) -> list[DeadLetter] | None:
         """The letters a read of this queue in this process found within
