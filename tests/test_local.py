@@ -115,8 +115,12 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     history = daemon.log[daemon.log.index("The runs of demo-fail, with their output:\n") :]
     assert re.search(r"errored +3 ", history) and "    about to fail" in history, history
     # Each closing command is printed as the banner's send is, and works pasted as it is.
-    (_, long_job, kill_command, status_command, history_command, schedules_command,
-     daemons_command) = pasteable_commands(daemon.log)  # fmt: skip
+    (send, long_job, kill_command, status_command, history_command, schedules_command,
+     daemons_command, send_again) = pasteable_commands(daemon.log)  # fmt: skip
+    # The banner's send has scrolled away by the demo's end: its last lines say it again.
+    last = "The daemon keeps running. Send a job from another shell:\n"
+    assert send_again == send, daemon.log
+    assert daemon.log[daemon.log.index(last) :].startswith(f"{last}{send}Stop: Ctrl-C\n")
     # The long job is stopped by `sqsjkr kill`, whose output the demo shows, in the order it
     # came; to try it, a long job of the same event to send first, as the demo killed its own.
     assert " send -c " in long_job and "--event-id demo-kill" in long_job
@@ -152,11 +156,14 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     assert http_get_json(port, "/stats/metrics/v2")["invocations"] == DEMO_COUNTS
     summary = daemon.log[daemon.log.index("Demo done: all 9 messages have an outcome") :]
     for line in (
-        "  succeeded  3\n",
-        "  errored    2 (timed_out 1)\n",
-        "  failed     4\n",
+        # Each count says why a job is counted there.
+        "  succeeded  3: the command exited 0\n",
+        "  errored    2 (timed_out 1): the command ran and exited non-zero, or was stopped at "
+        "its timeout\n",
+        "  failed     4: did not run (late past its life_time, its lock held, not a job) or was "
+        "killed\n",
         "      - a long job stopped by `sqsjkr kill`\n",
-        "  duplicates 0\n",
+        "  duplicates 0: a message already received, dropped unrun\n",
         "      - a message that is not a job (moved to the dead-letter queue)\n",
         "/123456789012/sqsjkr-local-dlq):\n"
         "  body 'this is not JSON', sqsjkr_error 'body is not JSON: Expecting value",

@@ -18,6 +18,7 @@ from sqsjkr.local.demo import (
     DEMO_JOBS,
     DEMO_QUEUE,
     OUTCOMES,
+    SEND_COMMAND,
     closing_commands,
     shown_kill,
 )
@@ -35,7 +36,7 @@ def banner(site: LocalSite, stats_address: str, dashboard: str = "", api: str = 
         + (f"Dashboard: {dashboard}\n" if dashboard else "")
         + (f"{api}\n" if api else "")
         + "Send a job from another shell:\n"
-        f"{site.pasteable('send', '--command', 'echo hello')}\n"
+        f"{site.pasteable(*SEND_COMMAND)}\n"
         "Stop: Ctrl-C"
     )
 
@@ -139,6 +140,15 @@ def _nothing() -> None:
     """Closes a dashboard that was not served."""
 
 
+#: Why a job is counted under each of OUTCOMES, in the Go daemon's words (observability/stats.py).
+OUTCOME_WHY = {
+    "succeeded": "the command exited 0",
+    "errored": "the command ran and exited non-zero, or was stopped at its timeout",
+    "failed": "did not run (late past its life_time, its lock held, not a job) or was killed",
+    "duplicates": "a message already received, dropped unrun",
+}
+
+
 def demo_summary(
     counts: dict[str, int],
     site: LocalSite,
@@ -154,7 +164,7 @@ def demo_summary(
         count = f"{counts[outcome]}"
         if outcome == "errored":
             count += f" (timed_out {counts.get('timed_out', 0)})"
-        lines.append(f"  {outcome:<10} {count}")
+        lines.append(f"  {outcome:<10} {count}: {OUTCOME_WHY[outcome]}")
         lines.extend(f"      - {what}" for what in whats)
     lines.append(f"Dead-letter queue {DEMO_QUEUE}-dlq ({site.dead_letter_url}):")
     if not dead:

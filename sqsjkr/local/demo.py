@@ -29,6 +29,8 @@ DEMO_REPORTER = "cat"
 KILLED_EVENT = "demo-kill"
 #: The demo's long job, which runs until it is killed.
 LONG_COMMAND = 'echo "running until killed"; sleep 600'
+#: The send the banner shows and the demo's end repeats, after `sqsjkr COMMAND -c CONF`.
+SEND_COMMAND = ("send", "--command", "echo hello")
 #: The kill, after `sqsjkr COMMAND -c CONF`.
 KILL_COMMAND = ("kill", KILLED_EVENT, "--reason", "the demo shows a kill", "--wait")
 #: What a user pastes before KILL_COMMAND to try it: the demo's own long job has been killed.
@@ -273,7 +275,11 @@ def closing_commands(site: LocalSite) -> str:
     """CLOSING_COMMANDS, run as a user would run them, each printed as the banner's `send` is,
     ready to paste, with its output."""
     shown = [site.shown(what, command) for what, command in CLOSING_COMMANDS]
-    shown.append("The daemon keeps running: send it jobs as shown above; stop it with Ctrl-C.")
+    # The banner's send line has scrolled away by now: the last lines say it again.
+    shown.append(
+        "The daemon keeps running. Send a job from another shell:\n"
+        f"{site.pasteable(*SEND_COMMAND)}\nStop: Ctrl-C"
+    )
     return "\n".join(part.rstrip() for part in shown)
 
 
