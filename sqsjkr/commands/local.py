@@ -22,6 +22,7 @@ from sqsjkr.local.demo import (
     closing_commands,
     shown_kill,
 )
+from sqsjkr.local.demo_scheduled import SCHEDULED_QUEUE
 from sqsjkr.local.endpoint import LOCAL_QUEUE, LOCAL_SCHEDULE_GROUP, LOCAL_TABLE
 from sqsjkr.local.site import LocalSite
 
@@ -133,7 +134,7 @@ class Printed:
 
     def done(self, site: LocalSite, counts: dict[str, int], dead: list[tuple[str, str]]) -> None:
         click.echo(demo_summary(counts, site, self.shown[0], dead, self.shown[1]))
-        click.echo(closing_commands(site))
+        click.echo(closing_commands(site, self.shown[1]))
 
 
 def _nothing() -> None:
@@ -158,7 +159,16 @@ def demo_summary(
 ) -> str:
     """What the demo did: the counters with the demo jobs behind each, and where to look next
     (the stats, and the dashboard as the banner showed it)."""
-    lines = [f"Demo done: all {len(DEMO_JOBS)} messages have an outcome. Invocations counted:"]
+    lines = [
+        f"Demo done: all {len(DEMO_JOBS)} messages have an outcome. Invocations counted on queue "
+        f"{DEMO_QUEUE}"
+        + (
+            f" (the scheduled pipeline's and catch-up's runs, on {SCHEDULED_QUEUE}, are counted "
+            "apart):"
+            if site.demo_times is not None
+            else ":"
+        )
+    ]
     for outcome in OUTCOMES:
         whats = [job.what for job in DEMO_JOBS if job.outcome == outcome]
         count = f"{counts[outcome]}"
@@ -173,7 +183,8 @@ def demo_summary(
     lines += [
         "Each job's output is in the log above (job MESSAGE_ID (event EVENT_ID) | LINE), and "
         "each report's JSON (sqsjkr.report).",
-        f"Stats: curl -s http://{stats_address}/stats/metrics/v2",
+        f"Stats: curl -s http://{stats_address}/stats/metrics/v2"
+        + ('  # each queue\'s own figures under "queues"' if site.demo_times is not None else ""),
     ]
     if dashboard:
         lines.append(f"Dashboard: {dashboard}")
