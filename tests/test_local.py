@@ -213,6 +213,17 @@ def the_scheduled_pipeline_and_the_caught_up_firing_are_shown(
     assert checked.returncode == 2 and "SQSJKR CRITICAL" in checked.stdout, checked
     if daemon.log.count("(event demo-pipeline) started") == 1:  # the next firing not yet run
         assert "demo-pipeline-c: 1 failure in a row" in checked.stdout, checked.stdout
+    page = re.search(
+        r"^Its drawing on the dashboard: (http://127\.0\.0\.1:\d+/event\?id=demo-pipeline)$",
+        daemon.log,
+        re.M,
+    )
+    assert page, daemon.log
+    first = rerun.split(" --firing ", 1)[1].split()[0].replace("Z", "+00:00")
+    with urllib.request.urlopen(page[1], timeout=10) as answer:
+        # The drawing of a run, and the first firing among its firings (a later one may be drawn).
+        drawn = answer.read().decode()
+    assert 'id="pipeline"' in drawn and first in drawn, drawn
     listed = paste(firings, tmp_path)
     assert re.search(r" demo-pipeline +sqsjkr-local-pipeline +ran ", listed.stdout), listed
     forced = paste(rerun, tmp_path)
