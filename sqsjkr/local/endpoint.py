@@ -193,7 +193,11 @@ def create_sample_schedules(session: Any, queue_arn: str, role_arn: str) -> None
 
 
 def create_demo_scheduled(
-    session: Any, queue_arn: str, role_arn: str, scheduled: DemoScheduled
+    session: Any,
+    queue_arn: str,
+    role_arn: str,
+    scheduled: DemoScheduled,
+    group: str = LOCAL_SCHEDULE_GROUP,
 ) -> None:
     """The demo's scheduled pipeline, from its first firing on, and its late schedule with
     catch_up, made (and last changed) an hour before its missed firing: as if it had fired then
@@ -205,24 +209,24 @@ def create_demo_scheduled(
     ):
         client.create_schedule(
             Name=name,
-            GroupName=LOCAL_SCHEDULE_GROUP,
+            GroupName=group,
             ScheduleExpression=expression,
             ScheduleExpressionTimezone="UTC",
             StartDate=datetime.fromtimestamp(start, timezone.utc),
             FlexibleTimeWindow={"Mode": "OFF"},
             Target={"Arn": queue_arn, "RoleArn": role_arn, "Input": body},
         )
-    _backdate(LATE_SCHEDULE, scheduled.times.missed - 3600)
+    _backdate(group, LATE_SCHEDULE, scheduled.times.missed - 3600)
 
 
-def _backdate(name: str, at: float) -> None:
+def _backdate(group_name: str, name: str, at: float) -> None:
     """Make the embedded endpoint's schedule made and last changed at `at`: moto (in this
     process) has no way to date them, and catch-up counts a schedule's firings from its change."""
     from moto.scheduler.models import scheduler_backends
 
     for regions in scheduler_backends.values():
         for backend in regions.values():
-            group = backend.schedule_groups.get(LOCAL_SCHEDULE_GROUP)
+            group = backend.schedule_groups.get(group_name)
             if group is not None and name in group.schedules:
                 group.schedules[name].creation_date = at
                 group.schedules[name].last_modified_date = at
