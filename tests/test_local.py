@@ -15,12 +15,13 @@ import subprocess
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sqsjkr.contract.tokens import new_token
 
-from .conftest import Daemon, http_get_json, sqsjkr_argv
+from .conftest import Daemon, http_get_json, sqsjkr_argv, wait_until
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 PACKAGE = CHECKOUT / "sqsjkr"
@@ -87,7 +88,8 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
         f"{api[1]}/schedules", headers={"Authorization": f"Bearer {token}"}
     )
     with urllib.request.urlopen(asked, timeout=10) as answer:
-        assert len(json.load(answer)["items"]) == 4  # the sample schedules
+        # The sample schedules, and the demo's scheduled pipeline and late schedule.
+        assert len(json.load(answer)["items"]) == 6
     stats = re.search(
         r"^Stats: curl (?:-s )?http://127\.0\.0\.1:(\d+)/stats/metrics/v2$", daemon.log, re.M
     )
@@ -115,8 +117,12 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     history = daemon.log[daemon.log.index("The runs of demo-fail, with their output:\n") :]
     assert re.search(r"errored +3 ", history) and "    about to fail" in history, history
     # Each closing command is printed as the banner's send is, and works pasted as it is.
-    (_, long_job, kill_command, status_command, history_command, schedules_command,
-     daemons_command) = pasteable_commands(daemon.log)  # fmt: skip
+    (send, long_job, kill_command, status_command, history_command, schedules_command,
+     daemons_command, *scheduled, send_again) = pasteable_commands(daemon.log)  # fmt: skip
+    # The banner's send has scrolled away by the demo's end: its last lines say it again.
+    last = "The daemon keeps running. Send a job from another shell:\n"
+    assert send_again == send, daemon.log
+    assert daemon.log[daemon.log.index(last) :].startswith(f"{last}{send}Stop: Ctrl-C\n")
     # The long job is stopped by `sqsjkr kill`, whose output the demo shows, in the order it
     # came; to try it, a long job of the same event to send first, as the demo killed its own.
     assert " send -c " in long_job and "--event-id demo-kill" in long_job
@@ -149,18 +155,22 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     pasted_history = paste(history_command, tmp_path)
     assert pasted_history.returncode == 0, pasted_history
     assert "    about to fail" in pasted_history.stdout, pasted_history
-    assert http_get_json(port, "/stats/metrics/v2")["invocations"] == DEMO_COUNTS
+    # The demo's jobs are counted on their queue, apart from the scheduled pipeline's runs.
+    assert demo_queue(http_get_json(port, "/stats/metrics/v2")) == DEMO_COUNTS
     summary = daemon.log[daemon.log.index("Demo done: all 9 messages have an outcome") :]
     for line in (
-        "  succeeded  3\n",
-        "  errored    2 (timed_out 1)\n",
-        "  failed     4\n",
+        # Each count says why a job is counted there.
+        "  succeeded  3: the command exited 0\n",
+        "  errored    2 (timed_out 1): the command ran and exited non-zero, or was stopped at "
+        "its timeout\n",
+        "  failed     4: did not run (late past its life_time, its lock held, not a job) or was "
+        "killed\n",
         "      - a long job stopped by `sqsjkr kill`\n",
-        "  duplicates 0\n",
+        "  duplicates 0: a message already received, dropped unrun\n",
         "      - a message that is not a job (moved to the dead-letter queue)\n",
         "/123456789012/sqsjkr-local-dlq):\n"
         "  body 'this is not JSON', sqsjkr_error 'body is not JSON: Expecting value",
-        f"Stats: curl -s http://127.0.0.1:{port}/stats/metrics/v2\n",
+        f"Stats: curl -s http://127.0.0.1:{port}/stats/metrics/v2  # each queue's own figures",
     ):
         assert line in summary, summary
     # The summary ends with the dashboard, as the banner showed it.
@@ -168,12 +178,62 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
     assert dashboard and dashboard[0] in summary, summary
     if shutil.which("curl"):
         pasted = paste(summary.split("Stats: ", 1)[1].splitlines()[0], tmp_path)
-        assert json.loads(pasted.stdout)["invocations"] == DEMO_COUNTS, pasted
+        assert demo_queue(json.loads(pasted.stdout)) == DEMO_COUNTS, pasted
     # The pair pasted after the demo: the long job sent, then killed (its run, not the demo's).
     tried = paste(long_job + kill_command, tmp_path)
     assert tried.returncode == 0, tried
     assert re.search(r"^killed by \S+@\S+: the demo shows a kill$", tried.stdout, re.M), tried
+    the_scheduled_pipeline_and_the_caught_up_firing_are_shown(daemon, scheduled, tmp_path)
     assert daemon.stop(signal.SIGINT) == 0
+
+
+def demo_queue(stats: dict[str, Any]) -> dict[str, int]:
+    """The demo queue's own invocation counters in stats v2."""
+    return dict(stats["queues"]["sqsjkr-local"]["invocations"])
+
+
+def the_scheduled_pipeline_and_the_caught_up_firing_are_shown(
+    daemon: Daemon, scheduled: list[str], tmp_path: Path
+) -> None:
+    """The commands the demo prints for its scheduled part, pasted: the late schedule's firing
+    caught up at start; the pipeline's first firing failed at c, and c's forced re-run, then d."""
+    firings, drawing, check, rerun, late = scheduled
+    assert " firings -c " in firings and firings.rstrip().endswith(" demo-pipeline"), firings
+    assert " trigger -c " in rerun and " demo-pipeline-c --firing " in rerun, rerun
+    caught = paste(late, tmp_path)
+    assert caught.returncode == 0, caught
+    assert re.search(r" demo-catch-up +sqsjkr-local-catch-up +caught up +succeeded ", caught.stdout)
+    # The pipeline's first firing comes 20 s after setting up: the demo's end is about then.
+    daemon.wait_for_log("pipeline demo-pipeline: skipped for this run, as c failed: d", timeout=60)
+    failed = paste(drawing, tmp_path)
+    assert failed.returncode == 0, failed
+    assert "failed at c, skipped d" in failed.stdout, failed.stdout
+    assert re.search(r"^2 +d +after b, c +skipped: c failed$", failed.stdout, re.M), failed.stdout
+    checked = paste(check, tmp_path)
+    assert checked.returncode == 2 and "SQSJKR CRITICAL" in checked.stdout, checked
+    if daemon.log.count("(event demo-pipeline) started") == 1:  # the next firing not yet run
+        assert "demo-pipeline-c: 1 failure in a row" in checked.stdout, checked.stdout
+    page = re.search(
+        r"^Its drawing on the dashboard: (http://127\.0\.0\.1:\d+/event\?id=demo-pipeline)$",
+        daemon.log,
+        re.M,
+    )
+    assert page, daemon.log
+    first = rerun.split(" --firing ", 1)[1].split()[0].replace("Z", "+00:00")
+    with urllib.request.urlopen(page[1], timeout=10) as answer:
+        # The drawing of a run, and the first firing among its firings (a later one may be drawn).
+        drawn = answer.read().decode()
+    assert 'id="pipeline"' in drawn and first in drawn, drawn
+    listed = paste(firings, tmp_path)
+    assert re.search(r" demo-pipeline +sqsjkr-local-pipeline +ran ", listed.stdout), listed
+    forced = paste(rerun, tmp_path)
+    assert forced.returncode == 0, forced
+
+    def resumed() -> bool:
+        drawn = paste(drawing, tmp_path).stdout
+        return re.search(r"^2 +d +after b, c +succeeded ", drawn, re.M) is not None
+
+    wait_until(resumed, timeout=30, what="d after c's forced re-run")
 
 
 def pasteable_commands(log: str) -> list[str]:

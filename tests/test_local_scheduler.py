@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +25,8 @@ from sqsjkr.contract.job import parse_job
 from sqsjkr.crontab.fires import Window, next_fires
 from sqsjkr.errors import LocalModeError
 from sqsjkr.fleet.dead_letters import SCHEDULER_ATTRIBUTES
+from sqsjkr.local.demo_scheduled import demo_scheduled
+from sqsjkr.local.endpoint import create_demo_scheduled
 from sqsjkr.local.scheduler import ATTEMPT_NUMBER, EXECUTION_ID, LocalScheduler
 
 from .test_terraform import (
@@ -414,3 +418,29 @@ def fire_the_planned_rules(site: Site, plan: ExamplePlan, queue: tuple[str, str]
         assert message["Attributes"]["MessageGroupId"] == fifo["message_group_id"]
         fired.add(key)
     return fired
+
+
+def test_the_demos_pipeline_fires_first_at_the_time_it_prints_and_its_late_schedule_is_left_to_catch_up(
+    site: Site, tmp_path: Path
+) -> None:
+    """The demo's scheduled part as `sqsjkr local --demo` sets it up: the pipeline's root is sent
+    at the first firing the demo prints (for `trigger --firing`) and each minute after, never
+    before; the late schedule's firing before the start is catch-up's to send, not the scheduler's."""
+    url, arn = site.queue(f"q-{uuid.uuid4().hex[:8]}")
+    now = time.time()
+    scheduled = demo_scheduled(now, tmp_path)
+    create_demo_scheduled(site.session, arn, ROLE, scheduled, group=site.group)
+    first = scheduled.times.first
+    firer = site.firer(since=now)
+    firer.fire_due(first - 1)
+    assert received(site.sqs, url) == []
+    for at in (first, first + 60):
+        firer.fire_due(at)
+        [root] = received(site.sqs, url)
+        job = parse_job(root["Body"], message_id="m", sent_at=at)
+        assert job.firing is not None and job.firing.at == at
+        assert job.event_id == "demo-pipeline" and job.pipeline is not None
+        assert set(job.pipeline.pipeline.steps) == {"a", "b", "c", "d", "notify"}
+    late = site.scheduler.get_schedule(GroupName=site.group, Name="sqsjkr-local-catch-up")
+    assert late["LastModificationDate"].timestamp() == scheduled.times.missed - 3600
+    assert json.loads(late["Target"]["Input"])["catch_up"] == "15m"

@@ -18,9 +18,11 @@ from sqsjkr.local.demo import (
     DEMO_JOBS,
     DEMO_QUEUE,
     OUTCOMES,
+    SEND_COMMAND,
     closing_commands,
     shown_kill,
 )
+from sqsjkr.local.demo_scheduled import SCHEDULED_QUEUE
 from sqsjkr.local.endpoint import LOCAL_QUEUE, LOCAL_SCHEDULE_GROUP, LOCAL_TABLE
 from sqsjkr.local.site import LocalSite
 
@@ -35,7 +37,7 @@ def banner(site: LocalSite, stats_address: str, dashboard: str = "", api: str = 
         + (f"Dashboard: {dashboard}\n" if dashboard else "")
         + (f"{api}\n" if api else "")
         + "Send a job from another shell:\n"
-        f"{site.pasteable('send', '--command', 'echo hello')}\n"
+        f"{site.pasteable(*SEND_COMMAND)}\n"
         "Stop: Ctrl-C"
     )
 
@@ -132,11 +134,20 @@ class Printed:
 
     def done(self, site: LocalSite, counts: dict[str, int], dead: list[tuple[str, str]]) -> None:
         click.echo(demo_summary(counts, site, self.shown[0], dead, self.shown[1]))
-        click.echo(closing_commands(site))
+        click.echo(closing_commands(site, self.shown[1]))
 
 
 def _nothing() -> None:
     """Closes a dashboard that was not served."""
+
+
+#: Why a job is counted under each of OUTCOMES, in the Go daemon's words (observability/stats.py).
+OUTCOME_WHY = {
+    "succeeded": "the command exited 0",
+    "errored": "the command ran and exited non-zero, or was stopped at its timeout",
+    "failed": "did not run (late past its life_time, its lock held, not a job) or was killed",
+    "duplicates": "a message already received, dropped unrun",
+}
 
 
 def demo_summary(
@@ -148,13 +159,22 @@ def demo_summary(
 ) -> str:
     """What the demo did: the counters with the demo jobs behind each, and where to look next
     (the stats, and the dashboard as the banner showed it)."""
-    lines = [f"Demo done: all {len(DEMO_JOBS)} messages have an outcome. Invocations counted:"]
+    lines = [
+        f"Demo done: all {len(DEMO_JOBS)} messages have an outcome. Invocations counted on queue "
+        f"{DEMO_QUEUE}"
+        + (
+            f" (the scheduled pipeline's and catch-up's runs, on {SCHEDULED_QUEUE}, are counted "
+            "apart):"
+            if site.demo_times is not None
+            else ":"
+        )
+    ]
     for outcome in OUTCOMES:
         whats = [job.what for job in DEMO_JOBS if job.outcome == outcome]
         count = f"{counts[outcome]}"
         if outcome == "errored":
             count += f" (timed_out {counts.get('timed_out', 0)})"
-        lines.append(f"  {outcome:<10} {count}")
+        lines.append(f"  {outcome:<10} {count}: {OUTCOME_WHY[outcome]}")
         lines.extend(f"      - {what}" for what in whats)
     lines.append(f"Dead-letter queue {DEMO_QUEUE}-dlq ({site.dead_letter_url}):")
     if not dead:
@@ -163,7 +183,8 @@ def demo_summary(
     lines += [
         "Each job's output is in the log above (job MESSAGE_ID (event EVENT_ID) | LINE), and "
         "each report's JSON (sqsjkr.report).",
-        f"Stats: curl -s http://{stats_address}/stats/metrics/v2",
+        f"Stats: curl -s http://{stats_address}/stats/metrics/v2"
+        + ('  # each queue\'s own figures under "queues"' if site.demo_times is not None else ""),
     ]
     if dashboard:
         lines.append(f"Dashboard: {dashboard}")

@@ -17,6 +17,7 @@ from sqsjkr.backends.aws import describe, make_client, make_session
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.config import Config, load_config
 from sqsjkr.contract.job import build_body
+from sqsjkr.local.demo_scheduled import scheduled_commands
 from sqsjkr.local.site import LocalSite
 
 log = logging.getLogger("sqsjkr.local")
@@ -29,6 +30,8 @@ DEMO_REPORTER = "cat"
 KILLED_EVENT = "demo-kill"
 #: The demo's long job, which runs until it is killed.
 LONG_COMMAND = 'echo "running until killed"; sleep 600'
+#: The send the banner shows and the demo's end repeats, after `sqsjkr COMMAND -c CONF`.
+SEND_COMMAND = ("send", "--command", "echo hello")
 #: The kill, after `sqsjkr COMMAND -c CONF`.
 KILL_COMMAND = ("kill", KILLED_EVENT, "--reason", "the demo shows a kill", "--wait")
 #: What a user pastes before KILL_COMMAND to try it: the demo's own long job has been killed.
@@ -229,11 +232,14 @@ def _running(history: DynamoHistory, event_id: str) -> bool:
 
 
 def _invocations(url: str) -> dict[str, int] | None:
-    """The invocation counters at the stats url; None while it cannot be read."""
+    """The invocation counters of the demo's queue at the stats url: its own figures beside
+    the scheduled queue's, whose on-going firings are not the demo jobs'; None while it cannot
+    be read."""
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
-            return dict(json.load(response)["invocations"])
-    except (OSError, ValueError, KeyError):
+            body = json.load(response)
+        return dict(body.get("queues", {}).get(DEMO_QUEUE, body)["invocations"])
+    except (OSError, ValueError, KeyError, AttributeError):
         return None
 
 
@@ -269,11 +275,17 @@ CLOSING_COMMANDS = (
 )
 
 
-def closing_commands(site: LocalSite) -> str:
+def closing_commands(site: LocalSite, dashboard: str = "") -> str:
     """CLOSING_COMMANDS, run as a user would run them, each printed as the banner's `send` is,
-    ready to paste, with its output."""
+    ready to paste, with its output; then how to look at the demo's scheduled part."""
     shown = [site.shown(what, command) for what, command in CLOSING_COMMANDS]
-    shown.append("The daemon keeps running: send it jobs as shown above; stop it with Ctrl-C.")
+    if site.demo_times is not None:
+        shown.append(scheduled_commands(site, site.demo_times, dashboard))
+    # The banner's send line has scrolled away by now: the last lines say it again.
+    shown.append(
+        "The daemon keeps running. Send a job from another shell:\n"
+        f"{site.pasteable(*SEND_COMMAND)}\nStop: Ctrl-C"
+    )
     return "\n".join(part.rstrip() for part in shown)
 
 

@@ -10,11 +10,19 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from typing import Any
 
 from sqsjkr.backends.aws import make_client
 from sqsjkr.errors import LocalModeError
 from sqsjkr.local.demo import DEMO_QUEUE, SAMPLE_SCHEDULES
+from sqsjkr.local.demo_scheduled import (
+    LATE_EXPRESSION,
+    LATE_SCHEDULE,
+    PIPELINE_EXPRESSION,
+    PIPELINE_SCHEDULE,
+    DemoScheduled,
+)
 
 LOCAL_REGION = "us-east-1"
 #: moto's default account id.
@@ -182,3 +190,45 @@ def create_sample_schedules(session: Any, queue_arn: str, role_arn: str) -> None
             Target={"Arn": queue_arn, "RoleArn": role_arn, "Input": sample.body},
             State="ENABLED" if sample.enabled else "DISABLED",
         )
+
+
+def create_demo_scheduled(
+    session: Any,
+    queue_arn: str,
+    role_arn: str,
+    scheduled: DemoScheduled,
+    group: str = LOCAL_SCHEDULE_GROUP,
+) -> None:
+    """The demo's scheduled pipeline, from its first firing on, and its late schedule with
+    catch_up, made (and last changed) an hour before its missed firing: as if it had fired then
+    with no daemon to run it, which the daemon's catch-up sends at start."""
+    client = make_client(session, "scheduler")
+    for name, expression, start, body in (
+        (PIPELINE_SCHEDULE, PIPELINE_EXPRESSION, scheduled.times.first, scheduled.pipeline_body),
+        (LATE_SCHEDULE, LATE_EXPRESSION, scheduled.times.missed, scheduled.late_body),
+    ):
+        client.create_schedule(
+            Name=name,
+            GroupName=group,
+            ScheduleExpression=expression,
+            ScheduleExpressionTimezone="UTC",
+            StartDate=datetime.fromtimestamp(start, timezone.utc),
+            FlexibleTimeWindow={"Mode": "OFF"},
+            Target={"Arn": queue_arn, "RoleArn": role_arn, "Input": body},
+        )
+    _backdate(group, LATE_SCHEDULE, scheduled.times.missed - 3600)
+
+
+def _backdate(group_name: str, name: str, at: float) -> None:
+    """Make the embedded endpoint's schedule made and last changed at `at`: moto (in this
+    process) has no way to date them, and catch-up counts a schedule's firings from its change."""
+    from moto.scheduler.models import scheduler_backends
+
+    for regions in scheduler_backends.values():
+        for backend in regions.values():
+            group = backend.schedule_groups.get(group_name)
+            if group is not None and name in group.schedules:
+                group.schedules[name].creation_date = at
+                group.schedules[name].last_modified_date = at
+                return
+    raise LocalModeError(f"no schedule {name} in the embedded endpoint to date")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,12 +18,14 @@ from sqsjkr.contract.config import load_config
 from sqsjkr.daemon.service import serve
 from sqsjkr.errors import LocalModeError, StatsServerError
 from sqsjkr.local.demo import DEMO_REPORTER, DemoWatch, send_demo
+from sqsjkr.local.demo_scheduled import SCHEDULED_QUEUE, demo_scheduled
 from sqsjkr.local.endpoint import (
     LOCAL_ACCOUNT,
     LOCAL_QUEUE,
     LOCAL_REGION,
     LOCAL_SCHEDULE_GROUP,
     LOCAL_TABLE,
+    create_demo_scheduled,
     create_queue,
     create_sample_schedules,
     create_schedule_group,
@@ -31,11 +34,14 @@ from sqsjkr.local.endpoint import (
     use_endpoint,
 )
 from sqsjkr.local.scheduler import LocalScheduler
-from sqsjkr.local.site import LocalSite
+from sqsjkr.local.site import DemoTimes, LocalSite
 from sqsjkr.observability.notify import NullNotifier
 
 
-def write_config(directory: Path, *, stats_port: int, workers: int, role_arn: str) -> Path:
+def write_config(
+    directory: Path, *, stats_port: int, workers: int, role_arn: str, scheduled: bool = False
+) -> Path:
+    """The config of local mode's daemon; with scheduled, the demo's scheduled queue besides."""
     path = directory / "config.toml"
     path.write_text(
         f"""# Written by `sqsjkr local` for its embedded AWS endpoint.
@@ -65,14 +71,27 @@ group = "{LOCAL_SCHEDULE_GROUP}"
 # Prints each run's report (horenso's JSON) into the log, as sqsjkr.report lines.
 reporters = ["{DEMO_REPORTER}"]
 """
+        + (_SCHEDULED_QUEUE_CONFIG if scheduled else "")
     )
     return path
 
 
+#: The demo's scheduled queue: its own workers, and its own figures in the stats.
+_SCHEDULED_QUEUE_CONFIG = f"""
+[[queues]]
+# The demo's scheduled pipeline and late schedule: counted apart from the demo's jobs.
+name = "{SCHEDULED_QUEUE}"
+max_concurrent_num = 2
+"""
+
+
 @contextmanager
-def prepared(*, port: int, stats_port: int, workers: int) -> Iterator[tuple[LocalSite, Any]]:
-    """Start the endpoint, create the queue and table, the schedule group and the sample schedules,
-    write the config; yields the site and an SQS client, for the lifetime of the block."""
+def prepared(
+    *, port: int, stats_port: int, workers: int, demo: bool = False
+) -> Iterator[tuple[LocalSite, Any]]:
+    """Start the endpoint, create the queue and table, the schedule group and the sample schedules
+    (with demo, the demo's scheduled queue and schedules too), write the config; yields the site
+    and an SQS client, for the lifetime of the block."""
     with local_endpoint(port) as endpoint, tempfile.TemporaryDirectory(prefix="sqsjkr-") as tmp:
         use_endpoint(endpoint)
         session = make_session(region=LOCAL_REGION)
@@ -82,8 +101,21 @@ def prepared(*, port: int, stats_port: int, workers: int) -> Iterator[tuple[Loca
         create_table(make_client(session, "dynamodb"), LOCAL_TABLE)
         role_arn = create_schedule_group(session)
         create_sample_schedules(session, queue_target(sqs, queue_url).arn, role_arn)
-        conf = write_config(Path(tmp), stats_port=stats_port, workers=workers, role_arn=role_arn)
-        yield LocalSite(endpoint, queue_url, dead_letter_url, conf), sqs
+        times = None
+        if demo:
+            times = _scheduled(session, sqs, role_arn, Path(tmp))
+        conf = write_config(
+            Path(tmp), stats_port=stats_port, workers=workers, role_arn=role_arn, scheduled=demo
+        )
+        yield LocalSite(endpoint, queue_url, dead_letter_url, conf, times), sqs
+
+
+def _scheduled(session: Any, sqs: Any, role_arn: str, directory: Path) -> DemoTimes:
+    """The demo's scheduled queue and schedules, set up now; their times."""
+    url = create_queue(sqs, SCHEDULED_QUEUE, dead_letter=True)
+    scheduled = demo_scheduled(time.time(), directory)
+    create_demo_scheduled(session, queue_target(sqs, url).arn, role_arn, scheduled)
+    return scheduled.times
 
 
 class LocalFace(Protocol):
@@ -117,7 +149,7 @@ def run_local(
     before anything is printed or sent.
     """
     with (
-        prepared(port=port, stats_port=stats_port, workers=workers) as (site, sqs),
+        prepared(port=port, stats_port=stats_port, workers=workers, demo=demo) as (site, sqs),
         firing(site.endpoint),
     ):
         stats: list[str] = []  # the stats server's address, once it listens

@@ -15,6 +15,15 @@ from pathlib import Path
 
 
 @dataclass(frozen=True)
+class DemoTimes:
+    """When the demo's scheduled pipeline first fires, and the firing its late schedule missed
+    before local mode started (unix seconds, whole): local/demo_scheduled.py."""
+
+    first: float
+    missed: float
+
+
+@dataclass(frozen=True)
 class LocalSite:
     """What `sqsjkr local` set up, for the lines it prints."""
 
@@ -22,6 +31,8 @@ class LocalSite:
     queue_url: str
     dead_letter_url: str
     conf: Path
+    #: The demo's scheduled part, when it set one up (--demo).
+    demo_times: DemoTimes | None = None
 
     def argv(self, command: str, *args: str) -> list[str]:
         """`sqsjkr COMMAND -c CONF ARGS` by this sqsjkr's absolute path."""
