@@ -20,7 +20,8 @@ demo: $(BIN)/sqsjkr
 	$(BIN)/sqsjkr local --demo $(DEMO_ARGS)
 
 # The documentation site is built with --strict before the tests: a broken link or anchor fails;
-# the tests that read the built pages read that build (SQSJKR_BUILT_SITE) rather than make their own.
+# the tests that read the built pages read that build (DOCS_BUILT_SITE; not an SQSJKR_ name,
+# which every job would see in its environment) rather than make their own.
 # The tests start some 150 daemons and commands: compiled once here, the package is not compiled
 # anew by each of them where PYTHONDONTWRITEBYTECODE is set. For the same reason each pytest
 # worker would rewrite the tests' asserts anew: one collection, beside mypy, caches them.
@@ -34,7 +35,7 @@ test: $(BIN)/sqsjkr
 	$(BIN)/python -m compileall -q sqsjkr
 	$(BIN)/mypy & mypy=$$!; PYTHONDONTWRITEBYTECODE= $(BIN)/pytest --collect-only -q >/dev/null; wait $$mypy
 	site="$$(mktemp -d)" && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$site" && \
-		SQSJKR_BUILT_SITE="$$site" $(BIN)/pytest -n 6 --maxschedchunk 2
+		DOCS_BUILT_SITE="$$site" $(BIN)/pytest -n 6 --maxschedchunk 2
 
 # The documentation site (mkdocs.yml, docs/), served on http://127.0.0.1:8000/ while it is edited;
 # on another address when 8000 is taken: make docs DOCS_ADDR=127.0.0.1:8001

@@ -263,9 +263,9 @@ def test_each_generated_reference_says_where_its_content_is() -> None:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site as `make test` builds it: that build (SQSJKR_BUILT_SITE), or one of its own
+    """The site as `make test` builds it: that build (DOCS_BUILT_SITE), or one of its own
     (about 6 s, once for the tests that read it) when the tests run outside make."""
-    made = os.environ.get("SQSJKR_BUILT_SITE")
+    made = os.environ.get("DOCS_BUILT_SITE")
     if made and (Path(made) / "index.html").exists():
         return Path(made)
     mkdocs = CHECKOUT / ".venv" / "bin" / "mkdocs"
