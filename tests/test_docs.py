@@ -103,8 +103,20 @@ def test_make_demo_takes_the_documented_options() -> None:
     """Getting started's fallback for a taken stats port reaches `sqsjkr local`."""
     readme_line = "make demo DEMO_ARGS='--stats-port 0'"
     assert readme_line in commands(sections(DOCS / "getting-started.md")["Two commands"])
+    assert make_dry_run(readme_line) == ".venv/bin/sqsjkr local --demo --stats-port 0"
+
+
+def test_make_docs_takes_the_documented_address() -> None:
+    """Development's `make docs` on another address, when 8000 is taken, reaches mkdocs."""
+    line = "make docs DOCS_ADDR=127.0.0.1:8001"
+    assert line in (DOCS / "development.md").read_text()
+    assert make_dry_run(line).endswith("/mkdocs serve -a 127.0.0.1:8001")
+
+
+def make_dry_run(line: str) -> str:
+    """The last command `make -n` prints for a documented `make ...` line."""
     result = subprocess.run(
-        ["make", "-n", "--no-print-directory", *shlex.split(readme_line)[1:]],
+        ["make", "-n", "--no-print-directory", *shlex.split(line)[1:]],
         capture_output=True,
         text=True,
         timeout=60,
@@ -113,23 +125,7 @@ def test_make_demo_takes_the_documented_options() -> None:
         env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")},
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1] == ".venv/bin/sqsjkr local --demo --stats-port 0"
-
-
-def test_make_docs_takes_the_documented_address() -> None:
-    """Development's `make docs` on another address, when 8000 is taken, reaches mkdocs."""
-    line = "make docs DOCS_ADDR=127.0.0.1:8001"
-    assert line in (DOCS / "development.md").read_text()
-    result = subprocess.run(
-        ["make", "-n", "--no-print-directory", *shlex.split(line)[1:]],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=CHECKOUT,
-        env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")},
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1].endswith("/mkdocs serve -a 127.0.0.1:8001")
+    return result.stdout.splitlines()[-1]
 
 
 def test_the_host_install_steps_live_in_systemd_readme_only() -> None:
