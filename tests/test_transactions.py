@@ -4,6 +4,7 @@ is on the wire share the next call, and each caller still gets the answer of its
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,31 @@ def test_a_write_behind_a_hung_call_goes_alone_after_max_wait(aws: Aws) -> None:
     assert head_answer == {0: None} and aws.item("first", "t") is not None
 
 
+def test_a_lingering_write_rides_the_next_writers_call(aws: Aws) -> None:
+    gated = Gated(client("dynamodb"))
+    gated.open()
+    transactions = Transactions(gated, max_linger=60)
+    # A run's end, written behind its worker: it waits for the next claim rather than send.
+    [behind], behind_answer = in_threads([lambda: transactions.write([put(aws, "end")], linger=60)])
+    wait_until(lambda: transactions.waiting == 1, what="the lingering write queued")
+    assert gated.calls == []
+    transactions.write([put(aws, "claim")])
+    behind.join(15)
+    assert behind_answer == {0: None}
+    assert gated.calls == [2]  # one call for both
+    assert aws.item("end", "t") is not None and aws.item("claim", "t") is not None
+
+
+def test_a_lingering_write_that_no_writer_takes_goes_alone_after_its_linger(aws: Aws) -> None:
+    gated = Gated(client("dynamodb"))
+    gated.open()
+    transactions = Transactions(gated, max_linger=0.3)
+    started = time.monotonic()
+    transactions.write([put(aws, "end")], linger=60)  # capped at max_linger
+    assert 0.3 <= time.monotonic() - started < 10
+    assert gated.calls == [1] and transactions.waiting == 0
+
+
 def claims_per_call_of(request: dict[str, Any]) -> int:
     """How many dedupe claims (Puts of throttle items) a TransactWriteItems request makes."""
     return sum(
@@ -219,4 +245,34 @@ def test_a_combined_call_whose_answer_is_lost_after_it_took_effect_runs_each_job
         assert sorted(out.read_text().split()) == ["0", "1", "2", "3", "4"]
         assert "LOST" not in daemon.log and " ERROR " not in daemon.log
         assert daemon.stop() == 0
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
+
+
+def ends_and_claims(request: dict[str, Any]) -> tuple[int, int]:
+    """How many claims' finishes (Updates of throttle items) and claims a request makes."""
+    ends = sum(
+        w.get("Update", {}).get("Key", {}).get("Type") == {"S": "throttle"}
+        for w in request["TransactItems"]
+    )
+    return ends, claims_per_call_of(request)
+
+
+def test_one_workers_end_of_a_run_shares_the_call_of_its_next_jobs_claim(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
+) -> None:
+    out = tmp_path / "ran"
+    for i in range(4):
+        aws.send({"command": f"echo {i} >> {out}", "event_id": f"ev-{i}"})
+    with FaultProxy(moto_endpoint) as proxy:
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        # One worker, its next jobs received ahead: each run's end is written behind it, with
+        # the claim of the job it takes next.
+        daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=1, prefetch=3)
+        wait_until(counted(port, succeeded=4), what="four runs")
+        assert daemon.stop() == 0
+        calls = [ends_and_claims(c.json) for c in proxy.calls if c.action == "TransactWriteItems"]
+    assert sorted(out.read_text().split()) == ["0", "1", "2", "3"]
+    assert sum(ends for ends, _ in calls) == 4 and sum(claims for _, claims in calls) == 4
+    shared = [call for call in calls if call == (1, 1)]
+    assert len(shared) >= 2, calls
     wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")

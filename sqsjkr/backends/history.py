@@ -64,6 +64,7 @@ class History(Protocol):
         lock: Lease | None = None,
         slot: Lease | None = None,
         firing: Firing | None = None,
+        linger: float = 0.0,
     ) -> Ended:
         """Store the record and bring the event's summary up to date: with firing (the
         schedule's firing the message was), its schedule and next firing too. A duplicate's
@@ -71,6 +72,8 @@ class History(Protocol):
 
         A store that shares the table of the dedupe store, the locker and the groups may, in the
         same write, mark claim finished and release lock and slot, and says so in its answer.
+        linger: how long that write may wait to share another writer's call (a run's end
+        written behind its worker: Transactions.write).
         """
 
     def runs(self, event_id: str, limit: int) -> list[RunRecord]:
@@ -94,6 +97,7 @@ class NoHistory:
         lock: Lease | None = None,
         slot: Lease | None = None,
         firing: Firing | None = None,
+        linger: float = 0.0,
     ) -> Ended:
         return NOT_FOLDED
 
@@ -128,6 +132,7 @@ class MemoryHistory:
         lock: Lease | None = None,
         slot: Lease | None = None,
         firing: Firing | None = None,
+        linger: float = 0.0,
     ) -> Ended:
         with self._mutex:
             self.records.append(record)
@@ -218,6 +223,7 @@ class DynamoHistory:
         lock: Lease | None = None,
         slot: Lease | None = None,
         firing: Firing | None = None,
+        linger: float = 0.0,
     ) -> Ended:
         data = record.as_dict()
         writes: list[dict[str, Any]] = [{"Put": self._run_item(record, data)}]
@@ -231,7 +237,7 @@ class DynamoHistory:
             writes.append(live)  # a job that ran past one live_output_interval had one
         folds = self._folds(claim, lock, slot, record.outcome.value)
         try:
-            self._transact([{"Update": fold.update} for fold in folds] + writes)
+            self._transact([{"Update": fold.update} for fold in folds] + writes, linger)
         except ClientError as exc:
             failed = _failed_items(exc, len(folds))
             if not folds or failed is None:
@@ -276,11 +282,11 @@ class DynamoHistory:
             }
         )
 
-    def _transact(self, writes: list[dict[str, Any]]) -> None:
+    def _transact(self, writes: list[dict[str, Any]], linger: float = 0.0) -> None:
         for write in writes:
             write[next(iter(write))]["TableName"] = self._table
         try:
-            self._transactions.write(writes)
+            self._transactions.write(writes, linger=linger)
         except ClientError as exc:
             if error_code(exc) == "ResourceNotFoundException":
                 raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc

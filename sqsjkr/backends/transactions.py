@@ -1,8 +1,9 @@
 """Group commit of DynamoDB transactions: the writes that several workers ask for at once (claims,
 ends of runs) go out as one TransactWriteItems.
 
-Nothing waits for a timer: the first writer sends at once, and what arrives while its call is on
-the wire goes in the next call. A burst of jobs costs a few calls instead of one or two per job.
+A claim sends at once, and what arrives while its call is on the wire goes in the next call. A
+run's end may wait a little (linger) for the next claim to carry it: a burst of jobs costs a few
+calls instead of one or two per job, and one worker's end of a run shares its next job's claim.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ MAX_WAIT_SECONDS = 1.0
 #: part's caller must learn from the cancellation (which condition failed, on which item) is
 #: only told by its own call.
 RETRY_ALONE = frozenset({"TransactionCanceledException", "ValidationException"})
+#: The longest a write that may linger (a run's end, written behind its worker) waits for
+#: another writer's call to carry it before it sends one of its own.
+MAX_LINGER_SECONDS = 0.1
 
 
 @dataclass(eq=False)
@@ -35,6 +39,8 @@ class _Part:
     writes: list[dict[str, Any]]
     keys: frozenset[Hashable]
     size: int
+    #: When it sends a call of its own, if no other writer's call has taken it by then.
+    due: float
     #: On Transactions' lock: only this part's writer is woken for it (a burst's writers would
     #: all wake at every call's end, to find nothing to do, with one Condition).
     ready: threading.Condition
@@ -52,9 +58,16 @@ class Transactions:
     with another transaction on one of its items is tried again (aws.retry_conflicts).
     """
 
-    def __init__(self, client: Any, *, max_wait: float = MAX_WAIT_SECONDS) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        max_wait: float = MAX_WAIT_SECONDS,
+        max_linger: float = MAX_LINGER_SECONDS,
+    ) -> None:
         self._client = client
         self._max_wait = max_wait
+        self._max_linger = max_linger
         self._mutex = threading.Lock()
         self._waiting: list[_Part] = []
         self._sending = False
@@ -65,24 +78,17 @@ class Transactions:
         with self._mutex:
             return len(self._waiting)
 
-    def write(self, writes: list[dict[str, Any]]) -> None:
-        """Apply writes (TransactItems, each with its TableName) all or none."""
+    def write(self, writes: list[dict[str, Any]], *, linger: float = 0.0) -> None:
+        """Apply writes (TransactItems, each with its TableName) all or none. linger: how long
+        they may wait (at most max_linger) for another writer's call to take them along
+        before they send one of their own; 0 sends at once when no call is on the wire."""
         keys = frozenset(map(_item_key, writes))
-        part = _Part(writes, keys, len(repr(writes)), threading.Condition(self._mutex))
-        deadline = time.monotonic() + self._max_wait
-        batch = None
+        due = time.monotonic() + min(max(0.0, linger), self._max_linger)
+        part = _Part(writes, keys, len(repr(writes)), due, threading.Condition(self._mutex))
+        deadline = due + self._max_wait
         with self._mutex:
             self._waiting.append(part)
-            while self._sending and not part.done:
-                left = deadline - time.monotonic()
-                if not part.taken and left <= 0:
-                    self._waiting.remove(part)  # the call ahead is slow: go alone
-                    break
-                part.ready.wait(None if part.taken else left)
-            else:
-                if not part.done:
-                    self._sending = True
-                    batch = self._take(part)
+            batch = self._wait_turn(part, deadline)
         if batch is not None:
             self._send(batch)
         elif not part.done:
@@ -95,6 +101,26 @@ class Transactions:
             return
         # A call of its own: tried again if another transaction's conflict refused it.
         self._alone(writes, failed=part.error)
+
+    def _wait_turn(self, part: _Part, deadline: float) -> list[_Part] | None:
+        """On the lock: wait until part is done, taken into another writer's call, or due to
+        send one of its own (then the batch to send: part and what fits beside it). None
+        otherwise, with part out of the queue when the call ahead was too slow to wait for."""
+        while not part.done:
+            now = time.monotonic()
+            if part.taken:
+                part.ready.wait()
+            elif not self._sending:
+                if now >= part.due:
+                    self._sending = True
+                    return self._take(part)
+                part.ready.wait(part.due - now)  # another writer's call may take it first
+            elif now >= deadline:
+                self._waiting.remove(part)  # the call ahead is slow: go alone
+                return None
+            else:
+                part.ready.wait(deadline - now)
+        return None
 
     def _alone(self, writes: list[dict[str, Any]], failed: BaseException | None = None) -> None:
         """writes in a call of their own, tried again while a conflict with another transaction
@@ -136,7 +162,9 @@ class Transactions:
                 part.ready.notify()
             self._sending = False
             if self._waiting:
-                self._waiting[0].ready.notify()  # to send the next call
+                # The one due first sends the next call (or waits out its linger for a writer
+                # that sends at once).
+                min(self._waiting, key=lambda part: part.due).ready.notify()
 
 
 def _item_key(write: dict[str, Any]) -> Hashable:

@@ -1,12 +1,14 @@
 """The end of a job's run: record it, give back its lock and slot, finish or release its claim.
 
 All in one write when the history store can fold them; each alone, tried until answered, if not.
+The daemon loop may write it behind the worker (ClosingRun), which takes its next job at once.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sqsjkr.backends.dedupe import DedupeStore
 from sqsjkr.backends.groups import Groups
@@ -22,6 +24,17 @@ from sqsjkr.observability.logs import JobLog
 
 #: How long a run record that cannot be written is tried again before it is logged instead.
 RECORD_RETRY_SECONDS = 30.0
+#: How long the write of a run's end closed behind its worker may wait to share the call of a
+#: next job's claim (Transactions.write's linger): one worker's end and next claim, one call.
+BEHIND_LINGER_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class ClosingRun:
+    """A run that has ended, its end not yet written: finish() writes it (as RunCloser.close)
+    and says what to do with its message, which must stay on the queue until then."""
+
+    finish: Callable[[], Ending]
 
 
 class RunCloser:
@@ -46,10 +59,18 @@ class RunCloser:
         self._keeper = keeper
         self._clock = clock
 
-    def close(self, entry: InFlight, ending: Ending, progress: RunProgress, jlog: JobLog) -> None:
+    def close(
+        self,
+        entry: InFlight,
+        ending: Ending,
+        progress: RunProgress,
+        jlog: JobLog,
+        *,
+        linger: float = 0.0,
+    ) -> None:
         """Record the run, if it was one; release the lock; finish or release the claim. A claim
         left unfinished would let a redelivery of the message run the job again once its lease
-        ends."""
+        ends. linger: how long the record's write may wait to share another's call."""
         keeper = self._keeper
         # Taken out of the entry first: a renewal failing after this is a release, not a loss.
         claim, entry.claim = entry.claim, None
@@ -60,7 +81,7 @@ class RunCloser:
         ended = NOT_FOLDED
         if record is not None:
             held = claim if finished else None
-            ended = self._record(record, held, lock, slot, jlog, progress.job.firing)
+            ended = self._record(record, held, lock, slot, jlog, progress.job.firing, linger)
         for lease, answer, release, what in (
             (lock, ended.lock, self._locker.unlock, "lock"),
             (slot, ended.slot, self._groups.leave, "concurrency group slot"),
@@ -97,12 +118,13 @@ class RunCloser:
         slot: Lease | None,
         jlog: JobLog,
         firing: Firing | None = None,
+        linger: float = 0.0,
     ) -> Ended:
         """history.finished, tried again for a while: a record never fails its job or keeps its
         message. What it did not do with claim, lock and slot is left to their stores."""
         answered, ended = self._keeper.until_answered(
             lambda: self._history.finished(
-                record, claim=claim, lock=lock, slot=slot, firing=firing
+                record, claim=claim, lock=lock, slot=slot, firing=firing, linger=linger
             ),
             "record its run",
             jlog,

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -24,6 +24,7 @@ from sqsjkr.backends.pipeline import PipelineStore
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.http_call import LOOPBACK
 from sqsjkr.contract.job import Job
+from sqsjkr.daemon.closing import ClosingRun
 from sqsjkr.daemon.controls import ControlsCopy
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
 from sqsjkr.daemon.holds import LocksWanted
@@ -207,8 +208,13 @@ class Kicker:
     def _receiver(self, intake: Intake, pools: ExitStack) -> Receiver:
         """intake's receive loop, handing its jobs to a pool of its max_workers threads."""
         prefix = f"sqsjkr-worker-{intake.name}" if intake.name else "sqsjkr-worker"
+        workers = intake.settings.max_workers
+        # Entered first, so shut down last: a worker's last job may still hand its end over.
+        closers = pools.enter_context(
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{prefix}-close")
+        )
         pool = pools.enter_context(
-            ThreadPoolExecutor(max_workers=intake.settings.max_workers, thread_name_prefix=prefix)
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix=prefix)
         )
         daemon = Daemon(
             self._health, self._notifier, self._stats, self._hold_off, self._settings.http_allow
@@ -216,7 +222,7 @@ class Kicker:
         return Receiver(
             intake,
             daemon,
-            functools.partial(self._hand_over, pool=pool),
+            functools.partial(self._hand_over, pool=pool, closers=closers),
             name_queue=len(self._intakes) > 1,
         )
 
@@ -227,8 +233,10 @@ class Kicker:
         stop: threading.Event,
         *,
         pool: ThreadPoolExecutor,
+        closers: ThreadPoolExecutor,
     ) -> bool:
-        """Start entries' jobs on pool's workers, in their FIFO order: False if stopping."""
+        """Start entries' jobs on pool's workers, in their FIFO order, their ends written on
+        closers' threads: False if stopping."""
         with self._intake_lock:
             # Whatever a receive returns after the stop request is given back, never started.
             if stop.is_set():
@@ -239,7 +247,7 @@ class Kicker:
                 self._in_flight.add(entry)
             for entry in intake.order.admit(entries):
                 intake.take()
-                pool.submit(self._work, intake, entry)
+                pool.submit(self._work, intake, entry, closers).add_done_callback(_log_failure)
         self._report_workers()
         return True
 
@@ -262,36 +270,91 @@ class Kicker:
 
     # -- one job ----------------------------------------------------------------------------------
 
-    def _work(self, intake: Intake, entry: InFlight) -> None:
+    def _work(self, intake: Intake, entry: InFlight, closers: ThreadPoolExecutor) -> None:
         """Run entry's job, then on the same worker each message of its FIFO group that waited
-        behind it on this host, in order."""
+        behind it on this host, in order. The worker is free once a run ends: its end is
+        written on closers' threads (close behind), its message settled after that."""
         following: InFlight | None = entry
         try:
             while following is not None:
-                following = self._work_one(intake, following)
+                following = self._work_one(intake, following, closers)
         finally:
             intake.give_back_slot()
             self._report_workers()
 
-    def _work_one(self, intake: Intake, entry: InFlight) -> InFlight | None:
-        """Run one job and settle its message; the next of its message group, if any."""
+    def _work_one(
+        self, intake: Intake, entry: InFlight, closers: ThreadPoolExecutor
+    ) -> InFlight | None:
+        """Run one job and settle its message (or leave both to closers); the next of its
+        message group, if any."""
         self._stats.job_started(intake.name)
         # Should handle() fail, the message is left to reappear: its job runs again.
         ending = Ending(LEAVE, (Outcome.FAILED,))
+        behind = False
+        following = None
         try:
             # A prefetched job whose turn came after the stop is given back, not even claimed.
-            stopping = self._stopping.is_set()
-            ending = Ending(GIVE_BACK) if stopping else intake.worker.handle(entry)
+            if self._stopping.is_set():
+                ending = Ending(GIVE_BACK)
+            elif entry.message.group_id is not None:
+                # A FIFO group's next message starts only once this one's is settled.
+                ending = intake.worker.handle(entry)
+            else:
+                started = intake.worker.start(entry)
+                if isinstance(started, ClosingRun):
+                    behind = self._close_behind(intake, entry, started, closers)
+                    if behind:
+                        # No longer busy: its worker takes the next job.
+                        self._stats.job_finished(intake.name)
+                    else:
+                        ending = started.finish()
+                else:
+                    ending = started
         except Exception:
             log.exception(
                 "job %s (event %s) failed unexpectedly", entry.job.message_id, entry.job.event_id
             )
         finally:
+            if not behind:
+                following = self._settled(intake, entry, ending)
+        return following
+
+    def _close_behind(
+        self, intake: Intake, entry: InFlight, closing: ClosingRun, closers: ThreadPoolExecutor
+    ) -> bool:
+        """Hand closing to closers: True, or False if they no longer take work (the caller
+        finishes it itself)."""
+
+        def close() -> None:
+            ending = Ending(LEAVE, (Outcome.FAILED,))
+            try:
+                ending = closing.finish()
+            except Exception:
+                log.exception(
+                    "job %s (event %s) failed unexpectedly at its end",
+                    entry.job.message_id,
+                    entry.job.event_id,
+                )
+            finally:
+                self._settled(intake, entry, ending, busy=False)
+
+        try:
+            closers.submit(close)
+        except RuntimeError:  # shut down: only after the drain, when no job is left to run
+            return False
+        return True
+
+    def _settled(
+        self, intake: Intake, entry: InFlight, ending: Ending, *, busy: bool = True
+    ) -> InFlight | None:
+        """Do with entry's message what its ending asks and count it (busy: its worker is
+        still counted busy with it); the next of its message group, if any."""
+        try:
             # Out of the heartbeat's set before settling, or a beat could hide it again.
             self._in_flight.discard(entry)
-            try:
-                self._settle(intake, entry, ending.settle)
-            finally:
+            self._settle(intake, entry, ending.settle)
+        finally:
+            if busy:
                 self._stats.job_finished(intake.name)
         if ending.settle.pause_intake:
             self._hold_off.fail()
@@ -358,3 +421,10 @@ class Kicker:
         for entry in left:
             entry.stop.trip(StopReason.CANCELLED)
         self._in_flight.wait_empty(None)
+
+
+def _log_failure(future: Future[None]) -> None:
+    """A pool's work that raised (a bug: each job's own failures are caught and logged)."""
+    error = future.exception()
+    if error is not None:
+        log.critical("a worker failed", exc_info=error)

@@ -1,15 +1,18 @@
 """One job's path on a worker thread: claim the message, check life_time, lock, run, give back.
 
 Worker.handle says how the job ended and what to do with its message; the daemon loop does it.
+Worker.start may leave a run's end to be written behind the worker (closing.ClosingRun).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -23,7 +26,7 @@ from sqsjkr.backends.routes import job_id
 from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
 from sqsjkr.contract.run import KillMark, RunOutcome
-from sqsjkr.daemon.closing import RunCloser
+from sqsjkr.daemon.closing import BEHIND_LINGER_SECONDS, ClosingRun, RunCloser
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.holds import Holds, LocksWanted, lock_with_claim
 from sqsjkr.daemon.leases import LeaseKeeper
@@ -125,6 +128,18 @@ class Worker:
         )
 
     def handle(self, entry: InFlight) -> Ending:
+        """Take entry's job from its claim to its end, written before this returns."""
+        started = self._start(entry, behind=False)
+        return started.finish() if isinstance(started, ClosingRun) else started
+
+    def start(self, entry: InFlight) -> Ending | ClosingRun:
+        """As handle, but a job that ran (or was refused once claimed) ends as a ClosingRun:
+        its end is written by whoever calls finish(), off this worker's path, and may share the
+        call of a next job's claim. Its claim, lock and slot stay in entry, renewed by the
+        heartbeat, until then."""
+        return self._start(entry, behind=True)
+
+    def _start(self, entry: InFlight, *, behind: bool) -> Ending | ClosingRun:
         first = job_id(entry.message)
         if first != entry.job.message_id:
             # A routed copy runs as the job of the message first sent: claimed, recorded and
@@ -133,13 +148,21 @@ class Worker:
             entry.job = replace(entry.job, message_id=first)
         wanted = lock_with_claim(entry.job)
         if wanted is None:
-            return self._handle(entry, None)
-        with self._locks_wanted.wanting(wanted.lock_id) as alone:
+            return self._handle(entry, None, behind)
+        with ExitStack() as wanting:
             # A lock that another job here wants is not free: trying it in the claim's write
             # would only cost that write a second try.
-            return self._handle(entry, wanted if alone else None)
+            alone = wanting.enter_context(self._locks_wanted.wanting(wanted.lock_id))
+            started = self._handle(entry, wanted if alone else None, behind)
+            if not isinstance(started, ClosingRun):
+                return started
+            # Still wanted (and held) here until its end is written.
+            until_closed = wanting.pop_all()
+        return ClosingRun(functools.partial(_finish_within, until_closed, started))
 
-    def _handle(self, entry: InFlight, lock: WantedLock | None) -> Ending:
+    def _handle(
+        self, entry: InFlight, lock: WantedLock | None, behind: bool
+    ) -> Ending | ClosingRun:
         """handle(), with the lock that the claim's write may take if it is free."""
         job = entry.job
         jlog = JobLog(log, job)
@@ -193,13 +216,19 @@ class Worker:
         progress.claimed(claim.lease.owner, claim.attempt)
         if not claim.noted:
             self._note(progress, jlog)
-        # Should _claimed raise: the claim is given up, and the job runs again later.
-        ending = Ending(LEAVE)
         try:
             ending = self._claimed(entry, progress, jlog)
-        finally:
-            self._closer.close(entry, ending, progress, jlog)
-        return step_ended(self._steps, entry.job, ending, jlog)
+        except BaseException:
+            # The claim is given up, and the job runs again later.
+            self._closer.close(entry, Ending(LEAVE), progress, jlog)
+            raise
+        linger = BEHIND_LINGER_SECONDS if behind else 0.0
+
+        def finish() -> Ending:
+            self._closer.close(entry, ending, progress, jlog, linger=linger)
+            return step_ended(self._steps, entry.job, ending, jlog)
+
+        return ClosingRun(finish) if behind else finish()
 
     def _refused(self, job: Job, jlog: JobLog) -> Ending | None:
         """The end of a pipeline step's message that its run did not send (Steps.refusal): taken
@@ -412,6 +441,12 @@ class Worker:
         except AWS_ERRORS as exc:
             # The run goes on: only its "running now" in `sqsjkr status` is missing.
             jlog.warning("could not mark its event running (%s)", describe(exc))
+
+
+def _finish_within(context: ExitStack, closing: ClosingRun) -> Ending:
+    """closing.finish(), leaving context (the lock's count of jobs wanting it) once it is done."""
+    with context:
+        return closing.finish()
 
 
 def _another_holds(job: Job, claim_id: str, claim: Claim) -> bool:
