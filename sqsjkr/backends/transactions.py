@@ -149,22 +149,49 @@ class Transactions:
         return batch
 
     def _send(self, batch: list[_Part]) -> None:
-        error: BaseException | None = None
-        try:
-            writes = [write for part in batch for write in part.writes]
-            self._client.transact_write_items(TransactItems=writes)
-        except BaseException as exc:
-            # Whatever it was (an AWS error, no memory), every part's caller hears of it.
-            error = exc
+        """batch in one call; when a condition or conflict of some parts cancelled it, the
+        others in another call at once (the cancellation names each write's reason), so that a
+        duplicate's claim does not cost every other claim of its call a call of its own."""
+        pending = batch
+        while pending:
+            error: BaseException | None = None
+            try:
+                writes = [write for part in pending for write in part.writes]
+                self._client.transact_write_items(TransactItems=writes)
+            except BaseException as exc:
+                # Whatever it was (an AWS error, no memory), every part's caller hears of it.
+                error = exc
+            again = [] if error is None else _not_refused(pending, error)
+            with self._mutex:
+                for part in pending:
+                    if not any(part is other for other in again):
+                        part.done, part.error, part.combined = True, error, len(batch) > 1
+                        part.ready.notify()
+            pending = again
         with self._mutex:
-            for part in batch:
-                part.done, part.error, part.combined = True, error, len(batch) > 1
-                part.ready.notify()
             self._sending = False
             if self._waiting:
                 # The one due first sends the next call (or waits out its linger for a writer
                 # that sends at once).
                 min(self._waiting, key=lambda part: part.due).ready.notify()
+
+
+def _not_refused(parts: list[_Part], error: BaseException) -> list[_Part]:
+    """Of the parts of a cancelled call, those whose writes the cancellation did not refuse
+    (reason None each), when it refused some others: nothing of them was written, and they go
+    again together. [] when the error does not say write by write."""
+    if len(parts) < 2 or error_code(error) != "TransactionCanceledException":
+        return []
+    reasons = getattr(error, "response", {}).get("CancellationReasons") or []
+    if len(reasons) != sum(len(part.writes) for part in parts):
+        return []
+    spared, at = [], 0
+    for part in parts:
+        codes = {reason.get("Code", "None") for reason in reasons[at : at + len(part.writes)]}
+        at += len(part.writes)
+        if codes == {"None"}:
+            spared.append(part)
+    return spared if len(spared) < len(parts) else []
 
 
 def _item_key(write: dict[str, Any]) -> Hashable:
