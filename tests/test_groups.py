@@ -581,8 +581,8 @@ def test_a_group_of_two_never_runs_three_at_once_across_two_daemons(
 def test_a_slot_of_a_killed_daemon_is_taken_over_and_its_job_runs_again(
     start_daemon: Start, tmp_path: Path, aws: Aws, cli: Run
 ) -> None:
-    # A has a single worker: busy with the first job, it receives nothing more.
-    first, _ = run_daemon(start_daemon, tmp_path, aws, lease="2s", max_concurrent_num=1)
+    # A has a single worker and no prefetch: busy with the first job, it receives nothing more.
+    first, _ = run_daemon(start_daemon, tmp_path, aws, lease="2s", max_concurrent_num=1, prefetch=0)
     killed_id = aws.send(
         group_job("g", 1, f"echo $$ >> pids; echo run >> runs; {WAIT_FOR_RELEASE}")
     )

@@ -76,8 +76,10 @@ def test_a_lock_answered_late_is_renewed_before_its_job_starts_and_never_shared(
         proxy.add(Fault(FailingFrom("UpdateItem", tmp_path / "a.running", 2.0),
                         error=(500, "InternalServerError")))  # fmt: skip
         aws_env["AWS_ENDPOINT_URL"] = proxy.url
-        # One worker, busy with A: B's message can only go to the second daemon.
-        first, _ = run_daemon(start_daemon, tmp_path, aws, lease="4.5s", max_concurrent_num=1)
+        # One worker, busy with A, no prefetch: B's message can only go to the second daemon.
+        first, _ = run_daemon(
+            start_daemon, tmp_path, aws, lease="4.5s", max_concurrent_num=1, prefetch=0
+        )
         aws.send(
             {"command": "touch a.running; sleep 6; rm a.running; echo a >> ran", "lock_id": "L"}
         )
@@ -98,8 +100,8 @@ def test_a_holder_frozen_past_its_lease_learns_that_it_lost_its_lock(
 ) -> None:
     conf = tmp_path / "frozen.toml"
     # Its message stays hidden while it is frozen: only the lock lapses.
-    # One worker, busy with A: B's message can only go to the second daemon.
-    text = config_text(aws, stats="stats_port = 0", max_concurrent_num=1)
+    # One worker, busy with A, no prefetch: B's message can only go to the second daemon.
+    text = config_text(aws, stats="stats_port = 0", max_concurrent_num=1, prefetch=0)
     conf.write_text(
         text.replace("[lock]\n", '[lock]\nlease = "2s"\n').replace(
             "wait_time_seconds = 1", "wait_time_seconds = 1\nvisibility_timeout = 60"

@@ -164,6 +164,25 @@ def test_queues_alone_make_the_first_stand_for_sqs() -> None:
     assert [(q.name, q.prefetch) for q in config.all_queues()] == [("a", 0), ("b", 3)]
 
 
+@pytest.mark.parametrize(
+    ("kicker", "queue", "prefetch"),
+    [
+        ("max_concurrent_num = 1\n", "", 9),  # one receive fills a batch of ten
+        ("max_concurrent_num = 2\n", "", 8),
+        ("max_concurrent_num = 3\n", "", 0),  # more workers: no work held from other hosts
+        ("max_concurrent_num = 1\nprefetch = 0\n", "", 0),  # as told
+        ('max_concurrent_num = 1\ndelete_message = "on_receive"\n', "", 0),  # a crash loses it
+        ("max_concurrent_num = 20\n", "max_concurrent_num = 1\n", 9),  # the queue's workers
+        ("max_concurrent_num = 1\nprefetch = 2\n", "max_concurrent_num = 1\n", 2),
+    ],
+)
+def test_a_queue_with_few_workers_prefetches_a_batch_unless_told(
+    kicker: str, queue: str, prefetch: int
+) -> None:
+    config = parse_config(f'{BASE}[kicker]\n{kicker}[[queues]]\nname = "a"\n{queue}')
+    assert [q.prefetch for q in config.all_queues()] == [prefetch]
+
+
 def test_the_go_config_means_one_queue() -> None:
     config = parse_config(BASE + '[sqs]\nqueue_name = "jobs"\n')
     assert config.all_queues() == (QueueConfig("jobs"),)

@@ -74,6 +74,22 @@ class QueueConfig:
     prefetch: int = 0
 
 
+#: A host with at most this many workers of a queue prefetches unless told otherwise.
+FEW_WORKERS = 2
+#: The most messages one ReceiveMessage returns.
+_RECEIVE_BATCH = 10
+
+
+def default_prefetch(workers: int, delete_message: str = "on_finish") -> int:
+    """The prefetch of a queue whose config does not set one: with few workers, enough for one
+    receive to fill a batch (each run's end is then written with the next job's claim, and a
+    receive serves ten jobs); none with more, which would hold work other hosts could start,
+    nor when messages are deleted on receipt, whose crash would lose the prefetched jobs."""
+    if workers > FEW_WORKERS or delete_message != "on_finish":
+        return 0
+    return _RECEIVE_BATCH - workers
+
+
 @dataclass(frozen=True)
 class KickerConfig:
     """[kicker]: the workers, job limits, shutdown, the life_time trigger and the stats endpoint."""
@@ -93,8 +109,9 @@ class KickerConfig:
     pause_refresh: Duration = Duration.of_seconds(60)
     #: How often the daemon refreshes its item, which `sqsjkr daemons` lists.
     member_refresh: Duration = Duration.of_seconds(60)
-    #: [sqs]'s queue: messages received beyond the free workers (see QueueConfig.prefetch).
-    prefetch: int = 0
+    #: [sqs]'s queue: messages received beyond the free workers (see QueueConfig.prefetch);
+    #: None: default_prefetch of each queue's workers.
+    prefetch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -216,8 +233,15 @@ def _sqs_queue(sqs: SqsConfig, kicker: KickerConfig) -> QueueConfig:
         wait_time_seconds=sqs.wait_time_seconds,
         visibility_timeout=sqs.visibility_timeout,
         delete_message=kicker.delete_message,
-        prefetch=kicker.prefetch,
+        prefetch=_prefetch(kicker, kicker.max_concurrent_num, kicker.delete_message),
     )
+
+
+def _prefetch(kicker: KickerConfig, workers: int, delete_message: str) -> int:
+    """A queue's prefetch when its own table does not set one: [kicker]'s, or the default."""
+    if kicker.prefetch is None:
+        return default_prefetch(workers, delete_message)
+    return kicker.prefetch
 
 
 @dataclass(frozen=True)
@@ -605,7 +629,9 @@ def _kicker_config(kicker: _Table) -> KickerConfig:
             low=Duration.of_seconds(1),
             high=_MAX_MEMBER_REFRESH,
         ),
-        prefetch=kicker.integer("prefetch", 0, 0, _MAX_PREFETCH),
+        prefetch=(
+            kicker.integer("prefetch", 0, 0, _MAX_PREFETCH) if "prefetch" in kicker.values else None
+        ),
     )
 
 
@@ -657,15 +683,16 @@ def _queue_configs(
         visibility = default.visibility_timeout
         if "visibility_timeout" in raw:
             visibility = table.integer("visibility_timeout", 0, 0, MAX_VISIBILITY_SECONDS)
+        workers = table.integer("max_concurrent_num", default.max_concurrent_num, 1)
+        delete = table.choice("delete_message", default.delete_message, ("on_finish", "on_receive"))
+        prefetch = _prefetch(kicker, workers, delete)
         queue = QueueConfig(
             name=table.string("name", required=True),
-            max_concurrent_num=table.integer("max_concurrent_num", default.max_concurrent_num, 1),
+            max_concurrent_num=workers,
             wait_time_seconds=table.integer("wait_time_seconds", default.wait_time_seconds, 0, 20),
             visibility_timeout=visibility,
-            delete_message=table.choice(
-                "delete_message", default.delete_message, ("on_finish", "on_receive")
-            ),
-            prefetch=table.integer("prefetch", default.prefetch, 0, _MAX_PREFETCH),
+            delete_message=delete,
+            prefetch=table.integer("prefetch", prefetch, 0, _MAX_PREFETCH),
         )
         queues.append((table.section, queue))
     names = [queue.name for _, queue in queues]
