@@ -202,6 +202,11 @@ class LocksWanted:
                 if not self._counts[lock_id]:
                     del self._counts[lock_id]
 
+    def by_others(self, lock_id: str) -> bool:
+        """Whether a job here other than the caller (which counts itself) wants lock_id."""
+        with self._mutex:
+            return self._counts[lock_id] > 1
+
 
 def lock_with_claim(job: Job) -> WantedLock | None:
     """The job's lock, for the claim's write to take if it is free: not for a job of a

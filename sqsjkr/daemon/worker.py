@@ -222,13 +222,21 @@ class Worker:
             # The claim is given up, and the job runs again later.
             self._closer.close(entry, Ending(LEAVE), progress, jlog)
             raise
-        linger = BEHIND_LINGER_SECONDS if behind else 0.0
 
         def finish() -> Ending:
+            linger = BEHIND_LINGER_SECONDS if behind and not self._awaited(entry) else 0.0
             self._closer.close(entry, ending, progress, jlog, linger=linger)
             return step_ended(self._steps, entry.job, ending, jlog)
 
         return ClosingRun(finish) if behind else finish()
+
+    def _awaited(self, entry: InFlight) -> bool:
+        """Whether another job may be waiting for what entry's job gives back: its group's
+        slot, or its lock when another job here wants it. Its end is then written at once,
+        without waiting for a claim's call to carry it."""
+        if entry.slot is not None:
+            return True
+        return entry.lock is not None and self._locks_wanted.by_others(entry.lock.key)
 
     def _refused(self, job: Job, jlog: JobLog) -> Ending | None:
         """The end of a pipeline step's message that its run did not send (Steps.refusal): taken
