@@ -31,10 +31,12 @@ BEHIND_LINGER_SECONDS = 0.1
 
 @dataclass(frozen=True)
 class ClosingRun:
-    """A run that has ended, its end not yet written: finish() writes it (as RunCloser.close)
-    and says what to do with its message, which must stay on the queue until then."""
+    """A run that has ended, its end not yet written: finish(linger) writes it (as
+    RunCloser.close) and says what to do with its message, which must stay on the queue until
+    then. linger: a next job is about to claim (a prefetched one waits for a worker), so the
+    write may wait up to BEHIND_LINGER_SECONDS for that claim's call to carry it."""
 
-    finish: Callable[[], Ending]
+    finish: Callable[[bool], Ending]
 
 
 class RunCloser:

@@ -155,6 +155,8 @@ class Intake:
         self.capacity = settings.max_workers + settings.prefetch
         self._free = self.capacity
         self._free_changed = threading.Condition()
+        #: Jobs handed to the pool (take) that no worker has taken up yet: prefetched ones.
+        self._waiting: set[InFlight] = set()
 
     @property
     def name(self) -> str:
@@ -174,9 +176,22 @@ class Intake:
                 )
             return 0 if stop.is_set() else self._free
 
-    def take(self) -> None:
+    def take(self, entry: InFlight) -> None:
+        """A slot for entry, handed to the pool, where it waits until started()."""
         with self._free_changed:
             self._free -= 1
+            self._waiting.add(entry)
+
+    def started(self, entry: InFlight) -> None:
+        """A worker has taken entry up."""
+        with self._free_changed:
+            self._waiting.discard(entry)
+
+    def jobs_waiting(self) -> bool:
+        """Whether a job handed to the pool waits for a worker (prefetched): its claim comes at
+        once, and a run's end written behind may share its call."""
+        with self._free_changed:
+            return bool(self._waiting)
 
     def give_back_slot(self) -> None:
         with self._free_changed:

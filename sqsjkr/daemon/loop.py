@@ -246,7 +246,7 @@ class Kicker:
                 # Kept hidden by the heartbeat, even while it waits behind its FIFO group.
                 self._in_flight.add(entry)
             for entry in intake.order.admit(entries):
-                intake.take()
+                intake.take(entry)
                 pool.submit(self._work, intake, entry, closers).add_done_callback(_log_failure)
         self._report_workers()
         return True
@@ -288,6 +288,7 @@ class Kicker:
         """Run one job and settle its message (or leave both to closers); the next of its
         message group, if any."""
         self._stats.job_started(intake.name)
+        intake.started(entry)
         # Should handle() fail, the message is left to reappear: its job runs again.
         ending = Ending(LEAVE, (Outcome.FAILED,))
         behind = False
@@ -307,7 +308,7 @@ class Kicker:
                         # No longer busy: its worker takes the next job.
                         self._stats.job_finished(intake.name)
                     else:
-                        ending = started.finish()
+                        ending = started.finish(False)
                 else:
                     ending = started
         except Exception:
@@ -328,7 +329,9 @@ class Kicker:
         def close() -> None:
             ending = Ending(LEAVE, (Outcome.FAILED,))
             try:
-                ending = closing.finish()
+                # Lingering for a next claim only when one is sure to come at once: without
+                # one, a run's end goes as before, and its call's shape does not vary by timing.
+                ending = closing.finish(intake.jobs_waiting())
             except Exception:
                 log.exception(
                     "job %s (event %s) failed unexpectedly at its end",

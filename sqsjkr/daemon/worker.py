@@ -130,7 +130,7 @@ class Worker:
     def handle(self, entry: InFlight) -> Ending:
         """Take entry's job from its claim to its end, written before this returns."""
         started = self._start(entry, behind=False)
-        return started.finish() if isinstance(started, ClosingRun) else started
+        return started.finish(False) if isinstance(started, ClosingRun) else started
 
     def start(self, entry: InFlight) -> Ending | ClosingRun:
         """As handle, but a job that ran (or was refused once claimed) ends as a ClosingRun:
@@ -223,12 +223,12 @@ class Worker:
             self._closer.close(entry, Ending(LEAVE), progress, jlog)
             raise
 
-        def finish() -> Ending:
-            linger = BEHIND_LINGER_SECONDS if behind and not self._awaited(entry) else 0.0
-            self._closer.close(entry, ending, progress, jlog, linger=linger)
+        def finish(linger: bool) -> Ending:
+            wait = BEHIND_LINGER_SECONDS if linger and not self._awaited(entry) else 0.0
+            self._closer.close(entry, ending, progress, jlog, linger=wait)
             return step_ended(self._steps, entry.job, ending, jlog)
 
-        return ClosingRun(finish) if behind else finish()
+        return ClosingRun(finish) if behind else finish(False)
 
     def _awaited(self, entry: InFlight) -> bool:
         """Whether another job may be waiting for what entry's job gives back: its group's
@@ -451,10 +451,11 @@ class Worker:
             jlog.warning("could not mark its event running (%s)", describe(exc))
 
 
-def _finish_within(context: ExitStack, closing: ClosingRun) -> Ending:
-    """closing.finish(), leaving context (the lock's count of jobs wanting it) once it is done."""
+def _finish_within(context: ExitStack, closing: ClosingRun, linger: bool) -> Ending:
+    """closing.finish(linger), leaving context (the lock's count of jobs wanting it) once it is
+    done."""
     with context:
-        return closing.finish()
+        return closing.finish(linger)
 
 
 def _another_holds(job: Job, claim_id: str, claim: Claim) -> bool:
