@@ -274,6 +274,7 @@ def test_one_workers_end_of_a_run_shares_the_call_of_its_next_jobs_claim(
         calls = [ends_and_claims(c.json) for c in proxy.calls if c.action == "TransactWriteItems"]
     assert sorted(out.read_text().split()) == ["0", "1", "2", "3"]
     assert sum(ends for ends, _ in calls) == 4 and sum(claims for _, claims in calls) == 4
-    shared = [call for call in calls if call == (1, 1)]
-    assert len(shared) >= 2, calls
+    # Ends ride on claims: fewer calls than a claim and an end per job, each of its own.
+    shared = [call for call in calls if call[0] and call[1]]
+    assert shared and len(calls) < 8, calls
     wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")

@@ -210,8 +210,10 @@ class Kicker:
         prefix = f"sqsjkr-worker-{intake.name}" if intake.name else "sqsjkr-worker"
         workers = intake.settings.max_workers
         # Entered first, so shut down last: a worker's last job may still hand its end over.
+        # As many as jobs may be in flight: ends lingering for the next claim wait side by
+        # side, so that one call carries them all (one closer would hold each in turn).
         closers = pools.enter_context(
-            ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{prefix}-close")
+            ThreadPoolExecutor(max_workers=intake.capacity, thread_name_prefix=f"{prefix}-close")
         )
         pool = pools.enter_context(
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix=prefix)
