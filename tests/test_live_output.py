@@ -194,6 +194,24 @@ def test_follow_prints_the_output_as_it_grows_then_the_record(
     wait_until(counted(port, succeeded=1), what="the daemon's count")
 
 
+def test_follow_takes_a_next_run_that_starts_and_ends_between_two_polls(
+    start_daemon: Start, tmp_path: Path, aws: Aws, followers: list[Follower]
+) -> None:
+    """A job of milliseconds is never seen running by a follower polling every 2 s: its end,
+    after the follower began to wait, makes it the next run (not the run that ended before)."""
+    conf = live_config(tmp_path, aws, "2s")
+    port = start_daemon("run", "-c", str(conf)).stats_port
+    aws.send({"command": "echo before", "event_id": "quick"})
+    wait_until(counted(port, succeeded=1), timeout=30, what="the run before")
+    follower = Follower(conf, "quick")
+    followers.append(follower)
+    wait_until(lambda: any("waiting for the next one" in e for e in follower.err),
+               what="the follower waiting")  # fmt: skip
+    message_id = aws.send({"command": "echo after", "event_id": "quick"})
+    assert follower.wait() == 0
+    assert follower.lines[0] == "after" and message_id in follower.lines[2], follower.lines
+
+
 def test_follow_of_a_failed_run_by_message_id_exits_1(
     start_daemon: Start, tmp_path: Path, aws: Aws, followers: list[Follower]
 ) -> None:
