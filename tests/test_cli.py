@@ -146,6 +146,18 @@ def test_missing_config_exits_2_with_one_line(tmp_path: Path) -> None:
     assert "nope.toml not found" in one_line_error(result)
 
 
+def test_every_command_reads_its_config_from_sqsjkr_conf_unless_given(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A shell beside `sqsjkr local` exports SQSJKR_CONF once (the banner prints the line)."""
+    exported = tmp_path / "exported.toml"
+    for command in ("status", "history", "firings"):
+        done = cli(command, env={"SQSJKR_CONF": str(exported)})
+        assert done.returncode == 2 and f"{exported} not found" in done.stderr, done
+    given = cli("status", "-c", str(tmp_path / "given.toml"), env={"SQSJKR_CONF": str(exported)})
+    assert "given.toml not found" in given.stderr, given
+
+
 def test_go_spelling_reports_config_errors_the_same_way(tmp_path: Path) -> None:
     result = sqsjkr("-conf", str(tmp_path / "nope.toml"))
     assert result.returncode == 2

@@ -44,6 +44,9 @@ conf_option = click.option(
     default=DEFAULT_CONFIG_PATH,
     show_default=True,
     metavar="PATH",
+    # A second shell beside `sqsjkr local` exports it once (the banner prints the line).
+    envvar="SQSJKR_CONF",
+    show_envvar=True,
     help="Config file (TOML, the Go sqsjkr format).",
 )
 log_level_option = click.option(
