@@ -9,7 +9,7 @@ import os
 
 import click
 
-from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config, Overrides, load_config
+from sqsjkr.contract.config import CONFIG_ENV, DEFAULT_CONFIG_PATH, Config, Overrides, load_config
 from sqsjkr.errors import ConfigError
 from sqsjkr.fleet.daemon import LOG_LEVELS
 
@@ -44,8 +44,7 @@ conf_option = click.option(
     default=DEFAULT_CONFIG_PATH,
     show_default=True,
     metavar="PATH",
-    # A second shell beside `sqsjkr local` exports it once (the banner prints the line).
-    envvar="SQSJKR_CONF",
+    envvar=CONFIG_ENV,
     show_envvar=True,
     help="Config file (TOML, the Go sqsjkr format).",
 )

@@ -13,7 +13,7 @@ import click
 
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.tables import aligned, echo_lines
-from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
+from sqsjkr.contract.config import CONFIG_ENV, DEFAULT_CONFIG_PATH, Config
 from sqsjkr.contract.text import shorten_command
 from sqsjkr.contract.when import OneTime
 from sqsjkr.errors import ConfigError
@@ -58,7 +58,7 @@ def cancel_command(
     default, and the --profile and --region given, so that it pastes as it is."""
     words = ["sqsjkr", "send"]
     # A config of SQSJKR_CONF is the shell's own: the command pastes back into it as it is.
-    if conf not in (DEFAULT_CONFIG_PATH, os.environ.get("SQSJKR_CONF")):
+    if conf not in (DEFAULT_CONFIG_PATH, os.environ.get(CONFIG_ENV)):
         words += ["-c", conf]
     for option, value in zip(("--profile", "--region"), account, strict=True):
         if value is not None:

@@ -30,6 +30,9 @@ else:
     import tomli as tomllib
 
 DEFAULT_CONFIG_PATH = "/etc/sqsjkr/config.toml"
+#: The variable that names the config when none is given (every command's --conf, and
+#: sqsjkr.Fleet()): a shell beside `sqsjkr local` exports it once.
+CONFIG_ENV = "SQSJKR_CONF"
 _DEFAULT_STATS_PORT = 8061  # the port mackerel-plugin-sqsjkr reads
 _POSITIVE = Duration(1)  # the least duration that is not zero: 1 ns
 # A lease renews every third of itself: under a second that is a storm of writes. Its message's
