@@ -10,10 +10,11 @@ import pytest
 
 from .walkthrough import Step, Walk, WalkError, first_difference, read_walk, walk_through
 
-#: The concept pages, each opening with a walk-through.
+#: The concept pages, each opening with a walk-through; those that wait on the demo's schedules
+#: take half a minute.
 PAGES = (
-    "schedules.md",
-    "pipelines.md",
+    pytest.param("schedules.md", marks=pytest.mark.slow),
+    pytest.param("pipelines.md", marks=pytest.mark.slow),
     "semantics.md",
     "api.md",
     "python-api.md",
@@ -47,6 +48,7 @@ def test_a_walk_through_names_its_page_and_command_when_its_output_drifts(
     drifted = Walk("api.md", (), (Step("echo hello from the shell", ("hello from the docs",)),))
     with pytest.raises(WalkError) as failed:
         walk_through(drifted, tmp_path)
-    assert "docs/api.md's walk-through drifted at\n$ echo hello from the shell\nline 1: the page " in (
-        str(failed.value)
+    assert (
+        "docs/api.md's walk-through drifted at\n$ echo hello from the shell\nline 1: the page "
+        in (str(failed.value))
     )

@@ -7,8 +7,10 @@ number of lines, `…` inside a line for any text, and a run of spaces for any r
 
 from __future__ import annotations
 
+import os
 import queue
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -135,6 +137,8 @@ class Session:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            # Its own process group: a command that hangs is killed with the shell.
+            start_new_session=True,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, name="walkthrough-session")
@@ -170,12 +174,15 @@ class Session:
             out.append(line.rstrip("\n"))
 
     def close(self) -> None:
+        """End the session; a command still running (one that timed out) is killed."""
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         try:
-            self.proc.wait(30)
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
         finally:
-            self.proc.kill()
+            self.proc.wait()
             self._reader.join()
 
 
@@ -204,8 +211,12 @@ def walk_through(walk: Walk, home: Path) -> None:
                 session.run(line.strip())
             for step in walk.steps:
                 command = python_command(step.command) if step.python else step.command
-                printed, _ = session.run(command)
-                drift = first_difference(step.expected, printed)
+                try:
+                    printed, _ = session.run(command)
+                except WalkError as exc:
+                    printed, drift = [], str(exc)
+                else:
+                    drift = first_difference(step.expected, printed)
                 if drift is not None:
                     raise WalkError(
                         f"docs/{walk.page}'s walk-through drifted at\n{step.shown}\n{drift}\n"
@@ -216,4 +227,3 @@ def walk_through(walk: Walk, home: Path) -> None:
             session.close()
     finally:
         local.stop()
-
