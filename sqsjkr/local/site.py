@@ -53,7 +53,7 @@ class LocalSite:
         every command's --conf)."""
         command = sqsjkr_argv()
         path = (
-            [f"PATH={shlex.quote(os.path.dirname(command[0]))}:\"$PATH\""]
+            [f'PATH={shlex.quote(os.path.dirname(command[0]))}:"$PATH"']
             if len(command) == 1
             else []
         )
