@@ -59,9 +59,13 @@ class WalkError(AssertionError):
 def read_walk(page: str) -> Walk:
     """The walk-through of docs/PAGE: its console blocks (`$ command`, then its output) and
     python blocks (each followed by a text block with its output)."""
-    section = SECTION.search((DOCS / page).read_text())
+    text = (DOCS / page).read_text()
+    section = SECTION.search(text)
     if section is None:
         raise WalkError(f"docs/{page} has no '## Try it' section")
+    first = re.search(r"^## (.*)$", text, re.M)
+    if first is None or first[1] != "Try it":
+        raise WalkError(f"docs/{page} opens with '## {first and first[1]}', not its walk-through")
     start = START.search(section[1])
     if start is None:
         raise WalkError(f"docs/{page}: its walk-through does not say how to start `sqsjkr local`")
