@@ -157,11 +157,14 @@ def _against_claim(
     return step
 
 
-def read_view(store: Store, key: str) -> PipelineView | None:
-    """The run of key (None: no step of it has ended yet, so none is kept)."""
+def read_view(store: Store, key: str, root_event: str | None = None) -> PipelineView | None:
+    """The run of key (None: no step of it has ended yet, so none is kept); root_event: its
+    root's event, when known (a firing's), as read_views takes it."""
     with store.reading():
         state = pipelines_of(store).state(key)
-    return None if state is None else read_views(store, [state])[0]
+    if state is None:
+        return None
+    return read_views(store, [state], None if root_event is None else {key: root_event})[0]
 
 
 def read_states(store: Store, keys: Iterable[str]) -> list[PipelineState]:

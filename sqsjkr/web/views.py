@@ -345,15 +345,16 @@ def event_page(
 def _pipeline_of(
     fleet: Fleet, ledger: Firings, runs: Sequence[RunRecord], key: str | None
 ) -> PipelineView | None:
-    """The run of a pipeline the event page draws: key's, else its newest firing's (the ledger
-    read it), else its newest run's."""
-    if key is not None:
-        return fleet.pipeline(key)
-    drawn = next((row.pipeline for row in ledger.rows if row.pipeline is not None), None)
-    if drawn is not None:
-        return drawn
-    key = next((r.pipeline_key for r in runs if r.pipeline_key), None)
-    return None if key is None else fleet.pipeline(key)
+    """The run of a pipeline the event page draws: key's, else its newest firing's, else its
+    newest run's. Read anew as every other part of the page is (the ledger is read once a
+    minute: its copy of a run would draw a step run again since as it was)."""
+    fired = {row.pipeline.key: row.event_id for row in ledger.rows if row.pipeline is not None}
+    if key is None:
+        key = next(iter(fired), None)  # the ledger is newest first
+    if key is None:
+        key = next((r.pipeline_key for r in runs if r.pipeline_key), None)
+    # A firing's row names the run's root's event: its steps are found as the ledger found them.
+    return None if key is None else fleet.pipeline(key, fired.get(key))
 
 
 def _lock_of(
