@@ -248,10 +248,11 @@ class Fleet:
         try:
             # The overview counts without reading the dead-letter queues: a reader hides their
             # messages while it reads, and only an event's page names each firing's reason.
-            # Nor the overview the steps of the pipelines the firings started.
+            # Nor any page the steps of the pipelines the firings started: an event's page
+            # draws one of them, read as often as the rest of the page (Fleet.pipeline).
             one = event_id is not None
             rows = firings(
-                self.store, event_id, FIRINGS_WINDOW, read_at, letters=one, pipelines=one
+                self.store, event_id, FIRINGS_WINDOW, read_at, letters=one, pipelines=False
             )
         except Exception as exc:
             return Firings(problem=failure_text(exc), read_at=read_at)
@@ -279,14 +280,15 @@ class Fleet:
         candidates = [s for s in states if may_be_stuck(s, now)]
         if not candidates:
             return {}
-        read = functools.partial(read_views, self.store, candidates)
+        read = functools.partial(read_views, self.store, candidates, None, self.summaries())
         views = self.cache.get(("stuck", tuple(s.key for s in candidates)), self._read(read))
         return {v.key: stuck_reasons(v, now) for v in views}
 
     def pipeline(self, key: str, root_event: str | None = None) -> PipelineView | None:
         """The run of a pipeline of that key, each step's state (None: none kept); root_event:
         its root's event, when a firing names it."""
-        read = functools.partial(read_view, self.store, key, root_event)
+        # Who runs which step now, from the summaries every page reads anyway.
+        read = functools.partial(read_view, self.store, key, root_event, self.summaries())
         return self.cache.get(("pipeline", key, root_event), self._read(read))
 
     def queues(self) -> list[Queues | str]:

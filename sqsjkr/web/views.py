@@ -298,8 +298,10 @@ class EventPage:
 
     @property
     def pipeline_firings(self) -> list[FiringRow]:
-        """Its last day's firings that started a run of a pipeline, newest first: each a link."""
-        return [row for row in self.firings.rows if row.pipeline is not None][:PIPELINE_FIRINGS]
+        """Its last day's firings that started a run of a pipeline, newest first: each a link
+        (to its run's key: the drawn run alone is read)."""
+        rows = [row for row in self.firings.rows if row.run is not None and row.run.pipeline_key]
+        return rows[:PIPELINE_FIRINGS]
 
     @property
     def firing_strip(self) -> list[FiringRow]:
@@ -348,7 +350,7 @@ def _pipeline_of(
     """The run of a pipeline the event page draws: key's, else its newest firing's, else its
     newest run's. Read anew as every other part of the page is (the ledger is read once a
     minute: its copy of a run would draw a step run again since as it was)."""
-    fired = {row.pipeline.key: row.event_id for row in ledger.rows if row.pipeline is not None}
+    fired = {r.run.pipeline_key: r.event_id for r in ledger.rows if r.run and r.run.pipeline_key}
     if key is None:
         key = next(iter(fired), None)  # the ledger is newest first
     if key is None:
