@@ -348,8 +348,8 @@ def _pipeline_of(
     fleet: Fleet, ledger: Firings, runs: Sequence[RunRecord], key: str | None
 ) -> PipelineView | None:
     """The run of a pipeline the event page draws: key's, else its newest firing's, else its
-    newest run's. Read anew as every other part of the page is (the ledger is read once a
-    minute: its copy of a run would draw a step run again since as it was)."""
+    newest run's. Read as often as every other part of the page: the ledger, read once a
+    minute, would draw a step run again since as it was before."""
     fired = {r.run.pipeline_key: r.event_id for r in ledger.rows if r.run and r.run.pipeline_key}
     if key is None:
         key = next(iter(fired), None)  # the ledger is newest first
