@@ -527,6 +527,8 @@ def test_the_event_page_draws_a_step_run_again_within_the_freshness_window(
     before, text = steps()
     assert before["transform-a"] == "failed" and before["load"] == "skipped"
     assert "as of" not in text
+    overview = client.get("/", base_url="http://127.0.0.1:8080")
+    assert overview.status_code == 200 and "as of" not in overview.text
     seed.ended("transform-a", RunOutcome.SUCCEEDED, seed.at + 600)
     seed.ended("load", RunOutcome.SUCCEEDED, seed.at + 700)
     ticks[0] = FRESH_SECONDS - 1
@@ -541,3 +543,5 @@ def test_the_event_page_draws_a_step_run_again_within_the_freshness_window(
     # The firings and the schedules are read once a minute: the page says how old they are.
     age = f'<span class="as-of muted">(as of {format_span(FRESH_SECONDS + 1)} ago)</span>'
     assert f"<dt>Firings {age}</dt>" in text and f"<h2>Schedule {age}</h2>" in text
+    overview = client.get("/", base_url="http://127.0.0.1:8080")
+    assert f"</b> missed firings {age}</a>" in overview.text

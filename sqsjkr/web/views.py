@@ -103,6 +103,7 @@ class Overview:
     problems: list[str] = field(default_factory=list)
     missed: int = 0  # missed firings in the last day (FIRINGS_WINDOW)
     skipped: int = 0  # firings of the last day skipped while their event was paused
+    firings_read_at: float | None = None  # when the firings were read (once a minute)
 
 
 def event_rows(fleet: Fleet, summaries: Sequence[EventSummary], budget: Budget) -> list[EventRow]:
@@ -187,6 +188,7 @@ def overview(fleet: Fleet) -> Overview:
         problems=problems,
         missed=len(ledger.missed),
         skipped=len(ledger.paused),
+        firings_read_at=ledger.read_at,
     )
 
 
