@@ -59,8 +59,9 @@ class Outgoing:
 
 #: The fields of a run that the fleet mints, never a sender: a firing's claim (from a schedule, a
 #: trigger or catch-up), a pipeline's step and its run's key (from the daemon that ran the steps
-#: before it, once the run's state says the step is due). A sender's would forge them.
-MINTED_FIELDS = ("firing", "step", "pipeline_key")
+#: before it, once the run's state says the step is due), a step's re-run (from `trigger --run`,
+#: asked in the run's state first). A sender's would forge them.
+MINTED_FIELDS = ("firing", "step", "pipeline_key", "rerun")
 
 
 def check_by_hand(fields: Mapping[str, object]) -> None:
