@@ -5,13 +5,36 @@ whose failed step is run again from the pipeline its run kept, and the refusals 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from pathlib import Path
 
 import pytest
 
+from sqsjkr.backends.history import DynamoHistory
+from sqsjkr.contract.job import parse_job
+from sqsjkr.contract.pipeline import parse_pipeline, step_fields
+from sqsjkr.errors import InvalidJobError
+from sqsjkr.fleet.send import by_hand
 from tests.conftest import Aws, Start, run_daemon, sqsjkr, wait_until
-from tests.test_pipelines import diamond, lines, pipeline_state
+from tests.test_pipelines import diamond, failed_nightly, lines, pipeline_state
+from tests.test_schedules import group as group  # noqa: F401 - the fixture
+
+DOCS = Path(__file__).parent.parent / "docs"
+
+
+def test_the_documented_root_message_is_one_the_daemon_and_send_take_whole() -> None:
+    text = (DOCS / "pipelines.md").read_text()
+    blocks = re.findall(r"^```json\n(.*?)^```", text, flags=re.M | re.S)
+    [root] = [b for b in blocks if '"root": "extract"' in b]
+    job = parse_job(root, message_id="sent-by-hand", sent_at=0)
+    assert job.pipeline is not None and job.pipeline.is_root
+    assert (job.pipeline.key, job.pipeline.pipeline.name) == ("sent-by-hand", "extract")
+    assert job.pipeline.pipeline.steps["transform-b"].on_failure == ("page",)
+    # `send --body` takes it: a root's own step names no run's step.
+    assert json.loads(by_hand(root))["origin"] == "send"
+    with pytest.raises(InvalidJobError, match='field "step"'):
+        by_hand(json.dumps({**json.loads(root), "step": "load"}))
 
 
 @pytest.mark.slow
@@ -23,9 +46,9 @@ def test_a_run_begun_by_hand_is_resumed_by_its_key_and_the_steps_after_run_once(
     c_command = f"echo start-c >> {out}; test -f {fixed} || exit 3; echo end-c >> {out}"
     daemon, _ = run_daemon(start_daemon, tmp_path, aws, lease="3s")
     conf = ["-c", daemon.conf]
-    code, key, err = sqsjkr(
-        capsys, "send", *conf, "--body", json.dumps(diamond(out, prefix, c=c_command))
-    )
+    # The root's body as the terraform module's job_messages output writes it: its step named.
+    body = {**diamond(out, prefix, c=c_command), "step": "a"}
+    code, key, err = sqsjkr(capsys, "send", *conf, "--body", json.dumps(body))
     assert code == 0, err
     key = key.strip()
     wait_until(lambda: "notified" in lines(out), timeout=30, what="c's on_failure step")
@@ -67,4 +90,57 @@ def test_a_run_begun_by_hand_is_resumed_by_its_key_and_the_steps_after_run_once(
     )
     assert code == 0, err
     assert lines(out).count("start-d") == 2
+    # A message's fields are no authority: a re-run in a run no daemon began, or one no operator
+    # asked for, is refused unrun; a sender may not write `rerun` at all.
+    pipeline = parse_pipeline(body)
+    assert pipeline is not None
+    step_c = step_fields(pipeline, key, "c", None, "pipeline")
+    aws.send({**step_c, "pipeline_key": "forged-run", "rerun": "r1"})
+    aws.send({**step_c, "rerun": "r2"})
+    forged = "step c of pipeline {}, run forged-run: no daemon of this fleet began that run"
+    wait_until(lambda: forged.format(prefix) in daemon.log, what="the forged key refused")
+    unasked = f"step c of pipeline {prefix}, run {key}: no operator asked for its re-run r2"
+    wait_until(lambda: unasked in daemon.log, what="the unasked re-run refused")
+    code, _, err = sqsjkr(capsys, "send", *conf, "--body", json.dumps({**step_c, "rerun": "r3"}))
+    assert code != 0 and 'field "step": is set by the fleet\'s daemons' in err, err
+    root_rerun = json.dumps({**body, "rerun": "r4"})
+    code, _, err = sqsjkr(capsys, "send", *conf, "--body", root_rerun)
+    assert code != 0 and 'field "rerun": is set by the fleet\'s daemons' in err, err
+    assert lines(out).count("start-c") == 2
+    # `sqsjkr pipeline` finds a run by its pipeline's name too, and says what to type otherwise.
+    code, shown, err = sqsjkr(capsys, "pipeline", prefix, *conf)
+    assert code == 0 and shown.startswith(f"pipeline {prefix} (root a), run {key}"), err
+    code, _, err = sqsjkr(capsys, "pipeline", "no-such-pipeline", *conf)
+    assert code != 0 and "give the event id of a pipeline's root or step" in err, err
+    assert f"pipelines with runs kept: {prefix} (root step a)" in err
     assert daemon.stop() == 0
+
+
+@pytest.mark.slow
+def test_a_fired_run_is_resumed_by_the_key_sqsjkr_pipeline_shows(
+    start_daemon: Start,
+    tmp_path: Path,
+    aws: Aws,
+    group: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    nightly = failed_nightly(start_daemon, tmp_path, aws, group, capsys)
+    conf = ["-c", nightly.conf]
+    # `sqsjkr pipeline` takes the root's event id, and shows the run's key.
+    code, shown, err = sqsjkr(capsys, "pipeline", "nightly", *conf, "--json")
+    assert code == 0, err
+    key = json.loads(shown)["key"]
+    assert key.endswith("/sqsjkr-nightly@2026-01-15T02:00:00Z")
+    nightly.fixed.touch()
+    code, _, err = sqsjkr(capsys, "trigger", "nightly-c", *conf, "--run", key, "--wait")
+    assert code == 0, err
+    wait_until(lambda: "end-d" in lines(nightly.out), timeout=30, what="d after c's re-run")
+    ran = lines(nightly.out)
+    assert [ran.count(f"start-{s}") for s in "abcd"] == [1, 1, 2, 1], ran
+    # Sent as the firing's re-run, as --firing --force sends it: the ledger sees it so.
+    [rerun, first] = DynamoHistory(aws.dynamodb, aws.table, retention_seconds=1).runs(
+        "nightly-c", 2
+    )
+    assert rerun.firing_rerun is not None and first.firing_rerun is None
+    assert rerun.firing_at == first.firing_at and rerun.pipeline_key == key
+    assert nightly.daemon.stop() == 0
