@@ -134,6 +134,7 @@ def test_a_fired_run_is_resumed_by_the_key_sqsjkr_pipeline_shows(
     nightly.fixed.touch()
     code, _, err = sqsjkr(capsys, "trigger", "nightly-c", *conf, "--run", key, "--wait")
     assert code == 0, err
+    assert "schedule sqsjkr-nightly's target, where its run began" in err  # its queue
     wait_until(lambda: "end-d" in lines(nightly.out), timeout=30, what="d after c's re-run")
     ran = lines(nightly.out)
     assert [ran.count(f"start-{s}") for s in "abcd"] == [1, 1, 2, 1], ran

@@ -301,7 +301,10 @@ class TriggerRun(Reason):
         "<schedule>@<time> (fired)",
     )
     force: bool = Field(False, description="Run it again although it succeeded or runs now")
-    queue: IdText | None = Field(None, description="The queue (default: [sqs] queue_name)")
+    queue: IdText | None = Field(
+        None,
+        description="The queue (default: a fired run's schedule's target, else [sqs] queue_name)",
+    )
 
 
 class Pausing(Reason):

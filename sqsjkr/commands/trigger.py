@@ -54,7 +54,8 @@ from sqsjkr.fleet.waiting import Deadline
     "--queue",
     "queue_name",
     metavar="NAME",
-    help="With --run: the queue to send the step to (default: [sqs] queue_name; a route wins).",
+    help="With --run: the queue to send the step to (default: a fired run's schedule's target, "
+    "else [sqs] queue_name; a route wins).",
 )
 @timeout_option("1h", "the run (--wait)")
 @reason_option

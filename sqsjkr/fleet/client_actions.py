@@ -110,7 +110,8 @@ class Actions(Reads):
         """Run step (its event id, or its name) again within the pipeline's kept run, as `sqsjkr
         trigger STEP --run KEY` does: run is the run's key (`Fleet.pipeline(...).key`: the root's
         message id when sent by hand, `<schedule>@<time>` when fired), the step sent from the
-        pipeline that run began with, to queue (default: [sqs] queue_name) or its route. The
+        pipeline that run began with, to queue (default: a fired run's schedule's target, else
+        [sqs] queue_name) or its route. The
         steps after it follow as usual. ResourceMissingError for a run no daemon began;
         AlreadyDone (a RequestError), unless force, for a step that succeeded or runs now."""
         return trigger_run(

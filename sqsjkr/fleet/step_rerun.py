@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.pipeline import PipelineState
 from sqsjkr.backends.routes import DynamoRoutes, routed
-from sqsjkr.backends.sqs import group_id_of, resolve_queue_url, send_noted
+from sqsjkr.backends.sqs import group_id_of, queue_of_arn, resolve_queue_url, send_noted
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.pipeline import Pipeline, PipelineRun, parse_pipeline, step_fields
@@ -24,6 +24,8 @@ from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.pipeline_steps import StepStatus, step_claim
 from sqsjkr.fleet.pipelines import pipelines_of, read_views
 from sqsjkr.fleet.running import read_claims
+from sqsjkr.fleet.schedules import read_schedules
+from sqsjkr.fleet.trigger import Destination
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,38 @@ def rerun_message(step: RunStep, rerun: str | None) -> str:
     return json.dumps(fields, ensure_ascii=False)
 
 
+def destination_of(config: Config, store: Store, step: RunStep, queue: str | None) -> Destination:
+    """The queue step goes to: queue (--queue); else, for a fired run, its root's schedule's
+    target, where its run's steps run (while that schedule is there to read); else [sqs]
+    queue_name. The step's event's route wins over each."""
+    if queue is not None:
+        to = Destination(queue, config.account.id, "--queue")
+    else:
+        to = _fired_target(config, store, step) or Destination(
+            config.sqs.queue_name, config.account.id, "[sqs] queue_name"
+        )
+    with store.reading():
+        route = routed(DynamoRoutes(store.client, store.table).routes(), step.event_id)
+    if route is None or route.queue == to.name:
+        return to
+    why = f"the event is routed there from {to.name} (`sqsjkr route`)"
+    return Destination(route.queue, to.account, why)
+
+
+def _fired_target(config: Config, store: Store, step: RunStep) -> Destination | None:
+    """The queue the schedule whose firing began step's run targets, if the run was fired and
+    the schedule is still there."""
+    fired = step.firing
+    if fired is None:
+        return None
+    for schedule in read_schedules(config, store.session):
+        target = queue_of_arn(schedule.target_arn)
+        if fired.schedule in (schedule.arn, schedule.name) and target is not None:
+            why = f"schedule {schedule.name}'s target, where its run began"
+            return Destination(target[1], target[0], why)
+    return None
+
+
 def trigger_run(
     config: Config,
     store: Store,
@@ -154,33 +188,31 @@ def trigger_run(
     queue: str | None = None,
 ) -> Rerun:
     """Run step_name again within the kept run of key (see run_step, check_rerun): audited
-    first, then asked in the run's item (the daemons admit it so), then sent to queue (default:
-    [sqs] queue_name) or its event's route, its audit item amended with the message sent."""
+    first, then asked in the run's item (the daemons admit it so), then sent (destination_of),
+    its audit item amended with the message sent."""
     step = run_step(store, key, step_name)
     rerun = check_rerun(store, step, force)
-    name = queue or config.sqs.queue_name
-    with store.reading():
-        route = routed(DynamoRoutes(store.client, store.table).routes(), step.event_id)
-    why = "[sqs] queue_name" if queue is None else "--queue"
-    if route is not None and route.queue != name:
-        name, why = route.queue, f"the event is routed there from {name} (`sqsjkr route`)"
+    to = destination_of(config, store, step, queue)
     body = rerun_message(step, rerun)
-    detail = f"step {step.name} of pipeline {step.pipeline.name}, run {key}, to queue {name}"
-    if rerun is not None:
-        detail += f", a re-run {rerun}"
+    # Short, for the audit page's row: a fired run by its firing's time (its key's schedule ARN
+    # is long), a re-run by its message (whose record names the re-run's id).
+    fired = step.firing
+    run = f"run {key}" if fired is None else f"{fired.iso} firing"
+    again = "" if rerun is None else " again"
+    detail = f"step {step.name} of {step.pipeline.name}'s {run}{again}, to queue {to.name}"
     entry = audit("trigger", step.event_id, reason=reason, detail=detail, force=force)
-    run = PipelineRun(step.pipeline, step.name, key)
+    asking = PipelineRun(step.pipeline, step.name, key).asked(rerun)
     with store.reading():
-        asked = pipelines_of(store).ask(key, run.asked(rerun))
+        asked = pipelines_of(store).ask(key, asking)
     if not asked:
         raise ResourceMissingError(f"the run {quote(key)} is no longer kept")
     sqs = make_client(store.session, "sqs")
-    url = resolve_queue_url(sqs, name, config.account.id)
+    url = resolve_queue_url(sqs, to.name, to.account)
     dedupe = f"trigger-{secrets.token_hex(16)}"
     sent = send_noted(sqs, url, body, (entry.user, reason), group_id_of(step.event_id), dedupe)
     problem = audit.amend(entry, f"{detail}, message {sent}")
-    fired = step.firing
     firing = None if fired is None else Firing(fired.at, fired.schedule, rerun=rerun)
     return Rerun(
-        sent, key, step.name, step.event_id, step.pipeline.name, name, why, rerun, firing, problem
-    )
+        sent, key, step.name, step.event_id, step.pipeline.name, to.name, to.why, rerun, firing,
+        problem,
+    )  # fmt: skip
