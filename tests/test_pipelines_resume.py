@@ -37,6 +37,46 @@ def test_the_documented_root_message_is_one_the_daemon_and_send_take_whole() -> 
         by_hand(json.dumps({**json.loads(root), "step": "load"}))
 
 
+def test_a_steps_rerun_is_its_claims_and_is_refused_where_it_names_nothing() -> None:
+    root = diamond(Path("/tmp/never"), "p")
+    pipeline = parse_pipeline(root)
+    assert pipeline is not None
+    step = step_fields(pipeline, "run-key", "c", None, "trigger")
+    job = parse_job(json.dumps({**step, "rerun": "r1"}), message_id="m", sent_at=0)
+    assert job.rerun == "r1" and job.pipeline is not None
+    assert job.pipeline.claim_key(job.rerun) == "run-key#step-c#rerun-r1"
+    firing = {"time": "2026-01-15T02:00:00Z", "schedule": "s", "rerun": "f1"}
+    fired = parse_job(json.dumps({**step, "firing": firing}), message_id="m", sent_at=2e9)
+    assert fired.rerun == "f1"  # a fired run's re-run, in its firing
+    refused = [
+        ({**root, "rerun": "r1"}, "belongs to a step's re-run"),
+        ({**step, "firing": firing, "rerun": "r1"}, "carries its re-run in firing.rerun"),
+        ({**step, "rerun": "x" * 65}, "must be a text of 1 to 64 characters"),
+        ({**step, "rerun": 7}, "must be a text of 1 to 64 characters"),
+        ({"command": "true", "rerun": "r1"}, 'belongs to a "pipeline"'),
+    ]
+    for body, said in refused:
+        with pytest.raises(InvalidJobError, match='field "rerun"') as caught:
+            parse_job(json.dumps(body), message_id="m", sent_at=2e9)
+        assert said in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--run", "k", "--firing", "2026-01-15T02:00:00Z"], "--firing and --run are exclusive"),
+        (["--force"], "--force is for --firing or --run"),
+        (["--run", "k", "--schedule", "s"], "--schedule is not for --run"),
+        (["--queue", "q"], "--queue is for --run"),
+    ],
+)
+def test_trigger_refuses_options_that_name_no_run_before_reading_anything(
+    capsys: pytest.CaptureFixture[str], options: list[str], said: str
+) -> None:
+    code, _, err = sqsjkr(capsys, "trigger", "c", "-c", "/nonexistent.toml", *options)
+    assert code == 2 and said in err, err
+
+
 @pytest.mark.slow
 def test_a_run_begun_by_hand_is_resumed_by_its_key_and_the_steps_after_run_once(
     aws: Aws, start_daemon: Start, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -55,14 +95,8 @@ def test_a_run_begun_by_hand_is_resumed_by_its_key_and_the_steps_after_run_once(
     wait_until(lambda: pipeline_state(aws, key).failed == {"c"}, what="c noted as failed")
     assert "start-d" not in lines(out)
     # What today's commands answered, and what --run refuses, each naming what is at fault.
-    refusals = [
-        (["--run", "no-such-run"], 'no run "no-such-run" of a pipeline is kept'),
-        (["--run", key, "--firing", "2026-01-15T02:00:00Z"], "--firing and --run are exclusive"),
-        (["--force"], "--force is for --firing or --run"),
-    ]
-    for options, said in refusals:
-        code, _, err = sqsjkr(capsys, "trigger", f"{prefix}-c", *conf, *options)
-        assert code != 0 and said in err, err
+    code, _, err = sqsjkr(capsys, "trigger", f"{prefix}-c", *conf, "--run", "no-such-run")
+    assert code != 0 and 'no run "no-such-run" of a pipeline is kept' in err, err
     code, _, err = sqsjkr(capsys, "trigger", "nope", *conf, "--run", key)
     assert code != 0 and "no step of pipeline" in err and "its steps are a, b, c, d" in err, err
     code, _, err = sqsjkr(capsys, "trigger", "a", *conf, "--run", key)

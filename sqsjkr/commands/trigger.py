@@ -10,11 +10,12 @@ from sqsjkr.commands.options import UsageFailure, reason_option, warn
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
+from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.contract.text import escape
 from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.history import Store, store_of
-from sqsjkr.fleet.step_rerun import trigger_run
+from sqsjkr.fleet.step_rerun import Rerun, trigger_run
 from sqsjkr.fleet.trigger import trigger_event, wait_for_run
 from sqsjkr.fleet.waiting import Deadline
 
@@ -93,28 +94,10 @@ def trigger(
         )
     store = store_of(config)
     if run_key is not None:
-        rerun = trigger_run(
-            config,
-            store,
-            command_auditor(config),
-            event_id,
-            run_key,
-            reason,
-            force=force,
-            queue=queue_name,
-        )
-        click.echo(rerun.message_id)
-        if rerun.warning is not None:
-            warn(rerun.warning)
-        again = "" if rerun.rerun is None else f" as its re-run {rerun.rerun}"
-        click.echo(
-            f"sqsjkr: step {escape(rerun.step)} of run {escape(run_key)} sent{again} to "
-            f"queue {escape(rerun.queue)}: {escape(rerun.why)}",
-            err=True,
-        )
+        sent_again = _run_again(config, store, event_id, run_key, reason, force, queue_name)
         if not wait:
             return 0
-        return _waited(store, rerun.event_id, rerun.message_id, limit)
+        return _waited(store, sent_again.event_id, sent_again.message_id, limit)
     sent = trigger_event(
         config,
         store,
@@ -135,6 +118,31 @@ def trigger(
     if not wait:
         return 0
     return _waited(store, event_id, message_id, limit)
+
+
+def _run_again(
+    config: Config,
+    store: Store,
+    step: str,
+    run_key: str,
+    reason: str,
+    force: bool,
+    queue_name: str | None,
+) -> Rerun:
+    """--run: step sent again within the run of run_key; its message id printed, and where."""
+    rerun = trigger_run(
+        config, store, command_auditor(config), step, run_key, reason, force=force, queue=queue_name
+    )
+    click.echo(rerun.message_id)
+    if rerun.warning is not None:
+        warn(rerun.warning)
+    again = "" if rerun.rerun is None else f" as its re-run {rerun.rerun}"
+    click.echo(
+        f"sqsjkr: step {escape(rerun.step)} of run {escape(run_key)} sent{again} to "
+        f"queue {escape(rerun.queue)}: {escape(rerun.why)}",
+        err=True,
+    )
+    return rerun
 
 
 def _check_options(
