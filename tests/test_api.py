@@ -198,7 +198,8 @@ def test_a_submit_may_not_set_a_runs_fields_nor_carry_a_malformed_step(served: S
     assert 'field "pipeline.steps.b.job.timeout"' in str(detail)
     steps["b"]["job"] = {"command": "x"}
     firing = {"time": "2030-01-15T01:00:00Z", "schedule": "nightly"}
-    for field, value in (("firing", firing), ("step", "b"), ("pipeline_key", "forged")):
+    minted = (("firing", firing), ("step", "b"), ("pipeline_key", "forged"), ("rerun", "r1"))
+    for field, value in minted:
         job = {**root, field: value}
         refused = served.call("POST", "api/v1/jobs", token="sender", json={"job": job})
         detail = problem(refused, 400, "invalid-job")["detail"]
