@@ -17,12 +17,14 @@ from urllib.parse import urlencode
 import pytest
 import requests
 
+import sqsjkr
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.backends.history import run_type
 from sqsjkr.backends.pipeline import DynamoPipelines
 from sqsjkr.backends.sqs import TRIGGERED_BY_ATTRIBUTE
 from sqsjkr.contract.pipeline import PipelineRun, parse_pipeline
-from sqsjkr.contract.run import RunOutcome
+from sqsjkr.contract.run import RunOutcome, RunStart
+from sqsjkr.errors import AlreadyDone
 from sqsjkr.web.server import Dashboard
 from tests.test_pipelines import diamond
 from tests.test_web import act, audit_of, get, take_message
@@ -128,3 +130,30 @@ def test_run_this_step_again_confirms_then_asks_it_in_its_run_and_sends_it_audit
         served[0], requests.Session(), "trigger_run", page, {"event_id": "b", "run": key}
     )
     assert "already succeeded" in refused.text
+
+
+def test_a_step_that_runs_now_is_refused_without_force(
+    failed_run: tuple[WebFleet, str, str], served: tuple[Dashboard, Dashboard]
+) -> None:
+    """Step b of a run of its own runs now (its event's summary names its claim): no second run
+    of it starts beside the first unless forced."""
+    own, _, prefix = failed_run
+    key = uuid.uuid4().hex
+    pipeline = parse_pipeline(diamond(Path("/tmp/never"), prefix))
+    assert pipeline is not None
+    DynamoPipelines(own.dynamodb, own.table, lives_seconds=3600).step_ended(
+        PipelineRun(pipeline, "a", key), True, time.time()
+    )
+    start = RunStart(
+        f"{prefix}-b", "m-b", "host-b", "host-b:1:x", time.time(), time.time(), "sleep 60",
+        claim_id=f"{key}#step-b",
+    )  # fmt: skip
+    own.history().started(start)
+    fleet = sqsjkr.Fleet(str(own.conf))
+    with pytest.raises(
+        AlreadyDone, match=f"step b of run .{key}. has not ended \\(running on host-b"
+    ):
+        fleet.trigger_run("b", key)
+    again = fleet.trigger_run("b", key, force=True)
+    assert again.step == "b" and again.run == key
+    take_message(own, again.message_id)
