@@ -73,7 +73,9 @@ class Demo:
 @pytest.fixture
 def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
     workdir = tmp_path
-    daemon = Daemon(["local", "--demo", "--stats-port", "0", "--web-port", "0"], {}, workdir)
+    # A 15 s lease: the demo's kill waits for a heartbeat of 5 s, not of local mode's 20 s.
+    argv = ["local", "--demo", "--stats-port", "0", "--web-port", "0", "--lease", "15s"]
+    daemon = Daemon(argv, {}, workdir)
     try:
         daemon.wait_for_log("The daemon keeps running", timeout=90)
         running = Demo(daemon, monkeypatch)

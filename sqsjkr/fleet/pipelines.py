@@ -14,7 +14,7 @@ from sqsjkr.backends.index import BATCH_GET_LIMIT
 from sqsjkr.backends.pipeline import PREFIX, TYPE, DynamoPipelines, PipelineState, state_of
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.pipeline_progress import graph_of, on_failure_only, pending
-from sqsjkr.contract.run import RunRecord
+from sqsjkr.contract.run import EventSummary, RunRecord
 from sqsjkr.errors import RequestError, ResourceMissingError, quote
 from sqsjkr.fleet.go_marks import go_takes_after
 from sqsjkr.fleet.history import Store
@@ -49,16 +49,22 @@ def pipelines_of(store: Store) -> DynamoPipelines:
 
 
 def read_views(
-    store: Store, states: Sequence[PipelineState], root_events: Mapping[str, str] | None = None
+    store: Store,
+    states: Sequence[PipelineState],
+    root_events: Mapping[str, str] | None = None,
+    summaries: Sequence[EventSummary] | None = None,
 ) -> list[PipelineView]:
     """The runs of states (root_events: each run's root's event, by run key, when known): every
     event's summary read once (the index, in batches: who runs which step now, and under which
-    event), then each step event's records once (a Query each, enough for every run)."""
+    event; or summaries, when the reader holds them already), then each step event's records
+    once (a Query each, enough for every run)."""
     if not states:
         return []
     roots = root_events or {}
-    with store.reading():
-        learned = learn_events(store.history.summaries())
+    if summaries is None:
+        with store.reading():
+            summaries = store.history.summaries()
+    learned = learn_events(summaries)
     events = {s.key: events_of(s, learned, roots.get(s.key)) for s in states}
     wanted = sorted({e for by_step in events.values() for es in by_step.values() for e in es})
     limit = len(states) * RECORDS_PER_RUN + _RECORDS_MARGIN
@@ -157,11 +163,20 @@ def _against_claim(
     return step
 
 
-def read_view(store: Store, key: str) -> PipelineView | None:
-    """The run of key (None: no step of it has ended yet, so none is kept)."""
+def read_view(
+    store: Store,
+    key: str,
+    root_event: str | None = None,
+    summaries: Sequence[EventSummary] | None = None,
+) -> PipelineView | None:
+    """The run of key (None: no step of it has ended yet, so none is kept); root_event: its
+    root's event, when known (a firing's), and summaries as read_views takes them."""
     with store.reading():
         state = pipelines_of(store).state(key)
-    return None if state is None else read_views(store, [state])[0]
+    if state is None:
+        return None
+    roots = None if root_event is None else {key: root_event}
+    return read_views(store, [state], roots, summaries)[0]
 
 
 def read_states(store: Store, keys: Iterable[str]) -> list[PipelineState]:
