@@ -516,12 +516,6 @@ def test_trigger_printing_a_lot_before_reading_a_long_line_does_not_deadlock() -
     assert sum(len(p) for p in pieces) == 200_000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py: _GroupStopper.tripped stores `signalled` only after os.killpg returned, "
-    "and run_shell reads it without waiting for a trip in progress (issue 38: a run killed by "
-    "`sqsjkr kill` recorded as errored under load); left to runner.py's owner",
-)
 def test_a_kill_whose_tripping_thread_is_slow_after_its_signal_is_still_a_kill(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

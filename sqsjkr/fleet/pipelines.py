@@ -250,24 +250,18 @@ def parse_firing_time(text: str) -> float:
 
 def event_pipeline(store: Store, event_id: str, firing: float | None = None) -> PipelineView:
     """The latest run of the pipeline event_id's runs belong to (its root's event, or a step's),
-    or its run of the firing due at `firing`; ResourceMissingError naming what is missing."""
+    or its run of the firing due at `firing`; else, when no run of that event is a pipeline's,
+    the latest (or that firing's) kept run of the pipeline named event_id or rooted at a step so
+    named (the terraform module names a pipeline after its root). ResourceMissingError naming
+    what is missing, and what to type instead."""
     with store.reading():
         runs = store.history.runs(event_id, RUNS_READ)
     if firing is not None:
         key = firing_key_at(runs, firing)
-        when = Firing(firing, "").iso
-        if key is None:
-            raise ResourceMissingError(
-                f"no run of event {quote(event_id)} of a pipeline for the {when} firing among "
-                f"its last {RUNS_READ} runs (sqsjkr firings {event_id} lists its firings)"
-            )
     else:
         key = next((r.pipeline_key for r in runs if r.pipeline_key), None)
-        if key is None:
-            raise ResourceMissingError(
-                f"no run of event {quote(event_id)} belongs to a pipeline (among its last "
-                f"{RUNS_READ} runs; a pipeline is shown once its root has run)"
-            )
+    if key is None:
+        return _named_pipeline(store, event_id, firing)
     with store.reading():
         state = pipelines_of(store).state(key)
     if state is None:
@@ -275,6 +269,35 @@ def event_pipeline(store: Store, event_id: str, firing: float | None = None) -> 
     mine = [r for r in runs if r.pipeline_key == key]
     roots = {key: event_id} if any(r.pipeline_step == state.root for r in mine) else {}
     return read_views(store, [state], roots)[0]
+
+
+#: Most pipelines an error names when none is found by the name given.
+NAMED_AT_MOST = 10
+
+
+def _named_pipeline(store: Store, name: str, firing: float | None) -> PipelineView:
+    """The latest kept run (or the run of the firing due at `firing`) of the pipeline called
+    name, or rooted at a step called name: the runs' items listed once (a Query of the index)."""
+    with store.reading():
+        states = pipelines_of(store).states()
+    named = [s for s in states if name in (s.name, s.root)]
+    if firing is not None:
+        named = [s for s in named if s.firing_at is not None and abs(s.firing_at - firing) < 1.0]
+    if named:
+        return read_views(store, named[:1])[0]
+    when = "" if firing is None else f" for the {Firing(firing, '').iso} firing"
+    kept = sorted({f"{s.name} (root step {s.root})" for s in states})
+    hint = (
+        f"; pipelines with runs kept: {', '.join(kept[:NAMED_AT_MOST])}"
+        + (", ..." if len(kept) > NAMED_AT_MOST else "")
+        if kept
+        else "; no run of any pipeline is kept (a run is shown once its root has ended)"
+    )
+    raise ResourceMissingError(
+        f"no run{when} of event {quote(name)} belongs to a pipeline (among its last {RUNS_READ} "
+        f"runs), and no pipeline called {quote(name)} has a run kept{when}: give the event id of "
+        f"a pipeline's root or step (as `sqsjkr status` lists them), or a pipeline's name{hint}"
+    )
 
 
 def stuck_pipelines(

@@ -167,11 +167,13 @@ def _pages(app: Flask, fleet: Fleet) -> None:
         if not request.args.get("key") and request.args.get("message"):
             return _run_in_progress(fleet)
         record = _run_or_404(fleet)
+        enabled = app.extensions["sqsjkr"][3]
         return render_template(
             "run.html",
             record=record,
             groups=run_view.field_groups(record),
             output=plain_output(record.output),
+            rerun=enabled and views.may_rerun(fleet, record),
         )
 
     @app.get("/run.txt")

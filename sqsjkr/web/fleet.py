@@ -291,6 +291,12 @@ class Fleet:
         read = functools.partial(read_view, self.store, key, root_event, self.summaries())
         return self.cache.get(("pipeline", key, root_event), self._read(read))
 
+    def pipeline_state(self, key: str) -> PipelineState | None:
+        """The kept state of the run of a pipeline of that key (one GetItem; None: none kept)."""
+        read = functools.partial(read_states, self.store, [key])
+        found = self.cache.get(("pipeline state", key), self._read(read))
+        return found[0] if found else None
+
     def queues(self) -> list[Queues | str]:
         """Each queue of the config with its dead-letter queue, or why it has none."""
         return self.cache.get("queues", self._read_queues, QUEUES_FRESH)

@@ -393,6 +393,16 @@ def running_run(fleet: Fleet, message_id: str) -> RunningNow | None:
     return next((r for r in fleet.running() if r.start.message_id == message_id), None)
 
 
+def may_rerun(fleet: Fleet, record: RunRecord) -> bool:
+    """Whether record's step may be run again within its pipeline's run (`trigger STEP --run`):
+    a step, not the root, that failed in that run and has not succeeded since."""
+    key, step = record.pipeline_key, record.pipeline_step
+    if not key or not step or not record.final or not record.outcome.failed:
+        return False
+    state = fleet.pipeline_state(key)
+    return state is not None and step != state.root and step in state.failed - state.succeeded
+
+
 def run_key(record: RunRecord) -> str:
     """The run's permalink key: its item's Type."""
     return run_type(record)
