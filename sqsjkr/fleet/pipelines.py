@@ -32,6 +32,7 @@ from sqsjkr.fleet.pipeline_steps import (
     with_retry_due,
 )
 from sqsjkr.fleet.running import claim_is_live, read_claims
+from sqsjkr.fleet.waiting import Deadline
 
 #: Runs of one event read to find its pipeline's runs (`sqsjkr pipeline EVENT`).
 RUNS_READ = 100
@@ -269,6 +270,24 @@ def event_pipeline(store: Store, event_id: str, firing: float | None = None) -> 
     mine = [r for r in runs if r.pipeline_key == key]
     roots = {key: event_id} if any(r.pipeline_step == state.root for r in mine) else {}
     return read_views(store, [state], roots)[0]
+
+
+#: Seconds between two reads of a run that `sqsjkr pipeline --wait` waits for.
+WAIT_POLL = 1.0
+
+
+def wait_for_pipeline(
+    store: Store, event_id: str, firing: float | None, deadline: Deadline
+) -> PipelineView:
+    """event_pipeline's run once it is over (no step running or due); WaitTimedOut once the
+    deadline has passed. A run started meanwhile is not waited for: the firing, when the first
+    read has one, pins the run."""
+    view = event_pipeline(store, event_id, firing)
+    pinned = firing if firing is not None else view.firing_at
+    while view.in_progress:
+        deadline.pause(WAIT_POLL, f"pipeline run {quote(view.key)} to be over", "its steps go on")
+        view = event_pipeline(store, event_id, pinned)
+    return view
 
 
 #: Most pipelines an error names when none is found by the name given.
