@@ -280,7 +280,7 @@ def test_every_message_field_has_a_send_option() -> None:
     # A message's firing and origin are the sender's to write (a schedule's, send's), not
     # options; a pipeline comes whole, in a --body (docs/pipelines.md) or from the module.
     # catch_up is a schedule's (the module's).
-    written = {"firing", "origin", "pipeline", "step", "pipeline_key", "catch_up"}
+    written = {"firing", "origin", "pipeline", "step", "pipeline_key", "rerun", "catch_up"}
     for field in (MESSAGE_FIELDS - written) | http_parts:
         error = InvalidJobError(f'field "{field}": wrong')
         option = option_of(error)
@@ -467,7 +467,7 @@ def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws, cli: Cli) 
     }  # fmt: skip
     http = {"http": {"url": "http://127.0.0.1:8080/run"}}
     # The fields the fleet's daemons mint are refused (test_send_refuses_invalid_jobs_...).
-    minted = {"firing", "step", "pipeline_key"}
+    minted = {"firing", "step", "pipeline_key", "rerun"}
     assert set(shell) | set(http) | minted == MESSAGE_FIELDS
     for body in (shell, http):
         result = cli("send", "-c", str(write_conf(tmp_path, aws)), "--body", json.dumps(body))

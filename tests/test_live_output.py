@@ -152,6 +152,19 @@ class Follower:
         for line in stream:
             into.append(line.rstrip("\n"))
 
+    def told(self, text: str) -> None:
+        """Wait until the follower says text on stderr: while it runs, for as long as a loaded
+        machine makes its start take (a Python process, a boto3 client, its first reads); it
+        fails at once if the follower ends without saying it."""
+
+        def said() -> bool:
+            if any(text in line for line in self.err):
+                return True
+            assert self.proc.poll() is None, f"the follower ended: {self.err}"
+            return False
+
+        wait_until(said, timeout=120, what=f"the follower to say {text!r}")
+
     def wait(self) -> int:
         code = self.proc.wait(60)
         for reader in self._readers:
@@ -179,8 +192,7 @@ def test_follow_prints_the_output_as_it_grows_then_the_record(
     port = start_daemon("run", "-c", str(conf)).stats_port
     follower = Follower(conf, "printer")
     followers.append(follower)
-    wait_until(lambda: any("waiting for the next one" in e for e in follower.err),
-               what="the follower waiting")  # fmt: skip
+    follower.told("waiting for the next one")
     job = GATED.replace("echo line $i", r"printf 'line %s \033[31mred\n' $i")
     message_id = aws.send({"command": job, "event_id": "printer"})
     wait_until(lambda: len(follower.lines) >= 2, timeout=30, what="two lines followed")
@@ -215,7 +227,7 @@ def test_ctrl_c_stops_a_waiting_follower_quietly_with_130(
     conf = live_config(tmp_path, aws, "1s")
     follower = Follower(conf, "never")
     followers.append(follower)
-    wait_until(lambda: follower.err, what="the follower waiting")
+    follower.told("waiting for the next one")
     follower.proc.send_signal(signal.SIGINT)
     assert follower.wait() == 130
     assert follower.lines == [] and len(follower.err) == 1, follower.err

@@ -534,3 +534,38 @@ def test_each_job_gets_its_own_environment_from_the_one_built_at_start(
         "job msg-1 (event ev-1) | 1 unset first 2",
         "job msg-1 (event ev-1) | unset 2 daemon ",
     ]
+
+
+def test_a_kill_whose_tripping_thread_is_slow_after_its_signal_is_still_a_kill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heartbeat's thread sends SIGTERM, then loses the CPU before it notes that it did (a
+    loaded host): the command's end must still be told a kill, not an error of exit -15."""
+    import sqsjkr.daemon.runner as runner
+
+    started, ended = tmp_path / "started", threading.Event()
+    sent = runner._signal_group
+
+    def signal_then_stall(pgid: int, signum: int) -> bool:
+        reached = sent(pgid, signum)
+        ended.wait(2)  # the worker sees the command end meanwhile, unless it waits for this
+        return reached
+
+    monkeypatch.setattr(runner, "_signal_group", signal_then_stall)
+    stop = StopSwitch()
+
+    def kill_once_started() -> None:
+        wait_until(started.exists, timeout=10, what="the command to start")
+        stop.trip(StopReason.KILLED)
+
+    killer = threading.Thread(target=kill_once_started)
+    killer.start()
+    try:
+        result = ShellRunner(kill_grace=1.0).run(
+            job(f"touch {shlex.quote(str(started))}; sleep 10"), timeout=20, stop=stop
+        )
+    finally:
+        ended.set()
+        killer.join()
+    assert result.exit_code == -signal.SIGTERM
+    assert result.stopped is StopReason.KILLED

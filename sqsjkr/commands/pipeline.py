@@ -64,9 +64,11 @@ def step_lines(view: PipelineView, indent: str = "") -> list[str]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the run as a JSON object.")
 def pipeline(where: Where, event_id: str, firing: str | None, as_json: bool) -> None:
-    """Draw the pipeline EVENT_ID's runs belong to (its root's event, or a step's), layer by
-    layer with each step's edges, and each step's state in its latest run: waiting for which
-    step, running where, ran (outcome, host, when), skipped and why, not needed (read-only)."""
+    """Draw the pipeline EVENT_ID's runs belong to (its root's event id, or a step's, as `sqsjkr
+    status` lists them; else a pipeline's or its root step's name), layer by layer with each
+    step's edges, and each step's state in its latest run: waiting for which step, running
+    where, ran (outcome, host, when), skipped and why, not needed (read-only). --json gives the
+    run's key, which `sqsjkr trigger STEP --run KEY` resumes."""
     at = None if firing is None else parse_firing_time(firing)
     view = event_pipeline(store_of(where.config()), event_id, at)
     if as_json:

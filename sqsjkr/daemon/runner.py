@@ -227,6 +227,9 @@ class _GroupStopper:
         self._grace = grace
         self._log = log
         self._killer: threading.Thread | None = None
+        # Held by a trip from its signal until it has noted it: the worker may see the command end
+        # in between (a loaded host) and must not read a kill as an exit -15 of its own.
+        self._tripping = threading.Lock()
         #: Whether a signal reached the group: only then did the stop cut the command short.
         self.signalled = False
 
@@ -234,6 +237,10 @@ class _GroupStopper:
         """The stop switch's listener."""
         if reason is StopReason.ENDED:
             return
+        with self._tripping:
+            self._stop_group(reason)
+
+    def _stop_group(self, reason: StopReason) -> None:
         # The job is the leader of its own session, so its group id is its pid. The group
         # outlives sh while any child of it lives; children that left the group are not ours.
         pgid = self._proc.pid
@@ -250,7 +257,9 @@ class _GroupStopper:
             self.signalled |= _signal_group(pgid, signal.SIGKILL)
 
     def join(self) -> None:
-        """Wait until a stopped command's group is gone or killed."""
+        """Wait until a stopped command's group is gone or killed (and a stop in progress noted)."""
+        with self._tripping:
+            pass
         if self._killer is not None:
             self._killer.join()
 
