@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -357,3 +358,35 @@ def test_a_shell_job_shorter_than_the_interval_is_never_written() -> None:
                             timeout=None, stop=StopSwitch())  # fmt: skip
     assert result.output.merged == "hi\n" and result.output.merged_bytes == 3
     assert store.writes == 0
+
+
+def test_a_job_started_while_others_run_does_not_wake_the_writer() -> None:
+    """The live writer sleeps until the soonest running job is due. A job that starts while
+    others run is due later than they are (an interval after its start), so its start leaves
+    the writer asleep: a burst of jobs costs the writer no wake-up per job. The first job after
+    an idle spell wakes it, since it sleeps without a deadline then."""
+    writer_looks: list[float] = []
+
+    def clock() -> float:
+        if threading.current_thread().name == "writer":
+            writer_looks.append(0.0)
+        return 100.0
+
+    tails = LiveTails(60.0, monotonic=clock)
+    woken: list[object] = []
+    writer = threading.Thread(target=lambda: woken.append(tails.wait_due()), name="writer")
+    writer.start()
+    try:
+        wait_until(lambda: len(writer_looks) == 1, what="the writer asleep with no job")
+        with tails.watching(Job(command="true", message_id="first"), 100):
+            wait_until(lambda: len(writer_looks) == 2, what="the writer woken by the first job")
+            with tails.watching(Job(command="true", message_id="second"), 100):
+                # Nothing to poll for: a woken writer would look within microseconds.
+                quiet_until = time.monotonic() + 0.3
+                while time.monotonic() < quiet_until:
+                    assert len(writer_looks) == 2, "the second job's start woke the writer"
+                    time.sleep(0.01)
+    finally:
+        tails.wake()
+        writer.join()
+    assert woken == [None]

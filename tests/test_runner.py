@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sqsjkr.contract.job import Job, trigger_line
+from sqsjkr.contract.run import RunContext
 from sqsjkr.daemon.output import MAX_LINE_BYTES, Output, stream_lines
 from sqsjkr.daemon.runner import (
     RunResult,
@@ -514,6 +515,25 @@ def test_trigger_printing_a_lot_before_reading_a_long_line_does_not_deadlock() -
     )
     assert result.ok
     assert sum(len(p) for p in pieces) == 200_000
+
+
+def test_each_job_gets_its_own_environment_from_the_one_built_at_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The daemon's environment is encoded once per runner: a job's envs and run facts go into
+    that job's copy only, never into the next job's, and a name the daemon's environment holds
+    is replaced for that job alone."""
+    caplog.set_level(logging.INFO, logger="sqsjkr.output")
+    runner = ShellRunner(base_env={"PATH": PATH, "SHARED": "daemon"})
+    command = 'echo "${FIRST-unset} ${SECOND-unset} $SHARED $SQSJKR_ATTEMPT"'
+    first = job(command, envs={"FIRST": "1", "SHARED": "first"})
+    context = RunContext("ev-1", "msg-1", 0.0, 2, "host")
+    assert runner.run(first, timeout=None, stop=StopSwitch(), context=context).ok
+    assert run(runner, job(command, envs={"SECOND": "2"})).ok
+    assert output_lines(caplog) == [
+        "job msg-1 (event ev-1) | 1 unset first 2",
+        "job msg-1 (event ev-1) | unset 2 daemon ",
+    ]
 
 
 def test_a_kill_whose_tripping_thread_is_slow_after_its_signal_is_still_a_kill(

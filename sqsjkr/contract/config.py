@@ -98,6 +98,8 @@ class KickerConfig:
     member_refresh: Duration = Duration.of_seconds(60)
     #: [sqs]'s queue: messages received beyond the free workers (see QueueConfig.prefetch).
     prefetch: int = 0
+    #: How many events get /metrics series of their own; later ones share event_id="(other)".
+    metrics_max_events: int = 500
 
 
 @dataclass(frozen=True)
@@ -609,6 +611,9 @@ def _kicker_config(kicker: _Table) -> KickerConfig:
             high=_MAX_MEMBER_REFRESH,
         ),
         prefetch=kicker.integer("prefetch", 0, 0, _MAX_PREFETCH),
+        metrics_max_events=kicker.integer(
+            "metrics_max_events", KickerConfig.metrics_max_events, 0, _MAX_METRICS_EVENTS
+        ),
     )
 
 
@@ -623,6 +628,10 @@ def _lock_config(lock: _Table) -> LockConfig:
 
 #: The longest [kicker] member_refresh: a daemon is shown lost after three of them.
 _MAX_MEMBER_REFRESH = Duration.of_seconds(3600)
+
+#: The most events /metrics may give series of their own ([kicker] metrics_max_events): about
+#: 7 KiB of the daemon's memory each.
+_MAX_METRICS_EVENTS = 100_000
 
 #: Messages a queue may take beyond its free workers ([kicker] prefetch, [[queues]] prefetch).
 _MAX_PREFETCH = 100
