@@ -46,6 +46,7 @@ from sqsjkr.local.endpoint import (
     create_table,
     serialize_moto_writes,
 )
+from sqsjkr.local.transactions import install_fair_transactions
 
 #: How long the daemon may take to make its first ReceiveMessage.
 STARTUP_TIMEOUT = 60.0
@@ -105,10 +106,17 @@ TARGETS = {
 }
 
 
+#: --moto: how the endpoint does TransactWriteItems, as the report labels it.
+MOTO_MODES = {
+    "fair": "fair transactions (conditions checked, then written; no table copy; no 500 race)",
+    "stock": "stock transactions (moto's: the whole table copied per item; writes serialized)",
+}
+
+
 # -- the AWS side: moto and the proxy, in processes of their own ------------------------------------
 
 
-def serve_moto(conn: Connection, cpus: set[int] | None) -> None:
+def serve_moto(conn: Connection, cpus: set[int] | None, moto_mode: str = "fair") -> None:
     """Process entry: moto's server on 127.0.0.1; sends its port, stops when conn closes."""
     if cpus:
         os.sched_setaffinity(0, cpus)
@@ -116,7 +124,11 @@ def serve_moto(conn: Connection, cpus: set[int] | None) -> None:
 
     # werkzeug logs every request, whatever `verbose` says: moto's own cost, not a deployment's.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    serialize_moto_writes()  # moto's own race in TransactWriteItems is not the daemon's cost
+    if moto_mode == "fair":
+        # A transaction costs what DynamoDB's does, not a copy of the table: the figures are ours.
+        install_fair_transactions()
+    else:
+        serialize_moto_writes()  # the figures of before --moto, and moto's cost in them
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     conn.send(server.get_host_and_port()[1])
@@ -151,11 +163,13 @@ class Aws:
 
 
 @contextmanager
-def aws_side(cpus: set[int] | None, latency_ms: float, jitter_ms: float) -> Iterator[Aws]:
+def aws_side(
+    cpus: set[int] | None, latency_ms: float, jitter_ms: float, moto_mode: str = "fair"
+) -> Iterator[Aws]:
     context = multiprocessing.get_context("spawn")
     moto_conn, moto_child = context.Pipe()
     proxy_conn, proxy_child = context.Pipe()
-    moto_proc = context.Process(target=serve_moto, args=(moto_child, cpus), daemon=True)
+    moto_proc = context.Process(target=serve_moto, args=(moto_child, cpus, moto_mode), daemon=True)
     moto_proc.start()
     procs = [moto_proc]
     try:
@@ -269,14 +283,23 @@ def default_daemon_command() -> str:
 
 
 class Daemon:
-    """The daemon (command: a template with {conf}) as a subprocess pinned to cpus, its output
-    going to a log file."""
+    """The daemon (command: a template with {conf} and {table}) as a subprocess pinned to cpus,
+    its output going to a log file."""
 
     def __init__(
-        self, command: str, conf: Path, log: Path, endpoint: str, cpus: set[int] | None
+        self,
+        command: str,
+        conf: Path,
+        log: Path,
+        endpoint: str,
+        cpus: set[int] | None,
+        table: str = "",
     ) -> None:
         pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
-        argv = [arg.replace("{conf}", str(conf)) for arg in shlex.split(command)]
+        argv = [
+            arg.replace("{conf}", str(conf)).replace("{table}", table)
+            for arg in shlex.split(command)
+        ]
         self.log = LogWatch(log)
         self.hang = ""
         with log.open("wb") as out:
@@ -475,6 +498,7 @@ def start_daemon(run: Run) -> tuple[Daemon, dict[str, Any]]:
         run.dir / "daemon.log",
         run.aws.proxy_endpoint,
         run.options.daemon_cpus,
+        run.table,
     )
     deadline = time.time() + STARTUP_TIMEOUT
     first_receive = None
@@ -861,10 +885,15 @@ def render(report: dict[str, Any]) -> str:
         f"botocore {m['botocore']}, moto {m['moto']}",
         f"round trip {setup['latency_ms']} ms +- {setup['jitter_ms']} ms; daemon on cpus "
         f"{setup['daemon_cpus']}, moto and the proxy on {setup['aws_cpus']}",
+        f"moto: {moto_label(setup)}; load average at the end {setup.get('load_average')}",
     ]
     bursts = [r for r in results if "cpu_ms_per_job" in r]
     if bursts:
         out += ["", *render_bursts(bursts)]
+    for r in bursts:
+        if r.get("error_responses"):
+            answers = ", ".join(f"{a} {n}" for a, n in r["error_responses"].items())
+            out.append(f"the endpoint's error answers in {r['scenario']}: {answers}")
     for r in results:
         if "idle_cpu_percent" in r:
             out += ["", *render_idle(r)]
@@ -873,6 +902,11 @@ def render(report: dict[str, Any]) -> str:
         for error in r["errors"]:
             out.append(f"ERROR {r['key']}: {error}")
     return "\n".join(out)
+
+
+def moto_label(setup: dict[str, Any]) -> str:
+    """--moto as the report names it (a report of before --moto had stock transactions)."""
+    return MOTO_MODES[setup.get("moto_mode", "stock")]
 
 
 def render_bursts(bursts: list[dict[str, Any]]) -> list[str]:
@@ -956,8 +990,8 @@ def pick_cpus(args: argparse.Namespace) -> tuple[set[int] | None, set[int] | Non
     return daemon, rest
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def harness_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the harness (AWS side, jobs, cpus), shared with side_by_side.py."""
     parser.add_argument("--jobs", type=int, help="jobs per burst (default 200; --quick 60)")
     parser.add_argument("--workers", type=int, default=20, help="max_concurrent_num (default 20)")
     parser.add_argument("--latency-ms", type=float, default=10.0, help="round trip (default 10)")
@@ -970,6 +1004,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         help="jobs sent one at a time after each burst (default 20; --quick 5)",
     )
+    parser.add_argument("--quick", action="store_true", help="fewer jobs, a shorter idle window")
+    parser.add_argument("--timeout", type=float, default=300.0, help="per burst (default 300 s)")
+    parser.add_argument(
+        "--moto",
+        choices=list(MOTO_MODES),
+        default="fair",
+        help="the endpoint's TransactWriteItems: fair (DynamoDB's cost, the default) or stock "
+        "(moto's own, a copy of the whole table per item)",
+    )
+    parser.add_argument("--daemon-cpus", help="cpus for the daemon, e.g. 1 (default: the last one)")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin processes to cpus")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work directory (configs, daemon logs)"
+    )
+
+
+def harness_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The defaults that depend on --quick, and the checks of harness_arguments' options."""
+    args.jobs = args.jobs or (60 if args.quick else 200)
+    args.idle_seconds = args.idle_seconds or (15.0 if args.quick else 90.0)
+    args.trickle = args.trickle if args.trickle is not None else (5 if args.quick else 20)
+    if min(args.jobs, args.workers) < 1 or args.idle_seconds <= 0 or args.trickle < 0:
+        parser.error("--jobs and --workers must be at least 1, --idle-seconds above 0")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    harness_arguments(parser)
     parser.add_argument(
         "--scenario", action="append", choices=list(SCENARIOS), help="repeatable; default: all"
     )
@@ -979,29 +1041,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=1,
         help="run every scenario this many times, interleaved; report medians (default 1)",
     )
-    parser.add_argument("--quick", action="store_true", help="fewer jobs, a shorter idle window")
-    parser.add_argument("--timeout", type=float, default=300.0, help="per burst (default 300 s)")
     parser.add_argument(
         "--daemon-command",
         default=default_daemon_command(),
-        help="the daemon to measure, {conf} standing for its config file (default: %(default)s)",
+        help="the daemon to measure, {conf} standing for its config file and {table} for its "
+        "table (default: %(default)s)",
     )
-    parser.add_argument("--daemon-cpus", help="cpus for the daemon, e.g. 1 (default: the last one)")
-    parser.add_argument("--no-pin", action="store_true", help="do not pin processes to cpus")
     parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="record the bursts with py-spy into DIR"
     )
     parser.add_argument("--profile-rate", type=int, default=250, help="py-spy samples/s (250)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument(
-        "--keep", action="store_true", help="keep the work directory (configs, daemon logs)"
-    )
     args = parser.parse_args(argv)
-    args.jobs = args.jobs or (60 if args.quick else 200)
-    args.idle_seconds = args.idle_seconds or (15.0 if args.quick else 90.0)
-    args.trickle = args.trickle if args.trickle is not None else (5 if args.quick else 20)
-    if min(args.jobs, args.workers, args.repeat) < 1 or args.idle_seconds <= 0 or args.trickle < 0:
-        parser.error("--jobs, --workers and --repeat must be at least 1, --idle-seconds above 0")
+    harness_defaults(parser, args)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     return args
 
 
@@ -1055,15 +1109,16 @@ def compile_sqsjkr() -> None:
     compileall.compile_dir(str(Path(sqsjkr.__file__).parent), quiet=1)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+@contextmanager
+def harness(
+    args: argparse.Namespace, daemon_command: str, profile_dir: Path | None = None
+) -> Iterator[tuple[Aws, Options]]:
+    """The AWS side up, the benchmark off the daemon's cpu, a work directory: what every run of
+    a daemon needs, with the options of harness_arguments."""
     compile_sqsjkr()
     daemon_cpus, aws_cpus = pick_cpus(args)
     if aws_cpus:
         os.sched_setaffinity(0, aws_cpus)  # the benchmark itself stays off the daemon's cpu
-    if args.profile:
-        py_spy()
-        args.profile.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="sqsjkr-deployment-"))
     options = Options(
         jobs=args.jobs,
@@ -1074,34 +1129,50 @@ def main(argv: list[str] | None = None) -> int:
         workdir=workdir,
         daemon_cpus=daemon_cpus,
         aws_cpus=aws_cpus,
-        profile_dir=args.profile,
-        profile_rate=args.profile_rate,
-        daemon_command=args.daemon_command,
+        profile_dir=profile_dir,
+        profile_rate=getattr(args, "profile_rate", 250),
+        daemon_command=daemon_command,
     )
-    keys = args.scenario or list(SCENARIOS)
-    runs: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
     try:
-        with aws_side(aws_cpus, args.latency_ms, args.jitter_ms) as aws:
-            # Interleaved, so that a slow spell of a shared machine spreads over every scenario.
-            for n in range(args.repeat):
-                for key in keys:
-                    print(f"running {key} ({n + 1}/{args.repeat}) ...", file=sys.stderr, flush=True)
-                    runs[key].append(run_scenario(SCENARIOS[key], aws, options))
+        with aws_side(aws_cpus, args.latency_ms, args.jitter_ms, args.moto) as aws:
+            yield aws, options
     finally:
         if args.keep:
             print(f"work directory kept: {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def harness_setup(args: argparse.Namespace, options: Options) -> dict[str, Any]:
+    """The report's account of the set-up."""
+    return {
+        "latency_ms": args.latency_ms,
+        "jitter_ms": args.jitter_ms,
+        "moto_mode": args.moto,
+        "daemon_cpus": sorted(options.daemon_cpus) if options.daemon_cpus else None,
+        "aws_cpus": sorted(options.aws_cpus) if options.aws_cpus else None,
+        "load_average": [round(load, 2) for load in os.getloadavg()],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.profile:
+        py_spy()
+        args.profile.mkdir(parents=True, exist_ok=True)
+    keys = args.scenario or list(SCENARIOS)
+    runs: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
+    with harness(args, args.daemon_command, args.profile) as (aws, options):
+        # Interleaved, so that a slow spell of a shared machine spreads over every scenario.
+        for n in range(args.repeat):
+            for key in keys:
+                print(f"running {key} ({n + 1}/{args.repeat}) ...", file=sys.stderr, flush=True)
+                runs[key].append(run_scenario(SCENARIOS[key], aws, options))
+        setup = harness_setup(args, options)
     results = [median_run(runs[key]) for key in keys]
     report = {
         "machine": machine(),
-        "setup": {
-            "latency_ms": args.latency_ms,
-            "jitter_ms": args.jitter_ms,
-            "daemon_cpus": sorted(daemon_cpus) if daemon_cpus else None,
-            "aws_cpus": sorted(aws_cpus) if aws_cpus else None,
-            "daemon_command": args.daemon_command,
-        },
+        "setup": {**setup, "daemon_command": args.daemon_command},
         "repeat": args.repeat,
         "results": results,
         "runs": runs if args.repeat > 1 else None,

@@ -76,6 +76,7 @@ _PUBLIC = {
     "Finding": "sqsjkr.fleet.status",
     "Level": "sqsjkr.fleet.status",
     "Triggered": "sqsjkr.fleet.trigger",
+    "Rerun": "sqsjkr.fleet.step_rerun",
     "FiringRow": "sqsjkr.fleet.firings",
     "FiringStatus": "sqsjkr.fleet.firings",
     "PipelineView": "sqsjkr.fleet.pipeline_steps",

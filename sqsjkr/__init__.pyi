@@ -46,6 +46,7 @@ from sqsjkr.fleet.pipeline_steps import PipelineView, StepStatus, StepView
 from sqsjkr.fleet.redrive import Redrive
 from sqsjkr.fleet.schedules import Scheduled, Upcoming
 from sqsjkr.fleet.status import Finding, FleetStatus, Level
+from sqsjkr.fleet.step_rerun import Rerun
 from sqsjkr.fleet.trigger import Triggered
 
 __version__: str
@@ -96,6 +97,7 @@ __all__ = [
     "Finding",
     "Level",
     "Triggered",
+    "Rerun",
     "FiringRow",
     "FiringStatus",
     "PipelineView",

@@ -28,15 +28,18 @@ from sqsjkr.api.tokens import (
     Tokens,
     Unauthorized,
 )
+from sqsjkr.backends.pipeline import DynamoPipelines
 from sqsjkr.commands.dashboard import listening
 from sqsjkr.commands.options import load
+from sqsjkr.contract.pipeline import PipelineRun, parse_pipeline
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.contract.tokens import Token, read_tokens, token_digest
 from sqsjkr.errors import ConfigError
 from tests.api_fleet import TOKENS, Served, aws_environment, serve_api, tokens_file
 from tests.conftest import wait_until
 from tests.test_firings import create_schedule
-from tests.test_web import form_token
+from tests.test_pipelines import diamond
+from tests.test_web import form_token, take_message
 from tests.web_fleet import WebFleet, make_fleet, module_env, record
 
 PROBLEM = "application/problem+json"
@@ -195,7 +198,8 @@ def test_a_submit_may_not_set_a_runs_fields_nor_carry_a_malformed_step(served: S
     assert 'field "pipeline.steps.b.job.timeout"' in str(detail)
     steps["b"]["job"] = {"command": "x"}
     firing = {"time": "2030-01-15T01:00:00Z", "schedule": "nightly"}
-    for field, value in (("firing", firing), ("step", "b"), ("pipeline_key", "forged")):
+    minted = (("firing", firing), ("step", "b"), ("pipeline_key", "forged"), ("rerun", "r1"))
+    for field, value in minted:
         job = {**root, field: value}
         refused = served.call("POST", "api/v1/jobs", token="sender", json={"job": job})
         detail = problem(refused, 400, "invalid-job")["detail"]
@@ -339,6 +343,34 @@ def test_actions_are_audited_as_the_tokens_name(served: Served, fleet: WebFleet)
         ("send", "api:sender"),
         ("trigger", "api:actor"),
     ], mine
+
+
+def test_a_pipelines_failed_step_is_run_again_within_its_run_and_refusals_are_problems(
+    served: Served, fleet: WebFleet
+) -> None:
+    prefix, key = f"api-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    pipeline = parse_pipeline(diamond(Path("/tmp/never"), prefix, c="true"))
+    assert pipeline is not None
+    store = DynamoPipelines(fleet.dynamodb, fleet.table, lives_seconds=3600)
+    for step, ok in (("a", True), ("b", True), ("c", False)):
+        store.step_ended(PipelineRun(pipeline, step, key), ok, time.time())
+    path = f"api/v1/events/{prefix}-c/reruns"
+    ran = served.call("POST", path, token="actor", json={"run": key, "reason": "fixed"})
+    assert ran.status_code == 200, ran.text
+    sent = ran.json()
+    assert (sent["run"], sent["step"], sent["event_id"]) == (key, "c", f"{prefix}-c")
+    assert sent["queue"] == fleet.queue_name and sent["firing"] is None
+    assert sent["rerun"] is None  # its run never claimed it: sent as itself
+    assert json.loads(take_message(fleet, sent["message_id"])["Body"])["pipeline_key"] == key
+    again = {"run": key}
+    problem(
+        served.call("POST", f"api/v1/events/{prefix}-b/reruns", token="actor", json=again),
+        409,
+        "already-done",
+    )
+    missing = {"run": "no-such-run"}
+    problem(served.call("POST", path, token="actor", json=missing), 404, "not-found")
+    problem(served.call("POST", path, token="reader", json=again), 403, "scope-missing")
 
 
 def test_an_unknown_event_is_a_404_problem(served: Served) -> None:

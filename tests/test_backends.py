@@ -65,6 +65,23 @@ def _client(service: str, endpoints: tuple[str | None, str | None]) -> Any:
     return make_client(make_session(region=REGION), service)
 
 
+def test_clients_send_no_headers_the_services_do_not_need_and_keep_idempotency(aws: Aws) -> None:
+    """The daemon's clients drop botocore's per-call handlers that do nothing for SQS and
+    DynamoDB (backends.aws.IDLE_HANDLERS: the call id and attempt headers, a Lambda trace id),
+    and keep the ones that matter: a transaction's ClientRequestToken, which makes botocore's
+    retry of a write whose answer was lost the same transaction."""
+    dynamodb = make_client(make_session(region=REGION), "dynamodb")
+    sent: list[Any] = []
+    dynamodb.meta.events.register("before-send", lambda request, **_: sent.append(request))
+    item = {"Id": {"S": "idle-handlers"}, "Type": {"S": "probe"}}
+    dynamodb.transact_write_items(TransactItems=[{"Put": {"TableName": aws.table, "Item": item}}])
+    [request] = sent
+    headers = {name.lower() for name in request.headers}
+    assert not headers & {"amz-sdk-invocation-id", "amz-sdk-request", "x-amzn-trace-id"}
+    assert "authorization" in headers and "user-agent" in headers
+    assert json.loads(request.body)["ClientRequestToken"]
+
+
 class Clock:
     """A clock the test moves by hand."""
 

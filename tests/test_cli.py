@@ -146,6 +146,18 @@ def test_missing_config_exits_2_with_one_line(tmp_path: Path) -> None:
     assert "nope.toml not found" in one_line_error(result)
 
 
+def test_every_command_reads_its_config_from_sqsjkr_conf_unless_given(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A shell beside `sqsjkr local` exports SQSJKR_CONF once (the banner prints the line)."""
+    exported = tmp_path / "exported.toml"
+    for command in ("status", "history", "firings"):
+        done = cli(command, env={"SQSJKR_CONF": str(exported)})
+        assert done.returncode == 2 and f"{exported} not found" in done.stderr, done
+    given = cli("status", "-c", str(tmp_path / "given.toml"), env={"SQSJKR_CONF": str(exported)})
+    assert "given.toml not found" in given.stderr, given
+
+
 def test_go_spelling_reports_config_errors_the_same_way(tmp_path: Path) -> None:
     result = sqsjkr("-conf", str(tmp_path / "nope.toml"))
     assert result.returncode == 2
@@ -280,7 +292,7 @@ def test_every_message_field_has_a_send_option() -> None:
     # A message's firing and origin are the sender's to write (a schedule's, send's), not
     # options; a pipeline comes whole, in a --body (docs/pipelines.md) or from the module.
     # catch_up is a schedule's (the module's).
-    written = {"firing", "origin", "pipeline", "step", "pipeline_key", "catch_up"}
+    written = {"firing", "origin", "pipeline", "step", "pipeline_key", "rerun", "catch_up"}
     for field in (MESSAGE_FIELDS - written) | http_parts:
         error = InvalidJobError(f'field "{field}": wrong')
         option = option_of(error)
@@ -467,7 +479,7 @@ def test_send_does_not_warn_of_known_fields(tmp_path: Path, aws: Aws, cli: Cli) 
     }  # fmt: skip
     http = {"http": {"url": "http://127.0.0.1:8080/run"}}
     # The fields the fleet's daemons mint are refused (test_send_refuses_invalid_jobs_...).
-    minted = {"firing", "step", "pipeline_key"}
+    minted = {"firing", "step", "pipeline_key", "rerun"}
     assert set(shell) | set(http) | minted == MESSAGE_FIELDS
     for body in (shell, http):
         result = cli("send", "-c", str(write_conf(tmp_path, aws)), "--body", json.dumps(body))

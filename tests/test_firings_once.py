@@ -118,6 +118,8 @@ def send_batch(aws: Aws, bodies: list[str]) -> list[str]:
 
 
 @pytest.mark.slow  # 100 firings, 200 messages: about 20 s on two cores
+# Its waits fail once progress stalls; a loaded machine slows it past the suite's 120 s, not stalls.
+@pytest.mark.timeout(360)
 def test_each_of_100_firings_sent_twice_at_once_runs_once_across_two_daemons(pair: Pair) -> None:
     event = f"nightly-{uuid.uuid4().hex[:6]}"
     ran = pair.directory / f"{event}.runs"
@@ -132,7 +134,9 @@ def test_each_of_100_firings_sent_twice_at_once_runs_once_across_two_daemons(pai
     ids = send_batch(pair.aws, bodies)
 
     wait_for_count(lambda: len(pair.records(event)), 200, what="the 200 records")
-    wait_until(lambda: pair.aws.queue_counts() == (0, 0), what="every message deleted")
+    # Waited for while the deletes go on (the count of messages left falls towards 0), not
+    # within a fixed budget that a loaded machine may overrun.
+    wait_for_count(lambda: -sum(pair.aws.queue_counts()), 0, what="every message deleted")
     assert sorted(lines(ran)) == sorted(f.iso for f in firings)  # each firing ran once
 
     records = pair.records(event)
@@ -149,7 +153,7 @@ def test_each_of_100_firings_sent_twice_at_once_runs_once_across_two_daemons(pai
     assert {r.message_id for r in records} == set(ids)
     # At least the 100 copies: on a loaded machine a message may also come back once its
     # visibility ran out, and its own claim drops it as a duplicate too (the records say the rest).
-    wait_until(lambda: pair.counts("duplicates") - duplicates_before >= 100, what="counted")
+    wait_for_count(lambda: pair.counts("duplicates") - duplicates_before, 100, what="counted")
     # The firing's claim names the message that ran it, so kill, job and live find its run.
     run = runs[0]
     claim = pair.aws.item(Firing(run.firing_at or 0, SCHEDULE).key, "throttle")

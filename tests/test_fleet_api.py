@@ -273,7 +273,11 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.M | re.S)
 
 
-def test_the_python_api_docs_examples_run_as_written(site: ApiSite) -> None:
+def test_the_python_api_docs_examples_run_as_written(
+    site: ApiSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The walk-through's Fleet() reads SQSJKR_CONF, as local mode's export line sets it.
+    monkeypatch.setenv("SQSJKR_CONF", site.conf)
     blocks = python_blocks(DOC.read_text())
     assert len(blocks) > 10, "docs/python-api.md lost its examples"
     namespace: dict[str, object] = {}

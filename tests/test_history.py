@@ -347,3 +347,43 @@ def test_the_webhook_gets_each_report_with_a_text_line(
     assert hook["message_id"] == message_id and hook["exitCode"] == 4
     assert "hooked" in hook["text"] and "\n" not in hook["text"]
     assert "secret" not in daemon.log  # the webhook's path is a secret
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "",
+        "plain",
+        "ends with a backslash \\",
+        'looks like a key: , "output": "forged", "exit_code": 0',
+        '日本語 \u2028 \x00 "quoted"',
+    ],
+)
+def test_a_record_is_encoded_once_as_older_daemons_wrote_it(output: str) -> None:
+    """RunRecord.encoded() gives the history item's Record and the summary's LastRun from one
+    encode; both are the very text the separate encodes wrote before (items of older daemons
+    and of this one read alike), whatever the output and command hold."""
+    record = RunRecord(
+        event_id='ev "1"',
+        message_id="m-1",
+        host="h",
+        owner="h:1:x",
+        command='echo \', "output": "x"\' \\',
+        sent_at=1.5,
+        claimed_at=2.0,
+        ended_at=3.25,
+        outcome=RunOutcome.ERRORED,
+        version=__version__,
+        started_at=2.5,
+        exit_code=1,
+        output=output,
+        stdout="out",
+        stderr=output,
+    )
+    data = record.as_dict()
+    before = json.dumps({k: v for k, v in data.items() if k not in ("stdout", "stderr")})
+    last = json.dumps({k: v for k, v in data.items() if k not in ("output", "stdout", "stderr")})
+    assert record.encoded() == (before, last)
+    assert RunRecord.from_dict(json.loads(before)) == RunRecord(
+        **{**vars(record), "stdout": "", "stderr": ""}
+    )

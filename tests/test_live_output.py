@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,6 +152,19 @@ class Follower:
         for line in stream:
             into.append(line.rstrip("\n"))
 
+    def told(self, text: str) -> None:
+        """Wait until the follower says text on stderr: while it runs, for as long as a loaded
+        machine makes its start take (a Python process, a boto3 client, its first reads); it
+        fails at once if the follower ends without saying it."""
+
+        def said() -> bool:
+            if any(text in line for line in self.err):
+                return True
+            assert self.proc.poll() is None, f"the follower ended: {self.err}"
+            return False
+
+        wait_until(said, timeout=120, what=f"the follower to say {text!r}")
+
     def wait(self) -> int:
         code = self.proc.wait(60)
         for reader in self._readers:
@@ -178,8 +192,7 @@ def test_follow_prints_the_output_as_it_grows_then_the_record(
     port = start_daemon("run", "-c", str(conf)).stats_port
     follower = Follower(conf, "printer")
     followers.append(follower)
-    wait_until(lambda: any("waiting for the next one" in e for e in follower.err),
-               what="the follower waiting")  # fmt: skip
+    follower.told("waiting for the next one")
     job = GATED.replace("echo line $i", r"printf 'line %s \033[31mred\n' $i")
     message_id = aws.send({"command": job, "event_id": "printer"})
     wait_until(lambda: len(follower.lines) >= 2, timeout=30, what="two lines followed")
@@ -192,6 +205,24 @@ def test_follow_prints_the_output_as_it_grows_then_the_record(
     assert header.startswith("ENDED") and "succeeded" in row and message_id in row
     assert any(f'following run "{message_id}"' in e for e in follower.err)
     wait_until(counted(port, succeeded=1), what="the daemon's count")
+
+
+def test_follow_takes_a_next_run_that_starts_and_ends_between_two_polls(
+    start_daemon: Start, tmp_path: Path, aws: Aws, followers: list[Follower]
+) -> None:
+    """A job of milliseconds is never seen running by a follower polling every 2 s: its end,
+    after the follower began to wait, makes it the next run (not the run that ended before)."""
+    conf = live_config(tmp_path, aws, "2s")
+    port = start_daemon("run", "-c", str(conf)).stats_port
+    aws.send({"command": "echo before", "event_id": "quick"})
+    wait_until(counted(port, succeeded=1), timeout=30, what="the run before")
+    follower = Follower(conf, "quick")
+    followers.append(follower)
+    wait_until(lambda: any("waiting for the next one" in e for e in follower.err),
+               what="the follower waiting")  # fmt: skip
+    message_id = aws.send({"command": "echo after", "event_id": "quick"})
+    assert follower.wait() == 0
+    assert follower.lines[0] == "after" and message_id in follower.lines[2], follower.lines
 
 
 def test_follow_of_a_failed_run_by_message_id_exits_1(
@@ -214,7 +245,7 @@ def test_ctrl_c_stops_a_waiting_follower_quietly_with_130(
     conf = live_config(tmp_path, aws, "1s")
     follower = Follower(conf, "never")
     followers.append(follower)
-    wait_until(lambda: follower.err, what="the follower waiting")
+    follower.told("waiting for the next one")
     follower.proc.send_signal(signal.SIGINT)
     assert follower.wait() == 130
     assert follower.lines == [] and len(follower.err) == 1, follower.err
@@ -327,3 +358,35 @@ def test_a_shell_job_shorter_than_the_interval_is_never_written() -> None:
                             timeout=None, stop=StopSwitch())  # fmt: skip
     assert result.output.merged == "hi\n" and result.output.merged_bytes == 3
     assert store.writes == 0
+
+
+def test_a_job_started_while_others_run_does_not_wake_the_writer() -> None:
+    """The live writer sleeps until the soonest running job is due. A job that starts while
+    others run is due later than they are (an interval after its start), so its start leaves
+    the writer asleep: a burst of jobs costs the writer no wake-up per job. The first job after
+    an idle spell wakes it, since it sleeps without a deadline then."""
+    writer_looks: list[float] = []
+
+    def clock() -> float:
+        if threading.current_thread().name == "writer":
+            writer_looks.append(0.0)
+        return 100.0
+
+    tails = LiveTails(60.0, monotonic=clock)
+    woken: list[object] = []
+    writer = threading.Thread(target=lambda: woken.append(tails.wait_due()), name="writer")
+    writer.start()
+    try:
+        wait_until(lambda: len(writer_looks) == 1, what="the writer asleep with no job")
+        with tails.watching(Job(command="true", message_id="first"), 100):
+            wait_until(lambda: len(writer_looks) == 2, what="the writer woken by the first job")
+            with tails.watching(Job(command="true", message_id="second"), 100):
+                # Nothing to poll for: a woken writer would look within microseconds.
+                quiet_until = time.monotonic() + 0.3
+                while time.monotonic() < quiet_until:
+                    assert len(writer_looks) == 2, "the second job's start woke the writer"
+                    time.sleep(0.01)
+    finally:
+        tails.wake()
+        writer.join()
+    assert woken == [None]

@@ -27,6 +27,9 @@ CHECKOUT = Path(__file__).resolve().parents[1]
 PACKAGE = CHECKOUT / "sqsjkr"
 API_DOC = CHECKOUT / "docs" / "api.md"
 
+#: The demo at the tests' pace: its pipeline first fires 5 s after setting up (not 20 s), and a
+#: kill waits for a heartbeat of a 15 s lease (5 s, not local mode's 20 s).
+TEST_PACE = ("--demo-first-firing", "5", "--lease", "15s")
 DEMO_COUNTS = {"succeeded": 3, "failed": 4, "errored": 2, "duplicates": 0, "timed_out": 1}
 
 
@@ -73,6 +76,7 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
         "0",
         "--api-tokens",
         str(tokens),
+        *TEST_PACE,
         wait_ready=False,
     )
     daemon.wait_for_log("Stop: Ctrl-C")
@@ -108,7 +112,7 @@ def test_demo_prints_its_real_stats_port_and_ends_with_a_summary(
         "running until killed",
     ):
         daemon.wait_for_log(line, timeout=30)
-    # The kill waits for the daemon's next heartbeat: up to 20 s with local mode's 60 s lease.
+    # The kill waits for the daemon's next heartbeat: up to 5 s with TEST_PACE's lease.
     daemon.wait_for_log("The daemon keeps running", timeout=90)
     # The reporter of the demo prints each report's JSON; the demo ends with status and history.
     assert "reporter 'cat' | {\"command\": " in daemon.log
@@ -203,7 +207,7 @@ def the_scheduled_pipeline_and_the_caught_up_firing_are_shown(
     caught = paste(late, tmp_path)
     assert caught.returncode == 0, caught
     assert re.search(r" demo-catch-up +sqsjkr-local-catch-up +caught up +succeeded ", caught.stdout)
-    # The pipeline's first firing comes 20 s after setting up: the demo's end is about then.
+    # The pipeline's first firing comes TEST_PACE's seconds after setting up.
     daemon.wait_for_log("pipeline demo-pipeline: skipped for this run, as c failed: d", timeout=60)
     failed = paste(drawing, tmp_path)
     assert failed.returncode == 0, failed

@@ -298,3 +298,49 @@ def test_a_forged_expression_never_moves_a_next_firing_to_come_later() -> None:
         "nightly", Firing(due + 86400, "arn:nightly", "cron(0 2 * * ? *)", "Europe/Berlin")
     )
     assert shown() == {("nightly",): due + 2 * 86400}
+
+
+def test_events_past_the_cap_share_the_other_series(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    """With [kicker] metrics_max_events = 2, the first two events get series of their own and
+    the third event's run is counted under event_id="(other)": a host running ever new
+    event_ids keeps its memory and its scrapes bounded."""
+    aws.send({"command": "true", "event_id": "first"})
+    daemon, port = run_daemon(start_daemon, tmp_path, aws, metrics_max_events=2)
+    wait_until(counted(port, succeeded=1), what="the first job")
+    aws.send({"command": "true", "event_id": "second"})
+    wait_until(counted(port, succeeded=2), what="the second job")
+    aws.send({"command": "exit 3", "event_id": "third"})
+    aws.send({"command": "true", "event_id": "first"})  # an event with series keeps them
+    wait_until(counted(port, succeeded=3, errored=1), what="the last two jobs")
+    found = samples(port)
+    durations = {
+        dict(labels)["event_id"]: count
+        for (name, labels), count in found.items()
+        if name == "sqsjkr_job_duration_seconds_count"
+    }
+    assert durations == {"first": 2, "second": 1, "(other)": 1}
+    last_ends = {
+        dict(labels)["event_id"]
+        for (name, labels) in found
+        if name == "sqsjkr_job_last_run_timestamp_seconds"
+    }
+    assert last_ends == {"first", "second", "(other)"}
+    assert value(found, "sqsjkr_job_failures_total", outcome="errored") == 1
+    assert daemon.stop() == 0
+    assert 'counted under event_id="(other)"' in daemon.log
+
+
+def test_an_event_past_the_cap_has_no_next_firing_of_its_own() -> None:
+    metrics = Metrics(Stats(1), Health(), max_events=1)
+    due = datetime(2030, 6, 1, 2, 0, tzinfo=ZoneInfo("UTC")).timestamp()
+    for event in ("nightly", "hourly"):
+        metrics.fired(event, Firing(due, f"arn:{event}", "cron(0 2 * * ? *)", "UTC"))
+    samples = {
+        tuple(sample.labels.values()): sample.value
+        for family in text_string_to_metric_families(metrics.exposition().decode())
+        if family.name == "sqsjkr_event_next_firing_timestamp_seconds"
+        for sample in family.samples
+    }
+    assert samples == {("nightly",): due + 86400}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,14 +20,20 @@ import requests
 import sqsjkr
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
 from sqsjkr.backends.pipeline import DynamoPipelines, PipelineState
+from sqsjkr.commands.options import load
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.pipeline import Pipeline, PipelineRun, Step
 from sqsjkr.contract.pipeline_progress import pending
 from sqsjkr.contract.run import RunOutcome, RunStart
 from sqsjkr.fleet.pipeline_steps import StepStatus, stuck_reasons, view_of
+from sqsjkr.fleet.wording import format_span
 from sqsjkr.observability.health import Health
 from sqsjkr.observability.metrics import Metrics
 from sqsjkr.observability.stats import Stats
+from sqsjkr.web.app import create_app
+from sqsjkr.web.cache import FRESH_SECONDS, Cache
+from sqsjkr.web.fleet import Fleet
+from sqsjkr.web.guard import Guard
 from tests.conftest import Aws, Cli, Start, config_text, http_get_text, wait_until
 from tests.test_firings import HOUR, create_schedule, hour_mark
 from tests.web_fleet import HOSTILE_ID, WebFleet, make_fleet, module_env, record
@@ -490,3 +497,51 @@ def test_the_gauges_follow_the_newest_step_end() -> None:
     assert 'sqsjkr_pipeline_last_step_end_timestamp_seconds{pipeline="nightly"} 200.0' in text
     metrics.pipeline_step_ended("nightly", 300.0, False)
     assert 'sqsjkr_pipeline_in_progress{pipeline="nightly"} 0.0' in metrics.exposition().decode()
+
+
+def test_the_event_page_draws_a_step_run_again_within_the_freshness_window(
+    fleet: WebFleet,
+) -> None:
+    """A failed step is run again and succeeds: the root's event page draws it so once the
+    cache's FRESH_SECONDS have passed, as every other read of the page, not a minute later with
+    the firings' ledger; what the page shows from a read older than that says how old it is."""
+    ticks = [0.0]
+    wall = time.time()
+    shown = Fleet(
+        load(str(fleet.conf)), Cache(clock=lambda: ticks[0]), clock=lambda: wall + ticks[0]
+    )
+    client = create_app(shown, Guard("127.0.0.1", 8080)).test_client()
+
+    def steps() -> tuple[dict[str, str], str]:
+        page = client.get(
+            "/event", query_string={"id": "nightly-rerun"}, base_url="http://127.0.0.1:8080"
+        )
+        assert page.status_code == 200
+        return dict(re.findall(r'data-step="([^"]+)" data-status="([^"]+)"', page.text)), page.text
+
+    create_schedule(fleet, "nightly-rerun", "cron(0 * * * ? *)", age=3 * HOUR)
+    seed = Seeder(fleet, nightly("rerun"), "nightly-rerun", hour_mark(wall) - HOUR)
+    seed.ended("extract", RunOutcome.SUCCEEDED, seed.at + 60)
+    seed.ended("transform-a", RunOutcome.ERRORED, seed.at + 100)
+    seed.ended("transform-b", RunOutcome.SUCCEEDED, seed.at + 110)
+    before, text = steps()
+    assert before["transform-a"] == "failed" and before["load"] == "skipped"
+    assert "as of" not in text
+    overview = client.get("/", base_url="http://127.0.0.1:8080")
+    assert overview.status_code == 200 and "as of" not in overview.text
+    seed.ended("transform-a", RunOutcome.SUCCEEDED, seed.at + 600)
+    seed.ended("load", RunOutcome.SUCCEEDED, seed.at + 700)
+    ticks[0] = FRESH_SECONDS - 1
+    assert steps()[0] == before  # within one freshness: the same read serves every view
+    ticks[0] = FRESH_SECONDS + 1
+    after, text = steps()
+    assert after["transform-a"] == after["load"] == "succeeded"
+    assert after == {
+        s.name: s.status.value
+        for s in sqsjkr.Fleet(str(fleet.conf)).pipeline("nightly-rerun").steps
+    }
+    # The firings and the schedules are read once a minute: the page says how old they are.
+    age = f'<span class="as-of muted">(as of {format_span(FRESH_SECONDS + 1)} ago)</span>'
+    assert f"<dt>Firings {age}</dt>" in text and f"<h2>Schedule {age}</h2>" in text
+    overview = client.get("/", base_url="http://127.0.0.1:8080")
+    assert f"</b> missed firings {age}</a>" in overview.text

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sqsjkr.contract.job import Job, trigger_line
+from sqsjkr.contract.run import RunContext
 from sqsjkr.daemon.output import MAX_LINE_BYTES, Output, stream_lines
 from sqsjkr.daemon.runner import (
     RunResult,
@@ -514,3 +515,57 @@ def test_trigger_printing_a_lot_before_reading_a_long_line_does_not_deadlock() -
     )
     assert result.ok
     assert sum(len(p) for p in pieces) == 200_000
+
+
+def test_each_job_gets_its_own_environment_from_the_one_built_at_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The daemon's environment is encoded once per runner: a job's envs and run facts go into
+    that job's copy only, never into the next job's, and a name the daemon's environment holds
+    is replaced for that job alone."""
+    caplog.set_level(logging.INFO, logger="sqsjkr.output")
+    runner = ShellRunner(base_env={"PATH": PATH, "SHARED": "daemon"})
+    command = 'echo "${FIRST-unset} ${SECOND-unset} $SHARED $SQSJKR_ATTEMPT"'
+    first = job(command, envs={"FIRST": "1", "SHARED": "first"})
+    context = RunContext("ev-1", "msg-1", 0.0, 2, "host")
+    assert runner.run(first, timeout=None, stop=StopSwitch(), context=context).ok
+    assert run(runner, job(command, envs={"SECOND": "2"})).ok
+    assert output_lines(caplog) == [
+        "job msg-1 (event ev-1) | 1 unset first 2",
+        "job msg-1 (event ev-1) | unset 2 daemon ",
+    ]
+
+
+def test_a_kill_whose_tripping_thread_is_slow_after_its_signal_is_still_a_kill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heartbeat's thread sends SIGTERM, then loses the CPU before it notes that it did (a
+    loaded host): the command's end must still be told a kill, not an error of exit -15."""
+    import sqsjkr.daemon.runner as runner
+
+    started, ended = tmp_path / "started", threading.Event()
+    sent = runner._signal_group
+
+    def signal_then_stall(pgid: int, signum: int) -> bool:
+        reached = sent(pgid, signum)
+        ended.wait(2)  # the worker sees the command end meanwhile, unless it waits for this
+        return reached
+
+    monkeypatch.setattr(runner, "_signal_group", signal_then_stall)
+    stop = StopSwitch()
+
+    def kill_once_started() -> None:
+        wait_until(started.exists, timeout=10, what="the command to start")
+        stop.trip(StopReason.KILLED)
+
+    killer = threading.Thread(target=kill_once_started)
+    killer.start()
+    try:
+        result = ShellRunner(kill_grace=1.0).run(
+            job(f"touch {shlex.quote(str(started))}; sleep 10"), timeout=20, stop=stop
+        )
+    finally:
+        ended.set()
+        killer.join()
+    assert result.exit_code == -signal.SIGTERM
+    assert result.stopped is StopReason.KILLED

@@ -131,7 +131,8 @@ def test_a_program_may_not_send_a_runs_fields_nor_a_pipeline_with_a_malformed_st
     root = {"command": "true", "pipeline": {"name": "p", "root": "a", "steps": steps}}
     firing = {"time": "2030-01-15T01:00:00Z", "schedule": "nightly"}
     # The fleet's daemons mint these: a sender's would forge a firing's claim or a step's run.
-    for field, value in (("firing", firing), ("step", "b"), ("pipeline_key", "forged")):
+    minted = (("firing", firing), ("step", "b"), ("pipeline_key", "forged"), ("rerun", "r1"))
+    for field, value in minted:
         with pytest.raises(InvalidJobError) as refused:
             fleet.send({**root, field: value}, queue=site.idle)
         assert str(refused.value) == (

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -72,7 +73,9 @@ class Demo:
 @pytest.fixture
 def demo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Demo]:
     workdir = tmp_path
-    daemon = Daemon(["local", "--demo", "--stats-port", "0", "--web-port", "0"], {}, workdir)
+    # A 15 s lease: the demo's kill waits for a heartbeat of 5 s, not of local mode's 20 s.
+    argv = ["local", "--demo", "--stats-port", "0", "--web-port", "0", "--lease", "15s"]
+    daemon = Daemon(argv, {}, workdir)
     try:
         daemon.wait_for_log("The daemon keeps running", timeout=90)
         running = Demo(daemon, monkeypatch)
@@ -139,6 +142,7 @@ def test_the_dashboard_in_a_browser(demo: Demo, page: Any) -> None:
     overview_to_event_to_run(demo, page)
     pause_and_resume_an_event_with_a_confirm_step(demo, page)
     run_now_and_kill_with_a_confirm_step(demo, page)
+    run_a_failed_step_again_within_its_run(demo, page)
     a_page_refreshes_itself_without_a_reload(demo, page)
     every_page_fits_its_screen(demo, page)
 
@@ -212,6 +216,39 @@ def run_now_and_kill_with_a_confirm_step(demo: Demo, page: Any) -> None:
     audit = demo.cli("audit").stdout
     assert re.search(r"trigger\s+demo-hello\s+web:\S+@", audit), audit
     assert re.search(r"kill\s+\S+\s+web:\S+@", audit), audit
+
+
+def run_a_failed_step_again_within_its_run(demo: Demo, page: Any) -> None:
+    """The demo pipeline's first firing fails c: its drawing's Run this step again resumes it."""
+    expect = sync_api.expect
+    first = re.search(r"fires every minute from (\S+) on queue", demo.daemon.log)
+    assert first, demo.daemon.log
+
+    def failed_run() -> str | None:
+        shown = demo.cli("pipeline", "demo-pipeline", "--firing", first[1], "--json")
+        run = json.loads(shown.stdout) if shown.returncode == 0 else {"steps": []}
+        states = {s["step"]: s["status"] for s in run["steps"]}
+        over = states.get("c") == "failed" and states.get("notify") == "succeeded"
+        return str(run["key"]) if over else None
+
+    key = wait_until(failed_run, timeout=90, what="the first firing's c to fail")
+    page.goto(demo.url + "event?" + urlencode({"id": "demo-pipeline", "pipeline": key}))
+    step = page.locator('ul.pipeline-steps li[data-step="c"]')
+    step.get_by_label("Reason").fill("e2e resume")
+    step.get_by_role("button", name="Run this step again").click()
+    expect(page.locator("h1")).to_have_text(f"Confirm: Run step c of pipeline run {key} again")
+    page.get_by_role("button", name="Yes, run step c").click()
+    expect(page.locator(".flash")).to_contain_text(f"asked step c of run {key}")
+
+    def d_ran() -> bool:
+        shown = demo.cli("pipeline", "demo-pipeline", "--firing", first[1], "--json")
+        return any(
+            s["step"] == "d" and s["status"] == "succeeded"
+            for s in json.loads(shown.stdout)["steps"]
+        )
+
+    wait_until(d_ran, timeout=60, what="d after c ran again")
+    assert re.search(r"trigger\s+demo-pipeline-c\s+web:\S+@", demo.cli("audit").stdout)
 
 
 #: More lines at once than the live output box shows, then a line a second.

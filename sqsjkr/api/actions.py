@@ -23,6 +23,7 @@ from sqsjkr.api.models import (
     Trigger,
     Triggered,
     TriggerFiring,
+    TriggerRun,
     Unlocked,
     Unlocking,
 )
@@ -55,6 +56,32 @@ def trigger_firing(path: EventPath, body: TriggerFiring) -> dict[str, Any]:
         path.event_id, body.at, schedule=body.schedule, reason=body.reason, force=body.force
     )
     return _sent(path.event_id, sent)
+
+
+@api.post("/events/<event_id>/reruns", responses={200: Triggered})
+def trigger_run(path: EventPath, body: TriggerRun) -> dict[str, Any]:
+    """Run a pipeline's step again within a run (scope act)
+
+    The step (its event id, or its name) of the run key, as `sqsjkr trigger STEP --run KEY`
+    does; 404 for a run no daemon began, 409 already-done for a step that succeeded or runs
+    now, unless force. The steps after it follow as usual."""
+    fleet = caller("act")
+    sent = fleet.trigger_run(
+        path.event_id,
+        body.run,
+        force=body.force,
+        queue=fleet_queue(fleet, body.queue),
+        reason=body.reason,
+    )
+    return {
+        "message_id": sent.message_id,
+        "event_id": sent.event_id,
+        "queue": sent.queue,
+        "firing": None if sent.firing is None else sent.firing.iso,
+        "run": sent.run,
+        "step": sent.step,
+        "rerun": sent.rerun,
+    }
 
 
 @api.post("/events/<event_id>/kill", responses={200: Killed})

@@ -205,8 +205,8 @@ JOB_SCHEMA: dict[str, Any] = {
     "additionalProperties": True,
     "description": "The message's fields, as docs/messages.md gives them (a command or an http "
     "call), checked as the daemon checks them: a field it refuses is 400 invalid-job naming "
-    "it; one it does not know is ignored. Those the fleet mints (firing, step, pipeline_key) "
-    "are refused.",
+    "it; one it does not know is ignored. Those the fleet mints (firing, step, pipeline_key, "
+    "rerun) are refused.",
     "properties": {
         "command": _nullable("string", "Run as sh -c COMMAND; required unless http"),
         "envs": _nullable(
@@ -245,6 +245,7 @@ JOB_SCHEMA: dict[str, Any] = {
         "firing": {"type": "null", "description": "Minted by the fleet: refused"},
         "step": {"type": "null", "description": "Minted by the fleet: refused"},
         "pipeline_key": {"type": "null", "description": "Minted by the fleet: refused"},
+        "rerun": {"type": "null", "description": "Minted by the fleet: refused"},
     },
 }
 
@@ -290,6 +291,20 @@ class TriggerFiring(Trigger):
         description="The firing's time: RFC 3339, or a wall time in the schedule's zone",
     )
     force: bool = Field(False, description="Run it again although a run of it is recorded")
+
+
+class TriggerRun(Reason):
+    run: str = Field(
+        min_length=1,
+        max_length=512,
+        description="The pipeline's run key: its root's message id (sent by hand), or "
+        "<schedule>@<time> (fired)",
+    )
+    force: bool = Field(False, description="Run it again although it succeeded or runs now")
+    queue: IdText | None = Field(
+        None,
+        description="The queue (default: a fired run's schedule's target, else [sqs] queue_name)",
+    )
 
 
 class Pausing(Reason):

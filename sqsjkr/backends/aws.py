@@ -14,6 +14,7 @@ from collections.abc import Callable, Set
 from typing import Any, TypeVar
 
 import botocore
+from botocore import handlers
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -121,6 +122,17 @@ USER_AGENT = (
 UNCHECKED_SERVICES = frozenset({"sqs", "dynamodb"})
 
 
+#: botocore's per-call handlers that do nothing for sqsjkr's calls, each an (event, handler) of
+#: its documented event system: a trace header for calls made inside Lambda, an API version
+#: header for services that ask for one (neither SQS nor DynamoDB does), and headers telling
+#: the service each call's id and attempt, which it needs not.
+IDLE_HANDLERS = (
+    ("before-call", handlers.add_recursion_detection_header),
+    ("before-call", handlers.inject_api_version_header_if_needed),
+    ("request-created", handlers.add_retry_headers),
+)
+
+
 def make_client(session: Session, service: str, *, max_pool: int = 10) -> Any:
     """A client whose connection pool fits every worker, with botocore's standard retries."""
     dynamodb = service == "dynamodb"
@@ -132,7 +144,10 @@ def make_client(session: Session, service: str, *, max_pool: int = 10) -> Any:
         user_agent=USER_AGENT,
         parameter_validation=service not in UNCHECKED_SERVICES,
     )
-    return watch_answers(session.create_client(service, config=config))
+    client = session.create_client(service, config=config)
+    for event, handler in IDLE_HANDLERS:
+        client.meta.events.unregister(event, handler)
+    return watch_answers(client)
 
 
 def error_code(exc: BaseException) -> str:

@@ -225,13 +225,13 @@ class DynamoHistory:
         firing: Firing | None = None,
         linger: float = 0.0,
     ) -> Ended:
-        data = record.as_dict()
+        data, last = record.encoded()
         writes: list[dict[str, Any]] = [{"Put": self._run_item(record, data)}]
         if record.outcome is RunOutcome.DUPLICATE:
             # Its own record only: the summary is the firing's run's, which is another's.
             self._transact(writes)
             return NOT_FOLDED
-        writes.append({"Update": self._summary_update(record, data, firing)})
+        writes.append({"Update": self._summary_update(record, last, firing)})
         live = self._live_delete and self._live_delete(record.event_id, record.message_id)
         if live:
             writes.append(live)  # a job that ran past one live_output_interval had one
@@ -292,26 +292,25 @@ class DynamoHistory:
                 raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc
             raise
 
-    def _run_item(self, record: RunRecord, data: dict[str, Any]) -> dict[str, Any]:
-        # stdout and stderr are for reporters; the record keeps the merged output.
-        data = {k: v for k, v in data.items() if k not in ("stdout", "stderr")}
+    def _run_item(self, record: RunRecord, data: str) -> dict[str, Any]:
+        """data: the record's encoded text (RunRecord.encoded)."""
         return {
             "Item": {
                 **_key(record.event_id, run_type(record)),
                 "Expired": _number(record.ended_at + self._retention),
                 "Outcome": {"S": record.outcome.value},
-                "Record": {"S": json.dumps(data)},
+                "Record": {"S": data},
             }
         }
 
     def _summary_update(
-        self, record: RunRecord, data: dict[str, Any], firing: Firing | None
+        self, record: RunRecord, last: str, firing: Firing | None
     ) -> dict[str, Any]:
-        last = {k: v for k, v in data.items() if k not in ("output", "stdout", "stderr")}
+        """last: the record's encoded text as the summary keeps it (RunRecord.encoded)."""
         sets = ["LastRun = :run", "Expired = :expired"]
         keep = self._retention if record.one_off else SUMMARY_KEEP_SECONDS
         values: dict[str, Any] = {
-            ":run": {"S": json.dumps(last)},
+            ":run": {"S": last},
             ":expired": _number(record.ended_at + keep),
         }
         add = ""

@@ -38,6 +38,9 @@ def banner(site: LocalSite, stats_address: str, dashboard: str = "", api: str = 
         + (f"{api}\n" if api else "")
         + "Send a job from another shell:\n"
         f"{site.pasteable(*SEND_COMMAND)}\n"
+        "Or set up another shell once, for every command (sqsjkr status, ...; the walk-through "
+        "of each docs page starts with it):\n"
+        f"{site.exports()}\n"
         "Stop: Ctrl-C"
     )
 

@@ -9,7 +9,7 @@ import os
 
 import click
 
-from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config, Overrides, load_config
+from sqsjkr.contract.config import CONFIG_ENV, DEFAULT_CONFIG_PATH, Config, Overrides, load_config
 from sqsjkr.errors import ConfigError
 from sqsjkr.fleet.daemon import LOG_LEVELS
 
@@ -44,6 +44,8 @@ conf_option = click.option(
     default=DEFAULT_CONFIG_PATH,
     show_default=True,
     metavar="PATH",
+    envvar=CONFIG_ENV,
+    show_envvar=True,
     help="Config file (TOML, the Go sqsjkr format).",
 )
 log_level_option = click.option(

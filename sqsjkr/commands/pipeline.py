@@ -10,10 +10,12 @@ import click
 
 from sqsjkr.commands.store import Where, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
+from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.contract.text import escape
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.pipeline_steps import PipelineView, StepView
-from sqsjkr.fleet.pipelines import event_pipeline, parse_firing_time
+from sqsjkr.fleet.pipelines import event_pipeline, parse_firing_time, wait_for_pipeline
+from sqsjkr.fleet.waiting import Deadline
 from sqsjkr.fleet.wording import local_time
 
 #: How a run's root was sent, when not by its schedule (its record's origin).
@@ -63,12 +65,28 @@ def step_lines(view: PipelineView, indent: str = "") -> list[str]:
     "not the latest.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the run as a JSON object.")
-def pipeline(where: Where, event_id: str, firing: str | None, as_json: bool) -> None:
-    """Draw the pipeline EVENT_ID's runs belong to (its root's event, or a step's), layer by
-    layer with each step's edges, and each step's state in its latest run: waiting for which
-    step, running where, ran (outcome, host, when), skipped and why, not needed (read-only)."""
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Wait until the run is over (no step running or due to run), then draw it.",
+)
+@timeout_option("1h", "the run to be over (--wait)")
+def pipeline(
+    where: Where, event_id: str, firing: str | None, as_json: bool, wait: bool, timeout: str
+) -> None:
+    """Draw the pipeline EVENT_ID's runs belong to (its root's event id, or a step's, as `sqsjkr
+    status` lists them; else a pipeline's or its root step's name), layer by layer with each
+    step's edges, and each step's state in its latest run: waiting for which step, running
+    where, ran (outcome, host, when), skipped and why, not needed (read-only). --json gives the
+    run's key, which `sqsjkr trigger STEP --run KEY` resumes. --wait waits until the run is over
+    (exit 124 past --wait-timeout)."""
     at = None if firing is None else parse_firing_time(firing)
-    view = event_pipeline(store_of(where.config()), event_id, at)
+    limit = timeout_of(timeout)
+    store = store_of(where.config())
+    if wait:
+        view = wait_for_pipeline(store, event_id, at, Deadline(limit))
+    else:
+        view = event_pipeline(store, event_id, at)
     if as_json:
         click.echo(json.dumps(view.as_json(), indent=2))
         return

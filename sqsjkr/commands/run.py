@@ -18,7 +18,9 @@ from sqsjkr.commands.options import (
     region_option,
 )
 from sqsjkr.contract.config import Overrides
+from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.tokens import read_tokens
+from sqsjkr.errors import DurationError
 from sqsjkr.fleet.daemon import LOG_FORMATS, serve_until_stopped, setup_logging, stop_signals
 
 
@@ -74,6 +76,17 @@ def run(
     serve_until_stopped(config, conf)
 
 
+def _duration(context: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A Go duration given on the command line, as the config's fields take it."""
+    if value is None:
+        return None
+    try:
+        parse_duration(value)
+    except DurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
 @click.command()
 @click.option(
     "--demo", is_flag=True, help="Also send sample jobs, and sum up once they have all ended."
@@ -111,6 +124,9 @@ def run(
     help="Serve the HTTP API beside the dashboard to the tokens of this TOML file (`sqsjkr "
     "token new` makes one); without it, to a token of every scope that local mode makes and prints.",
 )
+# The tests' own pace: the demo's pipeline fires sooner, and a kill waits for a shorter lease.
+@click.option("--demo-first-firing", type=click.IntRange(1, 3600), default=None, hidden=True)
+@click.option("--lease", callback=_duration, default=None, hidden=True)
 @log_level_option
 @log_all_option
 def local(
@@ -120,6 +136,8 @@ def local(
     web_port: int,
     workers: int,
     api_tokens: str | None,
+    demo_first_firing: int | None,
+    lease: str | None,
     log_level: str,
     log_all: bool,
 ) -> None:
@@ -127,7 +145,7 @@ def local(
     fires the endpoint's schedules, as EventBridge would."""
     # Here, not at the top: `sqsjkr run` must not pay for importing local mode.
     from sqsjkr.commands.local import Printed, import_dashboard
-    from sqsjkr.local.mode import run_local
+    from sqsjkr.local.mode import Pace, run_local
 
     if api_tokens is not None:
         read_tokens(api_tokens)  # a file it cannot use fails before anything starts
@@ -135,4 +153,14 @@ def local(
     with stop_signals() as (stop, force):
         # The dashboard is imported while moto starts, so that the banner is not late for it.
         face = Printed(web_port, import_dashboard(), api_tokens)
-        run_local(stop, force, face, demo=demo, port=port, stats_port=stats_port, workers=workers)
+        pace = Pace(lease=lease) if demo_first_firing is None else Pace(demo_first_firing, lease)
+        run_local(
+            stop,
+            force,
+            face,
+            demo=demo,
+            port=port,
+            stats_port=stats_port,
+            workers=workers,
+            pace=pace,
+        )

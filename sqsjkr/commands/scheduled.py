@@ -4,6 +4,7 @@ their words; fleet/scheduled.py schedules, lists and cancels them.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,7 @@ import click
 
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.tables import aligned, echo_lines
-from sqsjkr.contract.config import DEFAULT_CONFIG_PATH, Config
+from sqsjkr.contract.config import CONFIG_ENV, DEFAULT_CONFIG_PATH, Config
 from sqsjkr.contract.text import shorten_command
 from sqsjkr.contract.when import OneTime
 from sqsjkr.errors import ConfigError
@@ -56,7 +57,8 @@ def cancel_command(
     """The command line that cancels a one-time job: with the config when it is not the
     default, and the --profile and --region given, so that it pastes as it is."""
     words = ["sqsjkr", "send"]
-    if conf != DEFAULT_CONFIG_PATH:
+    # A config of SQSJKR_CONF is the shell's own: the command pastes back into it as it is.
+    if conf not in (DEFAULT_CONFIG_PATH, os.environ.get(CONFIG_ENV)):
         words += ["-c", conf]
     for option, value in zip(("--profile", "--region"), account, strict=True):
         if value is not None:

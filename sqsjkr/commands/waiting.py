@@ -1,5 +1,5 @@
 """The --wait-timeout of the commands that wait for a run (`send --wait`, `trigger --wait`, `kill
---wait`, `history --follow`): the option, its value, and the exit code when it passes.
+--wait`, `history --follow`, `pipeline --wait`): the option, its value, and the exit code past it.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ else:
     import tomli as tomllib
 
 DEFAULT_CONFIG_PATH = "/etc/sqsjkr/config.toml"
+#: The variable that names the config when none is given (every command's --conf, and
+#: sqsjkr.Fleet()): a shell beside `sqsjkr local` exports it once.
+CONFIG_ENV = "SQSJKR_CONF"
 _DEFAULT_STATS_PORT = 8061  # the port mackerel-plugin-sqsjkr reads
 _POSITIVE = Duration(1)  # the least duration that is not zero: 1 ns
 # A lease renews every third of itself: under a second that is a storm of writes. Its message's
@@ -112,6 +115,8 @@ class KickerConfig:
     #: [sqs]'s queue: messages received beyond the free workers (see QueueConfig.prefetch);
     #: None: default_prefetch of each queue's workers.
     prefetch: int | None = None
+    #: How many events get /metrics series of their own; later ones share event_id="(other)".
+    metrics_max_events: int = 500
 
 
 @dataclass(frozen=True)
@@ -632,6 +637,9 @@ def _kicker_config(kicker: _Table) -> KickerConfig:
         prefetch=(
             kicker.integer("prefetch", 0, 0, _MAX_PREFETCH) if "prefetch" in kicker.values else None
         ),
+        metrics_max_events=kicker.integer(
+            "metrics_max_events", KickerConfig.metrics_max_events, 0, _MAX_METRICS_EVENTS
+        ),
     )
 
 
@@ -646,6 +654,10 @@ def _lock_config(lock: _Table) -> LockConfig:
 
 #: The longest [kicker] member_refresh: a daemon is shown lost after three of them.
 _MAX_MEMBER_REFRESH = Duration.of_seconds(3600)
+
+#: The most events /metrics may give series of their own ([kicker] metrics_max_events): about
+#: 7 KiB of the daemon's memory each.
+_MAX_METRICS_EVENTS = 100_000
 
 #: Messages a queue may take beyond its free workers ([kicker] prefetch, [[queues]] prefetch).
 _MAX_PREFETCH = 100

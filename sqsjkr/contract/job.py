@@ -53,6 +53,7 @@ MESSAGE_FIELDS = frozenset(
         "pipeline",
         "step",
         "pipeline_key",
+        "rerun",
         "catch_up",  # read from the schedule by the daemon's catch-up, not when a job runs
     }
 )
@@ -113,6 +114,14 @@ class Job:
         if self.http is not None:
             return f"{self.http.method} {self.http.origin}"
         return self.command
+
+    @property
+    def rerun(self) -> str | None:
+        """The id of an operator's re-run of this message's firing or pipeline step (trigger
+        --firing, or --run for a run begun by hand), run once apart from the first run's claim."""
+        if self.firing is not None and self.firing.rerun is not None:
+            return self.firing.rerun
+        return None if self.pipeline is None else self.pipeline.rerun
 
 
 def parse_job(

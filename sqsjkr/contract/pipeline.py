@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqsjkr.contract.fields import field_error, json_type
+from sqsjkr.contract.firing import MAX_RERUN
 
 #: Most steps of one pipeline: its graph is carried whole in every step's message.
 MAX_STEPS = 50
@@ -30,6 +31,7 @@ NOT_IN_A_STEP = {
     "pipeline": "a step's job runs in its root's pipeline, not in one of its own",
     "step": "is written by the daemon that sends the step",
     "pipeline_key": "is written by the daemon that sends the step",
+    "rerun": "is written by `sqsjkr trigger STEP --run`, for a re-run of the step",
     "firing": "is written by the daemon that sends the step (its root's firing)",
     "catch_up": "belongs to a schedule, and a step has none (its root's catches up the pipeline)",
 }
@@ -144,6 +146,9 @@ class PipelineRun:
     pipeline: Pipeline
     step: str
     key: str
+    #: The id of an operator's re-run of this step in a run begun by hand (`trigger STEP --run`),
+    #: from the message's `rerun`; a fired run's re-run carries its id in firing.rerun instead.
+    rerun: str | None = None
 
     @property
     def is_root(self) -> bool:
@@ -210,7 +215,7 @@ def parse_pipeline_run(
     key or its own message id. A step's `pipeline_key` is taken as it is; the daemon admits the
     step only when that run's state, which daemons alone write, says it is due (Steps.refusal)."""
     if pipeline is None:
-        for name in ("step", "pipeline_key"):
+        for name in ("step", "pipeline_key", "rerun"):
             if fields.get(name) is not None:
                 raise field_error(name, 'belongs to a "pipeline", and the message has none')
         return None
@@ -223,11 +228,26 @@ def parse_pipeline_run(
                 "pipeline_key",
                 "a root's run is keyed by its firing or its own message id, never by a sender",
             )
+        if fields.get("rerun") is not None:
+            raise field_error("rerun", "belongs to a step's re-run (`sqsjkr trigger STEP --run`)")
         return PipelineRun(pipeline, step, default_key)
     key = fields.get("pipeline_key")
     if not isinstance(key, str) or not 0 < len(key.encode()) <= 512:
         raise field_error("pipeline_key", "must be a text of 1 to 512 bytes for a step")
-    return PipelineRun(pipeline, step, key)
+    return PipelineRun(pipeline, step, key, _rerun(fields))
+
+
+def _rerun(fields: Mapping[str, object]) -> str | None:
+    """A step's `rerun`: the id of an operator's re-run of it in a run begun by hand. A step of
+    a fired run carries its re-run in its firing (firing.rerun), and only there."""
+    value = fields.get("rerun")
+    if value is None:
+        return None
+    if fields.get("firing") is not None:
+        raise field_error("rerun", "a step of a fired run carries its re-run in firing.rerun")
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_RERUN:
+        raise field_error("rerun", f"must be a text of 1 to {MAX_RERUN} characters")
+    return value
 
 
 def _step(name: str, value: object) -> Step:

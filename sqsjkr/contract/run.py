@@ -6,6 +6,7 @@ History stores, reporters and the `history`/`status` commands all speak these va
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -247,6 +248,19 @@ class RunRecord:
         data["queue_delay"] = self.queue_delay
         data["lateness"] = self.lateness
         return data
+
+    def encoded(self) -> tuple[str, str]:
+        """The record as JSON, as its history item keeps it (without stdout and stderr, which
+        are for reporters), and as its event's summary keeps it (without its output as well).
+
+        One encode for both: the second is the first with its "output" member cut out, which
+        gives the very text an encode of its own would. That member's key can be found as
+        text, since an encoded string holds no bare quote."""
+        data = self.as_dict()
+        del data["stdout"], data["stderr"]
+        record = json.dumps(data)
+        last = record.replace(f', "output": {json.dumps(self.output)}', "", 1)
+        return record, last
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunRecord:

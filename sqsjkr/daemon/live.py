@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import socket
 import threading
 import time
@@ -53,6 +54,9 @@ class LiveTails:
         self._changed = threading.Condition()
         self._running: set[_Running] = set()
         self._woken = False
+        #: When the writer's wait ends by itself (monotonic; inf: it waits for a job): a job
+        #: due later, as every job started while others run is, need not wake it.
+        self._wait_until = math.inf
 
     @contextlib.contextmanager
     def watching(self, job: Job, limit: int) -> Iterator[Tail]:
@@ -61,7 +65,8 @@ class LiveTails:
         running = _Running(job, Tail(limit), self._monotonic() + self.interval)
         with self._changed:
             self._running.add(running)
-            self._changed.notify_all()
+            if running.due < self._wait_until:
+                self._changed.notify_all()
         try:
             yield running.tail
         finally:
@@ -86,8 +91,9 @@ class LiveTails:
                     for running in due:
                         running.due = now + self.interval
                     return due
-                soonest = min((running.due for running in self._running), default=None)
-                self._changed.wait(None if soonest is None else soonest - now)
+                soonest = min((running.due for running in self._running), default=math.inf)
+                self._wait_until = soonest
+                self._changed.wait(None if soonest == math.inf else soonest - now)
             return None
 
 

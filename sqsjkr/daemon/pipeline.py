@@ -60,7 +60,7 @@ class Steps:
             return f"{what}: no daemon of this fleet began that run"
         if state.digest is not None and state.digest != run.pipeline.digest():
             return f"{what}: the message carries a pipeline other than the one its run began with"
-        rerun = None if job.firing is None else job.firing.rerun
+        rerun = job.rerun
         if run.asked(rerun) in state.asked:
             return None
         if rerun is not None:

@@ -144,7 +144,9 @@ class ShellRunner:
     ) -> None:
         """tail_bytes: how much of the end of each job's output its result keeps; live: where
         that tail is read while the job runs (the live output's writer)."""
-        self._base_env = dict(os.environ if base_env is None else base_env)
+        # Encoded once: Popen encodes each name and value of a job's environment (os.fsencode,
+        # some 90 calls for a daemon's environment) unless they are bytes already.
+        self._base_env = _encoded(os.environ if base_env is None else base_env)
         self._kill_grace = kill_grace
         self._tail_bytes = tail_bytes
         self._live = live
@@ -160,12 +162,16 @@ class ShellRunner:
         context: RunContext | None = None,
     ) -> RunResult:
         output = JobLog(output_log, job)
-        known = context.environment() if context is not None else {}
+        # Each job's own copy of the daemon's environment (one C-level copy), then its envs
+        # and, last, the run's own facts: a message's envs cannot pretend to be another run.
+        env = self._base_env.copy()
+        env.update(_encoded(job.envs))
+        if context is not None:
+            env.update(_encoded(context.environment()))
         with watching(self._live, job, self._tail_bytes) as merged:
             return run_shell(
                 job.command,
-                # The run's own facts last: a message's envs cannot pretend to be another run.
-                env={**self._base_env, **job.envs, **known},
+                env=env,
                 emit=lambda line: output.info("| %s", line),
                 timeout=timeout,
                 stop=stop,
@@ -175,6 +181,11 @@ class ShellRunner:
                 sh=self._sh,
                 merged=merged,
             )
+
+
+def _encoded(env: Mapping[str, str]) -> dict[bytes, bytes]:
+    """env as Popen passes it to execve: names and values in the file system's encoding."""
+    return {os.fsencode(name): os.fsencode(value) for name, value in env.items()}
 
 
 def run_trigger(
@@ -216,6 +227,9 @@ class _GroupStopper:
         self._grace = grace
         self._log = log
         self._killer: threading.Thread | None = None
+        # Held by a trip from its signal until it has noted it: the worker may see the command end
+        # in between (a loaded host) and must not read a kill as an exit -15 of its own.
+        self._tripping = threading.Lock()
         #: Whether a signal reached the group: only then did the stop cut the command short.
         self.signalled = False
 
@@ -223,6 +237,10 @@ class _GroupStopper:
         """The stop switch's listener."""
         if reason is StopReason.ENDED:
             return
+        with self._tripping:
+            self._stop_group(reason)
+
+    def _stop_group(self, reason: StopReason) -> None:
         # The job is the leader of its own session, so its group id is its pid. The group
         # outlives sh while any child of it lives; children that left the group are not ours.
         pgid = self._proc.pid
@@ -239,7 +257,9 @@ class _GroupStopper:
             self.signalled |= _signal_group(pgid, signal.SIGKILL)
 
     def join(self) -> None:
-        """Wait until a stopped command's group is gone or killed."""
+        """Wait until a stopped command's group is gone or killed (and a stop in progress noted)."""
+        with self._tripping:
+            pass
         if self._killer is not None:
             self._killer.join()
 
@@ -345,7 +365,7 @@ def _group_alive(pgid: int) -> bool:
 def run_shell(
     command: str,
     *,
-    env: Mapping[str, str],
+    env: Mapping[str, str] | Mapping[bytes, bytes],
     emit: Callable[[str], None],
     stdin: str | None = None,
     timeout: float | None = None,
@@ -443,7 +463,11 @@ def _how_exited(pid: int) -> str:
 
 
 def _spawn(
-    command: str, env: Mapping[str, str], *, with_stdin: bool, sh: str | None
+    command: str,
+    env: Mapping[str, str] | Mapping[bytes, bytes],
+    *,
+    with_stdin: bool,
+    sh: str | None,
 ) -> subprocess.Popen[bytes]:
     # A session of its own: a Ctrl-C aimed at the daemon's terminal must not kill the jobs it
     # is draining. start_new_session rather than a preexec_fn lets Python start the command
@@ -456,7 +480,9 @@ def _spawn(
         stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=dict(env),
+        # A dict is passed as it is (ShellRunner builds one per job); another mapping (the
+        # trigger's os.environ) is copied, as Popen would read it while it may change.
+        env=env if isinstance(env, dict) else dict(env),
         start_new_session=True,
     )
 

@@ -143,7 +143,7 @@ class RunProgress:
         if pipeline is not None and not pipeline.is_root:
             # One claim per step of each run of its pipeline: two copies of a step's message
             # (two parents that ended at once, a redelivery) run it once.
-            return pipeline.claim_key(None if firing is None else firing.rerun)
+            return pipeline.claim_key(self.job.rerun)
         return self.job.message_id if firing is None else firing.claim_key
 
     def claimed(self, owner: str, attempt: int | None) -> None:

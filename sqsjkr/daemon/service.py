@@ -109,7 +109,7 @@ def serve(
         {q.name: q.max_concurrent_num for q in queues} if len(queues) > 1 else None,
     )
     health = Health()
-    metrics = Metrics(stats, health)
+    metrics = Metrics(stats, health, max_events=config.kicker.metrics_max_events)
     # Stats first: a taken port fails before any AWS call, and monitoring sees a daemon that is
     # still waiting for AWS as up with all workers idle (and not ready).
     server = _start_stats_server(config, stats, metrics, health)

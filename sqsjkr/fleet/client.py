@@ -28,7 +28,8 @@ class ScheduledSend:
 
 
 class Fleet(Actions):
-    """The fleet of one config: `Fleet("/etc/sqsjkr/config.toml")` or `Fleet(config)`.
+    """The fleet of one config: `Fleet("/etc/sqsjkr/config.toml")` or `Fleet(config)`; `Fleet()`
+    reads the file SQSJKR_CONF names, else /etc/sqsjkr/config.toml, as the commands do.
 
     actor: who its actions and sends are audited as (default: user@host of this process, as
     the CLI's). It holds one boto3 session and the clients made from it, each once, under a

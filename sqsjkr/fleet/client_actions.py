@@ -23,6 +23,7 @@ from sqsjkr.fleet.locks import HeldLock
 from sqsjkr.fleet.pause import parse_until, pause_events, resume_events
 from sqsjkr.fleet.redrive import Redrive, delete_letters, purge_letters, redrive_letters
 from sqsjkr.fleet.route import clear_route, set_route
+from sqsjkr.fleet.step_rerun import Rerun, trigger_run
 from sqsjkr.fleet.trigger import Triggered, trigger_event, trigger_firing
 from sqsjkr.fleet.unlock import unlock_held
 
@@ -95,6 +96,26 @@ class Actions(Reads):
             _log.warning,
             schedule_name=schedule,
             force=force,
+        )
+
+    def trigger_run(
+        self,
+        step: str,
+        run: str,
+        *,
+        force: bool = False,
+        queue: str | None = None,
+        reason: str = "",
+    ) -> Rerun:
+        """Run step (its event id, or its name) again within the pipeline's kept run, as `sqsjkr
+        trigger STEP --run KEY` does: run is the run's key (`Fleet.pipeline(...).key`: the root's
+        message id when sent by hand, `<schedule>@<time>` when fired), the step sent from the
+        pipeline that run began with, to queue (default: a fired run's schedule's target, else
+        [sqs] queue_name) or its route. The
+        steps after it follow as usual. ResourceMissingError for a run no daemon began;
+        AlreadyDone (a RequestError), unless force, for a step that succeeded or runs now."""
+        return trigger_run(
+            self.config, self.store, self.auditor, step, run, reason, force=force, queue=queue
         )
 
     def kill(self, target: str, *, reason: str = "") -> list[tuple[Target, KillResult]]:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from sqsjkr.backends.aws import make_client, make_session
 from sqsjkr.backends.history import DynamoHistory
-from sqsjkr.contract.config import Config, load_config
+from sqsjkr.contract.config import CONFIG_ENV, DEFAULT_CONFIG_PATH, Config, load_config
 from sqsjkr.fleet.audit import Actor, Auditor, auditor_of
 from sqsjkr.fleet.history import Store
 from sqsjkr.fleet.locks import Table
@@ -60,8 +60,10 @@ class Connection:
     Auditor. Reads and actions call the fleet layer's functions with them."""
 
     def __init__(
-        self, config: Config | str | os.PathLike[str], *, actor: str | None = None
+        self, config: Config | str | os.PathLike[str] | None = None, *, actor: str | None = None
     ) -> None:
+        if config is None:  # as the commands' --conf: SQSJKR_CONF, else the hosts' path
+            config = os.environ.get(CONFIG_ENV, DEFAULT_CONFIG_PATH)
         #: The config this Fleet acts on, read from its file (or as given).
         self.config = config if isinstance(config, Config) else load_config(config)
         #: The config as errors name it.

@@ -75,6 +75,9 @@ class Follower:
         self.target = message_id
         self.seen_running = False  # the run was seen running: its end must leave a record
         self._searched = False  # its record was looked for once (it may have ended already)
+        #: The last run to end when the follower began waiting for the next: a run that starts
+        #: and ends between two polls (a job of milliseconds) is the next all the same.
+        self._ended_before: tuple[str | None] | None = None
 
     def poll(self) -> Poll:
         """One look; RunRecordLost when a run seen running ended without a record."""
@@ -82,6 +85,12 @@ class Follower:
         running = {start.message_id: start for start in (summary.running if summary else ())}
         if self.target is None and running:
             self.target = max(running.values(), key=lambda start: start.started_at).message_id
+        if self.target is None:
+            last = summary.last_run.message_id if summary and summary.last_run else None
+            if self._ended_before is None:
+                self._ended_before = (last,)
+            elif last is not None and (last,) != self._ended_before:
+                self.target = last
         if self.target is None:
             return Poll(None)
         if self.target in running:

@@ -14,7 +14,7 @@ from sqsjkr.backends.index import BATCH_GET_LIMIT
 from sqsjkr.backends.pipeline import PREFIX, TYPE, DynamoPipelines, PipelineState, state_of
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.pipeline_progress import graph_of, on_failure_only, pending
-from sqsjkr.contract.run import RunRecord
+from sqsjkr.contract.run import EventSummary, RunRecord
 from sqsjkr.errors import RequestError, ResourceMissingError, quote
 from sqsjkr.fleet.go_marks import go_takes_after
 from sqsjkr.fleet.history import Store
@@ -32,6 +32,7 @@ from sqsjkr.fleet.pipeline_steps import (
     with_retry_due,
 )
 from sqsjkr.fleet.running import claim_is_live, read_claims
+from sqsjkr.fleet.waiting import Deadline
 
 #: Runs of one event read to find its pipeline's runs (`sqsjkr pipeline EVENT`).
 RUNS_READ = 100
@@ -49,16 +50,22 @@ def pipelines_of(store: Store) -> DynamoPipelines:
 
 
 def read_views(
-    store: Store, states: Sequence[PipelineState], root_events: Mapping[str, str] | None = None
+    store: Store,
+    states: Sequence[PipelineState],
+    root_events: Mapping[str, str] | None = None,
+    summaries: Sequence[EventSummary] | None = None,
 ) -> list[PipelineView]:
     """The runs of states (root_events: each run's root's event, by run key, when known): every
     event's summary read once (the index, in batches: who runs which step now, and under which
-    event), then each step event's records once (a Query each, enough for every run)."""
+    event; or summaries, when the reader holds them already), then each step event's records
+    once (a Query each, enough for every run)."""
     if not states:
         return []
     roots = root_events or {}
-    with store.reading():
-        learned = learn_events(store.history.summaries())
+    if summaries is None:
+        with store.reading():
+            summaries = store.history.summaries()
+    learned = learn_events(summaries)
     events = {s.key: events_of(s, learned, roots.get(s.key)) for s in states}
     wanted = sorted({e for by_step in events.values() for es in by_step.values() for e in es})
     limit = len(states) * RECORDS_PER_RUN + _RECORDS_MARGIN
@@ -157,11 +164,20 @@ def _against_claim(
     return step
 
 
-def read_view(store: Store, key: str) -> PipelineView | None:
-    """The run of key (None: no step of it has ended yet, so none is kept)."""
+def read_view(
+    store: Store,
+    key: str,
+    root_event: str | None = None,
+    summaries: Sequence[EventSummary] | None = None,
+) -> PipelineView | None:
+    """The run of key (None: no step of it has ended yet, so none is kept); root_event: its
+    root's event, when known (a firing's), and summaries as read_views takes them."""
     with store.reading():
         state = pipelines_of(store).state(key)
-    return None if state is None else read_views(store, [state])[0]
+    if state is None:
+        return None
+    roots = None if root_event is None else {key: root_event}
+    return read_views(store, [state], roots, summaries)[0]
 
 
 def read_states(store: Store, keys: Iterable[str]) -> list[PipelineState]:
@@ -235,24 +251,18 @@ def parse_firing_time(text: str) -> float:
 
 def event_pipeline(store: Store, event_id: str, firing: float | None = None) -> PipelineView:
     """The latest run of the pipeline event_id's runs belong to (its root's event, or a step's),
-    or its run of the firing due at `firing`; ResourceMissingError naming what is missing."""
+    or its run of the firing due at `firing`; else, when no run of that event is a pipeline's,
+    the latest (or that firing's) kept run of the pipeline named event_id or rooted at a step so
+    named (the terraform module names a pipeline after its root). ResourceMissingError naming
+    what is missing, and what to type instead."""
     with store.reading():
         runs = store.history.runs(event_id, RUNS_READ)
     if firing is not None:
         key = firing_key_at(runs, firing)
-        when = Firing(firing, "").iso
-        if key is None:
-            raise ResourceMissingError(
-                f"no run of event {quote(event_id)} of a pipeline for the {when} firing among "
-                f"its last {RUNS_READ} runs (sqsjkr firings {event_id} lists its firings)"
-            )
     else:
         key = next((r.pipeline_key for r in runs if r.pipeline_key), None)
-        if key is None:
-            raise ResourceMissingError(
-                f"no run of event {quote(event_id)} belongs to a pipeline (among its last "
-                f"{RUNS_READ} runs; a pipeline is shown once its root has run)"
-            )
+    if key is None:
+        return _named_pipeline(store, event_id, firing)
     with store.reading():
         state = pipelines_of(store).state(key)
     if state is None:
@@ -260,6 +270,53 @@ def event_pipeline(store: Store, event_id: str, firing: float | None = None) -> 
     mine = [r for r in runs if r.pipeline_key == key]
     roots = {key: event_id} if any(r.pipeline_step == state.root for r in mine) else {}
     return read_views(store, [state], roots)[0]
+
+
+#: Seconds between two reads of a run that `sqsjkr pipeline --wait` waits for.
+WAIT_POLL = 1.0
+
+
+def wait_for_pipeline(
+    store: Store, event_id: str, firing: float | None, deadline: Deadline
+) -> PipelineView:
+    """event_pipeline's run once it is over (no step running or due); WaitTimedOut once the
+    deadline has passed. A run started meanwhile is not waited for: the firing, when the first
+    read has one, pins the run."""
+    view = event_pipeline(store, event_id, firing)
+    pinned = firing if firing is not None else view.firing_at
+    while view.in_progress:
+        deadline.pause(WAIT_POLL, f"pipeline run {quote(view.key)} to be over", "its steps go on")
+        view = event_pipeline(store, event_id, pinned)
+    return view
+
+
+#: Most pipelines an error names when none is found by the name given.
+NAMED_AT_MOST = 10
+
+
+def _named_pipeline(store: Store, name: str, firing: float | None) -> PipelineView:
+    """The latest kept run (or the run of the firing due at `firing`) of the pipeline called
+    name, or rooted at a step called name: the runs' items listed once (a Query of the index)."""
+    with store.reading():
+        states = pipelines_of(store).states()
+    named = [s for s in states if name in (s.name, s.root)]
+    if firing is not None:
+        named = [s for s in named if s.firing_at is not None and abs(s.firing_at - firing) < 1.0]
+    if named:
+        return read_views(store, named[:1])[0]
+    when = "" if firing is None else f" for the {Firing(firing, '').iso} firing"
+    kept = sorted({f"{s.name} (root step {s.root})" for s in states})
+    hint = (
+        f"; pipelines with runs kept: {', '.join(kept[:NAMED_AT_MOST])}"
+        + (", ..." if len(kept) > NAMED_AT_MOST else "")
+        if kept
+        else "; no run of any pipeline is kept (a run is shown once its root has ended)"
+    )
+    raise ResourceMissingError(
+        f"no run{when} of event {quote(name)} belongs to a pipeline (among its last {RUNS_READ} "
+        f"runs), and no pipeline called {quote(name)} has a run kept{when}: give the event id of "
+        f"a pipeline's root or step (as `sqsjkr status` lists them), or a pipeline's name{hint}"
+    )
 
 
 def stuck_pipelines(

@@ -59,15 +59,25 @@ class Outgoing:
 
 #: The fields of a run that the fleet mints, never a sender: a firing's claim (from a schedule, a
 #: trigger or catch-up), a pipeline's step and its run's key (from the daemon that ran the steps
-#: before it, once the run's state says the step is due). A sender's would forge them.
-MINTED_FIELDS = ("firing", "step", "pipeline_key")
+#: before it, once the run's state says the step is due), a step's re-run (from `trigger --run`,
+#: asked in the run's state first). A sender's would forge them.
+MINTED_FIELDS = ("firing", "step", "pipeline_key", "rerun")
 
 
 def check_by_hand(fields: Mapping[str, object]) -> None:
-    """InvalidJobError naming the first field of MINTED_FIELDS a sender's job sets."""
+    """InvalidJobError naming the first field of MINTED_FIELDS a sender's job sets. A root's
+    `step` naming its own pipeline's root is no step of a run but the root itself (the terraform
+    module's `job_messages` writes it): its run is keyed by the send's own message id."""
     for name in MINTED_FIELDS:
-        if fields.get(name) is not None:
-            raise field_error(name, "is set by the fleet's daemons, not by a sender")
+        value = fields.get(name)
+        if value is None or (name == "step" and _is_root(fields, value)):
+            continue
+        raise field_error(name, "is set by the fleet's daemons, not by a sender")
+
+
+def _is_root(fields: Mapping[str, object], step: object) -> bool:
+    pipeline = fields.get("pipeline")
+    return isinstance(pipeline, dict) and isinstance(step, str) and pipeline.get("root") == step
 
 
 def by_hand(body: str) -> str:

@@ -44,9 +44,12 @@ class DemoScheduled:
     late_body: str
 
 
-def demo_scheduled(now: float, directory: Path) -> DemoScheduled:
-    """The demo's scheduled part as set up at `now`, its marker file in directory."""
-    first = float(math.ceil(now) + PIPELINE_FIRST_SECONDS)
+def demo_scheduled(
+    now: float, directory: Path, first_in: float = PIPELINE_FIRST_SECONDS
+) -> DemoScheduled:
+    """The demo's scheduled part as set up at `now`, its marker file in directory; its pipeline
+    first fires first_in seconds later."""
+    first = float(math.ceil(now) + first_in)
     missed = float(math.floor(now) - MISSED_AGO_SECONDS)
     return DemoScheduled(DemoTimes(first, missed), pipeline_body(directory / MARKER), late_body())
 

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,7 +19,7 @@ from sqsjkr.contract.config import load_config
 from sqsjkr.daemon.service import serve
 from sqsjkr.errors import LocalModeError, StatsServerError
 from sqsjkr.local.demo import DEMO_REPORTER, DemoWatch, send_demo
-from sqsjkr.local.demo_scheduled import SCHEDULED_QUEUE, demo_scheduled
+from sqsjkr.local.demo_scheduled import PIPELINE_FIRST_SECONDS, SCHEDULED_QUEUE, demo_scheduled
 from sqsjkr.local.endpoint import (
     LOCAL_ACCOUNT,
     LOCAL_QUEUE,
@@ -38,11 +39,27 @@ from sqsjkr.local.site import DemoTimes, LocalSite
 from sqsjkr.observability.notify import NullNotifier
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How soon local mode's slower moments come: the demo pipeline's first firing, and the
+    [lock] lease, a third of which a kill waits for at most. The tests quicken both."""
+
+    first_firing_seconds: float = PIPELINE_FIRST_SECONDS
+    lease: str | None = None  # a Go duration; None: the config's default (60s)
+
+
 def write_config(
-    directory: Path, *, stats_port: int, workers: int, role_arn: str, scheduled: bool = False
+    directory: Path,
+    *,
+    stats_port: int,
+    workers: int,
+    role_arn: str,
+    scheduled: bool = False,
+    lease: str | None = None,
 ) -> Path:
     """The config of local mode's daemon; with scheduled, the demo's scheduled queue besides."""
     path = directory / "config.toml"
+    lease_line = "" if lease is None else f'lease = "{lease}"\n'
     path.write_text(
         f"""# Written by `sqsjkr local` for its embedded AWS endpoint.
 [account]
@@ -61,7 +78,7 @@ stats_port = {stats_port}
 [lock]
 table = "{LOCAL_TABLE}"
 retry_interval = "1s"
-
+{lease_line}
 [schedule]
 # For `sqsjkr send --at`: local mode's scheduler fires the schedule (moto only keeps it).
 role_arn = "{role_arn}"
@@ -87,7 +104,7 @@ max_concurrent_num = 2
 
 @contextmanager
 def prepared(
-    *, port: int, stats_port: int, workers: int, demo: bool = False
+    *, port: int, stats_port: int, workers: int, demo: bool = False, pace: Pace = Pace()
 ) -> Iterator[tuple[LocalSite, Any]]:
     """Start the endpoint, create the queue and table, the schedule group and the sample schedules
     (with demo, the demo's scheduled queue and schedules too), write the config; yields the site
@@ -103,17 +120,24 @@ def prepared(
         create_sample_schedules(session, queue_target(sqs, queue_url).arn, role_arn)
         times = None
         if demo:
-            times = _scheduled(session, sqs, role_arn, Path(tmp))
+            times = _scheduled(session, sqs, role_arn, Path(tmp), pace.first_firing_seconds)
         conf = write_config(
-            Path(tmp), stats_port=stats_port, workers=workers, role_arn=role_arn, scheduled=demo
+            Path(tmp),
+            stats_port=stats_port,
+            workers=workers,
+            role_arn=role_arn,
+            scheduled=demo,
+            lease=pace.lease,
         )
         yield LocalSite(endpoint, queue_url, dead_letter_url, conf, times), sqs
 
 
-def _scheduled(session: Any, sqs: Any, role_arn: str, directory: Path) -> DemoTimes:
+def _scheduled(
+    session: Any, sqs: Any, role_arn: str, directory: Path, first_in: float
+) -> DemoTimes:
     """The demo's scheduled queue and schedules, set up now; their times."""
     url = create_queue(sqs, SCHEDULED_QUEUE, dead_letter=True)
-    scheduled = demo_scheduled(time.time(), directory)
+    scheduled = demo_scheduled(time.time(), directory, first_in)
     create_demo_scheduled(session, queue_target(sqs, url).arn, role_arn, scheduled)
     return scheduled.times
 
@@ -141,6 +165,7 @@ def run_local(
     port: int,
     stats_port: int,
     workers: int,
+    pace: Pace = Pace(),
 ) -> None:
     """Start the endpoint, create the queue and table, serve until stop, telling face each step;
     the endpoint's schedules fire meanwhile (local/scheduler.py: moto never fires them).
@@ -149,7 +174,10 @@ def run_local(
     before anything is printed or sent.
     """
     with (
-        prepared(port=port, stats_port=stats_port, workers=workers, demo=demo) as (site, sqs),
+        prepared(port=port, stats_port=stats_port, workers=workers, demo=demo, pace=pace) as (
+            site,
+            sqs,
+        ),
         firing(site.endpoint),
     ):
         stats: list[str] = []  # the stats server's address, once it listens

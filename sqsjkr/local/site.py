@@ -47,6 +47,26 @@ class LocalSite:
             f"    {shlex.join(self.argv(command, *args))}"
         )
 
+    def exports(self) -> str:
+        """One `export` line that sets up another shell for every command: this sqsjkr on the
+        PATH, the endpoint and its dummy credentials, and the config (SQSJKR_CONF, read by
+        every command's --conf)."""
+        command = sqsjkr_argv()
+        path = (
+            [f'PATH={shlex.quote(os.path.dirname(command[0]))}:"$PATH"']
+            if len(command) == 1
+            else []
+        )
+        return "  export " + " ".join(
+            [
+                *path,
+                f"AWS_ENDPOINT_URL={self.endpoint}",
+                "AWS_ACCESS_KEY_ID=local",
+                "AWS_SECRET_ACCESS_KEY=local",
+                f"SQSJKR_CONF={shlex.quote(str(self.conf))}",
+            ]
+        )
+
     def shown(self, what: str, command: tuple[str, ...], before: tuple[str, ...] = ()) -> str:
         """`sqsjkr COMMAND` run as a user would run it, printed as the banner's `send` is, ready to
         paste (after `sqsjkr BEFORE`, when pasting it needs that first), with its output."""

@@ -7,7 +7,9 @@ workers and the receive loop's last turn are read from Stats and Health at each 
 
 from __future__ import annotations
 
+import logging
 import platform
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -18,6 +20,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from sqsjkr import __version__
+from sqsjkr.contract.config import KickerConfig
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import FAILURES, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import ScheduleExpressionError
@@ -31,16 +34,43 @@ _BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 10800,
 #: The event_id label of jobs sent without an event_id: their message ids would add series for
 #: ever. No event_id is empty (an empty one is the message id), so it names no real event.
 ONE_OFF_LABEL = ""
+#: The event_id label that the runs of events past the cap share (Metrics' max_events).
+OTHER_LABEL = "(other)"
+#: How many events get series of their own unless configured ([kicker] metrics_max_events):
+#: about 7 KiB of memory each, and as much in every scrape.
+DEFAULT_MAX_EVENTS = KickerConfig.metrics_max_events
 
-__all__ = ["CONTENT_TYPE_LATEST", "ONE_OFF_LABEL", "Metrics", "label"]
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "DEFAULT_MAX_EVENTS",
+    "ONE_OFF_LABEL",
+    "OTHER_LABEL",
+    "Metrics",
+    "label",
+]
+
+log = logging.getLogger("sqsjkr.metrics")
 
 
 class Metrics:
     """The daemon's metrics; exposition() gives them in Prometheus' text format."""
 
     def __init__(
-        self, stats: Stats, health: Health, clock: Callable[[], float] = time.time
+        self,
+        stats: Stats,
+        health: Health,
+        clock: Callable[[], float] = time.time,
+        *,
+        max_events: int = DEFAULT_MAX_EVENTS,
     ) -> None:
+        """max_events: how many events get series of their own; the runs of later ones are
+        counted under event_id="(other)" (OTHER_LABEL), so that a host running ever new
+        event_ids keeps its memory and its scrapes bounded."""
+        self._max_events = max_events
+        #: The label of each event that has series of its own, by event_id.
+        self._labels: dict[str, str] = {}
+        self._labels_lock = threading.Lock()
+        self._over_cap = False
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
         self._duration = Histogram(
@@ -136,20 +166,42 @@ class Metrics:
         return None
 
     def report(self, record: RunRecord) -> None:
+        event = ONE_OFF_LABEL if record.one_off else self._event_label(record.event_id)
         if record.started_at is not None:
-            event = ONE_OFF_LABEL if record.one_off else record.event_id
-            self._duration.labels(label(event)).observe(record.duration)
+            self._duration.labels(event).observe(record.duration)
             self._queue_delay.observe(max(0.0, record.queue_delay))
             if not record.one_off:
-                self._last_duration.labels(label(record.event_id)).set(record.duration)
-                self._last_end.labels(label(record.event_id)).set(record.ended_at)
+                self._last_duration.labels(event).set(record.duration)
+                self._last_end.labels(event).set(record.ended_at)
         if record.lock_id:
             self._lock_wait.observe(record.lock_wait)
         if record.failure:
             self._failures.labels(record.outcome.value).inc()
         # A one-off job has no next run to succeed: its gauge would only age into an alarm.
         if record.outcome is RunOutcome.SUCCEEDED and not record.one_off:
-            self._last_success.labels(label(record.event_id)).set(record.ended_at)
+            self._last_success.labels(event).set(record.ended_at)
+
+    def _event_label(self, event_id: str) -> str:
+        """event_id's label: its own while fewer than max_events events have one, else
+        OTHER_LABEL (said once in the log)."""
+        known = self._labels.get(event_id)
+        if known is not None:
+            return known
+        with self._labels_lock:
+            if event_id in self._labels:
+                return self._labels[event_id]
+            if len(self._labels) < self._max_events:
+                self._labels[event_id] = label(event_id)
+                return self._labels[event_id]
+            if not self._over_cap:
+                self._over_cap = True
+                log.warning(
+                    "more than %d events have run: the runs of events new to this daemon are "
+                    'counted under event_id="%s" in /metrics ([kicker] metrics_max_events)',
+                    self._max_events,
+                    OTHER_LABEL,
+                )
+        return OTHER_LABEL
 
     def fired(self, event_id: str, firing: Firing) -> None:
         """A run of the message of firing has ended: the event's next firing is the one after
@@ -157,6 +209,10 @@ class Metrics:
         expression is its sender's: it never moves a next firing still to come later, nor
         removes it, so that a forged one cannot silence the missed-firing alert."""
         if firing.expression is None:
+            return
+        # An event past the cap has no next firing of its own, and no event's can stand for
+        # those of all the others: the missed-firing alert covers the events with series.
+        if self._event_label(event_id) == OTHER_LABEL:
             return
         # Imported at the first firing: a daemon whose jobs carry none starts without the cron
         # arithmetic (`sqsjkr run` imports no crontab code, for its start-up time).

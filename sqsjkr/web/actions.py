@@ -28,6 +28,7 @@ from sqsjkr.fleet.pause import (
 )
 from sqsjkr.fleet.redrive import redrive_letters
 from sqsjkr.fleet.route import Route, clear_route, honour_lines, routes_store, set_route
+from sqsjkr.fleet.step_rerun import trigger_run
 from sqsjkr.fleet.trigger import trigger_event, trigger_firing
 from sqsjkr.fleet.unlock import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.web.fleet import Fleet
@@ -172,6 +173,29 @@ class Actions:
             lines.append(f"warning: {sent.warning}")
         return Outcome(lines)
 
+    def trigger_run(self, user: str | None, form: Form) -> Outcome:
+        """Run a failed (or skipped) step of a pipeline's run again, as `trigger STEP --run KEY`."""
+        step = _required(form, "event_id")
+        key = _required(form, "run")
+        sent = trigger_run(
+            self.fleet.config,
+            self.fleet.store,
+            self.auditor(user),
+            step,
+            key,
+            _reason(form),
+            force=form.get("force") == "yes",
+        )
+        again = "" if sent.rerun is None else f" as its re-run {sent.rerun}"
+        lines = [
+            f"asked step {sent.step} of run {key} of pipeline {sent.pipeline} again{again}: "
+            f"sent message {sent.message_id} to queue {sent.queue} ({sent.why}); the steps "
+            "after it follow once it succeeds"
+        ]
+        if sent.warning is not None:
+            lines.append(f"warning: {sent.warning}")
+        return Outcome(lines)
+
     def kill(self, user: str | None, form: Form) -> Outcome:
         target = _required(form, "target")
         store = self.fleet.store
@@ -205,6 +229,7 @@ ACTIONS: dict[str, Callable[[Actions, str | None, Form], Outcome]] = {
     "redrive": Actions.redrive,
     "trigger": Actions.trigger,
     "trigger_firing": Actions.trigger_firing,
+    "trigger_run": Actions.trigger_run,
     "kill": Actions.kill,
     "route": Actions.route,
 }
@@ -222,6 +247,7 @@ def confirm_title(name: str, form: Form) -> str:
         "redrive": f"Redrive dead letters of queue {form.get('queue', '')}",
         "trigger": f"Run {event} now",
         "trigger_firing": f"Run the {form.get('firing', '')} firing of {event}",
+        "trigger_run": f"Run step {event} of pipeline run {form.get('run', '')} again",
         "kill": f"Kill the run of message {form.get('target', '')}",
         "route": f"Clear the route of {event}"
         if form.get("clear")

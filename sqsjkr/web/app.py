@@ -23,6 +23,7 @@ from sqsjkr.fleet.redrive import malformed
 from sqsjkr.fleet.wording import format_span, queues_text
 from sqsjkr.web import run_view, views
 from sqsjkr.web.actions import ACTIONS, Actions, confirm_title
+from sqsjkr.web.cache import FRESH_SECONDS
 from sqsjkr.web.fleet import Fleet
 from sqsjkr.web.guard import HEADERS, Guard, Refused
 from sqsjkr.web.shown import FILTERS, message_text, page_value, plain_output
@@ -45,6 +46,7 @@ def create_app(fleet: Fleet, guard: Guard, *, enable_actions: bool = False) -> F
     app.jinja_env.finalize = page_value
     app.jinja_env.globals.update(
         refresh=REFRESH_SECONDS,
+        fresh=FRESH_SECONDS,
         actions_on=enable_actions,
         run_key=views.run_key,
         exit_text=run_view.exit_text,
@@ -165,11 +167,13 @@ def _pages(app: Flask, fleet: Fleet) -> None:
         if not request.args.get("key") and request.args.get("message"):
             return _run_in_progress(fleet)
         record = _run_or_404(fleet)
+        enabled = app.extensions["sqsjkr"][3]
         return render_template(
             "run.html",
             record=record,
             groups=run_view.field_groups(record),
             output=plain_output(record.output),
+            rerun=enabled and views.may_rerun(fleet, record),
         )
 
     @app.get("/run.txt")
@@ -213,7 +217,7 @@ def _fleet_pages(app: Flask, fleet: Fleet) -> None:
 
     @app.get("/firings")
     def missed_firings() -> str:
-        return render_template("firings.html", ledger=fleet.firings())
+        return render_template("firings.html", ledger=fleet.firings(), now=fleet.clock())
 
     @app.get("/audit")
     def audit() -> str:

@@ -75,6 +75,8 @@ class Schedules:
     schedules: tuple[EventSchedule, ...] = ()
     next_run: dict[str, datetime] = field(default_factory=dict)
     problem: str | None = None
+    #: When they were read (unix seconds): they are read once a minute (SCHEDULES_FRESH).
+    read_at: float | None = None
 
     def of(self, event_id: str) -> list[EventSchedule]:
         return [s for s in self.schedules if s.event_id == event_id]
@@ -86,6 +88,9 @@ class Firings:
 
     rows: tuple[FiringRow, ...] = ()
     problem: str | None = None
+    #: When they were read (unix seconds): they are read once a minute (FIRINGS_FRESH), and a
+    #: page says how old they are once they are older than the cache's FRESH_SECONDS.
+    read_at: float | None = None
 
     @property
     def missed(self) -> list[FiringRow]:
@@ -222,12 +227,13 @@ class Fleet:
         return self.cache.get("schedules", self._read_schedules, SCHEDULES_FRESH)
 
     def _read_schedules(self) -> Schedules:
+        read_at = self.clock()
         try:
             found = read_schedules(self.config, self.store.session)
         except Exception as exc:
-            return Schedules(problem=failure_text(exc))
-        now = datetime.fromtimestamp(self.clock(), timezone.utc)
-        return Schedules(tuple(found), next_runs(found, now))
+            return Schedules(problem=failure_text(exc), read_at=read_at)
+        now = datetime.fromtimestamp(read_at, timezone.utc)
+        return Schedules(tuple(found), next_runs(found, now), read_at=read_at)
 
     def firings(self, event_id: str | None = None) -> Firings:
         """The ledger of the last FIRINGS_WINDOW, of event_id's schedules (None: of all)."""
@@ -238,17 +244,19 @@ class Fleet:
     def _read_firings(self, event_id: str | None) -> Firings:
         if event_id is not None and not self.schedules().of(event_id):
             return Firings()
+        read_at = self.clock()
         try:
             # The overview counts without reading the dead-letter queues: a reader hides their
             # messages while it reads, and only an event's page names each firing's reason.
-            # Nor the overview the steps of the pipelines the firings started.
+            # Nor any page the steps of the pipelines the firings started: an event's page
+            # draws one of them, read as often as the rest of the page (Fleet.pipeline).
             one = event_id is not None
             rows = firings(
-                self.store, event_id, FIRINGS_WINDOW, self.clock(), letters=one, pipelines=one
+                self.store, event_id, FIRINGS_WINDOW, read_at, letters=one, pipelines=False
             )
         except Exception as exc:
-            return Firings(problem=failure_text(exc))
-        return Firings(tuple(rows))
+            return Firings(problem=failure_text(exc), read_at=read_at)
+        return Firings(tuple(rows), read_at=read_at)
 
     def pipeline_verdicts(self, summaries: Sequence[EventSummary]) -> dict[str, PipelineVerdict]:
         """What the run of a pipeline each event's last run belongs to says, by event: the
@@ -272,15 +280,22 @@ class Fleet:
         candidates = [s for s in states if may_be_stuck(s, now)]
         if not candidates:
             return {}
-        read = functools.partial(read_views, self.store, candidates)
+        read = functools.partial(read_views, self.store, candidates, None, self.summaries())
         views = self.cache.get(("stuck", tuple(s.key for s in candidates)), self._read(read))
         return {v.key: stuck_reasons(v, now) for v in views}
 
-    def pipeline(self, key: str) -> PipelineView | None:
-        """The run of a pipeline of that key, each step's state (None: none kept)."""
-        return self.cache.get(
-            ("pipeline", key), self._read(functools.partial(read_view, self.store, key))
-        )
+    def pipeline(self, key: str, root_event: str | None = None) -> PipelineView | None:
+        """The run of a pipeline of that key, each step's state (None: none kept); root_event:
+        its root's event, when a firing names it."""
+        # Who runs which step now, from the summaries every page reads anyway.
+        read = functools.partial(read_view, self.store, key, root_event, self.summaries())
+        return self.cache.get(("pipeline", key, root_event), self._read(read))
+
+    def pipeline_state(self, key: str) -> PipelineState | None:
+        """The kept state of the run of a pipeline of that key (one GetItem; None: none kept)."""
+        read = functools.partial(read_states, self.store, [key])
+        found = self.cache.get(("pipeline state", key), self._read(read))
+        return found[0] if found else None
 
     def queues(self) -> list[Queues | str]:
         """Each queue of the config with its dead-letter queue, or why it has none."""

@@ -103,6 +103,7 @@ class Overview:
     problems: list[str] = field(default_factory=list)
     missed: int = 0  # missed firings in the last day (FIRINGS_WINDOW)
     skipped: int = 0  # firings of the last day skipped while their event was paused
+    firings_read_at: float | None = None  # when the firings were read (once a minute)
 
 
 def event_rows(fleet: Fleet, summaries: Sequence[EventSummary], budget: Budget) -> list[EventRow]:
@@ -187,6 +188,7 @@ def overview(fleet: Fleet) -> Overview:
         problems=problems,
         missed=len(ledger.missed),
         skipped=len(ledger.paused),
+        firings_read_at=ledger.read_at,
     )
 
 
@@ -298,8 +300,10 @@ class EventPage:
 
     @property
     def pipeline_firings(self) -> list[FiringRow]:
-        """Its last day's firings that started a run of a pipeline, newest first: each a link."""
-        return [row for row in self.firings.rows if row.pipeline is not None][:PIPELINE_FIRINGS]
+        """Its last day's firings that started a run of a pipeline, newest first: each a link
+        (to its run's key: the drawn run alone is read)."""
+        rows = [row for row in self.firings.rows if row.run is not None and row.run.pipeline_key]
+        return rows[:PIPELINE_FIRINGS]
 
     @property
     def firing_strip(self) -> list[FiringRow]:
@@ -345,15 +349,16 @@ def event_page(
 def _pipeline_of(
     fleet: Fleet, ledger: Firings, runs: Sequence[RunRecord], key: str | None
 ) -> PipelineView | None:
-    """The run of a pipeline the event page draws: key's, else its newest firing's (the ledger
-    read it), else its newest run's."""
-    if key is not None:
-        return fleet.pipeline(key)
-    drawn = next((row.pipeline for row in ledger.rows if row.pipeline is not None), None)
-    if drawn is not None:
-        return drawn
-    key = next((r.pipeline_key for r in runs if r.pipeline_key), None)
-    return None if key is None else fleet.pipeline(key)
+    """The run of a pipeline the event page draws: key's, else its newest firing's, else its
+    newest run's. Read as often as every other part of the page: the ledger, read once a
+    minute, would draw a step run again since as it was before."""
+    fired = {r.run.pipeline_key: r.event_id for r in ledger.rows if r.run and r.run.pipeline_key}
+    if key is None:
+        key = next(iter(fired), None)  # the ledger is newest first
+    if key is None:
+        key = next((r.pipeline_key for r in runs if r.pipeline_key), None)
+    # A firing's row names the run's root's event: its steps are found as the ledger found them.
+    return None if key is None else fleet.pipeline(key, fired.get(key))
 
 
 def _lock_of(
@@ -386,6 +391,16 @@ def _message_lock(message: str | None) -> str | None:
 def running_run(fleet: Fleet, message_id: str) -> RunningNow | None:
     """The run in progress of message_id, for the kill's confirm step (None: none now)."""
     return next((r for r in fleet.running() if r.start.message_id == message_id), None)
+
+
+def may_rerun(fleet: Fleet, record: RunRecord) -> bool:
+    """Whether record's step may be run again within its pipeline's run (`trigger STEP --run`):
+    a step, not the root, that failed in that run and has not succeeded since."""
+    key, step = record.pipeline_key, record.pipeline_step
+    if not key or not step or not record.final or not record.outcome.failed:
+        return False
+    state = fleet.pipeline_state(key)
+    return state is not None and step != state.root and step in state.failed - state.succeeded
 
 
 def run_key(record: RunRecord) -> str:
