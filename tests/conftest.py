@@ -30,7 +30,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from sqsjkr.commands.cli import main
-from sqsjkr.local.endpoint import LOCAL_ACCOUNT, create_table, serialize_moto_writes
+from sqsjkr.local.endpoint import LOCAL_ACCOUNT, create_table
+from sqsjkr.local.transactions import install_fair_transactions
 
 REGION = "us-east-1"
 
@@ -139,7 +140,10 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-    serialize_moto_writes()
+    # DynamoDB's transactions, as local mode has them: stock moto's copy the whole table for each
+    # item of a transaction, slower as the table fills (a combined claim and end writes several),
+    # until botocore's read timeout; and they race other requests into 500s.
+    install_fair_transactions()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
