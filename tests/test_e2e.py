@@ -169,8 +169,9 @@ def test_never_more_than_max_concurrent_jobs(start_daemon: Start, tmp_path: Path
     for _ in range(5):
         aws.send({"command": job})
     wait_until(lambda: v2(port)["workers"] == {"busy": 2, "idle": 0}, what="both workers busy")
-    # Two in flight until their jobs finish, three left on the queue.
-    wait_until(lambda: aws.queue_counts() == (3, 2), what="three jobs left on the queue")
+    # All five in flight: two running, three prefetched (a two-worker host prefetches by
+    # default), which wait for a worker rather than run.
+    wait_until(lambda: aws.queue_counts() == (0, 5), what="five jobs in flight")
     # A busy worker may not have started its shell yet: release only once both jobs run.
     running = tmp_path / "running"
     wait_until(lambda: len(list(running.iterdir())) == 2, what="both jobs running")

@@ -7,6 +7,7 @@ The daemon loop may write it behind the worker (ClosingRun), which takes its nex
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,6 +28,43 @@ RECORD_RETRY_SECONDS = 30.0
 #: How long the write of a run's end closed behind its worker may wait to share the call of a
 #: next job's claim (Transactions.write's linger): one worker's end and next claim, one call.
 BEHIND_LINGER_SECONDS = 0.1
+
+
+#: The longest a claim waits for the end of a run of the same claim written behind: a write that
+#: AWS keeps refusing is tried on for longer, and the claim then goes as before (it finds the run
+#: in progress and hides its message).
+BEHIND_WAIT_SECONDS = 5.0
+
+
+class EndsBehind:
+    """The claims whose run's end is being written behind its worker, for the whole daemon: a
+    copy of that message (SQS's, a route's) claimed meanwhile would find the run still in
+    progress and hide for a lease; it waits for the end instead, and is then a duplicate."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._ends: dict[str, threading.Event] = {}
+
+    def begin(self, claim_id: str) -> Callable[[], None]:
+        """Note claim_id's end as being written; the function returned says it is done."""
+        done = threading.Event()
+        with self._mutex:
+            self._ends[claim_id] = done
+
+        def written() -> None:
+            with self._mutex:
+                if self._ends.get(claim_id) is done:
+                    del self._ends[claim_id]
+            done.set()
+
+        return written
+
+    def wait(self, claim_id: str, timeout: float = BEHIND_WAIT_SECONDS) -> None:
+        """Return once no end of claim_id is being written behind (or after timeout)."""
+        with self._mutex:
+            done = self._ends.get(claim_id)
+        if done is not None:
+            done.wait(timeout)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from sqsjkr.backends.pipeline import PipelineStore
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.http_call import LOOPBACK
 from sqsjkr.contract.job import Job
-from sqsjkr.daemon.closing import ClosingRun
+from sqsjkr.daemon.closing import ClosingRun, EndsBehind
 from sqsjkr.daemon.controls import ControlsCopy
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
 from sqsjkr.daemon.holds import LocksWanted
@@ -124,6 +124,7 @@ class Kicker:
             listener=listener,
             groups=groups,
             locks_wanted=LocksWanted(),
+            ends_behind=EndsBehind(),
         )
         self._intakes = {}
         for source, queue in queues:

@@ -26,7 +26,7 @@ from sqsjkr.backends.routes import job_id
 from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
 from sqsjkr.contract.run import KillMark, RunOutcome
-from sqsjkr.daemon.closing import BEHIND_LINGER_SECONDS, ClosingRun, RunCloser
+from sqsjkr.daemon.closing import BEHIND_LINGER_SECONDS, ClosingRun, EndsBehind, RunCloser
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.holds import Holds, LocksWanted, lock_with_claim
 from sqsjkr.daemon.leases import LeaseKeeper
@@ -91,9 +91,11 @@ class Worker:
         listener: RunListener | None = None,
         groups: Groups | None = None,
         locks_wanted: LocksWanted | None = None,
+        ends_behind: EndsBehind | None = None,
         steps: Steps | None = None,
     ) -> None:
-        """locks_wanted: one for the whole daemon, shared by the Workers of all its queues;
+        """locks_wanted and ends_behind: one each for the whole daemon, shared by the Workers of
+        all its queues;
         steps: moves pipelines on as their steps end (none: a message's pipeline is ignored)."""
         self._dedupe = dedupe
         self._runner = runner
@@ -105,6 +107,7 @@ class Worker:
         self._groups = groups or NoGroups()
         self._listener = listener or NoListener()
         self._locks_wanted = locks_wanted or LocksWanted()
+        self._ends_behind = ends_behind or EndsBehind()
         self._steps = steps
         self._keeper = LeaseKeeper(
             lease=settings.lease, stopping=stopping, clock=clock, lease_lost=lease_lost
@@ -170,6 +173,9 @@ class Worker:
         if refused is not None:
             return refused
         progress = RunProgress(job, entry.message, self._clock())
+        # A copy of a message whose run's end is still being written behind: a duplicate once
+        # that end is written, not a run in progress to hide from for a lease.
+        self._ends_behind.wait(progress.claim_id)
         try:
             # The run shows as in progress in its event's summary from its claim on: in the
             # claim's own write when the store can, which takes a free lock too.
@@ -228,7 +234,17 @@ class Worker:
             self._closer.close(entry, ending, progress, jlog, linger=wait)
             return step_ended(self._steps, entry.job, ending, jlog)
 
-        return ClosingRun(finish) if behind else finish(False)
+        if not behind:
+            return finish(False)
+        written = self._ends_behind.begin(progress.claim_id)
+
+        def finish_behind(linger: bool) -> Ending:
+            try:
+                return finish(linger)
+            finally:
+                written()
+
+        return ClosingRun(finish_behind)
 
     def _awaited(self, entry: InFlight) -> bool:
         """Whether another job may be waiting for what entry's job gives back: its group's
