@@ -1,5 +1,5 @@
-"""Close behind under a stop: a run's end still on the wire when SIGTERM comes is written before
-the daemon exits, its message deleted after it, and prefetched jobs that never started go back."""
+"""Close behind (a run's end written off its worker's path): a stop waits for an end still on the
+wire and gives back the prefetched jobs, and a lock's next job on one worker finds it given back."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from sqsjkr.backends.dedupe import THROTTLE_TYPE
 
-from .conftest import Aws, Start, run_daemon, wait_until
+from .conftest import Aws, Start, counted, run_daemon, wait_until
 from .faults import Call, Fault, FaultProxy
 
 
@@ -51,3 +51,19 @@ def test_a_stop_waits_for_an_end_written_behind_and_gives_back_the_prefetched(
     wait_until(lambda: aws.queue_counts() == (3, 0), timeout=20, what="the later ones back")
     started = [i for i in range(3) if (tmp_path / f"later-{i}").exists()]
     assert len(started) <= 1, started
+
+
+def test_jobs_of_one_lock_prefetched_by_one_worker_each_run_once_and_leave_it_free(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    # One worker, the default prefetch: each run's end, written behind the worker, gives the
+    # lock back while the next job of that lock already claims.
+    for i in range(4):
+        aws.send({"command": f"echo {i} >> ran", "event_id": f"ev-{i}", "lock_id": "L"})
+    daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=1)
+    wait_until(counted(port, succeeded=4), timeout=60, what="the four runs")
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
+    assert sorted((tmp_path / "ran").read_text().split()) == ["0", "1", "2", "3"]
+    assert aws.lock_free("L")
+    assert "LOST" not in daemon.log and " ERROR " not in daemon.log
+    assert daemon.stop() == 0
