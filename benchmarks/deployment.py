@@ -67,7 +67,7 @@ class Scenario:
     workers: int | None  # None: --workers
     lock: bool = False  # a distinct lock_id per job
     burst: bool = True  # False: the idle window
-    prefetch: int = 0  # [kicker] prefetch
+    prefetch: int | None = None  # [kicker] prefetch; None: the daemon's default
 
 
 SCENARIOS = {
@@ -237,7 +237,13 @@ class LogWatch:
 
 
 def write_config(
-    path: Path, *, queue: str, table: str, workers: int, prefetch: int = 0, group: str = "sqsjkr"
+    path: Path,
+    *,
+    queue: str,
+    table: str,
+    workers: int,
+    prefetch: int | None = None,
+    group: str = "sqsjkr",
 ) -> Path:
     """A deployment's config: every timing at its default (20 s long polls, 60 s leases, a
     catch-up look every 10 minutes over the schedules of group)."""
@@ -251,7 +257,7 @@ queue_name = "{queue}"
 
 [kicker]
 max_concurrent_num = {workers}
-prefetch = {prefetch}
+{"" if prefetch is None else f"prefetch = {prefetch}"}
 stats_port = 0
 
 [lock]
