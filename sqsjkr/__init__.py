@@ -95,6 +95,8 @@ _PUBLIC = {
     "Member": "sqsjkr.backends.members",
     "LiveOutput": "sqsjkr.backends.live",
     "KillResult": "sqsjkr.backends.kills",
+    "Target": "sqsjkr.fleet.kill",
+    "Paged": "sqsjkr.fleet.paging",
     "ScheduledJob": "sqsjkr.backends.scheduler",
 }
 

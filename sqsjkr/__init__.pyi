@@ -41,7 +41,9 @@ from sqsjkr.fleet.client import Fleet, ScheduledSend
 from sqsjkr.fleet.dead_letters import DeadLetter, Queues
 from sqsjkr.fleet.firings import FiringRow, FiringStatus
 from sqsjkr.fleet.jobs import JobHandle, JobPhase, JobState
+from sqsjkr.fleet.kill import Target
 from sqsjkr.fleet.locks import HeldLock, Holdings
+from sqsjkr.fleet.paging import Paged
 from sqsjkr.fleet.pipeline_steps import PipelineView, StepStatus, StepView
 from sqsjkr.fleet.redrive import Redrive
 from sqsjkr.fleet.schedules import Scheduled, Upcoming
@@ -116,6 +118,8 @@ __all__ = [
     "Member",
     "LiveOutput",
     "KillResult",
+    "Target",
+    "Paged",
     "ScheduledJob",
     "SqsjkrError",
     "ConfigError",
