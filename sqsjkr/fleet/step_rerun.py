@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from sqsjkr.backends.aws import make_client
 from sqsjkr.backends.pipeline import PipelineState
-from sqsjkr.backends.routes import DynamoRoutes, routed
-from sqsjkr.backends.sqs import group_id_of, queue_of_arn, resolve_queue_url, send_noted
+from sqsjkr.backends.routes import DynamoRoutes
+from sqsjkr.backends.sqs import group_id_of, queue_of_arn
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.firing import Firing, Origin
 from sqsjkr.contract.pipeline import Pipeline, PipelineRun, parse_pipeline, step_fields
@@ -25,7 +25,7 @@ from sqsjkr.fleet.pipeline_steps import StepStatus, step_claim
 from sqsjkr.fleet.pipelines import pipelines_of, read_views
 from sqsjkr.fleet.running import read_claims
 from sqsjkr.fleet.schedules import read_schedules
-from sqsjkr.fleet.trigger import Destination
+from sqsjkr.fleet.trigger import Destination, routed_from, send_triggered
 
 
 @dataclass(frozen=True)
@@ -155,11 +155,7 @@ def destination_of(config: Config, store: Store, step: RunStep, queue: str | Non
             config.sqs.queue_name, config.account.id, "[sqs] queue_name"
         )
     with store.reading():
-        route = routed(DynamoRoutes(store.client, store.table).routes(), step.event_id)
-    if route is None or route.queue == to.name:
-        return to
-    why = f"the event is routed there from {to.name} (`sqsjkr route`)"
-    return Destination(route.queue, to.account, why)
+        return routed_from(to, step.event_id, DynamoRoutes(store.client, store.table))
 
 
 def _fired_target(config: Config, store: Store, step: RunStep) -> Destination | None:
@@ -207,9 +203,7 @@ def trigger_run(
     if not asked:
         raise ResourceMissingError(f"the run {quote(key)} is no longer kept")
     sqs = make_client(store.session, "sqs")
-    url = resolve_queue_url(sqs, to.name, to.account)
-    dedupe = f"trigger-{secrets.token_hex(16)}"
-    sent = send_noted(sqs, url, body, (entry.user, reason), group_id_of(step.event_id), dedupe)
+    sent = send_triggered(sqs, to, entry.user, reason, body, group_id_of(step.event_id))
     problem = audit.amend(entry, f"{detail}, message {sent}")
     firing = None if fired is None else Firing(fired.at, fired.schedule, rerun=rerun)
     return Rerun(

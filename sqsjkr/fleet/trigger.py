@@ -117,11 +117,17 @@ def destination(schedule: EventSchedule, routes: DynamoRoutes) -> Destination:
             "not an SQS queue"
         )
     account, name = queue
-    route = routed(routes.routes(), schedule.event_id or "")
-    if route is not None and route.queue != name:
-        why = f"the event is routed there from {name} (`sqsjkr route`)"
-        return Destination(route.queue, account, why)
-    return Destination(name, account, f"schedule {schedule.name}'s target")
+    to = Destination(name, account, f"schedule {schedule.name}'s target")
+    return routed_from(to, schedule.event_id or "", routes)
+
+
+def routed_from(to: Destination, event_id: str, routes: DynamoRoutes) -> Destination:
+    """to, or the queue event_id is routed to from there (`sqsjkr route`)."""
+    route = routed(routes.routes(), event_id)
+    if route is None or route.queue == to.name:
+        return to
+    why = f"the event is routed there from {to.name} (`sqsjkr route`)"
+    return Destination(route.queue, to.account, why)
 
 
 def firing_time(text: str, schedule: EventSchedule) -> float:
@@ -208,8 +214,13 @@ def send_now(
     sqs: Any, schedule: EventSchedule, to: Destination, by: str, reason: str, body: str
 ) -> str:
     """Send body, the schedule's message as a trigger sends it, to the queue; its message id."""
-    url = resolve_queue_url(sqs, to.name, to.account)
     group = schedule.group_id or group_id_of(schedule.event_id)
+    return send_triggered(sqs, to, by, reason, body, group)
+
+
+def send_triggered(sqs: Any, to: Destination, by: str, reason: str, body: str, group: str) -> str:
+    """Send body, as a trigger sends a message, to the queue; its message id."""
+    url = resolve_queue_url(sqs, to.name, to.account)
     # On a FIFO queue, a deduplication id of its own: content-based deduplication would drop it
     # as a repeat of the schedule's last message if that was sent in the last five minutes.
     return send_noted(sqs, url, body, (by, reason), group, f"trigger-{secrets.token_hex(16)}")
