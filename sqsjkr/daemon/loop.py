@@ -345,7 +345,7 @@ class Kicker:
                 self._settled(intake, entry, ending, busy=False)
 
         try:
-            closers.submit(close)
+            closers.submit(close).add_done_callback(_log_failure)
         except RuntimeError:  # shut down: only after the drain, when no job is left to run
             return False
         return True
@@ -430,7 +430,8 @@ class Kicker:
 
 
 def _log_failure(future: Future[None]) -> None:
-    """A pool's work that raised (a bug: each job's own failures are caught and logged)."""
+    """A pool's work that raised (a bug: each job's own failures are caught and logged), a
+    worker's or a closer's, which would otherwise go unseen."""
     error = future.exception()
     if error is not None:
         log.critical("a worker failed", exc_info=error)
