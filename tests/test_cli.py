@@ -6,14 +6,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import click
 import pytest
 
 from sqsjkr import __version__
-from sqsjkr.commands.cli import SUBCOMMANDS, translate_go_args
+from sqsjkr.commands.cli import SUBCOMMANDS, SUMMARIES, cli, translate_go_args
 from sqsjkr.commands.options import UsageFailure
 from sqsjkr.commands.send import send
 from sqsjkr.contract.duration import parse_duration
@@ -91,24 +94,50 @@ def test_version(flag: str) -> None:
     assert result.stdout.strip() == f"sqsjkr {__version__}"
 
 
-def imported_modules(*args: str) -> set[str]:
-    """The modules `python -m sqsjkr ARGS` imports, from -X importtime's report on stderr."""
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "sqsjkr", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return {
-        line.rsplit("|", 1)[1].strip()
-        for line in result.stderr.splitlines()
-        if line.startswith("import time:") and line.count("|") == 2
+#: `python -m sqsjkr ARGS` that writes the names of the modules it imported to the file in
+#: SQSJKR_MODULES as it exits (-X importtime misses importlib's, the lazy subcommands' own).
+_LIST_MODULES = (
+    "import atexit, os, sys\n"
+    "atexit.register(lambda: open(os.environ['SQSJKR_MODULES'], 'w').write('\\n'.join(sys.modules)))\n"
+    "from sqsjkr.commands.cli import main\n"
+    "main(sys.argv[1:])\n"
+)
+
+
+def imported_modules(*args: str, env: dict[str, str] | None = None) -> set[str]:
+    """The modules `python -m sqsjkr ARGS` imports."""
+    with tempfile.TemporaryDirectory() as tmp:
+        listing = Path(tmp, "modules")
+        subprocess.run(
+            [sys.executable, "-c", _LIST_MODULES, *args],
+            capture_output=True,
+            timeout=60,
+            env=(os.environ if env is None else env) | {"SQSJKR_MODULES": str(listing)},
+        )
+        return set(listing.read_text().split())
+
+
+def no_credentials(tmp_path: Path) -> dict[str, str]:
+    """An environment in which botocore finds no AWS credentials: a daemon's start fails at its
+    first call, once everything it runs with is imported."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    nowhere = str(tmp_path / "nowhere")
+    return env | {
+        "AWS_CONFIG_FILE": nowhere,
+        "AWS_SHARED_CREDENTIALS_FILE": nowhere,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
     }
 
 
 def test_run_imports_no_other_subcommand(tmp_path: Path) -> None:
-    modules = imported_modules("run", "-c", str(tmp_path / "nope.toml"))
-    assert "sqsjkr.daemon.service" in modules  # the report is read right
+    conf = tmp_path / "sqsjkr.toml"
+    conf.write_text(
+        '[account]\nid = "123456789012"\nregion = "us-east-1"\n[sqs]\nqueue_name = "jobs"\n'
+        '[lock]\ntable = "t"\n[kicker]\nstats_port = 0\n'
+    )
+    modules = imported_modules("run", "-c", str(conf), env=no_credentials(tmp_path))
+    assert "sqsjkr.daemon.service" in modules  # the report is read right: the daemon started
     others = [
         "sqsjkr.commands." + name
         for name in (
@@ -132,6 +161,27 @@ def test_help_lists_every_subcommand_with_its_summary() -> None:
     assert names == sorted(SUBCOMMANDS)
     assert "Run the daemon." in listed
     assert "Convert a crontab" in listed
+
+
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+def test_the_summary_help_lists_is_the_commands_own(name: str) -> None:
+    command = cli.get_command(click.Context(cli), name)
+    assert command is not None
+    assert not command.hidden and not command.deprecated and command.short_help is None
+    listed = click.Command(name, help=SUMMARIES[name])
+    for width in (20, 45, 60, 74, 200):
+        assert listed.get_short_help_str(width) == command.get_short_help_str(width)
+
+
+def test_help_imports_no_subcommand_and_a_command_no_daemon(tmp_path: Path) -> None:
+    listed = imported_modules("--help")
+    assert "sqsjkr.commands.cli" in listed  # the report is read right
+    commands = {m for m in listed if m.startswith("sqsjkr.commands.")}
+    assert commands <= {"sqsjkr.commands.cli", "sqsjkr.commands.options", "sqsjkr.commands.waiting"}
+    assert "botocore" not in listed
+    history = imported_modules("history", "-c", str(tmp_path / "nope.toml"))
+    assert "sqsjkr.commands.history" in history
+    assert not {"sqsjkr.daemon.service", "sqsjkr.daemon.loop", "prometheus_client"} & history
 
 
 def one_line_error(result: subprocess.CompletedProcess[str] | Result) -> str:

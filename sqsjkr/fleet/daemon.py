@@ -4,8 +4,22 @@ through this module, so that no face imports the daemon or observability itself.
 
 from __future__ import annotations
 
-from sqsjkr.daemon.service import serve_until_stopped as serve_until_stopped
+from typing import TYPE_CHECKING
+
 from sqsjkr.daemon.signals import stop_signals as stop_signals
 from sqsjkr.observability.logs import LOG_FORMATS as LOG_FORMATS
 from sqsjkr.observability.logs import LOG_LEVELS as LOG_LEVELS
 from sqsjkr.observability.logs import setup_logging as setup_logging
+
+if TYPE_CHECKING:
+    from sqsjkr.contract.config import Config
+
+
+def serve_until_stopped(config: Config, conf: str) -> None:
+    """`sqsjkr run` once its options are read: serve config (read from conf) until a stop
+    signal, telling systemd how it goes when systemd started it."""
+    # Imported here, not above: every command takes its --log-level choices from this module,
+    # and only the daemon needs the daemon's modules (botocore, the backends, prometheus_client).
+    from sqsjkr.daemon.service import serve_until_stopped as serve
+
+    serve(config, conf)
