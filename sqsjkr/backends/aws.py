@@ -6,7 +6,10 @@ Endpoints are never set here: boto3's own AWS_ENDPOINT_URL* variables point sqsj
 from __future__ import annotations
 
 import functools
+import gzip
+import json
 import logging
+import os
 import platform
 import random
 import time
@@ -18,7 +21,7 @@ from botocore import handlers
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
-from botocore.loaders import Loader
+from botocore.loaders import JSONFileLoader, Loader
 from botocore.session import Session
 
 from sqsjkr import __version__
@@ -75,7 +78,39 @@ def _shared_loader() -> Loader:
     each new session would otherwise parse endpoints.json (a megabyte) again: a tenth of a
     second of CPU for every command the dashboard runs and every session a test makes.
     """
-    return Loader()
+    return Loader(file_loader=OwnServicesFileLoader())
+
+
+#: The services sqsjkr makes clients of: make_client refuses any other, since the loader keeps
+#: the endpoints of these alone.
+SERVICES = frozenset({"sqs", "dynamodb", "scheduler", "sts", "events", "iam"})
+
+
+class OwnServicesFileLoader(JSONFileLoader):
+    """botocore's loader of its JSON data files, which keeps of endpoints.json (every service's
+    endpoints in every partition) the entries of SERVICES alone, as it reads the file: the rest
+    would be 6.5 MiB of Python objects that a session holds for its life, and that parsed at once
+    leave a daemon 6 MiB larger. SERVICES' endpoints resolve as before: their entries and each
+    partition's own defaults are kept whole."""
+
+    def load_file(self, file_path: str) -> Any:
+        if os.path.basename(file_path) != "endpoints":
+            return super().load_file(file_path)
+        openers: tuple[tuple[str, Any], ...] = ((".json", open), (".json.gz", gzip.open))
+        for extension, opener in openers:
+            if os.path.isfile(file_path + extension):
+                with opener(file_path + extension, "rb") as file:
+                    text = file.read().decode("utf-8")
+                return json.loads(text, object_pairs_hook=_own_services)
+        return None
+
+
+def _own_services(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of endpoints.json as it is read; of a partition's services (the one mapping
+    whose every value has its "endpoints"), only SERVICES'."""
+    if pairs and all(isinstance(value, dict) and "endpoints" in value for _, value in pairs):
+        return {name: value for name, value in pairs if name in SERVICES}
+    return dict(pairs)
 
 
 #: SQS long polls hold a connection for up to 20 s; its read timeout must outlast them.
@@ -135,6 +170,8 @@ IDLE_HANDLERS = (
 
 def make_client(session: Session, service: str, *, max_pool: int = 10) -> Any:
     """A client whose connection pool fits every worker, with botocore's standard retries."""
+    if service not in SERVICES:
+        raise ValueError(f"{service!r} is not one of sqsjkr's services (aws.SERVICES)")
     dynamodb = service == "dynamodb"
     config = BotoConfig(
         retries={"mode": "standard", "total_max_attempts": ATTEMPTS},

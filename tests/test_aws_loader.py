@@ -1,0 +1,48 @@
+"""The shared loader of botocore's data: it keeps of endpoints.json the entries of sqsjkr's own
+services, and those resolve as botocore's whole file resolves them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from botocore.loaders import Loader
+from botocore.regions import EndpointResolver
+
+from sqsjkr.backends.aws import SERVICES, OwnServicesFileLoader, make_client, make_session
+
+
+def test_the_loader_keeps_only_sqsjkrs_services_of_every_partition() -> None:
+    whole = Loader().load_data("endpoints")
+    kept = Loader(file_loader=OwnServicesFileLoader()).load_data("endpoints")
+    assert [p["partition"] for p in kept["partitions"]] == [
+        p["partition"] for p in whole["partitions"]
+    ]
+    for ours, theirs in zip(kept["partitions"], whole["partitions"], strict=True):
+        assert set(ours["services"]) == SERVICES & set(theirs["services"])
+        assert {k: v for k, v in ours.items() if k != "services"} == {
+            k: v for k, v in theirs.items() if k != "services"
+        }
+        for name, service in ours["services"].items():
+            assert service == theirs["services"][name]
+    assert "s3" not in kept["partitions"][0]["services"]  # the file is read right
+    assert set(kept["partitions"][0]["services"]) >= SERVICES
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_each_service_resolves_in_every_region_as_with_the_whole_file(service: str) -> None:
+    whole = EndpointResolver(Loader().load_data("endpoints"))
+    kept = EndpointResolver(Loader(file_loader=OwnServicesFileLoader()).load_data("endpoints"))
+    for partition in whole.get_available_partitions():
+        regions = whole.get_available_endpoints(service, partition, allow_non_regional=True)
+        assert kept.get_available_endpoints(service, partition, allow_non_regional=True) == regions
+        for region in [*regions, "nowhere-1"]:
+            for fips in (False, True):
+                assert kept.construct_endpoint(
+                    service, region, partition, use_fips_endpoint=fips
+                ) == whole.construct_endpoint(service, region, partition, use_fips_endpoint=fips)
+
+
+def test_a_client_of_another_service_is_refused() -> None:
+    session = make_session(region="us-east-1")
+    with pytest.raises(ValueError, match="'s3' is not one of sqsjkr's services"):
+        make_client(session, "s3")
