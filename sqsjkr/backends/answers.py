@@ -49,6 +49,9 @@ def refuse_unreadable(http_response: Any, parsed: dict[str, Any], model: Any, **
 
 
 def watch_answers(client: Any) -> Any:
-    """client, with its unreadable answers refused."""
-    client.meta.events.register("after-call", refuse_unreadable)
+    """client, with its unreadable answers refused (once, however often a shared client is
+    watched)."""
+    client.meta.events.register(
+        "after-call", refuse_unreadable, unique_id="sqsjkr.refuse_unreadable"
+    )
     return client

@@ -8,13 +8,13 @@ from __future__ import annotations
 import click
 
 from sqsjkr.commands.options import reason_option
-from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.store import Where, auditor, store_options
 from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.contract.text import escape
 from sqsjkr.errors import quote
-from sqsjkr.fleet.audit import command_auditor, os_user
+from sqsjkr.fleet.audit import os_user
 from sqsjkr.fleet.kill import (
     KillAnswer,
     Target,
@@ -56,7 +56,7 @@ def kill(
     limit = timeout_of(timeout)
     store = where.store()
     need_claims(store, where.conf)
-    results = kill_runs(store, command_auditor(store.config), os_user(), target, reason, _warn)
+    results = kill_runs(store, auditor(store), os_user(), target, reason, _warn)
     beat = heartbeat_seconds(store.config)
     for run, result in results:
         if result.answer is KillAnswer.ENDED:

@@ -11,12 +11,11 @@ import time
 import click
 
 from sqsjkr.commands.options import note, reason_option, warn
-from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.store import Where, audited_table, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.text import escape
 from sqsjkr.errors import NotHeld, UnlockRefused
-from sqsjkr.fleet.audit import command_auditor
-from sqsjkr.fleet.locks import Group, HeldLock, Holdings, held, table_of
+from sqsjkr.fleet.locks import Group, HeldLock, Holdings, held
 from sqsjkr.fleet.unlock import FORCE_WARNING, removed_text, unlock_held
 from sqsjkr.fleet.wording import local_time, waiting_text
 
@@ -120,9 +119,7 @@ def unlock(
     config = where.config()
     now = time.time()
     try:
-        lock = unlock_held(
-            table_of(config), command_auditor(config), lock_id, slot, force, reason, now
-        )
+        lock = unlock_held(*audited_table(config), lock_id, slot, force, reason, now)
     except UnlockRefused as exc:
         raise click.ClickException(f"{exc} (--force removes it; beware: {FORCE_WARNING})") from exc
     except NotHeld as exc:

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import click
 
 from sqsjkr.commands.options import reason_option, warn
-from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.store import Where, audited_table, store_options
 from sqsjkr.errors import quote
-from sqsjkr.fleet.audit import command_auditor, os_user
+from sqsjkr.fleet.audit import os_user
 from sqsjkr.fleet.pause import (
     details_text,
     event_scopes,
@@ -21,7 +21,7 @@ from sqsjkr.fleet.pause import (
     parse_until,
     pause_events,
     pause_text,
-    pauses_of,
+    pauses_store,
     resume_events,
     scope_text,
     unpaused,
@@ -57,8 +57,9 @@ def pause(
     now = time.time()
     ends = None if until is None else parse_until(until, now)
     config = where.config()
-    store = pauses_of(config)
-    for made in pause_events(store, command_auditor(config), os_user(), events, now, ends, reason):
+    table, audit = audited_table(config)
+    store = pauses_store(table)
+    for made in pause_events(store, audit, os_user(), events, now, ends, reason):
         click.echo(f"paused {pause_text(made, now)}")
     # When the fleet's daemons see it.
     click.echo(f"sqsjkr: {honour_text(config)}", err=True)
@@ -83,8 +84,9 @@ def resume(
     """
     events = event_scopes(event_ids, all_events)
     config = where.config()
-    store = pauses_of(config)
-    lifted = resume_events(store, command_auditor(config), events, reason)
+    table, audit = audited_table(config)
+    store = pauses_store(table)
+    lifted = resume_events(store, audit, events, reason)
     now = time.time()
     for lifted_pause in lifted:
         click.echo(f"resumed {scope_text(lifted_pause)}, paused {details_text(lifted_pause, now)}")

@@ -19,7 +19,6 @@ from sqsjkr.commands.options import (
 )
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.duration import parse_duration
-from sqsjkr.contract.tokens import read_tokens
 from sqsjkr.errors import DurationError
 from sqsjkr.fleet.daemon import LOG_FORMATS, serve_until_stopped, setup_logging, stop_signals
 
@@ -145,6 +144,7 @@ def local(
     fires the endpoint's schedules, as EventBridge would."""
     # Here, not at the top: `sqsjkr run` must not pay for importing local mode.
     from sqsjkr.commands.local import Printed, import_dashboard
+    from sqsjkr.contract.tokens import read_tokens
     from sqsjkr.local.mode import Pace, run_local
 
     if api_tokens is not None:

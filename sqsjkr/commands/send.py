@@ -22,6 +22,7 @@ from sqsjkr.commands.options import (
     warn,
 )
 from sqsjkr.commands.scheduled import manage_scheduled, schedule_job
+from sqsjkr.commands.store import auditor
 from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT, duration_seconds
 from sqsjkr.contract.config import Overrides
@@ -29,7 +30,6 @@ from sqsjkr.contract.http_call import METHODS
 from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.run import RunOutcome
 from sqsjkr.errors import InvalidJobError, WaitTimedOut, quote
-from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.history import store_of
 from sqsjkr.fleet.job_fields import JobFields, job_body
 from sqsjkr.fleet.jobs import JobHandle
@@ -256,7 +256,7 @@ def send(
         config, sqs, body, queue_name, delay=delay, group_id=group_id, dedupe_id=dedupe_id,
         later=later, warn=warn,
     )  # fmt: skip
-    audit = command_auditor(config)
+    audit = auditor(store)
     if when is not None:
         schedule_job(
             config, store.session, sqs, audit, outgoing, when,

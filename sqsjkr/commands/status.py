@@ -14,12 +14,11 @@ from collections.abc import Sequence
 import click
 
 from sqsjkr.commands.options import UsageFailure, note
-from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.store import Where, auditor, store_options
 from sqsjkr.commands.tables import aligned, echo_lines
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.contract.run import EventSummary
 from sqsjkr.errors import ConfigError, DurationError, quote
-from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.history import Store, forget_events
 from sqsjkr.fleet.pause import Pause, pause_text, paused
 from sqsjkr.fleet.route import Route, route_text, routed
@@ -151,7 +150,7 @@ def one_off_mark(summary: EventSummary) -> list[str]:
 def forget(store: Store, event_ids: Sequence[str], reason: str = "") -> int:
     """--forget: delete each event's summary; 1 if one of them had none."""
     failed = 0
-    for event_id, old in forget_events(store, command_auditor(store.config), event_ids, reason):
+    for event_id, old in forget_events(store, auditor(store), event_ids, reason):
         if old is None:
             click.echo(f"sqsjkr: no event {quote(event_id)} in table {store.table!r}", err=True)
             failed = 1

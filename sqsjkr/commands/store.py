@@ -18,6 +18,7 @@ from sqsjkr.commands.options import (
     region_option,
 )
 from sqsjkr.contract.config import Config, Overrides
+from sqsjkr.fleet.audit import Auditor, auditor_of
 from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.locks import Table, table_of
 
@@ -50,6 +51,19 @@ class Where:
     def table(self) -> Table:
         """The config's [lock] table."""
         return table_of(self.config())
+
+
+def auditor(store: Store) -> Auditor:
+    """The Auditor of this command's OS user, through store's session and DynamoDB client: one
+    session a command, each client made once (another costs ~15 ms of CPU)."""
+    return auditor_of(store.session, store.table)
+
+
+def audited_table(config: Config) -> tuple[Table, Auditor]:
+    """The config's [lock] table and the Auditor of this command's actions on it, through one
+    session and one DynamoDB client."""
+    store = store_of(config)
+    return Table(store.client, store.table), auditor(store)
 
 
 def store_options(command: F) -> F:

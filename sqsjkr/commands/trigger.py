@@ -7,13 +7,12 @@ from __future__ import annotations
 import click
 
 from sqsjkr.commands.options import UsageFailure, reason_option, warn
-from sqsjkr.commands.store import Where, store_options
+from sqsjkr.commands.store import Where, auditor, store_options
 from sqsjkr.commands.tables import echo_lines, history_lines
 from sqsjkr.commands.waiting import timeout_of, timeout_option
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.contract.text import escape
-from sqsjkr.fleet.audit import command_auditor
 from sqsjkr.fleet.history import Store, store_of
 from sqsjkr.fleet.step_rerun import Rerun, trigger_run
 from sqsjkr.fleet.trigger import trigger_event, wait_for_run
@@ -101,7 +100,7 @@ def trigger(
     sent = trigger_event(
         config,
         store,
-        command_auditor(config),
+        auditor(store),
         event_id,
         schedule_name,
         reason,
@@ -131,7 +130,7 @@ def _run_again(
 ) -> Rerun:
     """--run: step sent again within the run of run_key; its message id printed, and where."""
     rerun = trigger_run(
-        config, store, command_auditor(config), step, run_key, reason, force=force, queue=queue_name
+        config, store, auditor(store), step, run_key, reason, force=force, queue=queue_name
     )
     click.echo(rerun.message_id)
     if rerun.warning is not None:

@@ -19,6 +19,7 @@ from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, RunRecord
 from sqsjkr.errors import PageError, ResourceMissingError
 from sqsjkr.fleet.paging import Paged, Position, position
+from sqsjkr.fleet.sessions import SharedSession
 
 if TYPE_CHECKING:
     # fleet-actions moves the Auditor into sqsjkr/fleet/audit.py: the lead points this there.
@@ -58,8 +59,11 @@ def reading_table(name: str) -> Iterator[None]:
 
 
 def store_of(config: Config) -> Store:
-    """The config's history, whether or not its daemons write it."""
-    session = make_session(region=config.account.region, profile=config.account.profile)
+    """The config's history, whether or not its daemons write it. Its session makes each client
+    once: a command's parts that ask for one (its auditor, its sends) share it."""
+    session = SharedSession(
+        make_session(region=config.account.region, profile=config.account.profile)
+    )
     client = make_client(session, "dynamodb")
     history = DynamoHistory(
         client, config.lock.table, retention_seconds=config.history.retention.seconds

@@ -15,7 +15,6 @@ from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import RequestError, ResourceMissingError, WaitTimedOut, quote
 from sqsjkr.fleet.history import Store, record_json
-from sqsjkr.fleet.trigger import WAIT_POLL_SECONDS, wait_for_run
 from sqsjkr.fleet.waiting import Deadline
 
 #: How many of an event's last runs are read for a job's final record.
@@ -120,6 +119,10 @@ class JobHandle:
             raise ResourceMissingError(
                 'waiting for a run reads the run history, which is off ([history] backend = "none")'
             )
+        # Here, not at the top: fleet.trigger brings the crontab parser, croniter and the
+        # pipelines, which a command that sends without waiting never needs.
+        from sqsjkr.fleet.trigger import wait_for_run
+
         deadline = Deadline(timeout, named="timeout")
         try:
             event_id = self.event_id if self.event_known else self._event(deadline)
@@ -135,6 +138,8 @@ class JobHandle:
 
     def _event(self, deadline: Deadline) -> str | RunRecord:
         """The job's event, once its state names it; or its final record, found first."""
+        from sqsjkr.fleet.trigger import WAIT_POLL_SECONDS
+
         while True:
             state = job_state(self.store, self.message_id, None, sent=True)
             if state.ended and state.record is not None:
