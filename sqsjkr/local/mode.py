@@ -185,7 +185,7 @@ def run_local(
         stats: list[str] = []  # the stats server's address, once it listens
         closing: list[Callable[[], None]] = []
         watch = DemoWatch(
-            sqs, site, lambda: face.killable(site), lambda *ended: face.done(site, *ended)
+            sqs, site, lambda: face.killable(site), lambda *ended: face.done(site, *ended), stop
         )
 
         def receiving() -> None:
