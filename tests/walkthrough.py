@@ -7,6 +7,7 @@ number of lines, `…` inside a line for any text, and a run of spaces for any r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .conftest import Daemon
+from .conftest import Daemon, wait_until
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -230,4 +231,24 @@ def walk_through(walk: Walk, home: Path) -> None:
         finally:
             session.close()
     finally:
-        local.stop()
+        stop_local(local)
+
+
+#: What local mode logs once a stop signal took: how many jobs it still waits for.
+_STOPPING = re.compile(r"stopping: no longer receiving; waiting for (\d+) in-flight job")
+
+
+def stop_local(local: Daemon) -> None:
+    """Stop local mode as a reader ends a walk-through, with Ctrl-C; a second one when it waits
+    for a job still running (the demo's long job, which its kill ends only at a heartbeat)."""
+    local.proc.send_signal(signal.SIGINT)
+    stopping = wait_until(
+        lambda: _STOPPING.search(local.log) or local.proc.poll() is not None,
+        20,
+        "local mode to take its Ctrl-C",
+    )
+    if isinstance(stopping, re.Match) and int(stopping[1]) and local.proc.poll() is None:
+        local.proc.send_signal(signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        local.proc.wait(20)
+    local.stop()  # closes its log; one still running is signalled again, then named stuck
