@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shutil
 import signal
@@ -18,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from moto import backends
 
 from sqsjkr.contract.tokens import new_token
+from sqsjkr.local.endpoint import cache_moto_routing
 
 from .conftest import Daemon, http_get_json, sqsjkr_argv, wait_until
 
@@ -411,3 +414,19 @@ def test_a_taken_dashboard_port_gives_way_to_a_free_one_and_says_so(
         assert f":{taken_port}/" not in url
     finally:
         close()
+
+
+def test_local_modes_moto_routes_requests_without_listing_its_directories(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """moto's dispatcher asks for each request whether its Host names one of moto's modules:
+    local mode answers from a list made once, not from moto's ~170 directories each time."""
+    cache_moto_routing()
+    listed = list(backends.list_of_moto_modules())
+    assert {"sqs", "dynamodb", "scheduler", "events", "iam"} <= set(listed)
+
+    def no_listing(path: str) -> list[str]:
+        raise AssertionError(f"moto listed {path} again")
+
+    monkeypatch.setattr(os, "listdir", no_listing)
+    assert list(backends.list_of_moto_modules()) == listed
