@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +23,10 @@ import pytest
 from moto import backends
 
 from sqsjkr.contract.tokens import new_token
+from sqsjkr.local import demo
 from sqsjkr.local.endpoint import cache_moto_routing
+from sqsjkr.local.mode import write_config
+from sqsjkr.local.site import LocalSite
 
 from .conftest import Daemon, http_get_json, sqsjkr_argv, wait_until
 
@@ -430,3 +434,35 @@ def test_local_modes_moto_routes_requests_without_listing_its_directories(
 
     monkeypatch.setattr(os, "listdir", no_listing)
     assert list(backends.list_of_moto_modules()) == listed
+
+
+def test_a_demo_stopped_before_its_end_runs_neither_its_kill_nor_its_closing_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during the demo: its watch ends, and runs no `sqsjkr kill`, no summary and no
+    closing commands (sqsjkr processes) against a daemon that is stopping."""
+    conf = write_config(
+        tmp_path,
+        stats_port=0,
+        workers=1,
+        role_arn="arn:aws:iam::123456789012:role/sqsjkr-local-scheduler",
+    )
+    site = LocalSite("http://127.0.0.1:1", "queue-url", "dead-letter-url", conf)
+    # What the watch would see of a demo whose jobs all ran: its long job, then every outcome.
+    monkeypatch.setattr(demo, "_running", lambda history, event_id: True)
+    monkeypatch.setattr(demo, "_invocations", lambda url: dict.fromkeys(demo.OUTCOMES, 9))
+    monkeypatch.setattr(demo, "_peek_dead_letters", lambda sqs, url: [])
+    shown: list[str] = []
+    stopping = threading.Event()
+    stopping.set()
+    watch = demo.DemoWatch(
+        None, site, lambda: shown.append("kill"), lambda *ended: shown.append("summary"), stopping
+    )
+    watch.start("127.0.0.1:1")
+
+    def watching() -> bool:
+        return any(thread.name == "sqsjkr-demo-watch" for thread in threading.enumerate())
+
+    wait_until(lambda: not watching(), timeout=10, what="the demo's watch to end by itself")
+    watch.close()
+    assert shown == []
