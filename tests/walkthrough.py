@@ -15,6 +15,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,8 +199,7 @@ def python_command(source: str) -> str:
 
 def walk_through(walk: Walk, home: Path) -> None:
     """Start local mode as the page says, paste its `export` lines into a fresh bash session,
-    run the page's steps in order; raise WalkError naming the page, the command and the first
-    differing line when a command's output drifts from the page."""
+    run the page's steps in order (run_steps)."""
     base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
     # Ports of their own, so that pages run side by side: the matcher reads ports as any text.
     local = Daemon(
@@ -212,26 +212,33 @@ def walk_through(walk: Walk, home: Path) -> None:
         exports = [line for line in local.log.splitlines() if line.startswith("  export ")]
         session = Session(home, base)
         try:
-            for line in exports:
-                session.run(line.strip())
-            for step in walk.steps:
-                command = python_command(step.command) if step.python else step.command
-                try:
-                    printed, _ = session.run(command)
-                except WalkError as exc:
-                    printed, drift = [], str(exc)
-                else:
-                    drift = first_difference(step.expected, printed)
-                if drift is not None:
-                    raise WalkError(
-                        f"docs/{walk.page}'s walk-through drifted at\n{step.shown}\n{drift}\n"
-                        "--- it printed ---\n" + "\n".join(printed) + "\n--- local mode's log "
-                        "---\n" + local.log[-4000:]
-                    )
+            run_steps(walk, session, [*(line.strip() for line in exports)], lambda: local.log)
         finally:
             session.close()
     finally:
         stop_local(local)
+
+
+def run_steps(walk: Walk, session: Session, exports: list[str], log: Callable[[], str]) -> None:
+    """Run the export lines, then the page's steps, in session; raise WalkError naming the page,
+    the command and the first differing line when a command's output drifts from the page,
+    with the output and the end of local mode's log."""
+    for line in exports:
+        session.run(line)
+    for step in walk.steps:
+        command = python_command(step.command) if step.python else step.command
+        try:
+            printed, _ = session.run(command)
+        except WalkError as exc:
+            printed, drift = [], str(exc)
+        else:
+            drift = first_difference(step.expected, printed)
+        if drift is not None:
+            raise WalkError(
+                f"docs/{walk.page}'s walk-through drifted at\n{step.shown}\n{drift}\n"
+                "--- it printed ---\n" + "\n".join(printed) + "\n--- local mode's log "
+                "---\n" + log()[-4000:]
+            )
 
 
 #: What local mode logs once a stop signal took: how many jobs it still waits for.
