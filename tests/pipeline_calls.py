@@ -19,7 +19,7 @@ def hcl(value: Any) -> str:
     return json.dumps(value)
 
 
-def call(name: str, jobs: str, source: str, **arguments: str) -> str:
+def call(name: str, jobs: str, source: str, **arguments: object) -> str:
     """A module call of the module at source, with jobs an HCL expression."""
     extra = "".join(f"  {k} = {json.dumps(v)}\n" for k, v in arguments.items())
     return f'module "{name}" {{\n  source = "{source}"\n{extra}  jobs = {jobs}\n}}\n'
@@ -53,7 +53,7 @@ def diamond_calls(source: str) -> str:
 
 
 #: A step of 200 characters, 40 times after one root: a root message over 8192 characters.
-LONG = {
+LONG: dict[str, dict[str, Any]] = {
     "a": {"schedule_expression": "rate(1 day)", "command": "x"},
     **{f"s{n}": {"after": ["a"], "command": "y" * 200} for n in range(40)},
 }
