@@ -13,7 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import error_code
-from sqsjkr.backends.transactions import MAX_ACTIONS, Transactions
+from sqsjkr.backends.transactions import MAX_ACTIONS, MAX_COMBINED_BYTES, Transactions
 
 from .conftest import Aws, Start, counted, run_daemon, wait_until
 from .faults import Fault, FaultProxy
@@ -132,6 +132,21 @@ def test_a_call_holds_at_most_dynamodbs_limit_of_actions(aws: Aws) -> None:
     assert answers == dict.fromkeys(range(4))
     assert gated.calls[0] == 1 and max(gated.calls) <= MAX_ACTIONS
     assert sum(gated.calls) == 121
+
+
+def test_big_writes_share_a_call_only_up_to_the_combined_size(aws: Aws) -> None:
+    gated = Gated(client("dynamodb"))
+    transactions = Transactions(gated, max_wait=60)
+    # Run records with a lot of output (within DynamoDB's 400 KB an item): three fit in
+    # MAX_COMBINED_BYTES, four do not.
+    output = "o" * (MAX_COMBINED_BYTES * 2 // 7)
+    big = [put(aws, f"big-{i}") for i in range(4)]
+    for write in big:
+        write["Put"]["Item"]["V"] = {"S": output}
+    answers = queue_behind(transactions, gated, [put(aws, "first")], [[w] for w in big])
+    assert answers == dict.fromkeys(range(4))
+    assert gated.calls == [1, 3, 1]
+    assert all(aws.item(f"big-{i}", "t") is not None for i in range(4))
 
 
 def test_an_error_of_the_store_reaches_every_writer_of_the_call(aws: Aws) -> None:
