@@ -227,4 +227,7 @@ def _item_key(write: dict[str, Any]) -> Hashable:
     """The table and key of the item a TransactItem writes; the lock table's keys are Id and Type."""
     [(action, request)] = write.items()
     item = request["Item"] if action == "Put" else request["Key"]
-    return request["TableName"], repr(item["Id"]), repr(item["Type"])
+    # Each key attribute is a one-entry dict ({"S": text}): its entry is its hashable value.
+    [id_] = item["Id"].items()
+    [type_] = item["Type"].items()
+    return request["TableName"], id_, type_
