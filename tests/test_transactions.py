@@ -299,7 +299,7 @@ def test_one_workers_end_of_a_batchs_last_run_shares_the_next_batchs_first_claim
     start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
 ) -> None:
     out = tmp_path / "ran"
-    for i in range(8):
+    for i in range(12):
         aws.send({"command": f"echo {i} >> {out}", "event_id": f"ev-{i}"})
     with FaultProxy(moto_endpoint) as proxy:
         aws_env["AWS_ENDPOINT_URL"] = proxy.url
@@ -307,13 +307,14 @@ def test_one_workers_end_of_a_batchs_last_run_shares_the_next_batchs_first_claim
         # second's end has no job waiting, but the receive came back full, so it waits for the
         # claim of the next batch's first job.
         daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=1, prefetch=1)
-        wait_until(counted(port, succeeded=8), what="eight runs")
+        wait_until(counted(port, succeeded=12), what="twelve runs")
         assert daemon.stop() == 0
         calls = [ends_and_claims(c.json) for c in proxy.calls if c.action == "TransactWriteItems"]
         receives = [c for c in proxy.calls if c.action == "ReceiveMessage"]
-    assert sorted(out.read_text().split()) == [str(i) for i in range(8)]
-    assert sum(ends for ends, _ in calls) == 8 and sum(claims for _, claims in calls) == 8
-    # Four within the batches; without the wait the ends between batches would go alone.
+    assert sorted(map(int, out.read_text().split())) == list(range(12))
+    assert sum(ends for ends, _ in calls) == 12 and sum(claims for _, claims in calls) == 12
+    # At most six within the batches; without the wait every end between batches goes alone
+    # (with it, each of the five may miss its 0.1 s on a loaded host, not all of them).
     shared = [call for call in calls if call[0] and call[1]]
-    assert len(shared) > 4, (calls, len(receives))
+    assert len(shared) > 6, (calls, len(receives))
     wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
