@@ -54,6 +54,8 @@ STARTUP_TIMEOUT = 60.0
 SETTLE_SECONDS = 2.0
 #: How long the daemon may take to exit after SIGTERM with no job running.
 STOP_TIMEOUT = 30.0
+#: How a log line says an error: ours (" ERROR ", " CRITICAL ") and the Go daemon's ("[error] ").
+ERROR_MARKS = (" ERROR ", " CRITICAL ", "[error] ")
 #: Between the jobs sent one at a time: the job ends and its worker comes free meanwhile.
 TRICKLE_GAP = 0.2
 #: Polling interval of the benchmark itself (it reads files and the proxy, never the daemon).
@@ -804,7 +806,7 @@ def run_scenario(scenario: Scenario, aws: Aws, options: Options) -> dict[str, An
         )
     log = run.dir / "daemon.log"
     lines = log.read_text().splitlines() if log.exists() else []
-    problems = [line for line in lines if " ERROR " in line or " CRITICAL " in line]
+    problems = [line for line in lines if any(mark in line for mark in ERROR_MARKS)]
     if problems:
         run.errors.append(f"{len(problems)} ERROR line(s) in the daemon's log, e.g. {problems[0]}")
     if scenario.lock:

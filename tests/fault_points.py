@@ -285,7 +285,13 @@ PR_SET_PDEATHSIG = 1
 class World:
     """One replay's queue, table, directory and daemons behind one proxy."""
 
-    def __init__(self, proxy: FaultProxy, env: dict[str, str], directory: Path) -> None:
+    def __init__(
+        self,
+        proxy: FaultProxy,
+        env: dict[str, str],
+        directory: Path,
+        kicker: dict[str, Any] | None = None,
+    ) -> None:
         self.proxy = proxy
         self.aws = new_aws()
         self.dir = directory
@@ -294,7 +300,7 @@ class World:
         self.daemons: list[Daemon] = []
         self.kills = 0
         self._lock = threading.Lock()
-        text = config_text(self.aws, stats="stats_port = 0")
+        text = config_text(self.aws, stats="stats_port = 0", **(kicker or {}))
         self.conf = directory / "config.toml"
         self.conf.write_text(text.replace("[lock]\n", f'[lock]\nlease = "{LEASE}"\n'))
 
@@ -389,6 +395,8 @@ class JobPath:
     #: Start again what a kill took beside the daemons (the web server).
     tend: Callable[[World], None] = lambda world: None
     quiet: frozenset[str] = BACKGROUND
+    #: [kicker] keys of the daemons' config, beside the tests' defaults.
+    kicker: dict[str, Any] = field(default_factory=dict)
 
 
 def firing_fields(at: float) -> dict[str, str]:
@@ -448,6 +456,46 @@ def single_job(name: str, **fields: Any) -> JobPath:
         return max(0, world.lines().count("ran") - 1)
 
     return JobPath(name, send, settled, check, reruns=reruns)
+
+
+def batch_path() -> JobPath:
+    """Two jobs on a daemon of one worker and no prefetch: each receive comes back full, so the
+    first run's end, written behind its worker, waits for the second job's claim and goes in its
+    call. Each runs at least once, no message is left, and each has a record of its success."""
+    events = [f"{PREFIX}-batch-{n}" for n in range(2)]
+
+    def send(world: World) -> None:
+        for event in events:
+            world.aws.send({"command": f"echo {event} >> {world.out}", "event_id": event})
+
+    def settled(world: World) -> bool:
+        return (
+            world.aws.queue_counts() == (0, 0)
+            and set(events) <= set(world.lines())
+            and all(succeeded(final_records(world, event)) for event in events)
+        )
+
+    def check(world: World) -> list[str]:
+        problems = []
+        lines = world.lines()
+        queued = world.aws.queue_counts()
+        if queued != (0, 0):
+            problems.append(f"messages left on the queue (visible, in flight: {queued})")
+        for event in events:
+            if event not in lines:
+                problems.append(f"{event} never ran")
+            if not succeeded(final_records(world, event)):
+                problems.append(
+                    f"{event}: no record of a success: {outcomes(world.records(event))}"
+                )
+        return problems
+
+    def reruns(world: World) -> int:
+        lines = world.lines()
+        return sum(max(0, lines.count(event) - 1) for event in events)
+
+    kicker = {"max_concurrent_num": 1, "prefetch": 0}
+    return JobPath("batch", send, settled, check, reruns=reruns, kicker=kicker)
 
 
 def outcomes(records: list[RunRecord]) -> list[str]:
@@ -771,6 +819,7 @@ def paths() -> dict[str, Callable[[], JobPath]]:
         "rerun": rerun_path,
         "catchup": catch_up_path,
         "api": api_submit_path,
+        "batch": batch_path,
     }
 
 
@@ -803,11 +852,16 @@ class Outcome:
 
 
 @contextlib.contextmanager
-def world_on(endpoint: str, env: dict[str, str], directory: Path | None = None) -> Iterator[World]:
+def world_on(
+    endpoint: str,
+    env: dict[str, str],
+    directory: Path | None = None,
+    kicker: dict[str, Any] | None = None,
+) -> Iterator[World]:
     with contextlib.ExitStack() as stack:
         proxy = stack.enter_context(FaultProxy(endpoint))
         where = directory or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fp-")))
-        world = World(proxy, env, where)
+        world = World(proxy, env, where, kicker)
         stack.callback(world.close)
         yield world
 
@@ -827,7 +881,7 @@ def replay(
     faults; the outcome, and the points the path's calls made."""
     path = make()
     began = time.monotonic()
-    with world_on(endpoint, env, directory) as world:
+    with world_on(endpoint, env, directory, path.kicker) as world:
         aim = None
         if point is not None and kind is not None:
             aim = Aim(point, retries=ATTEMPTS - 1, quiet=path.quiet)

@@ -8,21 +8,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    negative_data_rejection,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from sqsjkr.backends.live import DynamoLive, LiveOutput
 from sqsjkr.contract.run import RunOutcome
@@ -30,13 +20,30 @@ from tests.api_fleet import TOKENS, Served, aws_environment, serve_api, tokens_f
 from tests.test_firings import create_schedule
 from tests.web_fleet import WebFleet, dead_letter, make_fleet, module_env, record, seed
 
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-]
+if TYPE_CHECKING:
+    from schemathesis import GenerationMode
+
+
+def checks() -> list[Any]:
+    """What every answer must pass. schemathesis is imported here, not at the top: importing it
+    costs each xdist worker's collection a second, and one worker runs these tests."""
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_headers_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    return [
+        not_a_server_error,
+        status_code_conformance,
+        content_type_conformance,
+        response_headers_conformance,
+        response_schema_conformance,
+    ]
+
+
 #: Examples per route of valid requests, and of requests the document forbids.
 EXAMPLES = 10
 NEGATIVE_EXAMPLES = 3
@@ -69,6 +76,8 @@ def served(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.fixture(scope="module")
 def api_schema(served: Served) -> Any:
+    import schemathesis
+
     return schemathesis.openapi.from_url(served.url + "api/v1/openapi.json")
 
 
@@ -76,6 +85,8 @@ def api_schema(served: Served) -> Any:
 def test_no_answer_is_a_5xx_and_every_answer_matches_the_document(api_schema: Any) -> None:
     failed: dict[str, str] = {}
     answered: Counter[tuple[str, int]] = Counter()
+    from schemathesis import GenerationMode
+
     operations = [result.ok() for result in api_schema.get_all_operations()]
     assert len(operations) >= 20, "the document lost its routes"
     for operation in operations:
@@ -93,6 +104,9 @@ def test_no_answer_is_a_5xx_and_every_answer_matches_the_document(api_schema: An
 
 def _fuzz(operation: Any, mode: GenerationMode, answered: Counter[tuple[str, int]]) -> None:
     headers = {"Authorization": f"Bearer {TOKENS['all'][0]}"}
+    from schemathesis import GenerationMode
+    from schemathesis.specs.openapi.checks import negative_data_rejection
+
     negative = mode is GenerationMode.NEGATIVE
     waits = operation.path.endswith("/wait")
     if negative and waits:
@@ -100,7 +114,7 @@ def _fuzz(operation: Any, mode: GenerationMode, answered: Counter[tuple[str, int
     examples = NEGATIVE_EXAMPLES if negative else EXAMPLES
     if "/dead-letters" in operation.path:
         examples = min(examples, PEEKING_EXAMPLES)
-    checks = [*CHECKS, negative_data_rejection] if negative else CHECKS
+    answer_checks = [*checks(), negative_data_rejection] if negative else checks()
 
     @given(case=operation.as_strategy(generation_mode=mode), known=st.booleans())
     @settings(
@@ -120,7 +134,7 @@ def _fuzz(operation: Any, mode: GenerationMode, answered: Counter[tuple[str, int
             _use_known(case)
         response = case.call(headers=headers, timeout=30)
         answered[operation.label, response.status_code] += 1
-        case.validate_response(response, checks=checks, headers=headers)
+        case.validate_response(response, checks=answer_checks, headers=headers)
 
     calls()
 
@@ -152,7 +166,7 @@ def test_the_linked_operations_hold_in_sequence(api_schema: Any) -> None:
             return {"headers": headers, "timeout": 30}
 
         def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
-            case.validate_response(response, checks=CHECKS, headers=headers)
+            case.validate_response(response, checks=checks(), headers=headers)
 
     Workflow.run(
         settings=settings(

@@ -761,7 +761,8 @@ def test_a_call_is_named_by_its_origin_wherever_it_leaves_the_daemon(
         wait_until(lambda path=path: told_once(path), what=f"{path.name} written")
     assert daemon.stop() == 0
     named = f"POST http://127.0.0.1:{service.port}"
-    assert f"started: {named}" in daemon.log
+    [ended] = [line for line in daemon.log.splitlines() if " succeeded in " in line]
+    assert ended.endswith(f": {named}")
     [record] = runs(aws, "tok")
     assert record.command == named
     told = noticed.read_text() + reported.read_text()

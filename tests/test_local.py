@@ -7,19 +7,26 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from moto import backends
 
 from sqsjkr.contract.tokens import new_token
+from sqsjkr.local import demo
+from sqsjkr.local.endpoint import cache_moto_routing
+from sqsjkr.local.mode import write_config
+from sqsjkr.local.site import LocalSite
 
 from .conftest import Daemon, http_get_json, sqsjkr_argv, wait_until
 
@@ -411,3 +418,51 @@ def test_a_taken_dashboard_port_gives_way_to_a_free_one_and_says_so(
         assert f":{taken_port}/" not in url
     finally:
         close()
+
+
+def test_local_modes_moto_routes_requests_without_listing_its_directories(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """moto's dispatcher asks for each request whether its Host names one of moto's modules:
+    local mode answers from a list made once, not from moto's ~170 directories each time."""
+    cache_moto_routing()
+    listed = list(backends.list_of_moto_modules())
+    assert {"sqs", "dynamodb", "scheduler", "events", "iam"} <= set(listed)
+
+    def no_listing(path: str) -> list[str]:
+        raise AssertionError(f"moto listed {path} again")
+
+    monkeypatch.setattr(os, "listdir", no_listing)
+    assert list(backends.list_of_moto_modules()) == listed
+
+
+def test_a_demo_stopped_before_its_end_runs_neither_its_kill_nor_its_closing_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during the demo: its watch ends, and runs no `sqsjkr kill`, no summary and no
+    closing commands (sqsjkr processes) against a daemon that is stopping."""
+    conf = write_config(
+        tmp_path,
+        stats_port=0,
+        workers=1,
+        role_arn="arn:aws:iam::123456789012:role/sqsjkr-local-scheduler",
+    )
+    site = LocalSite("http://127.0.0.1:1", "queue-url", "dead-letter-url", conf)
+    # What the watch would see of a demo whose jobs all ran: its long job, then every outcome.
+    monkeypatch.setattr(demo, "_running", lambda history, event_id: True)
+    monkeypatch.setattr(demo, "_invocations", lambda url: dict.fromkeys(demo.OUTCOMES, 9))
+    monkeypatch.setattr(demo, "_peek_dead_letters", lambda sqs, url: [])
+    shown: list[str] = []
+    stopping = threading.Event()
+    stopping.set()
+    watch = demo.DemoWatch(
+        None, site, lambda: shown.append("kill"), lambda *ended: shown.append("summary"), stopping
+    )
+    watch.start("127.0.0.1:1")
+
+    def watching() -> bool:
+        return any(thread.name == "sqsjkr-demo-watch" for thread in threading.enumerate())
+
+    wait_until(lambda: not watching(), timeout=10, what="the demo's watch to end by itself")
+    watch.close()
+    assert shown == []

@@ -313,9 +313,9 @@ def test_the_modules_planned_schedules_and_rules_fire_messages_the_daemon_takes(
     site: Site,
     example_plan: ExamplePlan,  # noqa: F811
 ) -> None:
-    """Each schedule and rule of the example's plan (and its FIFO modules'), created as terraform
-    apply creates it against local mode's endpoint, fires once due, and the daemon takes what
-    it sends as that firing."""
+    """Each schedule and rule of the example's plan (and of the modules planned beside it),
+    created as terraform apply creates it against local mode's endpoint, fires once due, and the
+    daemon takes what it sends as that firing."""
     standard = site.queue(f"q-{uuid.uuid4().hex[:8]}")
     fifo = site.queue(
         f"q-{uuid.uuid4().hex[:8]}.fifo", FifoQueue="true", ContentBasedDeduplication="true"

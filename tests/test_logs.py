@@ -89,8 +89,8 @@ def test_no_field_of_a_message_can_forge_a_log_line(
     assert f'waits for lock "L\\r\\n{forged}"' not in daemon.log  # no one held it
     assert "| \\x1b[31mred\\r" + forged in daemon.log
     # The 120 KB command is shown cut, with its length said.
-    [started] = [line for line in lines if " started: " in line]
-    assert started.endswith("more characters)") and len(started) < 600
+    [ended] = [line for line in lines if " succeeded in " in line]
+    assert ended.endswith("more characters)") and len(ended) < 600
 
 
 def test_every_job_line_names_the_job_and_debug_shows_the_decisions(
@@ -109,6 +109,23 @@ def test_every_job_line_names_the_job_and_debug_shows_the_decisions(
     assert f"(event {first})" not in daemon.log  # no event_id: its id is not shown twice
 
 
+def test_a_job_logs_one_info_line_its_end_naming_its_command(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    ok = aws.send({"command": "echo fine", "event_id": "ok"})
+    bad = aws.send({"command": "exit 3", "event_id": "bad"})
+    daemon, port = run_daemon(start_daemon, tmp_path, aws)
+    wait_until(counted(port, succeeded=1, errored=1), what="both jobs run")
+    assert daemon.stop() == 0
+    lines = daemon.log.splitlines()
+    # The job's own output is its output, not a line about it.
+    [ok_line] = [line for line in lines if f"job {ok} " in line and " | " not in line]
+    assert re.search(r" INFO sqsjkr\.worker: .* succeeded in \d+\.\ds: echo fine$", ok_line)
+    [bad_line] = [line for line in lines if f"job {bad} " in line]
+    assert re.search(r" WARNING .* errored with exit code 3 after \d+\.\ds: exit 3$", bad_line)
+    assert " started: " not in daemon.log  # at DEBUG
+
+
 def test_debug_shows_receives_claims_lock_tries_and_deletes(
     start_daemon: Start, tmp_path: Path, aws: Aws
 ) -> None:
@@ -122,6 +139,7 @@ def test_debug_shows_receives_claims_lock_tries_and_deletes(
     for decision in (
         "received 1 message(s), asked for at most 4",
         f"job {message_id} claimed its message (lease until ",
+        f"job {message_id} started: true",
         f'job {message_id} took lock "L" (lease until ',
         f"deleting 1 message(s): {message_id}",
     ):

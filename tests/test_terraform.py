@@ -30,7 +30,7 @@ from sqsjkr.contract.http_call import allowed as url_allowed
 from sqsjkr.contract.job import parse_job
 from sqsjkr.errors import DurationError, InvalidJobError
 
-from . import iam_calls
+from . import iam_calls, pipeline_calls
 from .conftest import sqsjkr_argv
 
 TERRAFORM_DIR = Path(__file__).resolve().parent.parent / "terraform"
@@ -616,10 +616,18 @@ def host_statements(module: Config) -> list[dict[str, Any]]:
     return list(module.data["aws_iam_policy_document.host"]["statement"])
 
 
-def test_host_policy_allows_only_the_daemons_calls(module: Config) -> None:
+@pytest.fixture(scope="module")
+def daemon_actions(once: Any) -> set[str]:
+    """iam_calls.daemon_actions(), read once for the xdist workers: its call graph of sqsjkr's
+    source costs a second of CPU."""
+    return set(once("daemon-actions", lambda: sorted(iam_calls.daemon_actions())))
+
+
+def test_host_policy_allows_only_the_daemons_calls(
+    module: Config, daemon_actions: set[str]
+) -> None:
     """Every call the daemon can make, read from its source: a call added to the daemon and not
     to the host policy fails here."""
-    daemon_actions = iam_calls.daemon_actions()
     granted: set[str] = set()
     for statement in host_statements(module):
         assert statement.get("effect", "Allow") == "Allow"
@@ -670,13 +678,13 @@ def test_hosts_may_send_only_to_the_dlq_and_forward_routed_jobs_to_the_queue(
     }
 
 
-def test_every_host_action_says_why(module: Config) -> None:
+def test_every_host_action_says_why(module: Config, daemon_actions: set[str]) -> None:
     lines = [
         line
         for line in module.files["iam.tf"].splitlines()
         if re.search(r'"(sqs|dynamodb):\w+"', line)
     ]
-    assert len(lines) >= len(iam_calls.daemon_actions())
+    assert len(lines) >= len(daemon_actions)
     for line in lines:
         assert re.search(r"#\s*\S", line), f"no comment on: {line.strip()}"
 
@@ -1168,7 +1176,9 @@ needs_providers = pytest.mark.skipif(
     f"{PLUGIN_DIR} (set SQSJKR_TF_PLUGIN_DIR); without network, init cannot fetch it",
 )
 
-#: The example's provider, pointed at moto for the one call a plan makes (its caller identity).
+#: The module's provider in a root that needs no account. The one call a plan makes (the example's
+#: caller identity) goes to moto by AWS_ENDPOINT_URL_STS: an `endpoints` block here would cost the
+#: provider seconds of CPU in each of a plan's walks, more than the rest of the plan.
 OFFLINE_PROVIDER = """\
 provider "aws" {
   region                      = "us-east-1"
@@ -1177,16 +1187,28 @@ provider "aws" {
   skip_credentials_validation = true
   skip_requesting_account_id  = true
   skip_metadata_api_check     = true
-  endpoints {
-    sts = "%s"
-  }
 }
 """
 
 
-def terraform(directory: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """terraform ARGS in directory, with no user CLI config; fails the test on an error."""
-    env = {**os.environ, "TF_CLI_CONFIG_FILE": os.devnull, "TF_IN_AUTOMATION": "1"}
+#: Go's collector at its default pace takes about a third of the CPU of a plan or show (terraform's
+#: and the provider's, which inherits the environment). Left off until a process's heap nears the
+#: limit, it costs a plan's processes about 1 GiB each at their peak, instead of 0.6 GiB.
+GO_RUNTIME = {"GOGC": "off", "GOMEMLIMIT": "1GiB"}
+
+
+def terraform(
+    directory: Path, *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """terraform ARGS in directory, with no user CLI config and env added to the environment;
+    fails the test on an error."""
+    env = {
+        **os.environ,
+        "TF_CLI_CONFIG_FILE": os.devnull,
+        "TF_IN_AUTOMATION": "1",
+        **GO_RUNTIME,
+        **(env or {}),
+    }
     env.pop("TF_PLUGIN_CACHE_DIR", None)
     result = subprocess.run(
         [str(TERRAFORM), *args],
@@ -1215,15 +1237,10 @@ def init(directory: Path) -> None:
     terraform(directory, "init", "-backend=false", "-input=false", f"-plugin-dir={PLUGIN_DIR}")
 
 
-def planned(directory: Path, *args: str) -> dict[str, dict[str, Any]]:
-    """The resources a plan would create, by address, with their planned values."""
-    terraform(directory, "plan", "-input=false", "-lock=false", "-out=plan.bin", *args)
-    shown = json.loads(terraform(directory, "show", "-json", "plan.bin").stdout)
-    return {
-        change["address"]: change["change"]["after"] or {}
-        for change in shown["resource_changes"]
-        if "create" in change["change"]["actions"]
-    }
+def planned(directory: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A plan's `terraform show -json`: planned_values, resource_changes and the rest."""
+    terraform(directory, "plan", "-input=false", "-lock=false", "-out=plan.bin", *args, env=env)
+    return dict(json.loads(terraform(directory, "show", "-json", "plan.bin").stdout))
 
 
 @pytest.fixture(scope="session")
@@ -1254,9 +1271,10 @@ FIFO_JOBS = (
     'event_id="nightly backup"}, hourly={schedule_expression="rate(1 hour)", command="x"}}'
 )
 
-#: Two more calls of the module beside the example's, so that one plan (seconds of CPU for the
-#: provider's schema, twice with `show`) covers both engines on a FIFO queue as well.
-FIFO_MODULES = f"""\
+#: More calls of the module beside the example's, so that one plan (seconds of CPU for the
+#: provider's schema, again for `show`) covers both engines on a FIFO queue as well, and the
+#: diamond pipeline of tests/test_terraform_pipelines.py with either engine.
+EXTRA_MODULES = f"""\
 module "fifo" {{
   source = "../.."
   fifo   = true
@@ -1269,16 +1287,19 @@ module "fifo_rules" {{
   schedule_engine = "rules"
   jobs            = {FIFO_JOBS}
 }}
-"""
+
+{pipeline_calls.diamond_calls("../..")}"""
 
 
 @dataclass
 class ExamplePlan:
     """The example's plan, with the jobs of a crontab given as a -var-file (crontab2tf's output)
-    and FIFO_MODULES beside it."""
+    and EXTRA_MODULES beside it."""
 
     resources: dict[str, dict[str, Any]]  # the planned values of each resource, by address
     crontab_jobs: dict[str, dict[str, Any]]  # the jobs of the -var-file
+    pipelines: dict[str, list[str]]  # the diamond's module.scheduler.pipelines
+    bodies: dict[str, str]  # the diamond's module.scheduler.job_messages
 
     @property
     def schedules(self) -> dict[str, dict[str, Any]]:
@@ -1290,19 +1311,21 @@ class ExamplePlan:
 def example_plan(
     tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str, once: Any
 ) -> ExamplePlan:
-    resources, jobs = once(
-        "example-plan", lambda: plan_example(tmp_path_factory.mktemp("example"), moto_endpoint)
+    return ExamplePlan(
+        **once(
+            "example-plan",
+            lambda: plan_example(tmp_path_factory.mktemp("example"), moto_endpoint),
+        )
     )
-    return ExamplePlan(resources, jobs)
 
 
-def plan_example(tmp_path: Path, moto_endpoint: str) -> tuple[Any, Any]:
-    """The resources of the example and FIFO_MODULES, planned with crontab2tf's output as a
-    -var-file, and the var-file's jobs."""
+def plan_example(tmp_path: Path, moto_endpoint: str) -> dict[str, Any]:
+    """ExamplePlan's fields: the example and EXTRA_MODULES planned with crontab2tf's output as a
+    -var-file."""
     copy = copy_module(tmp_path)
     example = copy / "examples" / "multi-job"
-    (example / "offline_override.tf").write_text(OFFLINE_PROVIDER % moto_endpoint)
-    (example / "fifo_modules.tf").write_text(FIFO_MODULES)
+    (example / "offline_override.tf").write_text(OFFLINE_PROVIDER)
+    (example / "extra_modules.tf").write_text(EXTRA_MODULES)
     init(example)
     crontab = tmp_path / "crontab"
     crontab.write_text(
@@ -1316,7 +1339,18 @@ def plan_example(tmp_path: Path, moto_endpoint: str) -> tuple[Any, Any]:
         timeout=60,
     )
     assert converted.returncode == 0, converted.stderr
-    return planned(example, f"-var-file={tfvars}"), literal(load_hcl(tfvars)["jobs"])
+    shown = planned(example, f"-var-file={tfvars}", env={"AWS_ENDPOINT_URL_STS": moto_endpoint})
+    outputs = shown["planned_values"]["outputs"]
+    return {
+        "resources": {
+            change["address"]: change["change"]["after"] or {}
+            for change in shown["resource_changes"]
+            if "create" in change["change"]["actions"]
+        },
+        "crontab_jobs": literal(load_hcl(tfvars)["jobs"]),
+        "pipelines": outputs["pipelines"]["value"],
+        "bodies": outputs["bodies"]["value"],
+    }
 
 
 @needs_providers
@@ -1478,82 +1512,109 @@ REFUSED_JOBS = {
     ),
 }
 
-#: The module's provider in a root configuration that needs no account.
-MODULE_PROVIDER = OFFLINE_PROVIDER.replace('  endpoints {\n    sts = "%s"\n  }\n', "")
-
-#: Module calls that a plan refuses, each for its own reasons: the variables' validations of
-#: REFUSED_JOBS, and preconditions (a time zone with the rules engine, a job every minute on a
-#: FIFO queue). Each is a root of its own: a failed validation ends a plan before preconditions.
-REFUSED_MODULES = {
-    "jobs": f"""\
-module "refused" {{
-  source = "../"
-  jobs   = {{{", ".join(REFUSED_JOBS)}}}
-}}
-""",
-    "engine": """\
-module "refused" {
-  source                       = "../"
-  fifo                         = true
-  schedule_engine              = "rules"
-  schedule_expression_timezone = "Asia/Tokyo"
-  jobs = {
+#: The jobs of a call with the rules engine and a time zone on a FIFO queue, which preconditions
+#: check: the zone and catch_up are refused, a job every minute is not.
+ENGINE_JOBS = """{
     nightly = { schedule_expression = "cron(0 3 * * ? *)", command = "backup" }
     poll    = { schedule_expression = "rate(1 minute)", command = "x" }
     late    = { schedule_expression = "rate(1 day)", command = "x", catch_up = "6h" }
-  }
+  }"""
+
+ENGINE_ARGUMENTS = {
+    "fifo": True,
+    "schedule_engine": "rules",
+    "schedule_expression_timezone": "Asia/Tokyo",
 }
-""",
-}
+
+
+def refused_root() -> str:
+    """One root of every module call a plan refuses, each for its own reasons: "jobs" fails the
+    variables' validations of REFUSED_JOBS, "engine" preconditions, and the calls of
+    pipeline_calls.REFUSED the checks of a pipeline's steps and graph.
+
+    Each call's jobs are merged with the root's var.jobs, as the example's are: a root variable
+    is unknown in terraform's validate walk, which leaves var.jobs's validations to the plan walk,
+    where the preconditions of the calls that pass them are checked too. With literal jobs, a
+    failed validation ends the plan before its plan walk, and would take a root (a plan, seconds
+    of CPU) of its own."""
+    calls = {
+        "jobs": ("{" + ", ".join(REFUSED_JOBS) + "}", {}),
+        "engine": (ENGINE_JOBS, ENGINE_ARGUMENTS),
+        **{name: (pipeline_calls.hcl(jobs), {}) for name, jobs in pipeline_calls.REFUSED.items()},
+    }
+    return (
+        OFFLINE_PROVIDER
+        + 'variable "jobs" {\n  type    = any\n  default = {}\n}\n'
+        + "".join(
+            pipeline_calls.call(name, f"merge({jobs}, var.jobs)", "../", **arguments)
+            for name, (jobs, arguments) in calls.items()
+        )
+    )
+
+
+@dataclass
+class Refusals:
+    """What the plan of refused_root() says, each message as one line of words."""
+
+    validations: dict[str, str]  # by module call: the messages of its var.jobs's validations
+    preconditions: str  # the preconditions' messages, which name no call (but name their jobs)
+
+    @property
+    def everything(self) -> str:
+        return " ".join([*self.validations.values(), self.preconditions])
 
 
 @pytest.fixture(scope="module")
-def refusals(tmp_path_factory: pytest.TempPathFactory, once: Any) -> dict[str, str]:
-    """What a plan of each of REFUSED_MODULES says, as one line of words."""
+def refusals(tmp_path_factory: pytest.TempPathFactory, once: Any) -> Refusals:
+    def plan() -> dict[str, Any]:
+        root = copy_module(tmp_path_factory.mktemp("refused")) / "refused"
+        root.mkdir()
+        (root / "main.tf").write_text(refused_root())
+        init(root)
+        result = terraform(root, "plan", "-input=false", "-lock=false", "-json", check=False)
+        assert result.returncode == 1, result.stdout + result.stderr
+        validations: dict[str, list[str]] = {}
+        preconditions = []
+        for line in result.stdout.splitlines():
+            event = json.loads(line)
+            if event["type"] != "diagnostic" or event["diagnostic"]["severity"] != "error":
+                continue
+            diagnostic = event["diagnostic"]
+            words = " ".join(f"{diagnostic['summary']}: {diagnostic['detail']}".split())
+            # A validation's snippet is the call's jobs argument, in `module "NAME"`.
+            context = (diagnostic.get("snippet") or {}).get("context") or ""
+            if match := re.fullmatch(r'module "(\w+)"', context):
+                validations.setdefault(match.group(1), []).append(words)
+            else:
+                preconditions.append(words)
+        return {
+            "validations": {name: " ".join(said) for name, said in validations.items()},
+            "preconditions": " ".join(preconditions),
+        }
 
-    def plan() -> dict[str, str]:
-        copy = copy_module(tmp_path_factory.mktemp("refused"))
-        said_by = {}
-        for name, call in REFUSED_MODULES.items():
-            root = copy / f"refused-{name}"
-            root.mkdir()
-            (root / "main.tf").write_text(MODULE_PROVIDER + call)
-            init(root)
-            result = terraform(
-                root, "plan", "-input=false", "-lock=false", "-no-color", check=False
-            )
-            assert result.returncode == 1, result.stdout + result.stderr
-            said_by[name] = said(result)
-        return said_by
-
-    return dict(once("refusals", plan))
-
-
-def said(result: subprocess.CompletedProcess[str]) -> str:
-    """Terraform's messages as one line of words: it wraps them in a box."""
-    return " ".join(result.stderr.replace("\u2502", " ").split())
+    return Refusals(**once("refusals", plan))
 
 
 @needs_providers
 @pytest.mark.slow
 def test_plan_refuses_time_zones_with_rules_but_not_frequent_jobs_on_a_fifo_queue(
-    refusals: dict[str, str],
+    refusals: Refusals,
 ) -> None:
-    assert "Job nightly has a time zone other than UTC" in refusals["engine"]
+    assert "Job nightly has a time zone other than UTC" in refusals.preconditions
     assert (
         "Job late sets catch_up, which reads EventBridge Scheduler's schedules"
-        in (refusals["engine"])
+        in refusals.preconditions
     )
     # Each body carries its firing's time: content-based deduplication drops only the repeated
     # deliveries of one firing, so a job every minute on a FIFO queue is no longer refused.
-    assert "more often" not in refusals["engine"]
+    assert "more often" not in refusals.everything
 
 
 @needs_providers
 @pytest.mark.slow
-def test_plan_refuses_bad_groups_retries_and_http_calls(refusals: dict[str, str]) -> None:
+def test_plan_refuses_bad_groups_retries_and_http_calls(refusals: Refusals) -> None:
     for message in REFUSED_JOBS.values():
-        assert message in refusals["jobs"], message
+        assert message in refusals.validations["jobs"], message
 
 
 def test_terraform_working_files_are_ignored_by_git() -> None:

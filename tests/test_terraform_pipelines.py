@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,181 +15,46 @@ from sqsjkr.contract.job import parse_job
 from sqsjkr.contract.pipeline import MAX_STEPS
 from sqsjkr.errors import InvalidJobError
 
+from .pipeline_calls import BAD_STEPS, DIAMOND
 from .test_terraform import (
-    MODULE_PROVIDER,
     TERRAFORM_DIR,
+    ExamplePlan,
+    Refusals,
     body_of,
     build_message,
     by_key,
-    copy_module,
+    example_plan,  # noqa: F401 (a fixture)
     expr,
-    init,
     load_config,
     needs_providers,
     once,  # noqa: F401 (a fixture)
-    said,
+    refusals,  # noqa: F401 (a fixture)
     substituted,
-    terraform,
 )
 
-#: The diamond of issue 31: a -> (b, c) -> d, notify on the failure of a or c, and a plain job
-#: beside it, as a module call's jobs (python values, written as HCL by hcl()).
-DIAMOND: dict[str, dict[str, Any]] = {
-    "a": {
-        "schedule_expression": "cron(0 2 * * ? *)",
-        "command": "extract",
-        "on_failure": ["notify"],
-    },
-    "b": {"after": ["a"], "command": "transform-b", "envs": {"PART": "b"}},
-    "c": {"after": ["a"], "command": "transform-c < in", "retries": 2, "on_failure": ["notify"]},
-    "d": {"after": ["b", "c"], "command": "load", "event_id": "nightly-load"},
-    "notify": {"command": "page-oncall"},
-    "plain": {"schedule_expression": "rate(1 hour)", "command": "poll", "lock_id": "poll"},
-}
 STEPS = ("b", "c", "d", "notify")
 
 
-def hcl(value: Any) -> str:
-    """value as an HCL expression: JSON's strings, numbers and lists are HCL's; objects take =."""
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {hcl(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(hcl(v) for v in value) + "]"
-    return json.dumps(value)
-
-
-def call(name: str, jobs: dict[str, dict[str, Any]], **arguments: str) -> str:
-    extra = "".join(f"  {k} = {json.dumps(v)}\n" for k, v in arguments.items())
-    return f'module "{name}" {{\n  source = "../"\n{extra}  jobs = {hcl(jobs)}\n}}\n'
-
-
-#: A step of 200 characters, 40 times after one root: a root message over 8192 characters.
-LONG = {
-    "a": {"schedule_expression": "rate(1 day)", "command": "x"},
-    **{f"s{n}": {"after": ["a"], "command": "y" * 200} for n in range(40)},
-}
-
-#: Steps whose job the daemon refuses, each for one reason: refused in the root's message, each
-#: would refuse its pipeline at its root's firing, so the plan refuses them first.
-BAD_STEPS: dict[str, dict[str, Any]] = {
-    "soon": {"after": ["a"], "command": "x", "timeout": "soon"},
-    "nul": {"after": ["a"], "command": "x\u0000"},
-    "long": {"after": ["a"], "command": "x", "lock_id": "k" * 2049},
-    "wide": {"after": ["a"], "command": "x", "event_id": "\u00e9" * 1025},
-    "forever": {"after": ["a"], "command": "x", "retry_delay": "2562048h"},
-    "header": {
-        "after": ["a"],
-        "http": {"url": "http://127.0.0.1/", "headers": {"X-A": "1\r\nX-B: 2"}},
-    },
-}
-
-#: Module calls a plan refuses. Each root fails in one phase: a failed validation of var.jobs ends
-#: a plan before the graph's checks (the output's and the schedules' preconditions).
-REFUSED = {
-    "jobs": call(
-        "refused",
-        {
-            "a": {"schedule_expression": "rate(1 day)", "command": "x"},
-            "b": {"after": ["a", "nope"], "command": "x", "on_failure": ["gone"]},
-            "both": {"schedule_expression": "rate(1 day)", "after": ["a"], "command": "x"},
-            "f": {"after": ["a"], "command": "x", "on_failure": ["a"]},
-            "lost": {"command": "x"},
-            "zoned": {"after": ["a"], "command": "x", "schedule_expression_timezone": "UTC"},
-        },
-    ),
-    "graph": call(
-        "cycle",
-        {
-            "a": {"schedule_expression": "rate(1 day)", "command": "x"},
-            "b": {"after": ["a", "d"], "command": "x"},
-            "c": {"after": ["b"], "command": "x"},
-            "d": {"after": ["c"], "command": "x"},
-            # A cycle no scheduled job leads to, and a job after it.
-            "p": {"after": ["q"], "command": "x"},
-            "q": {"after": ["p"], "command": "x"},
-            "r": {"after": ["q"], "command": "x"},
-        },
-    )
-    + call(
-        "roots",
-        {
-            "a": {"schedule_expression": "rate(1 day)", "command": "x"},
-            "x": {"schedule_expression": "rate(1 hour)", "command": "x"},
-            "d": {"after": ["a", "x"], "command": "x"},
-        },
-    )
-    + call(
-        "big",
-        {
-            "a": {"schedule_expression": "rate(1 day)", "command": "x"},
-            **{f"s{n}": {"after": ["a"], "command": "x"} for n in range(MAX_STEPS)},
-        },
-    )
-    + call("long", LONG),
-    "steps": call(
-        "steps",
-        {
-            "a": {"schedule_expression": "rate(1 day)", "command": "x"},
-            # At the limits, and accepted: 2048 bytes of UTF-8, and Go's longest duration.
-            "edge": {"after": ["a"], "command": "x", "event_id": "\u00e9" * 1024},
-            "most": {"after": ["a"], "command": "x", "timeout": "2562047h47m16.854775807s"},
-            **BAD_STEPS,
-        },
-    ),
-}
-
-
-def plan_diamond(tmp_path: Path) -> dict[str, Any]:
-    """The planned resources of the diamond with either engine, and the pipelines output."""
-    diamond = copy_module(tmp_path) / "diamond"
-    diamond.mkdir()
-    (diamond / "main.tf").write_text(
-        MODULE_PROVIDER
-        + call("scheduler", DIAMOND)
-        + call("rules", DIAMOND, schedule_engine="rules")
-        + 'output "pipelines" {\n  value = module.scheduler.pipelines\n}\n'
-        + 'output "bodies" {\n  value     = module.scheduler.job_messages\n  sensitive = true\n}\n'
-    )
-    init(diamond)
-    terraform(diamond, "plan", "-input=false", "-lock=false", "-out=plan.bin")
-    shown = json.loads(terraform(diamond, "show", "-json", "plan.bin").stdout)
-    resources = {
-        change["address"]: change["change"]["after"] or {}
-        for change in shown["resource_changes"]
-        if "create" in change["change"]["actions"]
-    }
-    outputs = shown["planned_values"]["outputs"]
+# The diamond is planned beside the example, and the refused calls together with
+# tests/test_terraform.py's: each plan costs seconds of CPU.
+@pytest.fixture(scope="module")
+def diamond(example_plan: ExamplePlan) -> dict[str, Any]:  # noqa: F811
     return {
-        "resources": resources,
-        "pipelines": outputs["pipelines"]["value"],
-        "bodies": outputs["bodies"]["value"],
+        "resources": example_plan.resources,
+        "pipelines": example_plan.pipelines,
+        "bodies": example_plan.bodies,
     }
 
 
-def plan_refused(tmp_path: Path) -> dict[str, str]:
-    """What the plan of each of REFUSED says, as one line of words."""
-    copy = copy_module(tmp_path)
-    refusals = {}
-    for name, calls in REFUSED.items():
-        root = copy / f"refused-{name}"
-        root.mkdir()
-        (root / "main.tf").write_text(MODULE_PROVIDER + calls)
-        init(root)
-        result = terraform(root, "plan", "-input=false", "-lock=false", "-no-color", check=False)
-        assert result.returncode == 1, result.stdout + result.stderr
-        refusals[name] = said(result)
-    return refusals
-
-
-# Two plans, so that two xdist workers make them at once: each costs seconds of CPU.
 @pytest.fixture(scope="module")
-def diamond(tmp_path_factory: pytest.TempPathFactory, once: Any) -> dict[str, Any]:  # noqa: F811
-    return dict(once("pipeline-diamond", lambda: plan_diamond(tmp_path_factory.mktemp("pipe"))))
-
-
-@pytest.fixture(scope="module")
-def refused(tmp_path_factory: pytest.TempPathFactory, once: Any) -> dict[str, str]:  # noqa: F811
-    return dict(once("pipeline-refused", lambda: plan_refused(tmp_path_factory.mktemp("pipe"))))
+def refused(refusals: Refusals) -> dict[str, str]:  # noqa: F811
+    """What the plan says of the calls of pipeline_calls.REFUSED: each call's validations, and
+    the graphs' preconditions."""
+    return {
+        "jobs": refusals.validations["pipeline_jobs"],
+        "graph": refusals.preconditions,
+        "steps": refusals.validations["steps"],
+    }
 
 
 def root_message(template: str, time: str, schedule: str) -> Any:

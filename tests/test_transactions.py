@@ -13,7 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import error_code
-from sqsjkr.backends.transactions import MAX_ACTIONS, Transactions
+from sqsjkr.backends.transactions import MAX_ACTIONS, MAX_COMBINED_BYTES, Transactions
 
 from .conftest import Aws, Start, counted, run_daemon, wait_until
 from .faults import Fault, FaultProxy
@@ -132,6 +132,21 @@ def test_a_call_holds_at_most_dynamodbs_limit_of_actions(aws: Aws) -> None:
     assert answers == dict.fromkeys(range(4))
     assert gated.calls[0] == 1 and max(gated.calls) <= MAX_ACTIONS
     assert sum(gated.calls) == 121
+
+
+def test_big_writes_share_a_call_only_up_to_the_combined_size(aws: Aws) -> None:
+    gated = Gated(client("dynamodb"))
+    transactions = Transactions(gated, max_wait=60)
+    # Run records with a lot of output (within DynamoDB's 400 KB an item): three fit in
+    # MAX_COMBINED_BYTES, four do not.
+    output = "o" * (MAX_COMBINED_BYTES * 2 // 7)
+    big = [put(aws, f"big-{i}") for i in range(4)]
+    for write in big:
+        write["Put"]["Item"]["V"] = {"S": output}
+    answers = queue_behind(transactions, gated, [put(aws, "first")], [[w] for w in big])
+    assert answers == dict.fromkeys(range(4))
+    assert gated.calls == [1, 3, 1]
+    assert all(aws.item(f"big-{i}", "t") is not None for i in range(4))
 
 
 def test_an_error_of_the_store_reaches_every_writer_of_the_call(aws: Aws) -> None:
@@ -277,4 +292,29 @@ def test_one_workers_end_of_a_run_shares_the_call_of_its_next_jobs_claim(
     # Ends ride on claims: fewer calls than a claim and an end per job, each of its own.
     shared = [call for call in calls if call[0] and call[1]]
     assert shared and len(calls) < 8, calls
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
+
+
+def test_one_workers_end_of_a_batchs_last_run_shares_the_next_batchs_first_claim(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
+) -> None:
+    out = tmp_path / "ran"
+    for i in range(12):
+        aws.send({"command": f"echo {i} >> {out}", "event_id": f"ev-{i}"})
+    with FaultProxy(moto_endpoint) as proxy:
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        # Batches of two: the second job of each rides its claim on the first's end; the
+        # second's end has no job waiting, but the receive came back full, so it waits for the
+        # claim of the next batch's first job.
+        daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=1, prefetch=1)
+        wait_until(counted(port, succeeded=12), what="twelve runs")
+        assert daemon.stop() == 0
+        calls = [ends_and_claims(c.json) for c in proxy.calls if c.action == "TransactWriteItems"]
+        receives = [c for c in proxy.calls if c.action == "ReceiveMessage"]
+    assert sorted(map(int, out.read_text().split())) == list(range(12))
+    assert sum(ends for ends, _ in calls) == 12 and sum(claims for _, claims in calls) == 12
+    # At most six within the batches; without the wait every end between batches goes alone
+    # (with it, each of the five may miss its 0.1 s on a loaded host, not all of them).
+    shared = [call for call in calls if call[0] and call[1]]
+    assert len(shared) > 6, (calls, len(receives))
     wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")

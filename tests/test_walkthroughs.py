@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from .walkthrough import Step, Walk, WalkError, first_difference, read_walk, walk_through
+from .walkthrough import (
+    Session,
+    Step,
+    Walk,
+    WalkError,
+    first_difference,
+    read_walk,
+    run_steps,
+    walk_through,
+)
 
 #: The concept pages, each opening with a walk-through; the one that waits on a one-time schedule
 #: (beside the demo) takes half a minute.
@@ -45,10 +54,19 @@ def test_the_matcher_takes_what_varies_and_names_the_first_drifted_line() -> Non
 def test_a_walk_through_names_its_page_and_command_when_its_output_drifts(
     tmp_path: Path,
 ) -> None:
-    drifted = Walk("api.md", (), (Step("echo hello from the shell", ("hello from the docs",)),))
-    with pytest.raises(WalkError) as failed:
-        walk_through(drifted, tmp_path)
-    assert (
-        "docs/api.md's walk-through drifted at\n$ echo hello from the shell\nline 1: the page "
-        in (str(failed.value))
+    # The steps as walk_through runs them once local mode is up (each page's test starts one),
+    # after the banner's export lines.
+    drifted = Walk(
+        "api.md", (), (Step('echo "$GREETING from the shell"', ("hello from the docs",)),)
     )
+    session = Session(tmp_path, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    try:
+        with pytest.raises(WalkError) as failed:
+            run_steps(drifted, session, ["export GREETING=hello"], lambda: "local mode's last line")
+    finally:
+        session.close()
+    assert str(failed.value).startswith(
+        'docs/api.md\'s walk-through drifted at\n$ echo "$GREETING from the shell"\nline 1: the page '
+        "shows 'hello from the docs', the command printed 'hello from the shell'\n"
+    )
+    assert str(failed.value).endswith("--- local mode's log ---\nlocal mode's last line")

@@ -7,6 +7,7 @@ number of lines, `…` inside a line for any text, and a run of spaces for any r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -14,10 +15,11 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .conftest import Daemon
+from .conftest import Daemon, wait_until
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -197,8 +199,7 @@ def python_command(source: str) -> str:
 
 def walk_through(walk: Walk, home: Path) -> None:
     """Start local mode as the page says, paste its `export` lines into a fresh bash session,
-    run the page's steps in order; raise WalkError naming the page, the command and the first
-    differing line when a command's output drifts from the page."""
+    run the page's steps in order (run_steps)."""
     base = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
     # Ports of their own, so that pages run side by side: the matcher reads ports as any text.
     local = Daemon(
@@ -211,23 +212,50 @@ def walk_through(walk: Walk, home: Path) -> None:
         exports = [line for line in local.log.splitlines() if line.startswith("  export ")]
         session = Session(home, base)
         try:
-            for line in exports:
-                session.run(line.strip())
-            for step in walk.steps:
-                command = python_command(step.command) if step.python else step.command
-                try:
-                    printed, _ = session.run(command)
-                except WalkError as exc:
-                    printed, drift = [], str(exc)
-                else:
-                    drift = first_difference(step.expected, printed)
-                if drift is not None:
-                    raise WalkError(
-                        f"docs/{walk.page}'s walk-through drifted at\n{step.shown}\n{drift}\n"
-                        "--- it printed ---\n" + "\n".join(printed) + "\n--- local mode's log "
-                        "---\n" + local.log[-4000:]
-                    )
+            run_steps(walk, session, [*(line.strip() for line in exports)], lambda: local.log)
         finally:
             session.close()
     finally:
-        local.stop()
+        stop_local(local)
+
+
+def run_steps(walk: Walk, session: Session, exports: list[str], log: Callable[[], str]) -> None:
+    """Run the export lines, then the page's steps, in session; raise WalkError naming the page,
+    the command and the first differing line when a command's output drifts from the page,
+    with the output and the end of local mode's log."""
+    for line in exports:
+        session.run(line)
+    for step in walk.steps:
+        command = python_command(step.command) if step.python else step.command
+        try:
+            printed, _ = session.run(command)
+        except WalkError as exc:
+            printed, drift = [], str(exc)
+        else:
+            drift = first_difference(step.expected, printed)
+        if drift is not None:
+            raise WalkError(
+                f"docs/{walk.page}'s walk-through drifted at\n{step.shown}\n{drift}\n"
+                "--- it printed ---\n" + "\n".join(printed) + "\n--- local mode's log "
+                "---\n" + log()[-4000:]
+            )
+
+
+#: What local mode logs once a stop signal took: how many jobs it still waits for.
+_STOPPING = re.compile(r"stopping: no longer receiving; waiting for (\d+) in-flight job")
+
+
+def stop_local(local: Daemon) -> None:
+    """Stop local mode as a reader ends a walk-through, with Ctrl-C; a second one when it waits
+    for a job still running (the demo's long job, which its kill ends only at a heartbeat)."""
+    local.proc.send_signal(signal.SIGINT)
+    stopping = wait_until(
+        lambda: _STOPPING.search(local.log) or local.proc.poll() is not None,
+        20,
+        "local mode to take its Ctrl-C",
+    )
+    if isinstance(stopping, re.Match) and int(stopping[1]) and local.proc.poll() is None:
+        local.proc.send_signal(signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        local.proc.wait(20)
+    local.stop()  # closes its log; one still running is signalled again, then named stuck

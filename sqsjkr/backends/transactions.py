@@ -21,6 +21,10 @@ MAX_ACTIONS = 100
 #: Parts are combined up to this much request (DynamoDB allows 4 MB): a run record may carry
 #: hundreds of KiB of output, and one that big goes alone.
 MAX_COMBINED_BYTES = 1 << 20
+#: What a write counts for beside its attribute values (its table's name, its expressions and
+#: their names): more than most take, and 100 writes of DynamoDB's longest expressions (4 KB)
+#: would still keep a combined call within its 4 MB with MAX_COMBINED_BYTES of values.
+WRITE_BYTES = 512
 #: The longest a write waits behind another writer's call before it goes alone: a call that
 #: hangs (up to aws.DYNAMODB_CALL_SECONDS) must not hold up every write of the daemon with it.
 MAX_WAIT_SECONDS = 1.0
@@ -71,6 +75,16 @@ class Transactions:
         self._mutex = threading.Lock()
         self._waiting: list[_Part] = []
         self._sending = False
+        # Each writing thread's Condition on _mutex, made once: a thread waits on one part at
+        # a time, and every wait is in a loop that looks at its part's state again.
+        self._conditions = threading.local()
+
+    def _condition(self) -> threading.Condition:
+        """The calling thread's Condition on the mutex, for the part it writes."""
+        condition: threading.Condition | None = getattr(self._conditions, "ready", None)
+        if condition is None:
+            condition = self._conditions.ready = threading.Condition(self._mutex)
+        return condition
 
     @property
     def waiting(self) -> int:
@@ -84,7 +98,7 @@ class Transactions:
         before they send one of their own; 0 sends at once when no call is on the wire."""
         keys = frozenset(map(_item_key, writes))
         due = time.monotonic() + min(max(0.0, linger), self._max_linger)
-        part = _Part(writes, keys, len(repr(writes)), due, threading.Condition(self._mutex))
+        part = _Part(writes, keys, _size(writes), due, self._condition())
         deadline = due + self._max_wait
         with self._mutex:
             self._waiting.append(part)
@@ -194,8 +208,26 @@ def _not_refused(parts: list[_Part], error: BaseException) -> list[_Part]:
     return spared if len(spared) < len(parts) else []
 
 
+def _size(writes: list[dict[str, Any]]) -> int:
+    """About the bytes writes take in a request: their attribute values' text (a run record's
+    output is what can be big), and WRITE_BYTES each for the rest. A walk of the values only:
+    repr() of every write cost a run's end and its claim some 40 us each."""
+    size = 0
+    for write in writes:
+        for request in write.values():
+            size += WRITE_BYTES
+            for values in (request.get("Item"), request.get("ExpressionAttributeValues")):
+                for value in (values or {}).values():
+                    for typed in value.values():
+                        size += len(typed) if isinstance(typed, str) else len(repr(typed))
+    return size
+
+
 def _item_key(write: dict[str, Any]) -> Hashable:
     """The table and key of the item a TransactItem writes; the lock table's keys are Id and Type."""
     [(action, request)] = write.items()
     item = request["Item"] if action == "Put" else request["Key"]
-    return request["TableName"], repr(item["Id"]), repr(item["Type"])
+    # Each key attribute is a one-entry dict ({"S": text}): its entry is its hashable value.
+    [id_] = item["Id"].items()
+    [type_] = item["Type"].items()
+    return request["TableName"], id_, type_

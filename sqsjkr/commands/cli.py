@@ -5,6 +5,7 @@ The Go binary's flags (`sqsjkr -conf PATH ...`) are translated to `sqsjkr run` s
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -221,7 +222,15 @@ def refusal_exit(exc: SqsjkrError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: one-line errors, exit 2 for a bad command line or config, 1 for a failure."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        _main(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        # Everything is frozen out of the collector's sight on the way out: its last full pass at
+        # exit would walk every object botocore and click made, ~0.08 s of CPU a command.
+        gc.freeze()
+
+
+def _main(args: list[str]) -> None:
     try:
         result: Any = cli.main(
             args=translate_go_args(args), prog_name="sqsjkr", standalone_mode=False

@@ -71,8 +71,9 @@ class EndsBehind:
 class ClosingRun:
     """A run that has ended, its end not yet written: finish(linger) writes it (as
     RunCloser.close) and says what to do with its message, which must stay on the queue until
-    then. linger: a next job is about to claim (a prefetched one waits for a worker), so the
-    write may wait up to BEHIND_LINGER_SECONDS for that claim's call to carry it."""
+    then. linger: a next job is about to claim (a prefetched one waits for a worker, or a full
+    receive's next batch is coming: Intake.claims_coming), so the write may wait up to
+    BEHIND_LINGER_SECONDS for that claim's call to carry it."""
 
     finish: Callable[[bool], Ending]
 

@@ -291,7 +291,8 @@ class _Exchange:
             return RunResult(status, seconds, output=output)
         assert answer is not None
         cut = "" if answer.complete else f" (its body read up to {self._read_bytes} bytes)"
-        jlog.info("%s answered %d%s", where, answer.status, cut)
+        # At DEBUG: the job's one INFO line is its end's (worker.py), an error's status in it.
+        jlog.debug("%s answered %d%s", where, answer.status, cut)
         # A body left unread is no failure: the status is the answer.
         return RunResult(0 if self.call.succeeded(status) else status, seconds, output=output)
 

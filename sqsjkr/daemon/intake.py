@@ -157,6 +157,9 @@ class Intake:
         self._free_changed = threading.Condition()
         #: Jobs handed to the pool (take) that no worker has taken up yet: prefetched ones.
         self._waiting: set[InFlight] = set()
+        #: The last receive came back full: the receive loop receives again as soon as slots
+        #: are free, and the jobs it gets claim at once.
+        self._backlog = False
 
     @property
     def name(self) -> str:
@@ -187,11 +190,19 @@ class Intake:
         with self._free_changed:
             self._waiting.discard(entry)
 
-    def jobs_waiting(self) -> bool:
-        """Whether a job handed to the pool waits for a worker (prefetched): its claim comes at
-        once, and a run's end written behind may share its call."""
+    def received(self, full: bool) -> None:
+        """What the receive loop's last receive gave: full (a backlog), or not (fewer messages
+        than it asked for, none, or an error)."""
         with self._free_changed:
-            return bool(self._waiting)
+            self._backlog = full
+
+    def claims_coming(self) -> bool:
+        """Whether a job's claim is sure to come at once, so that a run's end written behind
+        may wait to share its call: a job handed to the pool waits for a worker (prefetched),
+        or the last receive came back full and the next one is made as slots are free (one
+        worker's end of a received batch's last run, and the next batch's first claim)."""
+        with self._free_changed:
+            return bool(self._waiting) or self._backlog
 
     def give_back_slot(self) -> None:
         with self._free_changed:

@@ -334,7 +334,7 @@ class Kicker:
             try:
                 # Lingering for a next claim only when one is sure to come at once: without
                 # one, a run's end goes as before, and its call's shape does not vary by timing.
-                ending = closing.finish(intake.jobs_waiting())
+                ending = closing.finish(intake.claims_coming())
             except Exception:
                 log.exception(
                     "job %s (event %s) failed unexpectedly at its end",

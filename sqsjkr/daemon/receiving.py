@@ -126,6 +126,7 @@ class Receiver:
                 backoff.reset()
                 backlog = len(messages) >= free
             except Exception as exc:
+                intake.received(False)
                 # Whatever the endpoint did, the loop and the running jobs carry on.
                 delay = backoff.next_delay()
                 log.error(
@@ -136,6 +137,7 @@ class Receiver:
                 )
                 stop.wait(delay)
                 continue
+            intake.received(backlog)
             if not messages:
                 # As before a long poll: what is done is deleted before the wait.
                 intake.deletes.flush(force=True)

@@ -361,7 +361,9 @@ class Worker:
             return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="the daemon was stopping")
         # An HTTP job's own http.timeout first: what the runner keeps, and what its end says.
         timeout = time_limit(job, self._settings.job_timeout)
-        jlog.info("started: %s", shorten_command(job.what))
+        what = shorten_command(job.what)
+        # At DEBUG: the line at its end (_ended) names the command too, one INFO line a job.
+        jlog.debug("started: %s", what)
         self._listener.notice(progress.start(self._clock()))
         try:
             progress.result = self._runner.run(
@@ -375,7 +377,7 @@ class Worker:
                 exc,
             )
             return Ending(PAUSE, run=RunOutcome.FAILED_TO_START, error=str(exc))
-        ended = self._ended(progress.result, timeout, entry.kill, jlog)
+        ended = self._ended(progress.result, timeout, entry.kill, jlog, what)
         return self._retry_if_due(ended, progress, jlog)
 
     def _retry_if_due(self, ending: Ending, progress: RunProgress, jlog: JobLog) -> Ending:
@@ -414,30 +416,34 @@ class Worker:
 
     @staticmethod
     def _ended(
-        result: RunResult, timeout: float | None, kill: KillMark | None, jlog: JobLog
+        result: RunResult, timeout: float | None, kill: KillMark | None, jlog: JobLog, what: str
     ) -> Ending:
+        """How the run ended, logged in one line that names its command."""
         if result.start_error is not None:
-            jlog.error("failed: it cannot be started (%s)", result.start_error)
+            jlog.error("failed: it cannot be started (%s): %s", result.start_error, what)
             return Ending(DELETE, (Outcome.FAILED,), RunOutcome.FAILED_TO_START, result.start_error)
         if result.stopped is StopReason.CANCELLED:
             jlog.warning(
-                "stopped after %.1fs by the shutdown; its message is given back to run again",
+                "stopped after %.1fs by the shutdown; its message is given back to run again: %s",
                 result.seconds,
+                what,
             )
             return Ending(GIVE_BACK, run=RunOutcome.STOPPED, error="stopped by the shutdown")
         if result.stopped is StopReason.KILLED:
             why = kill.describe() if kill is not None else "killed"
-            jlog.warning("stopped after %.1fs: %s", result.seconds, escape(why))
+            jlog.warning("stopped after %.1fs: %s: %s", result.seconds, escape(why), what)
             return killed(kill)
         if result.stopped is StopReason.TIMED_OUT:
             limit = f"{result.seconds:.1f}s" if timeout is None else f"{timeout:g}s"
-            jlog.warning("timed out after %.1fs (timeout %s)", result.seconds, limit)
+            jlog.warning("timed out after %.1fs (timeout %s): %s", result.seconds, limit, what)
             counts = (Outcome.ERRORED, Outcome.TIMED_OUT)
             return Ending(DELETE, counts, RunOutcome.TIMED_OUT, f"timed out after {limit}")
         if result.ok:
-            jlog.info("succeeded in %.1fs", result.seconds)
+            jlog.info("succeeded in %.1fs: %s", result.seconds, what)
             return Ending(DELETE, (Outcome.SUCCEEDED,), RunOutcome.SUCCEEDED)
-        jlog.warning("errored with exit code %d after %.1fs", result.exit_code, result.seconds)
+        jlog.warning(
+            "errored with exit code %d after %.1fs: %s", result.exit_code, result.seconds, what
+        )
         return Ending(DELETE, (Outcome.ERRORED,), RunOutcome.ERRORED)
 
     def _expired(self, entry: InFlight, jlog: JobLog) -> Ending | None:

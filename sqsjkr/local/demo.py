@@ -169,7 +169,9 @@ class DemoWatch:
 
     Calls on_killable once the long job runs (the face runs and shows `sqsjkr kill`), then
     on_done with the invocation counters and the dead letters' (body, sqsjkr_error) once all
-    have ended. Its thread is started by start() and joined by close().
+    have ended; neither once stopping is set (Ctrl-C: the daemon stops its jobs, and the
+    commands they would run are not wanted). Its thread is started by start() and joined by
+    close().
     """
 
     def __init__(
@@ -178,12 +180,14 @@ class DemoWatch:
         site: LocalSite,
         on_killable: Callable[[], None],
         on_done: Callable[[dict[str, int], list[tuple[str, str]]], None],
+        stopping: threading.Event | None = None,
     ) -> None:
         self._sqs = sqs
         self._site = site
         self._on_killable = on_killable
         self._on_done = on_done
         self._done = threading.Event()
+        self._stopping = threading.Event() if stopping is None else stopping
         self._thread: threading.Thread | None = None
 
     def start(self, stats_address: str) -> None:
@@ -201,10 +205,11 @@ class DemoWatch:
         url = f"http://{stats_address}/stats/metrics/v2"
         killed = False
         history = _history(load_config(str(self._site.conf)))
-        while not self._done.wait(_DEMO_POLL_SECONDS):
+        while not self._done.wait(_DEMO_POLL_SECONDS) and not self._stopping.is_set():
             if not killed and _running(history, KILLED_EVENT):
                 self._on_killable()
                 killed = True
+                continue  # its kill took seconds: a stop may have come meanwhile
             counts = _invocations(url)
             if counts is not None and sum(counts[k] for k in OUTCOMES) >= len(DEMO_JOBS):
                 self._on_done(counts, _peek_dead_letters(self._sqs, self._site.dead_letter_url))

@@ -8,7 +8,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
@@ -58,6 +58,7 @@ def local_endpoint(port: int = 0) -> Iterator[str]:
     if port:
         _check_port_free(port)
     install_fair_transactions()  # DynamoDB's transactions, and no 500 when requests race
+    cache_moto_routing()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     try:
         server.start()
@@ -68,6 +69,27 @@ def local_endpoint(port: int = 0) -> Iterator[str]:
         yield f"http://{host}:{bound}"
     finally:
         server.stop()
+
+
+def cache_moto_routing() -> None:
+    """Make moto's server route each request without listing its own package's directories.
+
+    For each request, its dispatcher asks whether the Host header names one of moto's modules,
+    which it answers by listing and stat-ing moto's ~170 directories: a millisecond of CPU per
+    request, every CLI command's and the daemon's, which a list made once saves (they do not
+    change while it runs). Idempotent; for the whole process, as moto's server is.
+    """
+    from moto import backends
+
+    if getattr(backends, "_sqsjkr_routing_cached", False):
+        return
+    modules = tuple(backends.list_of_moto_modules())
+
+    def listed() -> Iterable[str]:
+        return modules
+
+    backends.list_of_moto_modules = listed
+    backends._sqsjkr_routing_cached = True  # type: ignore[attr-defined]
 
 
 def serialize_moto_writes() -> None:
