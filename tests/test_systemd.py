@@ -110,16 +110,6 @@ def test_open_files_are_not_left_at_systemds_default_of_1024() -> None:
     assert int(soft) >= 65536 and int(hard or soft) >= int(soft)
 
 
-def test_the_daemon_runs_with_two_malloc_arenas() -> None:
-    """Two arenas, not glibc's 8 per core: a smaller daemon after a burst of jobs; the
-    environment file may still set another."""
-    lines = [line.strip() for line in UNIT.read_text().splitlines()]
-    assert "Environment=MALLOC_ARENA_MAX=2" in lines
-    assert lines.index("Environment=MALLOC_ARENA_MAX=2") < lines.index(
-        "EnvironmentFile=-/etc/sqsjkr/sqsjkr.env"
-    )
-
-
 def test_stop_timeout_outlasts_the_daemons_own_stop() -> None:
     settings = service_settings(UNIT.read_text())
     shutdown = parse_duration(
