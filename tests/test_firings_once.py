@@ -142,7 +142,12 @@ def test_each_of_100_firings_sent_twice_at_once_runs_once_across_two_daemons(pai
     records = pair.records(event)
     runs = [r for r in records if r.outcome is not RunOutcome.DUPLICATE]
     dups = [r for r in records if r.outcome is RunOutcome.DUPLICATE]
-    assert len(runs) == len(dups) == 100
+    assert len(runs) == 100
+    # Each firing's other message is recorded as a duplicate of its run. On a loaded machine a
+    # copy may come back once its visibility ran out before its delete: its claim records it
+    # again, and never runs it. So 100 copies, each with one record or more.
+    copies = {r.message_id for r in dups}
+    assert len(copies) == 100 and not copies & {r.message_id for r in runs}
     assert {r.firing_at for r in runs} == {f.at for f in firings}
     assert all(r.outcome is RunOutcome.SUCCEEDED and r.duplicate_of is None for r in runs)
     by_id = {r.message_id: r for r in runs}
@@ -151,8 +156,7 @@ def test_each_of_100_firings_sent_twice_at_once_runs_once_across_two_daemons(pai
         assert by_id[dup.duplicate_of].firing_at == dup.firing_at  # the same firing's run
     # Each firing's pair of messages: one ran, the other is its duplicate.
     assert {r.message_id for r in records} == set(ids)
-    # At least the 100 copies: on a loaded machine a message may also come back once its
-    # visibility ran out, and its own claim drops it as a duplicate too (the records say the rest).
+    # At least the 100 copies, for the same reason.
     wait_for_count(lambda: pair.counts("duplicates") - duplicates_before, 100, what="counted")
     # The firing's claim names the message that ran it, so kill, job and live find its run.
     run = runs[0]
