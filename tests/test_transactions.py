@@ -7,13 +7,16 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from botocore.exceptions import ClientError
 
 from sqsjkr.backends.aws import error_code
+from sqsjkr.backends.sqs import MessageSource
 from sqsjkr.backends.transactions import MAX_ACTIONS, MAX_COMBINED_BYTES, Transactions
+from sqsjkr.daemon.intake import Intake, IntakeSettings
+from sqsjkr.daemon.worker import Worker
 
 from .conftest import Aws, Start, counted, run_daemon, wait_until
 from .faults import Fault, FaultProxy
@@ -295,7 +298,7 @@ def test_one_workers_end_of_a_run_shares_the_call_of_its_next_jobs_claim(
     wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
 
 
-def test_one_workers_end_of_a_batchs_last_run_shares_the_next_batchs_first_claim(
+def test_one_worker_with_batches_of_two_writes_each_end_and_claim_once_and_runs_each_job_once(
     start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
 ) -> None:
     out = tmp_path / "ran"
@@ -310,11 +313,20 @@ def test_one_workers_end_of_a_batchs_last_run_shares_the_next_batchs_first_claim
         wait_until(counted(port, succeeded=12), what="twelve runs")
         assert daemon.stop() == 0
         calls = [ends_and_claims(c.json) for c in proxy.calls if c.action == "TransactWriteItems"]
-        receives = [c for c in proxy.calls if c.action == "ReceiveMessage"]
     assert sorted(map(int, out.read_text().split())) == list(range(12))
     assert sum(ends for ends, _ in calls) == 12 and sum(claims for _, claims in calls) == 12
-    # At most six within the batches; without the wait every end between batches goes alone
-    # (with it, each of the five may miss its 0.1 s on a loaded host, not all of them).
-    shared = [call for call in calls if call[0] and call[1]]
-    assert len(shared) > 6, (calls, len(receives))
+    # How many ends shared a claim's call depends on timing (a loaded host misses a 0.1 s
+    # linger): benchmarks/aws_calls.py measures it; the decision to wait is tested below.
     wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
+
+
+def test_a_full_receive_says_a_claim_is_coming_and_a_short_or_failed_one_does_not() -> None:
+    """The end of a batch's last run waits (its linger) for the next batch's first claim only
+    after a full receive: the receive loop then receives again at once."""
+    settings = IntakeSettings(name="q", max_workers=1)
+    intake = Intake(cast(MessageSource, object()), settings, cast(Worker, object()), None)
+    assert not intake.claims_coming()
+    intake.received(True)
+    assert intake.claims_coming()
+    intake.received(False)
+    assert not intake.claims_coming()
