@@ -24,7 +24,7 @@ demo: $(BIN)/sqsjkr
 # which every job would see in its environment) rather than make their own.
 # The tests start some 150 daemons and commands: compiled once here, the package is not compiled
 # anew by each of them where PYTHONDONTWRITEBYTECODE is set. For the same reason each pytest
-# worker would rewrite the tests' asserts anew: one collection caches them.
+# worker would rewrite the tests' asserts anew: one collection caches them, while the docs build.
 # The tests wait on daemons, leases and subprocesses much of the time, so six workers keep two
 # cores busy; pytest sorts the slow tests first (tests/conftest.py), and --maxschedchunk 2 deals
 # them out among the workers rather than handing the first worker all of them at once. mypy runs
@@ -34,11 +34,13 @@ test: $(BIN)/sqsjkr
 	$(BIN)/ruff format --check sqsjkr tests benchmarks
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m compileall -q sqsjkr
-	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest --collect-only -q >/dev/null
-	site="$$(mktemp -d)" && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$site" && \
-		{ $(BIN)/mypy >"$$site.mypy" 2>&1 & mypy=$$!; \
-		DOCS_BUILT_SITE="$$site" $(BIN)/pytest -n 6 --maxschedchunk 2; tests=$$?; \
-		wait $$mypy || { cat "$$site.mypy"; exit 1; }; exit $$tests; }
+	site="$$(mktemp -d)"; \
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$site" & docs=$$!; \
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest --collect-only -q >/dev/null || exit 1; \
+	wait $$docs || exit 1; \
+	$(BIN)/mypy >"$$site.mypy" 2>&1 & mypy=$$!; \
+	DOCS_BUILT_SITE="$$site" $(BIN)/pytest -n 6 --maxschedchunk 2; tests=$$?; \
+	wait $$mypy || { cat "$$site.mypy"; exit 1; }; exit $$tests
 
 # The documentation site (mkdocs.yml, docs/), served on http://127.0.0.1:8000/ while it is edited;
 # on another address when 8000 is taken: make docs DOCS_ADDR=127.0.0.1:8001
