@@ -121,16 +121,24 @@ def _check_port_free(port: int) -> None:
     moto's server binds in its own thread, which exits on a taken port and leaves start()
     waiting for ever; a port taken in the instant between this check and that bind still hangs.
     """
+    error = bind_error(port)
+    if error is not None:
+        raise LocalModeError(
+            f"cannot start the local AWS endpoint on 127.0.0.1:{port}: {error.strerror}; "
+            "pass another --port, or leave it out for any free port"
+        ) from error
+
+
+def bind_error(port: int) -> OSError | None:
+    """Why 127.0.0.1:port cannot be bound now, or None. Probed as a server binds: a port in
+    TIME_WAIT after a previous run is free."""
     with socket.socket() as probe:
-        # As the server will: a port in TIME_WAIT after a previous run is free.
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError as exc:
-            raise LocalModeError(
-                f"cannot start the local AWS endpoint on 127.0.0.1:{port}: {exc.strerror}; "
-                "pass another --port, or leave it out for any free port"
-            ) from exc
+            return exc
+    return None
 
 
 def use_endpoint(endpoint: str) -> None:

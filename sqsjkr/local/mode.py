@@ -5,7 +5,6 @@ for them, and the daemon serving that config (and the demo) until stopped.
 from __future__ import annotations
 
 import gc
-import socket
 import tempfile
 import threading
 import time
@@ -28,6 +27,7 @@ from sqsjkr.local.endpoint import (
     LOCAL_REGION,
     LOCAL_SCHEDULE_GROUP,
     LOCAL_TABLE,
+    bind_error,
     create_demo_scheduled,
     create_queue,
     create_sample_schedules,
@@ -266,15 +266,11 @@ def check_stats_port(port: int) -> None:
     bind (serve_local), before the banner."""
     if port == 0:
         return
-    with socket.socket() as probe:
-        # As the stats server binds: a port in TIME_WAIT after a previous run is free.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as exc:
-            raise LocalModeError(
-                f"cannot serve stats on 127.0.0.1:{port}: {exc.strerror}; {_STATS_PORT_HINT}"
-            ) from exc
+    error = bind_error(port)
+    if error is not None:
+        raise LocalModeError(
+            f"cannot serve stats on 127.0.0.1:{port}: {error.strerror}; {_STATS_PORT_HINT}"
+        ) from error
 
 
 class _Receiving(NullNotifier):
