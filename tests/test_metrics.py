@@ -258,19 +258,23 @@ def test_the_sample_alert_rules_and_the_grafana_dashboard_use_metrics_the_daemon
     assert daemon.stop() == 0
 
 
+def next_firings(metrics: Metrics) -> dict[tuple[str, ...], float]:
+    """The next-firing gauge's series in metrics' exposition, by their label values."""
+    return {
+        tuple(sample.labels.values()): sample.value
+        for family in text_string_to_metric_families(metrics.exposition().decode())
+        if family.name == "sqsjkr_event_next_firing_timestamp_seconds"
+        for sample in family.samples
+    }
+
+
 def test_a_firing_run_sets_its_events_next_firing() -> None:
     metrics = Metrics(Stats(1), Health())
     due = datetime(2030, 6, 1, 2, 0, tzinfo=ZoneInfo("Europe/Berlin")).timestamp()
     nightly = Firing(due, "arn:nightly", "cron(0 2 * * ? *)", "Europe/Berlin")
     metrics.fired("nightly", nightly)
     metrics.fired("by-hand", Firing(due, "arn:by-hand"))  # no expression: no series
-    samples = {
-        tuple(sample.labels.values()): sample.value
-        for family in text_string_to_metric_families(metrics.exposition().decode())
-        if family.name == "sqsjkr_event_next_firing_timestamp_seconds"
-        for sample in family.samples
-    }
-    assert samples == {("nightly",): due + 86400}
+    assert next_firings(metrics) == {("nightly",): due + 86400}
 
 
 def test_a_forged_expression_never_moves_a_next_firing_to_come_later() -> None:
@@ -283,21 +287,15 @@ def test_a_forged_expression_never_moves_a_next_firing_to_come_later() -> None:
     metrics.fired("nightly", forged)
     metrics.fired("nightly", Firing(due + 30, "arn:nightly", "at(2030-01-01T00:00:00)", "UTC"))
 
-    def shown() -> dict[tuple[str, ...], float]:
-        return {
-            tuple(sample.labels.values()): sample.value
-            for family in text_string_to_metric_families(metrics.exposition().decode())
-            if family.name == "sqsjkr_event_next_firing_timestamp_seconds"
-            for sample in family.samples
-        }
-
-    assert shown() == {("nightly",): due + 86400}  # still tomorrow's, not in 2,739 years
+    assert next_firings(metrics) == {
+        ("nightly",): due + 86400
+    }  # still tomorrow's, not in 2,739 years
     # Once that firing has come, the next run's message sets the gauge again.
     now[0] = due + 86400 + 10
     metrics.fired(
         "nightly", Firing(due + 86400, "arn:nightly", "cron(0 2 * * ? *)", "Europe/Berlin")
     )
-    assert shown() == {("nightly",): due + 2 * 86400}
+    assert next_firings(metrics) == {("nightly",): due + 2 * 86400}
 
 
 def test_events_past_the_cap_share_the_other_series(
@@ -337,10 +335,4 @@ def test_an_event_past_the_cap_has_no_next_firing_of_its_own() -> None:
     due = datetime(2030, 6, 1, 2, 0, tzinfo=ZoneInfo("UTC")).timestamp()
     for event in ("nightly", "hourly"):
         metrics.fired(event, Firing(due, f"arn:{event}", "cron(0 2 * * ? *)", "UTC"))
-    samples = {
-        tuple(sample.labels.values()): sample.value
-        for family in text_string_to_metric_families(metrics.exposition().decode())
-        if family.name == "sqsjkr_event_next_firing_timestamp_seconds"
-        for sample in family.samples
-    }
-    assert samples == {("nightly",): due + 86400}
+    assert next_firings(metrics) == {("nightly",): due + 86400}
