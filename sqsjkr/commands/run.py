@@ -152,15 +152,20 @@ def local(
     setup_logging(log_level.lower(), log_all=log_all)
     with stop_signals() as (stop, force):
         # The dashboard is imported while moto starts, so that the banner is not late for it.
-        face = Printed(web_port, import_dashboard(), api_tokens)
+        importing = import_dashboard()
         pace = Pace(lease=lease) if demo_first_firing is None else Pace(demo_first_firing, lease)
-        run_local(
-            stop,
-            force,
-            face,
-            demo=demo,
-            port=port,
-            stats_port=stats_port,
-            workers=workers,
-            pace=pace,
-        )
+        try:
+            run_local(
+                stop,
+                force,
+                Printed(web_port, importing, api_tokens),
+                demo=demo,
+                port=port,
+                stats_port=stats_port,
+                workers=workers,
+                pace=pace,
+            )
+        finally:
+            # Joined however local mode ends: a taken stats port fails at once, and an interpreter
+            # that exits while this thread imports aborts ("FATAL: exception not rethrown").
+            importing.join()
