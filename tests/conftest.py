@@ -33,6 +33,8 @@ from sqsjkr.commands.cli import main
 from sqsjkr.local.endpoint import LOCAL_ACCOUNT, cache_moto_routing, create_table
 from sqsjkr.local.transactions import install_fair_transactions
 
+from .forked import ForkedCommand
+
 REGION = "us-east-1"
 
 #: The `sqsjkr` command that `pip install` put beside this interpreter.
@@ -255,7 +257,8 @@ retry_interval = "0.1s"
 
 
 class Daemon:
-    """`sqsjkr` started as a real subprocess; its log goes to a file the test can poll."""
+    """`sqsjkr ARGS` started as a real process (forked from a server that has imported the daemon,
+    tests/forked.py); its log goes to a file the test can poll."""
 
     def __init__(
         self,
@@ -266,15 +269,8 @@ class Daemon:
     ) -> None:
         self.args = args
         self.log_path = workdir / f"daemon-{uuid.uuid4().hex[:6]}.log"
-        self._log_file = open(self.log_path, "wb")  # noqa: SIM115 - outlives __init__; closed in stop()/kill()
-        self.proc = subprocess.Popen(
-            sqsjkr_argv(*args),
-            cwd=workdir,
-            env={**os.environ, **env},
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            preexec_fn=preexec_fn,
-        )
+        self.log_path.touch()
+        self.proc = ForkedCommand(args, {**os.environ, **env}, workdir, self.log_path, preexec_fn)
 
     @property
     def log(self) -> str:
@@ -316,14 +312,11 @@ class Daemon:
             self.proc.send_signal(signal.SIGUSR1)
             time.sleep(1)
             raise AssertionError(f"daemon did not stop within {timeout}s:\n{self.log}") from None
-        finally:
-            self._log_file.close()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self._log_file.close()
 
 
 @pytest.fixture
