@@ -19,8 +19,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-#: What the fork server imports before it forks: all that `sqsjkr run` imports as it starts.
-PRELOAD = ["sqsjkr.commands.cli", "sqsjkr.commands.run", "sqsjkr.daemon.service"]
+#: What the fork server imports before it forks: all that `sqsjkr run` imports as it starts, and
+#: what `sqsjkr local` and `sqsjkr web` add (moto, Flask and the API's models: a second more).
+PRELOAD = [
+    "sqsjkr.commands.cli",
+    "sqsjkr.commands.run",
+    "sqsjkr.daemon.service",
+    "sqsjkr.commands.local",
+    "sqsjkr.local.mode",
+    "sqsjkr.commands.dashboard",
+    "sqsjkr.api.app",
+    "sqsjkr.web.server",
+]
 
 _SERVER = multiprocessing.get_context("forkserver")
 _SERVER.set_forkserver_preload(PRELOAD)
