@@ -33,7 +33,9 @@ PRELOAD = [
 ]
 
 _SERVER = multiprocessing.get_context("forkserver")
-_SERVER.set_forkserver_preload(PRELOAD)
+# "__main__" too: each forked process would otherwise import the main module of the process that
+# started the server (pytest's script, when run without xdist) anew.
+_SERVER.set_forkserver_preload(["__main__", *PRELOAD])
 
 
 def _run_command(
