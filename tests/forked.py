@@ -82,6 +82,8 @@ class ForkedCommand:
             target=_run_command,
             args=(self.args, dict(env), str(cwd), str(log_path), preexec_fn),
             name=f"sqsjkr {' '.join(self.args[:1])}",
+            # A worker that exits stops what a test left running, where it would wait for it.
+            daemon=True,
         )
         self._process.start()
         assert self._process.pid is not None
