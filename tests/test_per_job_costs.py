@@ -1,12 +1,16 @@
-"""Thread wake-ups a job costs: a job's end wakes the receive loop and the deleter only when
-they have something to do (a batch's worth of free slots, a deadline, a full batch)."""
+"""What a job costs the daemon beside its AWS calls: a job's end wakes the receive loop and the
+deleter only when they have something to do, and the collector does not walk the imports."""
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any, cast
 
+import pytest
+
 from sqsjkr.backends.sqs import Message
+from sqsjkr.daemon import service
 from sqsjkr.daemon.intake import Intake, IntakeSettings, PendingDeletes
 from sqsjkr.daemon.worker import Worker
 
@@ -76,3 +80,18 @@ def test_a_slot_given_back_wakes_the_receive_loop_only_once_it_has_what_it_waits
     receiver.join(5)
     assert free == [10]
     assert counted.wakeups == 2
+
+
+def test_sqsjkr_run_freezes_what_its_imports_made_before_it_serves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    frozen: list[int] = []
+    monkeypatch.setattr(
+        service, "serve", lambda *args, **kwargs: frozen.append(gc.get_freeze_count())
+    )
+    gc.unfreeze()
+    try:
+        service.serve_until_stopped(cast(Any, None), "sqsjkr.toml")
+    finally:
+        gc.unfreeze()
+    assert frozen and frozen[0] > 10_000
