@@ -9,13 +9,16 @@ from typing import Any, cast
 
 import pytest
 
+from sqsjkr.backends.history import Ended, MemoryHistory
 from sqsjkr.backends.sqs import Message
+from sqsjkr.contract.run import RunRecord
 from sqsjkr.daemon import service
 from sqsjkr.daemon.intake import Intake, IntakeSettings, PendingDeletes
+from sqsjkr.daemon.loop import KickerSettings
 from sqsjkr.daemon.worker import Worker
 
 from .conftest import wait_until
-from .test_daemon import FakeSource
+from .test_daemon import FakeSource, GateRunner, Running, make_kicker, run_until
 
 
 class CountingCondition(threading.Condition):
@@ -95,3 +98,44 @@ def test_sqsjkr_run_freezes_what_its_imports_made_before_it_serves(
     finally:
         gc.unfreeze()
     assert frozen and frozen[0] > 10_000
+
+
+class ThreadsOfEnds(MemoryHistory):
+    """A history that notes the thread each run's end is written from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[str] = []
+
+    def finished(self, record: RunRecord, **kwargs: Any) -> Ended:
+        self.threads.append(threading.current_thread().name)
+        return super().finished(record, **kwargs)
+
+
+def test_a_run_whose_end_no_claim_can_carry_is_closed_by_its_own_worker_not_a_closer() -> None:
+    settings = KickerSettings(queue=IntakeSettings(max_workers=1, prefetch=9))
+    runner = GateRunner()
+    runner.gate.set()
+    # A lone job: its receive came back short and nothing waits, so no claim is coming.
+    history = ThreadsOfEnds()
+    kicker, _ = make_kicker(
+        FakeSource([{"command": "x"}]), runner, workers=1, settings=settings, history=history
+    )
+    run_until(kicker, lambda: len(history.records) == 1)
+    assert [name.startswith("sqsjkr-worker_") for name in history.threads] == [True]
+    # Nine in one receive (short of the ten asked for): eight wait behind the first, so each end
+    # but the last waits for the next claim on a closer's thread; the last goes from its worker.
+    history = ThreadsOfEnds()
+    runner = GateRunner()
+    source = FakeSource([{"command": "x", "event_id": str(i)} for i in range(9)])
+    kicker, _ = make_kicker(source, runner, workers=1, settings=settings, history=history)
+    running = Running(kicker)
+    try:
+        intake = next(iter(kicker._intakes.values()))
+        wait_until(lambda: len(runner.running) == 1 and len(intake._waiting) == 8)
+        runner.open()
+        wait_until(lambda: len(history.records) == 9)
+    finally:
+        running.finish()
+    closers = [name.startswith("sqsjkr-worker-close") for name in history.threads]
+    assert closers == [True] * 8 + [False]
