@@ -73,10 +73,14 @@ class PendingDeletes:
 
     def add(self, messages: Sequence[Message]) -> None:
         with self._changed:
-            if messages and not self._messages:
+            first = bool(messages) and not self._messages
+            if first:
                 self._since = time.monotonic()
             self._messages.extend(messages)
-            self._changed.notify_all()
+            # send_when_due's wait changes only with a first message (its deadline) or a full
+            # batch (due now): every other delete would wake it for nothing, once a job.
+            if first or len(self._messages) >= MAX_BATCH:
+                self._changed.notify_all()
 
     def flush(self, force: bool = False) -> None:
         """Delete what is pending if a batch is full, the window has passed, or force."""
@@ -155,6 +159,9 @@ class Intake:
         self.capacity = settings.max_workers + settings.prefetch
         self._free = self.capacity
         self._free_changed = threading.Condition()
+        #: How many free slots the receive loop waits for (0: it does not wait): a slot given
+        #: back wakes it only once that many are free, not at every job's end.
+        self._wanted = 0
         #: Jobs handed to the pool (take) that no worker has taken up yet: prefetched ones.
         self._waiting: set[InFlight] = set()
         #: The last receive came back full: the receive loop receives again as soon as slots
@@ -170,13 +177,15 @@ class Intake:
         gather window for a batch's worth."""
         with self._free_changed:
             # A stop wakes it through wake(): the Kicker calls it once stop is set.
+            self._wanted = 1
             self._free_changed.wait_for(lambda: self._free > 0 or stop.is_set())
             if backlog and self._free > 0:
-                batch = min(MAX_BATCH, self.capacity)
+                self._wanted = min(MAX_BATCH, self.capacity)
                 self._free_changed.wait_for(
-                    lambda: self._free >= batch or stop.is_set(),
+                    lambda: self._free >= self._wanted or stop.is_set(),
                     timeout=self.settings.gather_window,
                 )
+            self._wanted = 0
             return 0 if stop.is_set() else self._free
 
     def take(self, entry: InFlight) -> None:
@@ -207,7 +216,8 @@ class Intake:
     def give_back_slot(self) -> None:
         with self._free_changed:
             self._free += 1
-            self._free_changed.notify_all()
+            if self._wanted and self._free >= self._wanted:
+                self._free_changed.notify_all()
 
     def wake(self) -> None:
         """Let a receive loop waiting for free slots look at its stop event now."""

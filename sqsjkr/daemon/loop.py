@@ -306,7 +306,11 @@ class Kicker:
             else:
                 started = intake.worker.start(entry)
                 if isinstance(started, ClosingRun):
-                    behind = self._close_behind(intake, entry, started, closers)
+                    # Behind only when a next claim is sure to come at once, for the end to
+                    # ride its call: else the end goes alone, and the worker writing it itself
+                    # spares two thread hand-offs (a closer woken, then woken by its answer).
+                    coming = intake.claims_coming()
+                    behind = coming and self._close_behind(intake, entry, started, closers)
                     if behind:
                         # No longer busy: its worker takes the next job.
                         self._stats.job_finished(intake.name)
@@ -332,8 +336,8 @@ class Kicker:
         def close() -> None:
             ending = Ending(LEAVE, (Outcome.FAILED,))
             try:
-                # Lingering for a next claim only when one is sure to come at once: without
-                # one, a run's end goes as before, and its call's shape does not vary by timing.
+                # Lingering for a next claim only when one is still sure to come at once (a
+                # stop gives the prefetched back): else its call's shape does not vary by timing.
                 ending = closing.finish(intake.claims_coming())
             except Exception:
                 log.exception(
