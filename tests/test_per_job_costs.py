@@ -137,5 +137,6 @@ def test_a_run_whose_end_no_claim_can_carry_is_closed_by_its_own_worker_not_a_cl
         wait_until(lambda: len(history.records) == 9)
     finally:
         running.finish()
+    # Counted, not in order: an end behind may linger for the next claim while the last is written.
     closers = [name.startswith("sqsjkr-worker-close") for name in history.threads]
-    assert closers == [True] * 8 + [False]
+    assert (closers.count(True), closers.count(False)) == (8, 1)
