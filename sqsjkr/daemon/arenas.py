@@ -1,4 +1,4 @@
-"""The daemon's malloc arenas: two, not glibc's eight per core, set inside the process.
+"""The daemon's malloc arenas: glibc's main one only, not eight per core, set inside the process.
 
 `sqsjkr run` calls limit_malloc_arenas() once at start; jobs exec'd from it are untouched.
 """
@@ -13,15 +13,16 @@ log = logging.getLogger(__name__)
 
 #: glibc's mallopt parameter for the arena count (malloc.h).
 M_ARENA_MAX = -8
-#: The daemon's arenas: its threads mostly hold the GIL, so they rarely contend for malloc.
-DAEMON_ARENAS = 2
+#: The daemon's arenas: its threads allocate while they hold the GIL, one at a time, so one
+#: arena costs them no waiting; a second one kept 1.6 MiB more after a burst (benchmarks/README.md).
+DAEMON_ARENAS = 1
 
 
 def limit_malloc_arenas(arenas: int = DAEMON_ARENAS) -> bool:
     """Cap glibc's malloc arenas for this process; False where libc is not glibc or refuses.
 
     Each thread that allocates gets an arena of its own, up to 8 per core, and each keeps its
-    freed pages: with 20 workers and their closers, 2-4 MiB of the daemon's peak. The
+    freed pages: with 20 workers and their closers, 15 arenas and 3-4 MiB of the daemon's peak. The
     MALLOC_ARENA_MAX variable would do the same but every job would inherit it (8e8cbe1);
     mallopt() is this process's setting only, and an exec'd job starts with glibc's default.
     """
