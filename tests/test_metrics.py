@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
+import tracemalloc
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,12 +14,15 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import boto3
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sqsjkr import __version__
 from sqsjkr.contract.firing import Firing
+from sqsjkr.contract.run import RunOutcome, RunRecord
 from sqsjkr.local.endpoint import create_table
 from sqsjkr.observability.health import Health
+from sqsjkr.observability.metrics import _BUCKETS as BUCKETS
 from sqsjkr.observability.metrics import Metrics
 from sqsjkr.observability.stats import Stats
 
@@ -336,3 +340,82 @@ def test_an_event_past_the_cap_has_no_next_firing_of_its_own() -> None:
     for event in ("nightly", "hourly"):
         metrics.fired(event, Firing(due, f"arn:{event}", "cron(0 2 * * ? *)", "UTC"))
     assert next_firings(metrics) == {("nightly",): due + 86400}
+
+
+def record(event_id: str, duration: float, outcome: RunOutcome = RunOutcome.SUCCEEDED) -> RunRecord:
+    return RunRecord(
+        event_id=event_id,
+        message_id=uuid.uuid4().hex,
+        host="host",
+        owner="owner",
+        command="true",
+        sent_at=1000.0,
+        claimed_at=1000.5,
+        ended_at=1001.0 + duration,
+        outcome=outcome,
+        version=__version__,
+        started_at=1001.0,
+    )
+
+
+def test_per_event_durations_read_as_prometheus_clients_own_histogram() -> None:
+    """The per-event series are plain numbers written out at each scrape: the same samples as a
+    prometheus_client Histogram and Gauges fed the same runs (its _created times apart)."""
+    runs = [("a", 0.7), ("a", 4.3), ("b", 0.005), ("b", 86400.0), ("c", 1e6), ("a", 0.1)]
+    metrics = Metrics(Stats(1), Health())
+    registry = CollectorRegistry()
+    reference = Histogram(
+        "sqsjkr_job_duration_seconds", "", ["event_id"], buckets=BUCKETS, registry=registry
+    )
+    last_duration = Gauge("sqsjkr_job_last_duration_seconds", "", ["event_id"], registry=registry)
+    for event_id, duration in runs:
+        run = record(event_id, duration, RunOutcome.ERRORED)
+        metrics.report(run)
+        reference.labels(event_id).observe(run.duration)
+        last_duration.labels(event_id).set(run.duration)
+    ours = {s for s in parsed(metrics.exposition().decode()) if s[0].startswith(PER_EVENT)}
+    theirs = {s for s in parsed(generate_latest(registry).decode()) if s[0].startswith(PER_EVENT)}
+    assert {s[0] for s in ours} >= {
+        "sqsjkr_job_duration_seconds_bucket",
+        "sqsjkr_job_duration_seconds_created",
+        "sqsjkr_job_last_run_timestamp_seconds",
+    }
+    shared = {"sqsjkr_job_duration_seconds_bucket", "sqsjkr_job_duration_seconds_count"}
+    shared |= {"sqsjkr_job_duration_seconds_sum", "sqsjkr_job_last_duration_seconds"}
+    assert {s for s in ours if s[0] in shared} == {s for s in theirs if s[0] in shared}
+    # Errored runs: no last success yet, as before the first success.
+    assert not any(s[0] == "sqsjkr_job_last_success_timestamp_seconds" for s in ours)
+
+
+def test_the_series_of_500_events_take_under_half_a_mebibyte() -> None:
+    """prometheus_client's children (a lock and an object per bucket) took 3.2 MiB for the
+    default cap of 500 events: a fifteenth of the daemon's memory. Plain numbers take 0.2."""
+    metrics = Metrics(Stats(1), Health(), max_events=500)
+    records = [record(f"event-{n}", 0.01) for n in range(600)]
+    metrics.report(record("warm-up", 0.01))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for each in records:
+            metrics.report(each)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 512 * 1024, f"{grown / 2**20:.2f} MiB"
+    counts = {
+        s[1]: s[2]
+        for s in parsed(metrics.exposition().decode())
+        if s[0] == "sqsjkr_job_duration_seconds_count"
+    }
+    assert len(counts) == 501 and counts[(("event_id", "(other)"),)] == 101
+
+
+PER_EVENT = ("sqsjkr_job_duration_seconds", "sqsjkr_job_last_")
+
+
+def parsed(text: str) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+    return {
+        (sample.name, tuple(sorted(sample.labels.items())), sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }

@@ -655,8 +655,8 @@ def _lock_config(lock: _Table) -> LockConfig:
 #: The longest [kicker] member_refresh: a daemon is shown lost after three of them.
 _MAX_MEMBER_REFRESH = Duration.of_seconds(3600)
 
-#: The most events /metrics may give series of their own ([kicker] metrics_max_events): about
-#: 7 KiB of the daemon's memory each.
+#: The most events /metrics may give series of their own ([kicker] metrics_max_events): up to
+#: 1.3 KiB of the daemon's memory each.
 _MAX_METRICS_EVENTS = 100_000
 
 #: Messages a queue may take beyond its free workers ([kicker] prefetch, [[queues]] prefetch).

@@ -46,6 +46,7 @@ from sqsjkr.backends.sqs import (
 from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.config import Config, QueueConfig
 from sqsjkr.contract.duration import Duration
+from sqsjkr.daemon.arenas import limit_malloc_arenas
 from sqsjkr.daemon.catchup import CatchUpStores, catch_up, catch_up_interval
 from sqsjkr.daemon.http_runner import HttpRunner, Runners
 from sqsjkr.daemon.intake import IntakeSettings
@@ -79,6 +80,8 @@ def serve_until_stopped(config: Config, conf: str) -> None:
     # Before any job can start: jobs copy the daemon's environment, and systemd's variables
     # are not meant for them.
     notifier = SystemdNotifier.from_environment(os.environ, unset=True)
+    # Before any thread starts: glibc fixes its arena count when a second thread first allocates.
+    limit_malloc_arenas()
     with stop_signals() as (stop, force):
         # The entry point's logger, which the start line has always named.
         logging.getLogger("sqsjkr.cli").info("sqsjkr %s starting with %s", __version__, conf)

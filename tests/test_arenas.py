@@ -1,0 +1,100 @@
+"""The daemon's malloc arenas: glibc's count capped inside the process (daemon/arenas.py), its
+jobs' environment untouched."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sqsjkr.daemon.arenas import DAEMON_ARENAS
+
+from .conftest import Aws, Start, counted, run_daemon, wait_until
+
+#: glibc maps each arena but the main one at a multiple of its largest heap (64 MiB).
+HEAP_ALIGN = 64 << 20
+
+pytestmark = pytest.mark.skipif(
+    not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"), reason="glibc's arenas"
+)
+
+
+def arena_heaps(pid: int | str) -> int:
+    """The arenas a process has besides glibc's main one: an anonymous writable mapping that
+    begins on the heaps' alignment and, with the reserved part after it, spans one heap."""
+    mappings = []
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        address, perms, *rest = line.split()
+        start, end = (int(part, 16) for part in address.split("-"))
+        mappings.append((start, end, perms, len(rest) == 3))
+    count = 0
+    for (start, end, perms, anonymous), after in zip(mappings, [*mappings[1:], None], strict=True):
+        if not (anonymous and perms.startswith("rw") and start % HEAP_ALIGN == 0):
+            continue
+        reserved = after is not None and after[0] == end and after[2].startswith("---")
+        if end - start == HEAP_ALIGN or (reserved and after[1] - start == HEAP_ALIGN):
+            count += 1
+    return count
+
+
+PROBE = """
+import sys, threading
+from sqsjkr.daemon.arenas import limit_malloc_arenas
+if sys.argv[1] == "limit":
+    assert limit_malloc_arenas()
+barrier = threading.Barrier(8)
+kept = []
+def allocate():
+    barrier.wait()  # all alive at once: a thread that ended hands its arena on
+    kept.append(bytearray(200_000))
+    barrier.wait()
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print("allocated", flush=True)
+sys.stdin.read()
+"""
+
+
+def heaps_of_probe(mode: str) -> int:
+    """arena_heaps of a process whose 8 threads allocated at once, after limit_malloc_arenas()
+    (mode "limit") or not ("none")."""
+    with subprocess.Popen(
+        [sys.executable, "-c", PROBE, mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as probe:
+        assert probe.stdout is not None and probe.stdin is not None
+        assert probe.stdout.readline() == "allocated\n"
+        heaps = arena_heaps(probe.pid)
+        probe.stdin.close()
+        assert probe.wait(30) == 0
+    return heaps
+
+
+def test_limit_malloc_arenas_caps_the_arenas_of_threads_that_allocate() -> None:
+    assert heaps_of_probe("none") >= 4  # an arena per thread, up to 8 per core: glibc's default
+    assert heaps_of_probe("limit") <= DAEMON_ARENAS - 1
+
+
+def test_the_daemon_runs_with_one_arena_and_its_jobs_with_glibcs_default(
+    start_daemon: Start, tmp_path: Path, aws: Aws
+) -> None:
+    """20 workers and their closers, all alive after a burst: the daemon has no arena besides
+    glibc's main one, and a job's environment has no MALLOC_ARENA_MAX (the unit's variable was
+    reverted for that: every job inherited it)."""
+    env_file = tmp_path / "job-env"
+    for _ in range(30):
+        aws.send({"command": "true"})
+    aws.send({"command": f"env > {env_file}"})
+    daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=20)
+    wait_until(counted(port, succeeded=31), timeout=60, what="31 jobs ended")
+    assert arena_heaps(daemon.proc.pid) <= DAEMON_ARENAS - 1
+    assert "MALLOC_ARENA_MAX" not in env_file.read_text()
+    assert daemon.stop() == 0
