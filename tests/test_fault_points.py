@@ -82,6 +82,10 @@ def step_end(points: list[Point], step: str) -> list[Point]:
 #: retries or its answer lost, and the daemon killed once its record finished its claim (the
 #: note's write just after). The benchmark walks the other three.
 STEP_END_FAULTS = [(1, Kind.REFUSED), (1, Kind.LOST), (0, Kind.KILLED)]
+#: A step's end alone: its run's record (which finishes its claim), then its note in its run.
+END_ALONE = ["TransactWriteItems", "UpdateItem"]
+#: Clean runs of the pipeline recorded at most, beside the module's, for one whose c ended alone.
+RECORDINGS = 3
 
 
 @pytest.mark.slow
@@ -94,7 +98,16 @@ def test_a_fan_in_parents_end_faulted_still_runs_the_child_once_after_both(
     which: int, kind: Kind, recorded: Record, moto_endpoint: str, env: dict[str, str]
 ) -> None:
     ends = step_end(recorded("pipeline"), "c")
-    assert [p.action for p in ends] == ["TransactWriteItems", "UpdateItem"], ends
+    # c's end goes alone, the call these faults aim at, unless a claim was sure to come as it
+    # ended (b received with it in a full receive, on a loaded machine) and it rode that call:
+    # a clean run is recorded again until it went alone.
+    for _ in range(RECORDINGS):
+        if [p.action for p in ends] == END_ALONE:
+            break
+        clean, points = replay(paths()["pipeline"], moto_endpoint, env)
+        assert not clean.problems, f"the clean run of pipeline failed: {clean}"
+        ends = step_end(points, "c")
+    assert [p.action for p in ends] == END_ALONE, ends
     tried("pipeline", ends[which], kind, moto_endpoint, env)
 
 
