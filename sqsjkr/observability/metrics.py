@@ -7,39 +7,30 @@ workers and the receive loop's last turn are read from Stats and Health at each 
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import logging
-import math
 import platform
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from sqsjkr import __version__
 from sqsjkr.contract.config import KickerConfig
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import FAILURES, RunOutcome, RunRecord, RunStart
 from sqsjkr.errors import ScheduleExpressionError
+from sqsjkr.observability.event_series import BUCKETS as _BUCKETS
+from sqsjkr.observability.event_series import EventSeries, Families
 from sqsjkr.observability.health import Health
 from sqsjkr.observability.logs import escape
 from sqsjkr.observability.stats import Stats, StatsSnapshot
 
 #: Seconds: from a few milliseconds (a trivial job, a free lock) to a day.
-_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600, 10800, 43200, 86400)
 
 #: The event_id label of jobs sent without an event_id: their message ids would add series for
 #: ever. No event_id is empty (an empty one is the message id), so it names no real event.
@@ -85,8 +76,8 @@ class Metrics:
         registry = self.registry
         # Each event's series are plain numbers read at each scrape, not prometheus_client's
         # children (a lock and an object per bucket): 0.4 KiB an event, not 6.5.
-        self._events = _EventSeries()
-        registry.register(_Families(self._events.durations))
+        self._events = EventSeries()
+        registry.register(Families(self._events.durations))
         self._queue_delay = Histogram(
             "sqsjkr_job_queue_delay_seconds",
             "From the message's send (the schedule's firing) to the command's start",
@@ -99,7 +90,7 @@ class Metrics:
             buckets=_BUCKETS,
             registry=registry,
         )
-        registry.register(_Families(self._events.times))
+        registry.register(Families(self._events.times))
         # With the runs' counter, Prometheus alone tells a firing that never ran: the time is
         # past this gauge (and its grace) and the event's runs have not increased since.
         self._clock = clock
@@ -249,116 +240,6 @@ def label(value: str) -> str:
 def _per_event(name: str, documentation: str, registry: CollectorRegistry) -> Gauge:
     """A gauge by event_id (one-off jobs have none: a series per message would grow for ever)."""
     return Gauge(name, documentation, ["event_id"], registry=registry)
-
-
-_DURATION_HELP = (
-    'How long commands ran, from start to end (jobs sent without an event_id: event_id="")'
-)
-_TIMES_HELP = {
-    "last_success": (
-        "sqsjkr_job_last_success_timestamp_seconds",
-        "Unix time of the last successful run of each event, on this daemon (jobs sent without "
-        "an event_id have none)",
-    ),
-    "last_duration": (
-        "sqsjkr_job_last_duration_seconds",
-        "How long the last run of each event that started its command ran, on this daemon",
-    ),
-    "last_end": (
-        "sqsjkr_job_last_run_timestamp_seconds",
-        "Unix time the last run of each event that started its command ended, on this daemon",
-    ),
-}
-#: The buckets' upper bounds with +Inf, and their le labels as prometheus_client writes them.
-_BOUNDS = (*map(float, _BUCKETS), math.inf)
-_LE = tuple(floatToGoString(bound) for bound in _BOUNDS)
-
-
-@dataclass(slots=True)
-class _EventRuns:
-    """One label's numbers: its durations' histogram (a count per bucket, not cumulative) and
-    the last runs' gauges (None: no series yet)."""
-
-    created: float
-    buckets: list[int] = field(default_factory=lambda: [0] * len(_BOUNDS))
-    total: float = 0.0
-    last_success: float | None = None
-    last_duration: float | None = None
-    last_end: float | None = None
-
-    @property
-    def count(self) -> int:
-        return sum(self.buckets)
-
-
-class _EventSeries:
-    """The per-event series (sqsjkr_job_duration_seconds and the last runs' gauges), written
-    out at each scrape as prometheus_client would write its own Histogram and Gauges.
-
-    A gauge shows a daily job's duration from its first run and between its runs, where a rate
-    over the histogram sees nothing: a series that appears at count 1 never rises. With the
-    end's time, a query picks the daemon that ran the event last."""
-
-    def __init__(self) -> None:
-        self._mutex = threading.Lock()
-        self._runs: dict[str, _EventRuns] = {}  # by label, in the order they appeared
-
-    def _of(self, event: str) -> _EventRuns:
-        runs = self._runs.get(event)
-        if runs is None:
-            runs = self._runs[event] = _EventRuns(time.time())
-        return runs
-
-    def ran(self, event: str, duration: float, ended_at: float, one_off: bool) -> None:
-        with self._mutex:
-            runs = self._of(event)
-            runs.buckets[bisect.bisect_left(_BOUNDS, duration)] += 1
-            runs.total += duration
-            if not one_off:
-                runs.last_duration, runs.last_end = duration, ended_at
-
-    def succeeded(self, event: str, ended_at: float) -> None:
-        with self._mutex:
-            self._of(event).last_success = ended_at
-
-    def _copy(self) -> list[tuple[str, _EventRuns]]:
-        with self._mutex:
-            return [
-                (event, replace(runs, buckets=list(runs.buckets)))
-                for event, runs in self._runs.items()
-            ]
-
-    def durations(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(
-            "sqsjkr_job_duration_seconds", _DURATION_HELP, labels=["event_id"]
-        )
-        for event, runs in self._copy():
-            if runs.count == 0:
-                continue  # only gauges so far
-            cumulative = list(itertools.accumulate(runs.buckets))
-            family.add_metric([event], list(zip(_LE, cumulative, strict=True)), runs.total)
-            family.add_sample(f"{family.name}_created", {"event_id": event}, runs.created)
-        yield family
-
-    def times(self) -> Iterator[Metric]:
-        copies = self._copy()
-        for attribute, (name, documentation) in _TIMES_HELP.items():
-            family = GaugeMetricFamily(name, documentation, labels=["event_id"])
-            for event, runs in copies:
-                value = getattr(runs, attribute)
-                if value is not None:
-                    family.add_metric([event], value)
-            yield family
-
-
-class _Families(Collector):
-    """A collector of the families a function writes out at each scrape."""
-
-    def __init__(self, families: Callable[[], Iterator[Metric]]) -> None:
-        self._families = families
-
-    def collect(self) -> Iterator[Metric]:
-        return self._families()
 
 
 class _StateCollector(Collector):
