@@ -276,48 +276,55 @@ def ends_and_claims(request: dict[str, Any]) -> tuple[int, int]:
     return ends, claims_per_call_of(request)
 
 
-def test_one_workers_end_of_a_run_shares_the_call_of_its_next_jobs_claim(
-    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
-) -> None:
+def one_worker_calls(
+    jobs: int,
+    prefetch: int,
+    start_daemon: Start,
+    tmp_path: Path,
+    aws: Aws,
+    aws_env: dict[str, str],
+    moto_endpoint: str,
+) -> list[tuple[int, int]]:
+    """Run jobs on a daemon of one worker, its next ones received ahead (prefetch), through a
+    proxy: each job ran once, and its claim and its end were written once each. Returns the
+    ends and claims of each TransactWriteItems call."""
     out = tmp_path / "ran"
-    for i in range(4):
+    for i in range(jobs):
         aws.send({"command": f"echo {i} >> {out}", "event_id": f"ev-{i}"})
     with FaultProxy(moto_endpoint) as proxy:
         aws_env["AWS_ENDPOINT_URL"] = proxy.url
-        # One worker, its next jobs received ahead: each run's end is written behind it, with
-        # the claim of the job it takes next.
-        daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=1, prefetch=3)
-        wait_until(counted(port, succeeded=4), what="four runs")
+        daemon, port = run_daemon(
+            start_daemon, tmp_path, aws, max_concurrent_num=1, prefetch=prefetch
+        )
+        wait_until(counted(port, succeeded=jobs), what=f"{jobs} runs")
         assert daemon.stop() == 0
         calls = [ends_and_claims(c.json) for c in proxy.calls if c.action == "TransactWriteItems"]
-    assert sorted(out.read_text().split()) == ["0", "1", "2", "3"]
-    assert sum(ends for ends, _ in calls) == 4 and sum(claims for _, claims in calls) == 4
+    assert sorted(map(int, out.read_text().split())) == list(range(jobs))
+    assert sum(ends for ends, _ in calls) == jobs and sum(claims for _, claims in calls) == jobs
+    wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
+    return calls
+
+
+def test_one_workers_end_of_a_run_shares_the_call_of_its_next_jobs_claim(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
+) -> None:
+    # Its next jobs received ahead: each run's end is written behind it, with the claim of the
+    # job it takes next.
+    calls = one_worker_calls(4, 3, start_daemon, tmp_path, aws, aws_env, moto_endpoint)
     # Ends ride on claims: fewer calls than a claim and an end per job, each of its own.
     shared = [call for call in calls if call[0] and call[1]]
     assert shared and len(calls) < 8, calls
-    wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
 
 
 def test_one_worker_with_batches_of_two_writes_each_end_and_claim_once_and_runs_each_job_once(
     start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
 ) -> None:
-    out = tmp_path / "ran"
-    for i in range(12):
-        aws.send({"command": f"echo {i} >> {out}", "event_id": f"ev-{i}"})
-    with FaultProxy(moto_endpoint) as proxy:
-        aws_env["AWS_ENDPOINT_URL"] = proxy.url
-        # Batches of two: the second job of each rides its claim on the first's end; the
-        # second's end has no job waiting, but the receive came back full, so it waits for the
-        # claim of the next batch's first job.
-        daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=1, prefetch=1)
-        wait_until(counted(port, succeeded=12), what="twelve runs")
-        assert daemon.stop() == 0
-        calls = [ends_and_claims(c.json) for c in proxy.calls if c.action == "TransactWriteItems"]
-    assert sorted(map(int, out.read_text().split())) == list(range(12))
-    assert sum(ends for ends, _ in calls) == 12 and sum(claims for _, claims in calls) == 12
-    # How many ends shared a claim's call depends on timing (a loaded host misses a 0.1 s
-    # linger): benchmarks/aws_calls.py measures it; the decision to wait is tested below.
-    wait_until(lambda: aws.queue_counts() == (0, 0), what="every message deleted")
+    # Batches of two: the second job of each rides its claim on the first's end; the second's
+    # end has no job waiting, but the receive came back full, so it waits for the claim of the
+    # next batch's first job. How many ends shared a claim's call depends on timing (a loaded
+    # host misses a 0.1 s linger): benchmarks/aws_calls.py measures it; the decision to wait is
+    # tested below.
+    one_worker_calls(12, 1, start_daemon, tmp_path, aws, aws_env, moto_endpoint)
 
 
 def test_a_full_receive_says_a_claim_is_coming_and_a_short_or_failed_one_does_not() -> None:
