@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -21,7 +22,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sqsjkr.backends.live import LIVE_TYPE_PREFIX, LiveOutput, MemoryLive
-from sqsjkr.commands.follow import Printer
+from sqsjkr.commands.follow import Printer, ctrl_c_noted
 from sqsjkr.contract.config import load_config
 from sqsjkr.contract.job import Job
 from sqsjkr.daemon.live import LiveTails, LiveWriter
@@ -166,7 +167,12 @@ class Follower:
         wait_until(said, timeout=120, what=f"the follower to say {text!r}")
 
     def wait(self) -> int:
-        code = self.proc.wait(60)
+        try:
+            code = self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            status = Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
+            signals = [line for line in status if line.startswith("Sig")]
+            raise AssertionError(f"the follower goes on: {self.err}, {signals}") from None
         for reader in self._readers:
             reader.join()
         return code
@@ -390,3 +396,24 @@ def test_a_job_started_while_others_run_does_not_wake_the_writer() -> None:
         tails.wake()
         writer.join()
     assert woken == [None]
+
+
+def test_a_ctrl_c_that_a_finalizer_drops_still_stops_a_follower(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Python prints and drops a KeyboardInterrupt raised while a finalizer runs: the follower
+    notes the Ctrl-C as well, and stops at its next poll."""
+    dropped: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda hook: dropped.append(hook.exc_value))
+
+    class SignalledWhileFinalized:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0)  # the handler runs here, inside the finalizer
+
+    with ctrl_c_noted() as interrupted:
+        assert not interrupted()
+        SignalledWhileFinalized()
+        assert dropped and isinstance(dropped[0], KeyboardInterrupt)  # Python dropped it
+        assert interrupted()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 
 import click
 
@@ -72,19 +76,49 @@ def follow_run(
         raise UsageFailure("--follow needs an EVENT_ID")
     store = where.store()
     try:
-        with store.reading():
-            return follow(store, event_id, message_id, Deadline(timeout))
+        with store.reading(), ctrl_c_noted() as interrupted:
+            return follow(store, event_id, message_id, Deadline(timeout), interrupted)
     except KeyboardInterrupt:
         return 130  # Ctrl-C is how a follower stops: no message
 
 
-def follow(store: Store, event_id: str, message_id: str | None, deadline: Deadline) -> int:
+@contextmanager
+def ctrl_c_noted() -> Iterator[Callable[[], bool]]:
+    """Ctrl-C noted as well as raised, for as long as the block runs: Python prints and drops a
+    KeyboardInterrupt that lands while a finalizer runs (a socket's or a response's, between two
+    polls), and a follower waiting for a run that never comes would wait on for ever."""
+    seen: list[int] = []
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False  # only the main thread takes signals
+        return
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        yield lambda: bool(seen)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def follow(
+    store: Store,
+    event_id: str,
+    message_id: str | None,
+    deadline: Deadline,
+    interrupted: Callable[[], bool] = lambda: False,
+) -> int:
     """Follow message_id's run of event_id (None: the run running now, or the next to start)
-    until it ends; 0 if it succeeded, 1 otherwise. WaitTimedOut once the deadline has passed."""
+    until it ends; 0 if it succeeded, 1 otherwise. WaitTimedOut once the deadline has passed;
+    KeyboardInterrupt once interrupted() says a Ctrl-C came, checked at each poll."""
     printer = Printer(_echo)
     told: set[str] = set()
     follower = Follower(store, event_id, message_id)
     while True:
+        if interrupted():
+            raise KeyboardInterrupt
         try:
             found = follower.poll()
         except RunRecordLost as exc:
