@@ -14,6 +14,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import boto3
+import pytest
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -385,6 +386,23 @@ def test_per_event_durations_read_as_prometheus_clients_own_histogram() -> None:
     assert {s for s in ours if s[0] in shared} == {s for s in theirs if s[0] in shared}
     # Errored runs: no last success yet, as before the first success.
     assert not any(s[0] == "sqsjkr_job_last_success_timestamp_seconds" for s in ours)
+
+
+@pytest.mark.parametrize("flag", ["true", "1", "T"])
+def test_per_event_series_leave_out_created_as_prometheus_client_is_told(
+    monkeypatch: pytest.MonkeyPatch, flag: str
+) -> None:
+    """PROMETHEUS_DISABLE_CREATED_SERIES, which prometheus_client's own histograms honour."""
+
+    def created_samples() -> list[str]:
+        metrics = Metrics(Stats(1), Health())
+        metrics.report(record("a", 0.7))
+        names = [sample[0] for sample in parsed(metrics.exposition().decode())]
+        return [name for name in names if name == "sqsjkr_job_duration_seconds_created"]
+
+    assert created_samples() == ["sqsjkr_job_duration_seconds_created"]
+    monkeypatch.setenv("PROMETHEUS_DISABLE_CREATED_SERIES", flag)
+    assert created_samples() == []
 
 
 def test_the_series_of_500_events_take_under_half_a_mebibyte() -> None:

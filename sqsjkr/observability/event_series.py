@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +43,13 @@ _BOUNDS = (*map(float, BUCKETS), math.inf)
 _LE = tuple(floatToGoString(bound) for bound in _BOUNDS)
 
 
+def created_series_wanted() -> bool:
+    """False when PROMETHEUS_DISABLE_CREATED_SERIES asks prometheus_client to leave out its
+    _created series, read as prometheus_client reads it."""
+    flag = os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False")
+    return flag.lower() not in ("true", "1", "t")
+
+
 @dataclass(slots=True)
 class EventRuns:
     """One label's numbers: its durations' histogram (a count per bucket, not cumulative) and
@@ -67,9 +75,12 @@ class EventSeries:
     over the histogram sees nothing: a series that appears at count 1 never rises. With the
     end's time, a query picks the daemon that ran the event last."""
 
-    def __init__(self) -> None:
+    def __init__(self, created: bool | None = None) -> None:
         self._mutex = threading.Lock()
         self._runs: dict[str, EventRuns] = {}  # by label, in the order they appeared
+        # With its _created sample as prometheus_client's own Histogram has it: unless its
+        # PROMETHEUS_DISABLE_CREATED_SERIES says not (None: as the environment says).
+        self._created = created_series_wanted() if created is None else created
 
     def _of(self, event: str) -> EventRuns:
         runs = self._runs.get(event)
@@ -105,7 +116,8 @@ class EventSeries:
                 continue  # only gauges so far
             cumulative = list(itertools.accumulate(runs.buckets))
             family.add_metric([event], list(zip(_LE, cumulative, strict=True)), runs.total)
-            family.add_sample(f"{family.name}_created", {"event_id": event}, runs.created)
+            if self._created:
+                family.add_sample(f"{family.name}_created", {"event_id": event}, runs.created)
         yield family
 
     def times(self) -> Iterator[Metric]:
