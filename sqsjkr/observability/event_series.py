@@ -75,12 +75,12 @@ class EventSeries:
     over the histogram sees nothing: a series that appears at count 1 never rises. With the
     end's time, a query picks the daemon that ran the event last."""
 
-    def __init__(self, created: bool | None = None) -> None:
+    def __init__(self) -> None:
         self._mutex = threading.Lock()
         self._runs: dict[str, EventRuns] = {}  # by label, in the order they appeared
-        # With its _created sample as prometheus_client's own Histogram has it: unless its
-        # PROMETHEUS_DISABLE_CREATED_SERIES says not (None: as the environment says).
-        self._created = created_series_wanted() if created is None else created
+        # With its _created sample as prometheus_client's own Histogram has it, unless its
+        # PROMETHEUS_DISABLE_CREATED_SERIES says not.
+        self._created = created_series_wanted()
 
     def _of(self, event: str) -> EventRuns:
         runs = self._runs.get(event)
