@@ -29,8 +29,8 @@ demo: $(BIN)/sqsjkr
 # cores busy (their daemons are forked, tests/forked.py: 213 s against six workers' 227 s on an
 # idle machine, for 7 % more CPU); pytest sorts the slow tests first (tests/conftest.py), and
 # --maxschedchunk 2 deals them out among the workers rather than handing the first worker all
-# of them at once. mypy runs
-# beside the tests, in the time they leave a core waiting, and fails the target as they would.
+# of them at once. mypy runs beside the tests, in the time they leave a core waiting, and fails
+# the target as they would.
 test: $(BIN)/sqsjkr
 	$(BIN)/ruff check sqsjkr tests benchmarks
 	$(BIN)/ruff format --check sqsjkr tests benchmarks
