@@ -30,6 +30,8 @@ PRELOAD = [
     "sqsjkr.commands.dashboard",
     "sqsjkr.api.app",
     "sqsjkr.web.server",
+    # Imported as the tests import it: the fork server starts in the worker's directory, the root.
+    "tests.forked_preload",
 ]
 
 _SERVER = multiprocessing.get_context("forkserver")
