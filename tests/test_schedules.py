@@ -66,6 +66,23 @@ def test_a_time_the_clock_repeats_fires_once_in_the_first_pass() -> None:
     ]
 
 
+def test_a_minutely_schedule_fires_again_after_an_hour_the_clock_skips() -> None:
+    # Sixty candidate minutes of 02:xx are skipped on 2026-03-29 in Berlin: they are no fires,
+    # and the schedule goes on at 03:00 (it was taken to fire no more after eight of them).
+    before = datetime(2026, 3, 29, 1, 58, tzinfo=BERLIN)
+    assert fires("cron(* 2,3 * * ? *)", "Europe/Berlin", before, 2) == [
+        "2026-03-29T03:00:00+02:00",
+        "2026-03-29T03:01:00+02:00",
+    ]
+
+
+def test_a_minutely_schedule_fires_again_after_the_second_pass_of_a_repeated_hour() -> None:
+    second_pass = datetime(2026, 10, 25, 2, 1, tzinfo=BERLIN).replace(fold=1)
+    assert fires("cron(* * * * ? *)", "Europe/Berlin", second_pass, 1) == [
+        "2026-10-25T03:00:00+01:00"
+    ]
+
+
 @pytest.mark.parametrize(
     ("expression", "expected"),
     [

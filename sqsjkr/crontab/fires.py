@@ -20,8 +20,11 @@ from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 from sqsjkr.crontab.eventbridge import WEEKDAYS, load_zone
 from sqsjkr.errors import ScheduleExpressionError
 
-#: How many candidate local times are tried for each fire time wanted: all but a few are real.
-_TRIES_PER_FIRE = 8
+#: The most candidate local times that are no fire, in a time the clock skips or at or before
+#: `after` in a time it repeats: a minutely schedule through the longest change on record (a
+#: whole day, Samoa 2011), with room. Past them the schedule is taken to fire no more, where
+#: croniter would otherwise be asked for ever. Elsewhere every candidate is a fire.
+_MOST_PASSED = 3 * 24 * 60
 _RATE = re.compile(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)")
 _UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 
@@ -88,7 +91,8 @@ def _cron_fires(fields: str, zone: ZoneInfo, after: datetime, count: int) -> lis
     except (CroniterBadCronError, ValueError) as exc:
         raise ScheduleExpressionError(f"cron({fields}): {exc}") from None
     fires: list[datetime] = []
-    for _ in range(count * _TRIES_PER_FIRE):
+    passed = 0
+    while len(fires) < count and passed <= _MOST_PASSED:
         try:
             local: datetime = candidates.get_next(datetime)
         except CroniterBadDateError:
@@ -96,8 +100,8 @@ def _cron_fires(fields: str, zone: ZoneInfo, after: datetime, count: int) -> lis
         instant = real_instant(local, zone)
         if instant is not None and instant > after:
             fires.append(instant)
-        if len(fires) == count:
-            break
+        else:
+            passed += 1
     return fires
 
 
@@ -193,7 +197,9 @@ def next_firing(expression: str, zone_name: str | None, at: float) -> float | No
         return None
 
 
-#: Fire times computed per call of next_fires while listing a span.
+#: Fire times computed per call of next_fires while listing a span: few at first, since most
+#: spans hold a handful of a schedule's firings and each costs croniter a step, then more.
+_FIRST_BATCH = 4
 _BATCH = 500
 
 
@@ -206,16 +212,18 @@ def fires_between(
     after = datetime.fromtimestamp(since, timezone.utc)
     times: collections.deque[float] = collections.deque(maxlen=most)
     seen = 0
+    size = _FIRST_BATCH
     while True:
         try:
-            batch = next_fires(expression, zone_name, after, _BATCH, window).times
+            batch = next_fires(expression, zone_name, after, size, window).times
         except ScheduleExpressionError:
             break
         # To the second: a rate() counts from its start, which may have microseconds.
         found = [float(int(t.timestamp())) for t in batch if t.timestamp() <= until]
         times.extend(found)
         seen += len(found)
-        if len(batch) < _BATCH or batch[-1].timestamp() > until:
+        if len(batch) < size or batch[-1].timestamp() > until:
             break
         after = batch[-1]
+        size = min(size * 4, _BATCH)
     return list(times), seen
