@@ -47,10 +47,19 @@ def recorded(moto_endpoint: str, env: dict[str, str]) -> Record:
     return record
 
 
+#: Replays of a point at most: one whose aimed call never came tried nothing, and goes again (on
+#: a loaded machine a step's end may ride a claim's call rather than go alone, as recorded).
+REPLAYS = 3
+
+
 def tried(name: str, point: Point, kind: Kind, endpoint: str, env: dict[str, str]) -> None:
-    outcome, _ = replay(paths()[name], endpoint, env, point, kind)
-    assert outcome.reached, f"{point} was not reached in the replay"
-    assert not outcome.problems, str(outcome)
+    for _ in range(REPLAYS):
+        outcome, _ = replay(paths()[name], endpoint, env, point, kind)
+        # Reached or not, the path ended well: a replay the fault missed is a clean run.
+        assert not outcome.problems, str(outcome)
+        if outcome.reached:
+            return
+    raise AssertionError(f"{point} was not reached in {REPLAYS} replays")
 
 
 #: The job paths the sample draws from, one for each kind of fault.
