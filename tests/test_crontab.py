@@ -16,7 +16,6 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import hcl2
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -687,6 +686,8 @@ def run_cli(*args: str, input: str | None = None) -> Any:
 
 def hcl_values(text: str) -> dict[str, Any]:
     """The value of each string in an HCL file as python-hcl2 reads it, template escapes undone."""
+    import hcl2  # here: loading its grammar costs each xdist worker's collection 0.2 s
+
     loaded = hcl2.loads(
         text,
         serialization_options=hcl2.SerializationOptions(

@@ -18,7 +18,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import hcl2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -135,6 +134,8 @@ INVALID_CRON_DAYS = [
 
 def load_hcl(path: Path) -> dict[str, Any]:
     """A .tf file as python-hcl2 parses it, with literal strings unquoted and unescaped."""
+    import hcl2  # here: loading its grammar costs each xdist worker's collection 0.2 s
+
     options = getattr(hcl2, "SerializationOptions", None)
     if options is None:
         # Older releases shape strings and blocks differently; these helpers read version 8's.
@@ -1062,8 +1063,6 @@ def test_job_keys_must_make_rule_names(module: Config, key: str, ok: bool) -> No
 
 # --- the example -----------------------------------------------------------------------------
 
-EXAMPLE_JOBS = example_jobs()
-
 
 def test_example_calls_the_module_and_attaches_the_host_policy(example: Config) -> None:
     # The example's own jobs, and those of a -var-file (crontab2tf's output) over them.
@@ -1081,8 +1080,8 @@ def test_example_calls_the_module_and_attaches_the_host_policy(example: Config) 
 
 
 def test_example_shows_every_kind_of_job() -> None:
-    jobs = EXAMPLE_JOBS.values()
-    assert len(EXAMPLE_JOBS) >= 4
+    jobs = example_jobs().values()
+    assert len(jobs) >= 4
     assert any(j.get("enabled") is False for j in jobs), "a disabled job"
     assert any(j["schedule_expression"].startswith("rate(") for j in jobs), "a rate() job"
     assert any(j["schedule_expression"].startswith("cron(") and j.get("envs") for j in jobs), (
@@ -1101,23 +1100,43 @@ def test_example_shows_every_kind_of_job() -> None:
     assert all(url_allowed(call["url"], LOOPBACK) for call in http_jobs)
 
 
-@pytest.mark.parametrize(("key", "job"), list(EXAMPLE_JOBS.items()), ids=list(EXAMPLE_JOBS))
-def test_example_job_is_a_valid_schedule(module: Config, key: str, job: dict[str, Any]) -> None:
-    assert set(job) <= set(JOB_SCHEMA), f"unknown attributes {set(job) - set(JOB_SCHEMA)}"
-    assert schedule_problem(job["schedule_expression"]) is None
-    assert re.fullmatch(
-        validation_regex(module, "job.schedule_expression"), job["schedule_expression"]
-    )
-    assert re.fullmatch(validation_regex(module, "key"), key)
+def each_example_job(check: Callable[[str, dict[str, Any]], None]) -> None:
+    """check(key, job) for every job of the example; the failure names each job that failed.
+
+    One test for all of them, not one per job: parametrising by the jobs would parse the
+    example's HCL as each xdist worker collects, half a second of CPU each time."""
+    jobs = example_jobs()
+    assert jobs, "the example has no jobs"
+    failed: dict[str, str] = {}
+    for key, job in jobs.items():
+        try:
+            check(key, job)
+        except AssertionError as exc:
+            failed[key] = str(exc)
+    assert not failed, "\n".join(f"{key}: {why}" for key, why in failed.items())
+
+
+def test_every_example_job_is_a_valid_schedule(module: Config) -> None:
     name = literal(example_call().get("name", module.variables["name"]["default"]))
-    # EventBridge's limit on rule names, which the module checks only at plan time.
-    assert len(f"{name}-{key}") <= 64
+
+    def check(key: str, job: dict[str, Any]) -> None:
+        assert set(job) <= set(JOB_SCHEMA), f"unknown attributes {set(job) - set(JOB_SCHEMA)}"
+        assert schedule_problem(job["schedule_expression"]) is None
+        assert re.fullmatch(
+            validation_regex(module, "job.schedule_expression"), job["schedule_expression"]
+        )
+        assert re.fullmatch(validation_regex(module, "key"), key)
+        # EventBridge's limit on rule names, which the module checks only at plan time.
+        assert len(f"{name}-{key}") <= 64
+
+    each_example_job(check)
 
 
-@pytest.mark.parametrize(("key", "job"), list(EXAMPLE_JOBS.items()), ids=list(EXAMPLE_JOBS))
-def test_example_job_reaches_the_daemon_intact(
-    module: Config, key: str, job: dict[str, Any]
-) -> None:
+def test_every_example_job_reaches_the_daemon_intact(module: Config) -> None:
+    each_example_job(lambda key, job: reaches_the_daemon_intact(module, key, job))
+
+
+def reaches_the_daemon_intact(module: Config, key: str, job: dict[str, Any]) -> None:
     body = body_of(build_message(module, key, job))
     parsed = parse_job(body, message_id="m", sent_at=0)
     assert parsed.command == job.get("command", "")
@@ -1359,7 +1378,7 @@ def test_crontab2tf_output_joins_the_examples_jobs_through_var_file(
     example_plan: ExamplePlan,
 ) -> None:
     schedules, jobs = example_plan.schedules, example_plan.crontab_jobs
-    assert set(schedules) == set(EXAMPLE_JOBS) | set(jobs)
+    assert set(schedules) == set(example_jobs()) | set(jobs)
     for key, job in jobs.items():
         assert schedules[key]["schedule_expression"] == job["schedule_expression"]
         assert schedules[key]["name"] == f"batch-jobs-{key}"
@@ -1376,7 +1395,7 @@ def test_terraform_sends_the_messages_this_file_evaluates(
     """Terraform's own jsonencode of local.job_messages, for every kind of job in the example
     (a concurrency group with retries, an HTTP call) and crontab2tf's: build_message reads the
     expression as terraform does, and the daemon takes what terraform sends."""
-    for key, job in {**EXAMPLE_JOBS, **example_plan.crontab_jobs}.items():
+    for key, job in {**example_jobs(), **example_plan.crontab_jobs}.items():
         schedule = example_plan.schedules[key]
         [target] = schedule["target"]
         message = json.loads(target["input"])
