@@ -281,9 +281,12 @@ def test_a_real_daemons_step_waiting_for_its_retry(
             step = sqsjkr.Fleet(str(conf)).pipeline(f"{name}-root").step("work")
         except ResourceMissingError:
             return None
-        return step if step is not None and step.retry_at is not None else None
+        # Both the claim's retry and attempt 1's record: a read between the daemon's two writes
+        # (or a claim read after them and records before) sees the one alone.
+        told = step is not None and step.retry_at is not None and step.run is not None
+        return step if told else None
 
-    work = wait_until(waiting, what="work waiting for its retry")
+    work = wait_until(waiting, what="work waiting for its retry, attempt 1 recorded")
     assert work.detail.startswith("waiting for its retry: attempt 1 errored on ")
     assert "; attempt 2 at " in work.detail
     assert sent_at + HOUR < work.retry_at < time.time() + 3 * HOUR  # 2h, jittered
