@@ -1,5 +1,5 @@
 """The shared loader of botocore's data: it keeps of endpoints.json the entries of sqsjkr's own
-services, and those resolve as botocore's whole file resolves them.
+services, and those resolve as botocore's whole file resolves them; it lists those services alone.
 """
 
 from __future__ import annotations
@@ -8,7 +8,13 @@ import pytest
 from botocore.loaders import Loader
 from botocore.regions import EndpointResolver
 
-from sqsjkr.backends.aws import SERVICES, OwnServicesFileLoader, make_client, make_session
+from sqsjkr.backends.aws import (
+    SERVICES,
+    OwnServicesFileLoader,
+    OwnServicesLoader,
+    make_client,
+    make_session,
+)
 
 
 def test_the_loader_keeps_only_sqsjkrs_services_of_every_partition() -> None:
@@ -46,3 +52,17 @@ def test_a_client_of_another_service_is_refused() -> None:
     session = make_session(region="us-east-1")
     with pytest.raises(ValueError, match="'s3' is not one of sqsjkr's services"):
         make_client(session, "s3")
+
+
+@pytest.mark.parametrize("type_name", ["service-2", "endpoint-rule-set-1", "paginators-1"])
+def test_the_loader_lists_sqsjkrs_services_that_botocore_has_data_of(type_name: str) -> None:
+    whole = Loader().list_available_services(type_name)
+    assert "s3" in whole  # botocore's own walk finds every service
+    assert OwnServicesLoader().list_available_services(type_name) == sorted(SERVICES & set(whole))
+
+
+def test_every_service_of_sqsjkr_makes_a_client_with_the_shared_loader() -> None:
+    session = make_session(region="us-east-1")
+    session.set_credentials("key", "secret")
+    for service in sorted(SERVICES):
+        assert make_client(session, service).meta.service_model.service_name == service

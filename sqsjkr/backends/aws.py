@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import botocore
 from botocore import handlers
 from botocore.config import Config as BotoConfig
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import BotoCoreError, ClientError, DataNotFoundError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.loaders import JSONFileLoader, Loader
 from botocore.session import Session
@@ -78,12 +78,27 @@ def _shared_loader() -> Loader:
     each new session would otherwise parse endpoints.json (a megabyte) again: a tenth of a
     second of CPU for every command the dashboard runs and every session a test makes.
     """
-    return Loader(file_loader=OwnServicesFileLoader())
+    return OwnServicesLoader(file_loader=OwnServicesFileLoader())
 
 
 #: The services sqsjkr makes clients of: make_client refuses any other, since the loader keeps
 #: the endpoints of these alone.
 SERVICES = frozenset({"sqs", "dynamodb", "scheduler", "sts", "events", "iam"})
+
+
+class OwnServicesLoader(Loader):
+    """botocore's loader, whose list of the services it has models for is SERVICES': its own walks
+    the directories of every service botocore knows (some 400), 30 ms of CPU at the start of
+    each command and daemon, to learn that sqs and dynamodb are among them."""
+
+    def list_available_services(self, type_name: str) -> list[str]:
+        return sorted(service for service in SERVICES if self._has(service, type_name))
+
+    def _has(self, service: str, type_name: str) -> bool:
+        try:
+            return bool(self.list_api_versions(service, type_name))
+        except DataNotFoundError:
+            return False
 
 
 class OwnServicesFileLoader(JSONFileLoader):
