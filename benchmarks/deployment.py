@@ -46,6 +46,7 @@ from sqsjkr.local.endpoint import (
     create_table,
     serialize_moto_writes,
 )
+from sqsjkr.local.queues import install_fair_queues
 from sqsjkr.local.transactions import install_fair_transactions
 
 #: How long the daemon may take to make its first ReceiveMessage.
@@ -108,10 +109,12 @@ TARGETS = {
 }
 
 
-#: --moto: how the endpoint does TransactWriteItems, as the report labels it.
+#: --moto: how the endpoint does TransactWriteItems and its queues, as the report labels it.
 MOTO_MODES = {
-    "fair": "fair transactions (conditions checked, then written; no table copy; no 500 race)",
-    "stock": "stock transactions (moto's: the whole table copied per item; writes serialized)",
+    "fair": "fair transactions (conditions checked, then written; no table copy; no 500 race) "
+    "and queues (no walk of the queue per message)",
+    "stock": "stock transactions (moto's: the whole table copied per item; writes serialized) "
+    "and queues (moto's: every message sent or received walks the queue)",
 }
 
 
@@ -127,8 +130,10 @@ def serve_moto(conn: Connection, cpus: set[int] | None, moto_mode: str = "fair")
     # werkzeug logs every request, whatever `verbose` says: moto's own cost, not a deployment's.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     if moto_mode == "fair":
-        # A transaction costs what DynamoDB's does, not a copy of the table: the figures are ours.
+        # A transaction costs what DynamoDB's does, not a copy of the table, and a message what
+        # SQS's does, not a walk of the queue: the figures are ours, not moto's.
         install_fair_transactions()
+        install_fair_queues()
     else:
         serialize_moto_writes()  # the figures of before --moto, and moto's cost in them
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -1018,8 +1023,9 @@ def harness_arguments(parser: argparse.ArgumentParser) -> None:
         "--moto",
         choices=list(MOTO_MODES),
         default="fair",
-        help="the endpoint's TransactWriteItems: fair (DynamoDB's cost, the default) or stock "
-        "(moto's own, a copy of the whole table per item)",
+        help="the endpoint's TransactWriteItems and queues: fair (DynamoDB's and SQS's cost, the "
+        "default) or stock (moto's own: a copy of the whole table per item, a walk of the queue "
+        "per message)",
     )
     parser.add_argument("--daemon-cpus", help="cpus for the daemon, e.g. 1 (default: the last one)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to cpus")

@@ -81,11 +81,12 @@ def categorize(frames: list[Frame]) -> str:
                 if frame.file.startswith(prefix):
                     return category
         return "botocore: other"
+    # From the leaf up, the first frame that says: a worker's own code is not the thread pool
+    # it runs in, whose frames are at the root of every worker's stack.
     for frame in reversed(frames):
         for prefix, category in OTHER_FILES:
             if frame.file.startswith(prefix):
                 return category
-    for frame in reversed(frames):
         if frame.file.startswith("sqsjkr/"):
             return f"sqsjkr: {frame.file.removeprefix('sqsjkr/')}"
     return "other"

@@ -32,6 +32,7 @@ from moto.server import ThreadedMotoServer
 
 from sqsjkr.commands.cli import main
 from sqsjkr.local.endpoint import LOCAL_ACCOUNT, cache_moto_routing, create_table
+from sqsjkr.local.queues import install_fair_queues
 from sqsjkr.local.transactions import install_fair_transactions
 
 from .forked import ForkedCommand
@@ -147,6 +148,8 @@ def moto_endpoint() -> Iterator[str]:
     # item of a transaction, slower as the table fills (a combined claim and end writes several),
     # until botocore's read timeout; and they race other requests into 500s.
     install_fair_transactions()
+    # Queues whose messages cost no walk of the whole queue each, as local mode's do.
+    install_fair_queues()
     # And each request routed without moto listing its ~170 directories, a millisecond of CPU each.
     cache_moto_routing()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

@@ -53,11 +53,13 @@ def local_endpoint(port: int = 0) -> Iterator[str]:
         from moto.server import ThreadedMotoServer
     except ImportError as exc:
         raise LocalModeError("local mode needs moto: pip install 'sqsjkr[local]'") from exc
+    from sqsjkr.local.queues import install_fair_queues
     from sqsjkr.local.transactions import install_fair_transactions
 
     if port:
         _check_port_free(port)
     install_fair_transactions()  # DynamoDB's transactions, and no 500 when requests race
+    install_fair_queues()  # a message costs no walk of the whole queue
     cache_moto_routing()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     try:
