@@ -112,9 +112,9 @@ TARGETS = {
 #: --moto: how the endpoint does TransactWriteItems and its queues, as the report labels it.
 MOTO_MODES = {
     "fair": "fair transactions (conditions checked, then written; no table copy; no 500 race) "
-    "and queues (no walk of the queue per message)",
+    "and queues (one clock read a count of their messages)",
     "stock": "stock transactions (moto's: the whole table copied per item; writes serialized) "
-    "and queues (moto's: every message sent or received walks the queue)",
+    "and queues (moto's: a clock read per message of the queue, for each one sent or received)",
 }
 
 
@@ -130,8 +130,8 @@ def serve_moto(conn: Connection, cpus: set[int] | None, moto_mode: str = "fair")
     # werkzeug logs every request, whatever `verbose` says: moto's own cost, not a deployment's.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     if moto_mode == "fair":
-        # A transaction costs what DynamoDB's does, not a copy of the table, and a message what
-        # SQS's does, not a walk of the queue: the figures are ours, not moto's.
+        # A transaction costs what DynamoDB's does, not a copy of the table, and a message sent
+        # or received no clock read per message of its queue: the figures are ours, not moto's.
         install_fair_transactions()
         install_fair_queues()
     else:
@@ -1024,8 +1024,8 @@ def harness_arguments(parser: argparse.ArgumentParser) -> None:
         choices=list(MOTO_MODES),
         default="fair",
         help="the endpoint's TransactWriteItems and queues: fair (DynamoDB's and SQS's cost, the "
-        "default) or stock (moto's own: a copy of the whole table per item, a walk of the queue "
-        "per message)",
+        "default) or stock (moto's own: a copy of the whole table per item, a clock read per "
+        "message of the queue for each message sent or received)",
     )
     parser.add_argument("--daemon-cpus", help="cpus for the daemon, e.g. 1 (default: the last one)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin processes to cpus")

@@ -148,7 +148,7 @@ def moto_endpoint() -> Iterator[str]:
     # item of a transaction, slower as the table fills (a combined claim and end writes several),
     # until botocore's read timeout; and they race other requests into 500s.
     install_fair_transactions()
-    # Queues whose messages cost no walk of the whole queue each, as local mode's do.
+    # Queues that count their messages on one clock read, not one a message, as local mode's.
     install_fair_queues()
     # And each request routed without moto listing its ~170 directories, a millisecond of CPU each.
     cache_moto_routing()

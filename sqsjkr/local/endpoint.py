@@ -59,7 +59,7 @@ def local_endpoint(port: int = 0) -> Iterator[str]:
     if port:
         _check_port_free(port)
     install_fair_transactions()  # DynamoDB's transactions, and no 500 when requests race
-    install_fair_queues()  # a message costs no walk of the whole queue
+    install_fair_queues()  # counting a queue's messages: one clock read, not one a message
     cache_moto_routing()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     try:

@@ -1,12 +1,12 @@
-"""moto's SQS queues at SQS's cost: a message sent or received no longer costs moto a walk of the
-whole queue per message, three times over, with a clock read per message and per walk.
+"""moto's SQS queues made cheaper: counting a queue's messages reads moto's clock once per count,
+not once per message, and checking a received message's retention counts nothing.
 
 moto 5 reads a queue's attributes (ApproximateNumberOfMessages and the like, each counted over
 every message, each message asking the clock through datetime) to check one received message's
 retention period and one sent message's content-based deduplication: a burst of N messages costs
-it N x N clock reads, and a queue of a few hundred jobs kept its server's cpu busy (issue 39:
-87 % of the benchmark's moto CPU). The same answers here, with one clock read per walk and the
-retention period read where the queue keeps it.
+it about 6 N x N clock reads, and a queue of a few hundred jobs kept its server's cpu busy (issue
+39: 87 % of the benchmark's moto CPU). The same answers here, each count one pass with one clock
+read, and the retention period read where the queue keeps it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from moto.sqs.models import Message, Queue, SQSBackend
 
 
 def install_fair_queues() -> None:
-    """In this process: moto's SQS queues count their messages in one clock read a walk.
+    """In this process: moto's SQS queues count their messages on one clock read a count.
 
     Idempotent; for the whole process, as moto's backends are.
     """
@@ -60,4 +60,4 @@ def _not_visible_count(queue: Queue) -> int:
 def _retained(backend: SQSBackend, queue_name: str, message: Message) -> bool:
     """Whether message is still within its queue's MessageRetentionPeriod."""
     period: Any = backend.get_queue(queue_name).message_retention_period  # type: ignore[attr-defined]
-    return bool(int(period) + message.sent_timestamp / 1000 > unix_time())  # type: ignore[operator]
+    return int(period) + message.sent_timestamp / 1000 > unix_time()  # type: ignore[operator,no-any-return]
