@@ -1,7 +1,7 @@
 """Queues on local mode's endpoint (sqsjkr/local/queues.py): the counts and receives of moto's own,
-at a cost that no longer grows with the queue for each message sent or received.
+with one clock read per count of a queue's messages, not one per message.
 
-The HTTP test runs both servers in processes of their own (test_fair_transactions.serve); the
+The HTTP test runs both servers in processes of their own (moto_servers.serve); the
 others use moto's backend in this process, where conftest.py installs the fair queues.
 """
 
@@ -19,7 +19,7 @@ from moto.core import utils as moto_utils
 from moto.sqs.models import SQSBackend, sqs_backends
 
 from sqsjkr.local.queues import install_fair_queues
-from tests.test_fair_transactions import serve
+from tests.moto_servers import serve
 
 
 @pytest.fixture(scope="module", params=["fair", "stock"])

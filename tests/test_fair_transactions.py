@@ -1,14 +1,12 @@
 """TransactWriteItems on local mode's endpoint (sqsjkr/local/transactions.py) over HTTP: moto's errors
 and cancellation reasons, nothing written by a cancelled transaction, and no 500 under load.
 
-Each server runs in a process of its own: the fair transaction is installed for a whole process,
-and the suite's shared moto server (conftest.py) stays moto's own.
+Each server runs in a process of its own (moto_servers.py): the fair transaction is installed for
+a whole process, as in the suite's shared server (conftest.py), and the stock one stays moto's own.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -20,46 +18,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from sqsjkr.local.endpoint import create_table
-
-#: A server on a free port that prints its URL and serves until SIGTERM: local mode's
-#: endpoint ("fair"), or moto's own server with nothing changed ("stock").
-SERVE = """
-import contextlib, logging, signal, sys
-logging.getLogger("werkzeug").setLevel(logging.ERROR)
-if sys.argv[1] == "fair":
-    from sqsjkr.local.endpoint import local_endpoint
-    endpoint = local_endpoint()
-else:
-    from moto.server import ThreadedMotoServer
-    @contextlib.contextmanager
-    def stock():
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-        server.stop()
-    endpoint = stock()
-with endpoint as url:
-    print(url, flush=True)
-    signal.pause()
-"""
-
-
-def serve(mode: str) -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-c", SERVE, mode],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        url = process.stdout.readline().strip()
-        assert url.startswith("http://"), f"the {mode} server did not start"
-        yield url
-    finally:
-        # Its state dies with it: nothing to stop cleanly, and moto's server takes seconds to.
-        process.terminate()
-        process.wait(30)
+from tests.moto_servers import serve
 
 
 @pytest.fixture(scope="module")
