@@ -1,5 +1,5 @@
-"""The daemon's malloc arenas: glibc's count capped inside the process (daemon/arenas.py), its
-jobs' environment untouched."""
+"""The daemon's malloc: glibc's arena count capped inside the process, its per-thread caches off
+by an exec of itself (daemon/arenas.py), its jobs' environment untouched."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sqsjkr.daemon.arenas import DAEMON_ARENAS
+from sqsjkr.daemon.arenas import DAEMON_ARENAS, THREAD_CACHE_OFF, TUNABLES_BEFORE
 
-from .conftest import Aws, Start, counted, run_daemon, wait_until
+from .conftest import Aws, Start, config_text, counted, run_daemon, sqsjkr_argv, wait_until
 
 #: glibc maps each arena but the main one at a multiple of its largest heap (64 MiB).
 HEAP_ALIGN = 64 << 20
@@ -98,3 +98,65 @@ def test_the_daemon_runs_with_one_arena_and_its_jobs_with_glibcs_default(
     assert arena_heaps(daemon.proc.pid) <= DAEMON_ARENAS - 1
     assert "MALLOC_ARENA_MAX" not in env_file.read_text()
     assert daemon.stop() == 0
+
+
+def exec_daemon(tmp_path: Path, aws: Aws, aws_env: dict[str, str], **env: str) -> dict[str, str]:
+    """Run `sqsjkr run` exec'd as systemd would (not forked), with env added to its
+    environment, until a job has written its environment: that of the process (as exec'd last)
+    and the job's, as {"daemon": ..., "job": ...} texts."""
+    conf = tmp_path / "config.toml"
+    conf.write_text(config_text(aws, stats="stats_port = 0"))
+    log_file, env_file = tmp_path / "daemon.log", tmp_path / "job-env"
+    aws.send({"command": f"env > {env_file}.part && mv {env_file}.part {env_file}"})
+    with open(log_file, "ab") as log:
+        proc = subprocess.Popen(
+            sqsjkr_argv("run", "-c", str(conf)),
+            env={**os.environ, **aws_env, **env},
+            stdout=log,
+            stderr=log,
+        )
+    try:
+        wait_until(env_file.exists, timeout=30, what="the job's environment")
+        environ = Path(f"/proc/{proc.pid}/environ").read_bytes().decode()
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0, log_file.read_text()
+    # The log is the same process's from the start: one start line, the exec in between.
+    assert log_file.read_text().count(" starting with ") == 1
+    return {"daemon": environ.replace("\0", "\n"), "job": env_file.read_text()}
+
+
+def test_the_daemon_execs_itself_without_thread_caches_and_its_jobs_get_none(
+    tmp_path: Path, aws: Aws, aws_env: dict[str, str]
+) -> None:
+    """glibc reads GLIBC_TUNABLES only as a process starts: the daemon's own environment (what
+    it was exec'd with last) turns the caches off; a job's environment is the daemon's before."""
+    env = dict(aws_env)
+    env.pop("GLIBC_TUNABLES", None)
+    environs = exec_daemon(tmp_path, aws, env)
+    assert f"GLIBC_TUNABLES={THREAD_CACHE_OFF}\n" in environs["daemon"]
+    assert "GLIBC_TUNABLES" not in environs["job"]
+    assert TUNABLES_BEFORE not in environs["job"]
+
+
+def test_a_daemons_own_glibc_tunables_are_kept_and_given_to_its_jobs(
+    tmp_path: Path, aws: Aws, aws_env: dict[str, str]
+) -> None:
+    mine = "glibc.malloc.check=0"
+    environs = exec_daemon(tmp_path, aws, aws_env, GLIBC_TUNABLES=mine)
+    # Both, as `mine:THREAD_CACHE_OFF`, which glibc's loader splits where the process sees it.
+    assert f"GLIBC_TUNABLES={mine}" in environs["daemon"]
+    assert THREAD_CACHE_OFF in environs["daemon"]
+    assert f"GLIBC_TUNABLES={mine}\n" in environs["job"]
+    assert TUNABLES_BEFORE not in environs["job"]
+
+
+def test_a_daemon_told_its_thread_caches_is_not_exec_again(
+    tmp_path: Path, aws: Aws, aws_env: dict[str, str]
+) -> None:
+    """An operator's own tcache setting stands: no exec, and jobs get it as the daemon has it."""
+    mine = "glibc.malloc.tcache_count=3"
+    environs = exec_daemon(tmp_path, aws, aws_env, GLIBC_TUNABLES=mine)
+    assert f"GLIBC_TUNABLES={mine}\n" in environs["daemon"]
+    assert TUNABLES_BEFORE not in environs["daemon"]
+    assert f"GLIBC_TUNABLES={mine}\n" in environs["job"]

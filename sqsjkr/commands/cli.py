@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from sqsjkr import __version__
-from sqsjkr.commands.options import UsageFailure
+from sqsjkr.commands.options import Invocation, UsageFailure
 from sqsjkr.commands.waiting import WAIT_TIMEOUT_EXIT
 from sqsjkr.errors import NothingToDo, RequestError, SqsjkrError, WaitTimedOut
 from sqsjkr.fleet.failures import failure_text
@@ -223,17 +223,21 @@ def refusal_exit(exc: SqsjkrError) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point: one-line errors, exit 2 for a bad command line or config, 1 for a failure."""
     try:
-        _main(list(sys.argv[1:] if argv is None else argv))
+        started_as = Invocation(tuple(sys.orig_argv) if argv is None else None)
+        _main(list(sys.argv[1:] if argv is None else argv), started_as)
     finally:
         # Everything is frozen out of the collector's sight on the way out: its last full pass at
         # exit would walk every object botocore and click made, ~0.08 s of CPU a command.
         gc.freeze()
 
 
-def _main(args: list[str]) -> None:
+def _main(args: list[str], started_as: Invocation) -> None:
     try:
         result: Any = cli.main(
-            args=translate_go_args(args), prog_name="sqsjkr", standalone_mode=False
+            args=translate_go_args(args),
+            prog_name="sqsjkr",
+            standalone_mode=False,
+            obj=started_as,
         )
     except click.UsageError as exc:
         click.echo(f"sqsjkr: {exc.format_message()}", err=True)

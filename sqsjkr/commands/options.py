@@ -6,12 +6,21 @@ A command module takes its options from here, so every command spells --conf or 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import click
 
 from sqsjkr.contract.config import CONFIG_ENV, DEFAULT_CONFIG_PATH, Config, Overrides, load_config
 from sqsjkr.errors import ConfigError
 from sqsjkr.fleet.daemon import LOG_LEVELS
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How the command was started (click's context obj): command_line is the process's own
+    (sys.orig_argv) when it was exec'd as `sqsjkr ...`, None when main() was given arguments."""
+
+    command_line: tuple[str, ...] | None = None
 
 
 class UsageFailure(click.UsageError):

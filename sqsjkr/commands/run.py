@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from sqsjkr.commands.options import (
+    Invocation,
     conf_option,
     load,
     lock_table_option,
@@ -44,7 +45,9 @@ from sqsjkr.fleet.daemon import LOG_FORMATS, serve_until_stopped, setup_logging,
     type=click.Choice(LOG_FORMATS),
     help="text or json lines (overrides [log] format).",
 )
+@click.pass_obj
 def run(
+    started_as: Invocation | None,
     conf: str,
     lock_table: str | None,
     log_level: str,
@@ -72,7 +75,7 @@ def run(
     )
     if config.log.format != (log_format or "text"):
         setup_logging(log_level.lower(), config.log.format, log_all=log_all)  # as [log] format asks
-    serve_until_stopped(config, conf)
+    serve_until_stopped(config, conf, started_as.command_line if started_as else None)
 
 
 def _duration(context: click.Context, param: click.Parameter, value: str | None) -> str | None:

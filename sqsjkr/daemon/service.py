@@ -8,9 +8,10 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -46,7 +47,7 @@ from sqsjkr.backends.sqs import (
 from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.config import Config, QueueConfig
 from sqsjkr.contract.duration import Duration
-from sqsjkr.daemon.arenas import limit_malloc_arenas
+from sqsjkr.daemon.arenas import exec_without_thread_caches, give_back_tunables, limit_malloc_arenas
 from sqsjkr.daemon.catchup import CatchUpStores, catch_up, catch_up_interval
 from sqsjkr.daemon.http_runner import HttpRunner, Runners
 from sqsjkr.daemon.intake import IntakeSettings
@@ -74,11 +75,17 @@ GO_VISIBILITY_TIMEOUT = 30
 T = TypeVar("T")
 
 
-def serve_until_stopped(config: Config, conf: str) -> None:
+def serve_until_stopped(
+    config: Config, conf: str, command_line: Sequence[str] | None = None
+) -> None:
     """`sqsjkr run` once its options are read: serve config (read from conf) until a stop
-    signal, telling systemd how it goes when systemd started it."""
-    # Before any job can start: jobs copy the daemon's environment, and systemd's variables
-    # are not meant for them.
+    signal, telling systemd how it goes when systemd started it. command_line: the process's
+    own, to exec it again without glibc's per-thread caches (None: as it is, a test's fork)."""
+    if command_line is not None:
+        exec_without_thread_caches(sys.executable, command_line)
+    # Before any job can start: jobs copy the daemon's environment, and neither systemd's
+    # variables nor the daemon's own malloc tunables are meant for them.
+    give_back_tunables(os.environ)
     notifier = SystemdNotifier.from_environment(os.environ, unset=True)
     # Before any thread starts: glibc fixes its arena count when a second thread first allocates.
     limit_malloc_arenas()

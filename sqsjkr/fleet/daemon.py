@@ -4,6 +4,7 @@ through this module, so that no face imports the daemon or observability itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sqsjkr.daemon.signals import stop_signals as stop_signals
@@ -15,11 +16,14 @@ if TYPE_CHECKING:
     from sqsjkr.contract.config import Config
 
 
-def serve_until_stopped(config: Config, conf: str) -> None:
+def serve_until_stopped(
+    config: Config, conf: str, command_line: Sequence[str] | None = None
+) -> None:
     """`sqsjkr run` once its options are read: serve config (read from conf) until a stop
-    signal, telling systemd how it goes when systemd started it."""
+    signal, telling systemd how it goes when systemd started it. command_line: the process's
+    own, when it was exec'd as `sqsjkr run`, which may exec it again with its malloc's settings."""
     # Imported here, not above: every command takes its --log-level choices from this module,
     # and only the daemon needs the daemon's modules (botocore, the backends, prometheus_client).
     from sqsjkr.daemon.service import serve_until_stopped as serve
 
-    serve(config, conf)
+    serve(config, conf, command_line)
