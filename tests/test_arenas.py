@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -100,20 +101,22 @@ def test_the_daemon_runs_with_one_arena_and_its_jobs_with_glibcs_default(
     assert daemon.stop() == 0
 
 
-def exec_daemon(tmp_path: Path, aws: Aws, aws_env: dict[str, str], **env: str) -> dict[str, str]:
-    """Run `sqsjkr run` exec'd as systemd would (not forked), with env added to its
-    environment, until a job has written its environment: that of the process (as exec'd last)
-    and the job's, as {"daemon": ..., "job": ...} texts."""
+def exec_daemon(
+    tmp_path: Path, aws: Aws, aws_env: dict[str, str], tunables: str | None
+) -> Environs:
+    """Run `sqsjkr run` exec'd as systemd would (not forked), with GLIBC_TUNABLES=tunables (or
+    none), until a job has written its environment."""
     conf = tmp_path / "config.toml"
     conf.write_text(config_text(aws, stats="stats_port = 0"))
     log_file, env_file = tmp_path / "daemon.log", tmp_path / "job-env"
     aws.send({"command": f"env > {env_file}.part && mv {env_file}.part {env_file}"})
+    env = {**os.environ, **aws_env}
+    env.pop("GLIBC_TUNABLES", None)
+    if tunables is not None:
+        env["GLIBC_TUNABLES"] = tunables
     with open(log_file, "ab") as log:
         proc = subprocess.Popen(
-            sqsjkr_argv("run", "-c", str(conf)),
-            env={**os.environ, **aws_env, **env},
-            stdout=log,
-            stderr=log,
+            sqsjkr_argv("run", "-c", str(conf)), env=env, stdout=log, stderr=log
         )
     try:
         wait_until(env_file.exists, timeout=30, what="the job's environment")
@@ -123,40 +126,47 @@ def exec_daemon(tmp_path: Path, aws: Aws, aws_env: dict[str, str], **env: str) -
         assert proc.wait(20) == 0, log_file.read_text()
     # The log is the same process's from the start: one start line, the exec in between.
     assert log_file.read_text().count(" starting with ") == 1
-    return {"daemon": environ.replace("\0", "\n"), "job": env_file.read_text()}
+    return Environs(environ.split("\0"), env_file.read_text().splitlines())
 
 
-def test_the_daemon_execs_itself_without_thread_caches_and_its_jobs_get_none(
-    tmp_path: Path, aws: Aws, aws_env: dict[str, str]
+@dataclass(frozen=True)
+class Environs:
+    """The daemon's environment as /proc shows it (what it was exec'd with last), and its job's."""
+
+    daemon: list[str]
+    job: list[str]
+
+
+MINE = "glibc.malloc.check=0"
+MY_CACHES = "glibc.malloc.tcache_count=3"
+
+
+@pytest.mark.parametrize(
+    ("given", "daemon_has", "job_has"),
+    [
+        # None: the caches off; the job's environment is the daemon's before, with neither.
+        (None, [f"GLIBC_TUNABLES={THREAD_CACHE_OFF}"], []),
+        # Another tunable of the operator's: kept, the caches' added (glibc's loader splits the
+        # two where /proc shows them), and the job gets the operator's alone.
+        (MINE, [f"GLIBC_TUNABLES={MINE}", THREAD_CACHE_OFF], [f"GLIBC_TUNABLES={MINE}"]),
+        # The operator's own tcache setting stands: no exec.
+        (MY_CACHES, [f"GLIBC_TUNABLES={MY_CACHES}"], [f"GLIBC_TUNABLES={MY_CACHES}"]),
+    ],
+)
+def test_the_daemon_execs_itself_without_thread_caches_and_its_jobs_keep_its_tunables(
+    tmp_path: Path,
+    aws: Aws,
+    aws_env: dict[str, str],
+    given: str | None,
+    daemon_has: list[str],
+    job_has: list[str],
 ) -> None:
-    """glibc reads GLIBC_TUNABLES only as a process starts: the daemon's own environment (what
-    it was exec'd with last) turns the caches off; a job's environment is the daemon's before."""
-    env = dict(aws_env)
-    env.pop("GLIBC_TUNABLES", None)
-    environs = exec_daemon(tmp_path, aws, env)
-    assert f"GLIBC_TUNABLES={THREAD_CACHE_OFF}\n" in environs["daemon"]
-    assert "GLIBC_TUNABLES" not in environs["job"]
-    assert TUNABLES_BEFORE not in environs["job"]
-
-
-def test_a_daemons_own_glibc_tunables_are_kept_and_given_to_its_jobs(
-    tmp_path: Path, aws: Aws, aws_env: dict[str, str]
-) -> None:
-    mine = "glibc.malloc.check=0"
-    environs = exec_daemon(tmp_path, aws, aws_env, GLIBC_TUNABLES=mine)
-    # Both, as `mine:THREAD_CACHE_OFF`, which glibc's loader splits where the process sees it.
-    assert f"GLIBC_TUNABLES={mine}" in environs["daemon"]
-    assert THREAD_CACHE_OFF in environs["daemon"]
-    assert f"GLIBC_TUNABLES={mine}\n" in environs["job"]
-    assert TUNABLES_BEFORE not in environs["job"]
-
-
-def test_a_daemon_told_its_thread_caches_is_not_exec_again(
-    tmp_path: Path, aws: Aws, aws_env: dict[str, str]
-) -> None:
-    """An operator's own tcache setting stands: no exec, and jobs get it as the daemon has it."""
-    mine = "glibc.malloc.tcache_count=3"
-    environs = exec_daemon(tmp_path, aws, aws_env, GLIBC_TUNABLES=mine)
-    assert f"GLIBC_TUNABLES={mine}\n" in environs["daemon"]
-    assert TUNABLES_BEFORE not in environs["daemon"]
-    assert f"GLIBC_TUNABLES={mine}\n" in environs["job"]
+    """glibc reads GLIBC_TUNABLES only as a process starts, and mallopt() cannot turn its
+    per-thread caches off: the daemon execs itself with them off, jobs get what it had."""
+    environs = exec_daemon(tmp_path, aws, aws_env, given)
+    assert set(daemon_has) <= set(environs.daemon)
+    # Exec'd: its environment as /proc shows it carries GLIBC_TUNABLES as it was before.
+    execd = any(line.startswith(f"{TUNABLES_BEFORE}=") for line in environs.daemon)
+    assert execd == (given != MY_CACHES)
+    assert [line for line in environs.job if line.startswith("GLIBC_TUNABLES=")] == job_has
+    assert not any(line.startswith(TUNABLES_BEFORE) for line in environs.job)
