@@ -107,7 +107,8 @@ def exec_daemon(
     """Run `sqsjkr run` exec'd as systemd would (not forked), with GLIBC_TUNABLES=tunables (or
     none), until a job has written its environment."""
     conf = tmp_path / "config.toml"
-    conf.write_text(config_text(aws, stats="stats_port = 0"))
+    # With a section it warns of, as it reads the config: after the exec, not before too.
+    conf.write_text(config_text(aws, stats="stats_port = 0") + "\n[unheard_of]\nkey = 1\n")
     log_file, env_file = tmp_path / "daemon.log", tmp_path / "job-env"
     aws.send({"command": f"env > {env_file}.part && mv {env_file}.part {env_file}"})
     env = {**os.environ, **aws_env}
@@ -124,8 +125,10 @@ def exec_daemon(
     finally:
         proc.terminate()
         assert proc.wait(20) == 0, log_file.read_text()
-    # The log is the same process's from the start: one start line, the exec in between.
-    assert log_file.read_text().count(" starting with ") == 1
+    # One process from the start, the exec first: one start line, one warning.
+    log_text = log_file.read_text()
+    assert log_text.count(" starting with ") == 1
+    assert log_text.count("unknown config section [unheard_of]") == 1, log_text
     return Environs(environ.split("\0"), env_file.read_text().splitlines())
 
 

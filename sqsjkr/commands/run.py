@@ -21,7 +21,13 @@ from sqsjkr.commands.options import (
 from sqsjkr.contract.config import Overrides
 from sqsjkr.contract.duration import parse_duration
 from sqsjkr.errors import DurationError
-from sqsjkr.fleet.daemon import LOG_FORMATS, serve_until_stopped, setup_logging, stop_signals
+from sqsjkr.fleet.daemon import (
+    LOG_FORMATS,
+    exec_as_daemon,
+    serve_until_stopped,
+    setup_logging,
+    stop_signals,
+)
 
 
 @click.command()
@@ -60,6 +66,8 @@ def run(
     log_format: str | None,
 ) -> None:
     """Run the daemon."""
+    # First: the process may be exec'd again, and what it did before would be done twice.
+    exec_as_daemon(started_as.command_line if started_as else None)
     setup_logging(log_level.lower(), log_format or "text", log_all=log_all)
     config = load(
         conf,
@@ -75,7 +83,7 @@ def run(
     )
     if config.log.format != (log_format or "text"):
         setup_logging(log_level.lower(), config.log.format, log_all=log_all)  # as [log] format asks
-    serve_until_stopped(config, conf, started_as.command_line if started_as else None)
+    serve_until_stopped(config, conf)
 
 
 def _duration(context: click.Context, param: click.Parameter, value: str | None) -> str | None:

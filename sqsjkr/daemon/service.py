@@ -8,10 +8,9 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -47,7 +46,7 @@ from sqsjkr.backends.sqs import (
 from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.config import Config, QueueConfig
 from sqsjkr.contract.duration import Duration
-from sqsjkr.daemon.arenas import exec_without_thread_caches, give_back_tunables, limit_malloc_arenas
+from sqsjkr.daemon.arenas import give_back_tunables, limit_malloc_arenas
 from sqsjkr.daemon.catchup import CatchUpStores, catch_up, catch_up_interval
 from sqsjkr.daemon.http_runner import HttpRunner, Runners
 from sqsjkr.daemon.intake import IntakeSettings
@@ -75,16 +74,11 @@ GO_VISIBILITY_TIMEOUT = 30
 T = TypeVar("T")
 
 
-def serve_until_stopped(
-    config: Config, conf: str, command_line: Sequence[str] | None = None
-) -> None:
+def serve_until_stopped(config: Config, conf: str) -> None:
     """`sqsjkr run` once its options are read: serve config (read from conf) until a stop
-    signal, telling systemd how it goes when systemd started it. command_line: the process's
-    own, to exec it again without glibc's per-thread caches (None: as it is, a test's fork)."""
-    if command_line is not None:
-        exec_without_thread_caches(sys.executable, command_line)
+    signal, telling systemd how it goes when systemd started it."""
     # Before any job can start: jobs copy the daemon's environment, and neither systemd's
-    # variables nor the daemon's own malloc tunables are meant for them.
+    # variables nor the malloc tunables it was exec'd with (arenas.py) are meant for them.
     give_back_tunables(os.environ)
     notifier = SystemdNotifier.from_environment(os.environ, unset=True)
     # Before any thread starts: glibc fixes its arena count when a second thread first allocates.

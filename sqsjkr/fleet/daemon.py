@@ -4,9 +4,11 @@ through this module, so that no face imports the daemon or observability itself.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from sqsjkr.daemon.arenas import exec_without_thread_caches
 from sqsjkr.daemon.signals import stop_signals as stop_signals
 from sqsjkr.observability.logs import LOG_FORMATS as LOG_FORMATS
 from sqsjkr.observability.logs import LOG_LEVELS as LOG_LEVELS
@@ -16,14 +18,19 @@ if TYPE_CHECKING:
     from sqsjkr.contract.config import Config
 
 
-def serve_until_stopped(
-    config: Config, conf: str, command_line: Sequence[str] | None = None
-) -> None:
+def exec_as_daemon(command_line: Sequence[str] | None) -> None:
+    """`sqsjkr run` before it reads anything: exec the process again as command_line (its own,
+    None when main() was given arguments, as the tests' fork server does) with the daemon's
+    malloc settings, which glibc reads only as a process starts. Returns if it does not exec."""
+    if command_line is not None:
+        exec_without_thread_caches(sys.executable, command_line)
+
+
+def serve_until_stopped(config: Config, conf: str) -> None:
     """`sqsjkr run` once its options are read: serve config (read from conf) until a stop
-    signal, telling systemd how it goes when systemd started it. command_line: the process's
-    own, when it was exec'd as `sqsjkr run`, which may exec it again with its malloc's settings."""
+    signal, telling systemd how it goes when systemd started it."""
     # Imported here, not above: every command takes its --log-level choices from this module,
     # and only the daemon needs the daemon's modules (botocore, the backends, prometheus_client).
     from sqsjkr.daemon.service import serve_until_stopped as serve
 
-    serve(config, conf, command_line)
+    serve(config, conf)
