@@ -31,6 +31,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from sqsjkr.commands.cli import main
+from sqsjkr.daemon.arenas import THREAD_CACHE_OFF
 from sqsjkr.local.endpoint import LOCAL_ACCOUNT, cache_moto_routing, create_table
 from sqsjkr.local.queues import install_fair_queues
 from sqsjkr.local.transactions import install_fair_transactions
@@ -38,6 +39,12 @@ from sqsjkr.local.transactions import install_fair_transactions
 from .forked import ForkedCommand
 
 REGION = "us-east-1"
+
+# Every process the tests start runs with glibc's per-thread caches off, as `sqsjkr run` execs
+# itself to: a daemon that a test execs need not exec itself again (a second interpreter's start,
+# 0.3 s of CPU, for each of them), and a forked one has them off as a deployed daemon does.
+# test_arenas.py starts its daemons without it, to test that exec.
+os.environ.setdefault("GLIBC_TUNABLES", THREAD_CACHE_OFF)
 
 #: The `sqsjkr` command that `pip install` put beside this interpreter.
 SQSJKR_COMMAND = shutil.which("sqsjkr", path=str(Path(sys.executable).parent))
