@@ -101,6 +101,14 @@ def test_the_daemon_runs_with_one_arena_and_its_jobs_with_glibcs_default(
     assert daemon.stop() == 0
 
 
+@dataclass(frozen=True)
+class Environs:
+    """The daemon's environment as /proc shows it (what it was exec'd with last), and its job's."""
+
+    daemon: list[str]
+    job: list[str]
+
+
 def exec_daemon(
     tmp_path: Path, aws: Aws, aws_env: dict[str, str], tunables: str | None
 ) -> Environs:
@@ -130,14 +138,6 @@ def exec_daemon(
     assert log_text.count(" starting with ") == 1
     assert log_text.count("unknown config section [unheard_of]") == 1, log_text
     return Environs(environ.split("\0"), env_file.read_text().splitlines())
-
-
-@dataclass(frozen=True)
-class Environs:
-    """The daemon's environment as /proc shows it (what it was exec'd with last), and its job's."""
-
-    daemon: list[str]
-    job: list[str]
 
 
 MINE = "glibc.malloc.check=0"

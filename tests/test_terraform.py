@@ -287,7 +287,7 @@ def example_call() -> dict[str, Any]:
 
 
 def example_jobs() -> dict[str, dict[str, Any]]:
-    """The jobs of the example, for parametrising; test_example_shows_every_kind_of_job fails on none."""
+    """The jobs of the example; test_example_shows_every_kind_of_job fails on none."""
     if not EXAMPLE_FILE.exists():
         return {}
     return dict(literal(load_config(EXAMPLE_FILE.parent).locals.get("jobs", {})))

@@ -46,7 +46,7 @@ from sqsjkr.backends.sqs import (
 from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.config import Config, QueueConfig
 from sqsjkr.contract.duration import Duration
-from sqsjkr.daemon.arenas import give_back_tunables, limit_malloc_arenas
+from sqsjkr.daemon.arenas import limit_malloc_arenas
 from sqsjkr.daemon.catchup import CatchUpStores, catch_up, catch_up_interval
 from sqsjkr.daemon.http_runner import HttpRunner, Runners
 from sqsjkr.daemon.intake import IntakeSettings
@@ -77,9 +77,8 @@ T = TypeVar("T")
 def serve_until_stopped(config: Config, conf: str) -> None:
     """`sqsjkr run` once its options are read: serve config (read from conf) until a stop
     signal, telling systemd how it goes when systemd started it."""
-    # Before any job can start: jobs copy the daemon's environment, and neither systemd's
-    # variables nor the malloc tunables it was exec'd with (arenas.py) are meant for them.
-    give_back_tunables(os.environ)
+    # Before any job can start: jobs copy the daemon's environment, and systemd's variables
+    # are not meant for them.
     notifier = SystemdNotifier.from_environment(os.environ, unset=True)
     # Before any thread starts: glibc fixes its arena count when a second thread first allocates.
     limit_malloc_arenas()

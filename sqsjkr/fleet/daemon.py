@@ -4,11 +4,12 @@ through this module, so that no face imports the daemon or observability itself.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from sqsjkr.daemon.arenas import exec_without_thread_caches
+from sqsjkr.daemon.arenas import exec_without_thread_caches, give_back_tunables
 from sqsjkr.daemon.signals import stop_signals as stop_signals
 from sqsjkr.observability.logs import LOG_FORMATS as LOG_FORMATS
 from sqsjkr.observability.logs import LOG_LEVELS as LOG_LEVELS
@@ -21,9 +22,11 @@ if TYPE_CHECKING:
 def exec_as_daemon(command_line: Sequence[str] | None) -> None:
     """`sqsjkr run` before it reads anything: exec the process again as command_line (its own,
     None when main() was given arguments, as the tests' fork server does) with the daemon's
-    malloc settings, which glibc reads only as a process starts. Returns if it does not exec."""
+    malloc settings, which glibc reads only as a process starts. Returns if it does not exec,
+    or once it has been: with the environment as it was before, which its jobs copy."""
     if command_line is not None:
         exec_without_thread_caches(sys.executable, command_line)
+    give_back_tunables(os.environ)
 
 
 def serve_until_stopped(config: Config, conf: str) -> None:
