@@ -406,15 +406,21 @@ def py_spy() -> str:
     return found
 
 
-def thread_names(pid: int) -> dict[int, str]:
-    """Native thread id -> Python thread name, from py-spy dump (empty without py-spy)."""
-    try:
-        out = subprocess.run(
-            [py_spy(), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30
-        ).stdout
-    except (SystemExit, OSError, subprocess.TimeoutExpired):
-        return {}
-    return {int(m[1]): m[2] for m in re.finditer(r'^Thread (\d+) \([^)]*\): "([^"]*)"', out, re.M)}
+def thread_names(pid: int, tries: int = 3) -> dict[int, str]:
+    """Native thread id -> Python thread name, from py-spy dump (empty without py-spy). A dump
+    that named no thread (seen once in a run of three scenarios) is tried again."""
+    for _ in range(tries):
+        try:
+            out = subprocess.run(
+                [py_spy(), "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30
+            ).stdout
+        except (SystemExit, OSError, subprocess.TimeoutExpired):
+            return {}
+        found = re.finditer(r'^Thread (\d+) \([^)]*\): "([^"]*)"', out, re.M)
+        names = {int(m[1]): m[2] for m in found}
+        if names:
+            return names
+    return {}
 
 
 # -- scenarios ----------------------------------------------------------------------------------
@@ -679,15 +685,20 @@ def burst(run: Run) -> dict[str, Any]:
             output = run.options.profile_dir / f"{run.scenario.key}-{run.run_id}.txt"
             spy = PySpy(daemon.pid, output, run.options.profile_rate, run.options.aws_cpus)
             time.sleep(1.0)  # py-spy attaches
+        threads_before = proc_stats.threads(daemon.pid)
         window = Window(run.aws, daemon.pid)
         sent = send_burst(run)
         cpu_at_last_job = wait_burst(run, daemon, window.mark)
         usage = window.close()
+        threads_after = proc_stats.threads(daemon.pid)
         if spy is not None:
             spy.stop()
             figures["profile"] = str(spy.output)
         daemon.log.poll()
         figures.update(burst_figures(run, sent, usage, cpu_at_last_job, window))
+        figures["by_thread"] = by_thread(
+            threads_before, threads_after, thread_names(daemon.pid), run.options.jobs
+        )
         figures["succeeded_in_log"] = daemon.log.succeeded
         single = trickle(run, daemon) if cpu_at_last_job is not None else []
         figures["dispatch_single"] = latency_figures(single)
@@ -735,6 +746,46 @@ def burst_figures(
         to_last_job = cpu_at_last_job - window.began_cpu
         figures["cpu_ms_per_job_to_last_job"] = round(1000 * to_last_job / jobs, 2)
     return figures
+
+
+#: Which part of a job a daemon thread does, by its Python name (the queue's name inside
+#: sqsjkr's thread names varies by run).
+THREAD_ROLES = (
+    (re.compile(r"sqsjkr-worker.*-close_[0-9]+"), "closers"),
+    (re.compile(r"sqsjkr-worker.*_[0-9]+"), "workers"),
+    (re.compile(r"sqsjkr-receiver.*"), "receiver"),
+    (re.compile(r"sqsjkr-deletes.*"), "deletes"),
+)
+
+
+def thread_role(name: str) -> str:
+    return next((role for pattern, role in THREAD_ROLES if pattern.fullmatch(name)), "other")
+
+
+def by_thread(
+    before: dict[int, proc_stats.ThreadSample],
+    after: dict[int, proc_stats.ThreadSample],
+    names: dict[int, str],
+    jobs: int,
+) -> dict[str, dict[str, float]] | None:
+    """On-CPU ms and wake-ups per job of each part's threads (thread_role) over the burst; a
+    thread started in it counts from its start. None without names (no py-spy, another daemon)."""
+    if not names:
+        return None
+    cpu_ns: Counter[str] = Counter()
+    woke: Counter[str] = Counter()
+    for tid, sample in after.items():
+        prior = before.get(tid, proc_stats.ThreadSample(tid, 0, 0, 0))
+        role = thread_role(names.get(tid, ""))
+        cpu_ns[role] += sample.cpu_ns - prior.cpu_ns
+        woke[role] += sample.voluntary - prior.voluntary
+    return {
+        role: {
+            "cpu_ms": round(cpu_ns[role] / 1e6 / jobs, 3),
+            "wakeups": round(woke[role] / jobs, 2),
+        }
+        for role in sorted(cpu_ns, key=cpu_ns.__getitem__, reverse=True)
+    }
 
 
 def idle(run: Run) -> dict[str, Any]:
@@ -954,7 +1005,29 @@ def render_bursts(bursts: list[dict[str, Any]]) -> list[str]:
         "",
         "AWS calls per job, by action",
         *table(["scenario", *actions], by_action),
+        *render_by_thread(bursts),
     ]
+
+
+def render_by_thread(bursts: list[dict[str, Any]]) -> list[str]:
+    """Each part's threads' CPU and wake-ups per job (needs py-spy for the threads' names)."""
+    shown = [r for r in bursts if r.get("by_thread")]
+    if not shown:
+        return []
+    roles = ["workers", "closers", "receiver", "deletes", "other"]
+    rows = [
+        [
+            r["scenario"],
+            *(
+                show(part["cpu_ms"], "{:.2f}") + " / " + show(part["wakeups"], "{:.1f}")
+                if (part := r["by_thread"].get(role))
+                else "-"
+                for role in roles
+            ),
+        ]
+        for r in shown
+    ]
+    return ["", "CPU ms / wake-ups per job, by thread", *table(["scenario", *roles], rows)]
 
 
 def render_idle(r: dict[str, Any]) -> list[str]:
