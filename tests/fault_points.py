@@ -458,11 +458,14 @@ def single_job(name: str, **fields: Any) -> JobPath:
     return JobPath(name, send, settled, check, reruns=reruns)
 
 
-def batch_path() -> JobPath:
-    """Two jobs on a daemon of one worker and no prefetch: each receive comes back full, so the
-    first run's end, written behind its worker, waits for the second job's claim and goes in its
-    call. Each runs at least once, no message is left, and each has a record of its success."""
-    events = [f"{PREFIX}-batch-{n}" for n in range(2)]
+def batch_path(name: str = "batch", jobs: int = 2, prefetch: int | None = 0) -> JobPath:
+    """jobs on a daemon of one worker. With no prefetch (batch) each receive comes back full, so
+    a run's end, written behind its worker, waits for the next job's claim and goes in its call.
+    With the default prefetch of one worker (prefetch: None) a receive takes as many as have
+    come, those that wait for the worker stay in flight, and a run's end rides the claim of the
+    next one waiting. Each runs at least once, no message is left, and each has a record of its
+    success."""
+    events = [f"{PREFIX}-{name}-{n}" for n in range(jobs)]
 
     def send(world: World) -> None:
         for event in events:
@@ -494,8 +497,10 @@ def batch_path() -> JobPath:
         lines = world.lines()
         return sum(max(0, lines.count(event) - 1) for event in events)
 
-    kicker = {"max_concurrent_num": 1, "prefetch": 0}
-    return JobPath("batch", send, settled, check, reruns=reruns, kicker=kicker)
+    kicker: dict[str, Any] = {"max_concurrent_num": 1}
+    if prefetch is not None:
+        kicker["prefetch"] = prefetch
+    return JobPath(name, send, settled, check, reruns=reruns, kicker=kicker)
 
 
 def outcomes(records: list[RunRecord]) -> list[str]:
@@ -820,6 +825,7 @@ def paths() -> dict[str, Callable[[], JobPath]]:
         "catchup": catch_up_path,
         "api": api_submit_path,
         "batch": batch_path,
+        "prefetch": lambda: batch_path("prefetch", jobs=3, prefetch=None),
     }
 
 
