@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -119,6 +119,12 @@ class DedupeStore(Protocol):
         that keeps history may note in the same write (Claim.noted); lock: the job's lock, which
         it may take in that write too if it is free (Claim.lock). Raises on failure."""
 
+    def claim_ahead(self, keys: Mapping[str, str]) -> dict[str, Claim]:
+        """Take the claims keys (message ids, each to the id of its job's event) of jobs that
+        will wait for a worker, in one write where the store can, noting no run: the CLAIMED
+        ones. A key left out is claimed by its job's worker (claim()) when its turn comes: its
+        claim was refused, or refused in the same write as others. Raises on failure."""
+
     def renew(self, lease: Lease) -> bool:
         """Extend the claim's lease: False if it is no longer ours. Raises KillRequested (after
         extending it) when `sqsjkr kill` marked it."""
@@ -145,6 +151,9 @@ class NoopDedupe:
         lock: WantedLock | None = None,
     ) -> Claim:
         return Claim(ClaimState.CLAIMED, Lease(key, ""), attempt=None)
+
+    def claim_ahead(self, keys: Mapping[str, str]) -> dict[str, Claim]:
+        return {key: self.claim(key) for key in keys}
 
     def renew(self, lease: Lease) -> bool:
         return True
@@ -193,6 +202,10 @@ class MemoryDedupe:
             self._holders[key] = message_id or key
             attempt = 1 if retry is None else retry.attempts + 1
             return Claim(ClaimState.CLAIMED, lease, attempt=attempt)
+
+    def claim_ahead(self, keys: Mapping[str, str]) -> dict[str, Claim]:
+        claims = {key: self.claim(key) for key in keys}
+        return {key: claim for key, claim in claims.items() if claim.state is ClaimState.CLAIMED}
 
     def renew(self, lease: Lease) -> bool:
         with self._mutex:
@@ -306,6 +319,33 @@ class DynamoDedupe:
         if "Attempts" in written.old and _due(written.old, now):
             return self._claim_again(lease, now, written.old, message_id, running, lock)
         return self._state(key, written.old, now)
+
+    def claim_ahead(self, keys: Mapping[str, str]) -> dict[str, Claim]:
+        """New claims of messages (as claim() puts a message's own, its event named) in one
+        TransactWriteItems, all or none written. When it is refused, a claim whose item this
+        daemon's own write made (botocore's try again of a call whose answer was lost) is still
+        taken; every other is left to claim(), which learns what its item says."""
+        if not keys:
+            return {}
+        now = self._clock()
+        leases = [Lease(key, new_owner(), until=now + self._lease_seconds) for key in keys]
+        puts = [
+            self._claim_put(lease, now, _CLAIM_CONDITION, {}, None, keys[lease.key])
+            for lease in leases
+        ]
+        try:
+            self._transactions.write([{"Put": self._in_table(put)} for put in puts])
+        except ClientError as exc:
+            if error_code(exc) == "ResourceNotFoundException":
+                raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            leases = [
+                lease
+                for index, lease in enumerate(leases)
+                if owner_of(failed_condition(exc, index) or {}) == lease.owner
+            ]
+        return {lease.key: Claim(ClaimState.CLAIMED, lease) for lease in leases}
 
     def _claim_again(
         self,

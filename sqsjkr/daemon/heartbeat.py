@@ -21,6 +21,7 @@ from sqsjkr.backends.locks import Locker
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
 from sqsjkr.contract.run import KillMark
+from sqsjkr.daemon.ahead import Ahead, LateNote
 from sqsjkr.daemon.runner import StopReason, StopSwitch
 from sqsjkr.errors import quote
 from sqsjkr.observability.logs import JobLog, escape
@@ -46,6 +47,10 @@ class InFlight:
     queue: str = ""  # the name of the queue it came from
     #: The kill request a renewal of its claim found (`sqsjkr kill`): its stop is tripped.
     kill: KillMark | None = None
+    #: Its claim, when taken ahead on receipt (it waits for a worker): the claim set above then.
+    ahead: Ahead | None = None
+    #: The note of its run's start, when written late (its claim was taken ahead).
+    late_note: LateNote | None = None
 
     def killed(self, mark: KillMark) -> bool:
         """Note the kill request and stop the job: False if it was known already."""

@@ -24,6 +24,7 @@ from sqsjkr.backends.pipeline import PipelineStore
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.http_call import LOOPBACK
 from sqsjkr.contract.job import Job
+from sqsjkr.daemon.ahead import Ahead, plain
 from sqsjkr.daemon.closing import ClosingRun, EndsBehind
 from sqsjkr.daemon.controls import ControlsCopy
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
@@ -248,9 +249,16 @@ class Kicker:
             for entry in entries:
                 # Kept hidden by the heartbeat, even while it waits behind its FIFO group.
                 self._in_flight.add(entry)
-            for entry in intake.order.admit(entries):
+            # The jobs beyond the idle workers wait for one: claimed together, ahead.
+            idle, waiting = intake.idle_workers(), []
+            for index, entry in enumerate(intake.order.admit(entries)):
                 intake.take(entry)
+                if index >= idle and plain(entry.message, entry.job):
+                    entry.ahead = Ahead()
+                    waiting.append(entry)
                 pool.submit(self._work, intake, entry, closers).add_done_callback(_log_failure)
+        if waiting:
+            intake.worker.claim_ahead(waiting)
         self._report_workers()
         return True
 
@@ -299,12 +307,13 @@ class Kicker:
         try:
             # A prefetched job whose turn came after the stop is given back, not even claimed.
             if self._stopping.is_set():
+                intake.worker.give_back(entry)
                 ending = Ending(GIVE_BACK)
             elif entry.message.group_id is not None:
                 # A FIFO group's next message starts only once this one's is settled.
                 ending = intake.worker.handle(entry)
             else:
-                started = intake.worker.start(entry)
+                started = intake.worker.start(entry, closers.submit)
                 if isinstance(started, ClosingRun):
                     # Behind only when a next claim is sure to come at once, for the end to
                     # ride its call: else the end goes alone, and the worker writing it itself

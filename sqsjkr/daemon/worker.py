@@ -11,7 +11,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -26,6 +26,7 @@ from sqsjkr.backends.routes import job_id
 from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
 from sqsjkr.contract.run import KillMark, RunOutcome
+from sqsjkr.daemon.ahead import LateNote
 from sqsjkr.daemon.closing import BEHIND_LINGER_SECONDS, ClosingRun, EndsBehind, RunCloser
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.holds import Holds, LocksWanted, lock_with_claim
@@ -51,6 +52,8 @@ from sqsjkr.observability.stats import Outcome
 log = logging.getLogger("sqsjkr.worker")
 
 T = TypeVar("T")
+#: Runs a task on another thread (a pool's submit); RuntimeError once it takes no more.
+Later = Callable[[Callable[[], None]], object]
 
 #: A finished claim's outcome that lets its pipeline's next steps run.
 SUCCEEDED = RunOutcome.SUCCEEDED.value
@@ -135,14 +138,58 @@ class Worker:
         started = self._start(entry, behind=False)
         return started.finish(False) if isinstance(started, ClosingRun) else started
 
-    def start(self, entry: InFlight) -> Ending | ClosingRun:
+    def start(self, entry: InFlight, later: Later | None = None) -> Ending | ClosingRun:
         """As handle, but a job that ran (or was refused once claimed) ends as a ClosingRun:
         its end is written by whoever calls finish(), off this worker's path, and may share the
         call of a next job's claim. Its claim, lock and slot stay in entry, renewed by the
-        heartbeat, until then."""
-        return self._start(entry, behind=True)
+        heartbeat, until then. later: runs a task on another thread (the note of a run whose
+        claim was taken ahead, written only if the run goes on for a while)."""
+        return self._start(entry, behind=True, later=later)
 
-    def _start(self, entry: InFlight, *, behind: bool) -> Ending | ClosingRun:
+    def claim_ahead(self, entries: Sequence[InFlight]) -> None:
+        """Claim entries' jobs (each with an Ahead: they will wait for a worker) in one write;
+        each claim taken is set on its entry, for the heartbeat to renew while the job waits. A
+        failed write is logged, and each worker claims its job itself: should the write have
+        landed all the same (its answer lost at every try), that claim finds the job held, and
+        hides its message until the lease taken ahead ends, when the job runs."""
+        claims: dict[str, Claim] = {}
+        try:
+            keys = {entry.job.message_id: entry.job.event_id for entry in entries}
+            claims = self._dedupe.claim_ahead(keys)
+        except AWS_ERRORS as exc:
+            log.warning(
+                "could not claim %d received job(s) ahead (%s); each is claimed at its turn",
+                len(entries),
+                describe(exc),
+            )
+        finally:
+            for entry in entries:
+                assert entry.ahead is not None
+                # A message received twice in one batch: the claim is the first copy's alone.
+                claim = claims.pop(entry.job.message_id, None)
+                if claim is not None:
+                    entry.claim = claim.lease
+                entry.ahead.settle(claim)
+
+    def give_back(self, entry: InFlight) -> None:
+        """entry's job goes back to the queue unrun (the daemon stops): its claim taken ahead,
+        if any, is given up, so that the daemon that gets it next need not wait out its lease."""
+        if entry.ahead is None:
+            return
+        entry.ahead.wait()
+        claim, entry.claim = entry.claim, None
+        if claim is None:
+            return
+        try:
+            self._dedupe.release(claim)
+        except AWS_ERRORS as exc:
+            JobLog(log, entry.job).warning(
+                "could not give up its claim (%s); it runs once its lease ends", describe(exc)
+            )
+
+    def _start(
+        self, entry: InFlight, *, behind: bool, later: Later | None = None
+    ) -> Ending | ClosingRun:
         first = job_id(entry.message)
         if first != entry.job.message_id:
             # A routed copy runs as the job of the message first sent: claimed, recorded and
@@ -151,7 +198,7 @@ class Worker:
             entry.job = replace(entry.job, message_id=first)
         wanted = lock_with_claim(entry.job)
         if wanted is None:
-            return self._handle(entry, None, behind)
+            return self._handle(entry, None, behind, later)
         with ExitStack() as wanting:
             # A lock that another job here wants is not free: trying it in the claim's write
             # would only cost that write a second try.
@@ -164,7 +211,7 @@ class Worker:
         return ClosingRun(functools.partial(_finish_within, until_closed, started))
 
     def _handle(
-        self, entry: InFlight, lock: WantedLock | None, behind: bool
+        self, entry: InFlight, lock: WantedLock | None, behind: bool, later: Later | None = None
     ) -> Ending | ClosingRun:
         """handle(), with the lock that the claim's write may take if it is free."""
         job = entry.job
@@ -177,11 +224,14 @@ class Worker:
         # that end is written, not a run in progress to hide from for a lease.
         self._ends_behind.wait(progress.claim_id)
         try:
+            ahead = self._ahead(entry)
             # The run shows as in progress in its event's summary from its claim on: in the
             # claim's own write when the store can, which takes a free lock too.
-            claim = self._dedupe.claim(
-                progress.claim_id, message_id=job.message_id, running=progress.note(), lock=lock
-            )
+            claim = ahead
+            if claim is None:
+                claim = self._dedupe.claim(
+                    progress.claim_id, message_id=job.message_id, running=progress.note(), lock=lock
+                )
         except AWS_ERRORS as exc:
             # Not run: unlike the Go daemon, a job that may be a duplicate waits for a later try.
             jlog.error(
@@ -221,7 +271,10 @@ class Worker:
         entry.lock = claim.lock  # taken by the claim's own write, when the store could
         progress.claimed(claim.lease.owner, claim.attempt)
         if not claim.noted:
-            self._note(progress, jlog)
+            if ahead is not None and later is not None:
+                self._note_late(entry, progress, jlog, later)
+            else:
+                self._note(progress, jlog)
         try:
             ending = self._claimed(entry, progress, jlog)
         except BaseException:
@@ -462,6 +515,34 @@ class Worker:
         return Ending(
             DELETE, (Outcome.FAILED,), RunOutcome.CANCELLED, f"older than its life_time: {why}"
         )
+
+    def _ahead(self, entry: InFlight) -> Claim | None:
+        """entry's claim taken ahead, once written; None if none was, or it was lost while
+        the job waited (the heartbeat's renewal found another daemon's): claimed now then."""
+        ahead = None if entry.ahead is None else entry.ahead.wait()
+        if ahead is None or entry.claim is not ahead.lease:
+            return None
+        return ahead
+
+    def _note_late(
+        self, entry: InFlight, progress: RunProgress, jlog: JobLog, later: Later
+    ) -> None:
+        """Note the run as in progress from later's thread once it has gone on for a while
+        (ahead.LateNote): a claim taken ahead did not note it, and a short run's end says all."""
+        start = progress.note()
+
+        def write() -> None:
+            try:
+                self._history.started(start)
+            except AWS_ERRORS as exc:
+                jlog.warning("could not mark its event running (%s)", describe(exc))
+
+        entry.late_note = LateNote(write)
+        try:
+            later(entry.late_note.run)
+        except RuntimeError:  # its pool is shut down: only once the daemon has drained
+            entry.late_note = None
+            self._note(progress, jlog)
 
     def _note(self, progress: RunProgress, jlog: JobLog) -> None:
         """Show the run as in progress (or waiting) in its event's summary, when its claim could
