@@ -338,8 +338,15 @@ class World:
         return self.out.read_text().split() if self.out.exists() else []
 
     def records(self, event_id: str) -> list[RunRecord]:
-        history = DynamoHistory(self.aws.dynamodb, self.aws.table, retention_seconds=1)
-        return history.runs(event_id, 100)
+        return self._history().runs(event_id, 100)
+
+    def shown_running(self, event_id: str) -> list[str]:
+        """The messages whose runs event_id's summary shows in progress."""
+        summary = self._history().summary(event_id)
+        return [] if summary is None else [run.message_id for run in summary.running]
+
+    def _history(self) -> DynamoHistory:
+        return DynamoHistory(self.aws.dynamodb, self.aws.table, retention_seconds=1)
 
     def close(self) -> None:
         for daemon in self.daemons:
@@ -458,18 +465,23 @@ def single_job(name: str, **fields: Any) -> JobPath:
     return JobPath(name, send, settled, check, reruns=reruns)
 
 
-def batch_path(name: str = "batch", jobs: int = 2, prefetch: int | None = 0) -> JobPath:
-    """jobs on a daemon of one worker. With no prefetch (batch) each receive comes back full, so
-    a run's end, written behind its worker, waits for the next job's claim and goes in its call.
-    With the default prefetch of one worker (prefetch: None) a receive takes as many as have
-    come, those that wait for the worker stay in flight, and a run's end rides the claim of the
-    next one waiting. Each runs at least once, no message is left, and each has a record of its
-    success."""
+def batch_path(
+    name: str = "batch", jobs: int = 2, prefetch: int | None = 0, seconds: float = 0.0
+) -> JobPath:
+    """jobs on a daemon of one worker, each seconds long. With no prefetch (batch) each receive
+    comes back full, so a run's end, written behind its worker, waits for the next job's claim
+    and goes in its call. With the default prefetch of one worker (prefetch: None) the jobs are
+    sent before the daemon starts, and its first receive takes them all: those that wait for
+    the worker are claimed ahead in one write and stay in flight, and the runs' ends share
+    calls (daemon/ahead.py). Each runs at least once, no message is left, each has a record of
+    its success, and none is left shown running."""
     events = [f"{PREFIX}-{name}-{n}" for n in range(jobs)]
+    sleep = f"; sleep {seconds:g}" if seconds else ""
 
     def send(world: World) -> None:
         for event in events:
-            world.aws.send({"command": f"echo {event} >> {world.out}", "event_id": event})
+            command = f"echo {event} >> {world.out}{sleep}"
+            world.aws.send({"command": command, "event_id": event})
 
     def settled(world: World) -> bool:
         return (
@@ -491,6 +503,10 @@ def batch_path(name: str = "batch", jobs: int = 2, prefetch: int | None = 0) -> 
                 problems.append(
                     f"{event}: no record of a success: {outcomes(world.records(event))}"
                 )
+            # A note of a run's start that landed after its end (ahead.LateNote) stays there.
+            running = world.shown_running(event)
+            if running:
+                problems.append(f"{event}: still shown running, by {running}")
         return problems
 
     def reruns(world: World) -> int:
@@ -500,7 +516,18 @@ def batch_path(name: str = "batch", jobs: int = 2, prefetch: int | None = 0) -> 
     kicker: dict[str, Any] = {"max_concurrent_num": 1}
     if prefetch is not None:
         kicker["prefetch"] = prefetch
-    return JobPath(name, send, settled, check, reruns=reruns, kicker=kicker)
+        return JobPath(name, send, settled, check, reruns=reruns, kicker=kicker)
+    # Sent first, the daemon's start then part of the path: one receive takes them all.
+    return JobPath(
+        name,
+        lambda world: None,
+        settled,
+        check,
+        prepare=send,
+        reruns=reruns,
+        begins_with_daemon=True,
+        kicker=kicker,
+    )
 
 
 def outcomes(records: list[RunRecord]) -> list[str]:
@@ -826,6 +853,8 @@ def paths() -> dict[str, Callable[[], JobPath]]:
         "api": api_submit_path,
         "batch": batch_path,
         "prefetch": lambda: batch_path("prefetch", jobs=3, prefetch=None),
+        # Long enough for the run claimed ahead to be noted running (ahead.LateNote).
+        "late-note": lambda: batch_path("late-note", jobs=2, prefetch=None, seconds=0.3),
     }
 
 
