@@ -213,8 +213,9 @@ class Intake:
 
     def claims_coming(self) -> bool:
         """Whether a job's claim is sure to come at once, so that a run's end written behind
-        may wait to share its call: a job handed to the pool waits for a worker (prefetched),
-        or the last receive came back full and the next one is made as slots are free (one
+        may wait to share its call: a job handed to the pool waits for a worker (prefetched:
+        its claim, or its run's end when its claim was taken ahead and the run is short), or
+        the last receive came back full and the next one is made as slots are free (one
         worker's end of a received batch's last run, and the next batch's first claim)."""
         with self._free_changed:
             return bool(self._waiting) or self._backlog
