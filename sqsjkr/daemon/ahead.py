@@ -38,7 +38,8 @@ class Ahead:
 
 class LateNote:
     """A run's start, noted only if the run still goes on NOTE_AFTER_SECONDS after it began: run
-    on a thread of its own, and ended by the run's end, which it never lands after."""
+    on a thread of its own, while the run is within it (a with block), whose end it never
+    lands after."""
 
     def __init__(self, write: Callable[[], None]) -> None:
         self._write = write
@@ -53,7 +54,10 @@ class LateNote:
             if not self._ended.is_set():
                 self._write()
 
-    def end(self) -> None:
+    def __enter__(self) -> LateNote:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
         """The run has ended: no note is written from now on, and one under way has landed."""
         self._ended.set()
         with self._mutex:

@@ -113,9 +113,6 @@ class RunCloser:
         left unfinished would let a redelivery of the message run the job again once its lease
         ends. linger: how long the record's write may wait to share another's call."""
         keeper = self._keeper
-        late, entry.late_note = entry.late_note, None
-        if late is not None:
-            late.end()  # a note of its start lands before the end that removes it, or not at all
         # Taken out of the entry first: a renewal failing after this is a release, not a loss.
         claim, entry.claim = entry.claim, None
         lock, entry.lock = entry.lock, None

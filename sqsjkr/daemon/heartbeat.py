@@ -21,7 +21,7 @@ from sqsjkr.backends.locks import Locker
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
 from sqsjkr.contract.run import KillMark
-from sqsjkr.daemon.ahead import Ahead, LateNote
+from sqsjkr.daemon.ahead import Ahead
 from sqsjkr.daemon.runner import StopReason, StopSwitch
 from sqsjkr.errors import quote
 from sqsjkr.observability.logs import JobLog, escape
@@ -49,8 +49,6 @@ class InFlight:
     kill: KillMark | None = None
     #: Its claim, when taken ahead on receipt (it waits for a worker): the claim set above then.
     ahead: Ahead | None = None
-    #: The note of its run's start, when written late (its claim was taken ahead).
-    late_note: LateNote | None = None
 
     def killed(self, mark: KillMark) -> bool:
         """Note the kill request and stop the job: False if it was known already."""

@@ -12,7 +12,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -270,13 +270,16 @@ class Worker:
         entry.claim = claim.lease
         entry.lock = claim.lock  # taken by the claim's own write, when the store could
         progress.claimed(claim.lease.owner, claim.attempt)
+        noting: AbstractContextManager[object] = nullcontext()
         if not claim.noted:
             if ahead is not None and later is not None:
-                self._note_late(entry, progress, jlog, later)
+                noting = self._note_late(progress, jlog, later)
             else:
                 self._note(progress, jlog)
         try:
-            ending = self._claimed(entry, progress, jlog)
+            # A note written late lands before the run's end is written, or not at all.
+            with noting:
+                ending = self._claimed(entry, progress, jlog)
         except BaseException:
             # The claim is given up, and the job runs again later.
             self._closer.close(entry, Ending(LEAVE), progress, jlog)
@@ -525,10 +528,11 @@ class Worker:
         return ahead
 
     def _note_late(
-        self, entry: InFlight, progress: RunProgress, jlog: JobLog, later: Later
-    ) -> None:
+        self, progress: RunProgress, jlog: JobLog, later: Later
+    ) -> AbstractContextManager[object]:
         """Note the run as in progress from later's thread once it has gone on for a while
-        (ahead.LateNote): a claim taken ahead did not note it, and a short run's end says all."""
+        (ahead.LateNote, which the run is to be within): a claim taken ahead did not note it,
+        and a short run's end says all."""
         start = progress.note()
 
         def write() -> None:
@@ -537,12 +541,13 @@ class Worker:
             except AWS_ERRORS as exc:
                 jlog.warning("could not mark its event running (%s)", describe(exc))
 
-        entry.late_note = LateNote(write)
+        late = LateNote(write)
         try:
-            later(entry.late_note.run)
+            later(late.run)
         except RuntimeError:  # its pool is shut down: only once the daemon has drained
-            entry.late_note = None
             self._note(progress, jlog)
+            return nullcontext()
+        return late
 
     def _note(self, progress: RunProgress, jlog: JobLog) -> None:
         """Show the run as in progress (or waiting) in its event's summary, when its claim could
