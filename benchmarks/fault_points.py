@@ -1,7 +1,7 @@
 """The whole fault-point walk (issue 36): every AWS call of each path, refused, its answer lost,
 or followed by SIGKILL of its daemon, then the path's invariants checked after recovery.
 
-    .venv/bin/python benchmarks/fault_points.py                   # every path, ~16 min
+    .venv/bin/python benchmarks/fault_points.py                   # every path, ~17 min
     .venv/bin/python benchmarks/fault_points.py --path plain --kind lost --jobs 2
 
 Prints `P points x K faults: T tried, N failed`, each failure, and exits 1 when any failed.
