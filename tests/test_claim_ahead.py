@@ -176,3 +176,21 @@ def test_claims_ahead_whose_answer_was_lost_are_known_as_this_daemons_own(
         item = aws.item(key, THROTTLE_TYPE) or {}
         assert claim.lease is not None and item["Owner"]["S"] == claim.lease.owner
     assert time.time() < min(claim.lease.until for claim in claims.values() if claim.lease)
+
+
+def test_a_message_a_go_daemon_took_or_that_ran_days_ago_is_not_claimed_ahead(aws: Aws) -> None:
+    dedupe = DynamoDedupe(aws.dynamodb, aws.table, retention_seconds=600, lease_seconds=30)
+    # The Go daemon's throttle item: the message taken, no lease.
+    expired = {"N": str(int(time.time()) + 600)}
+    aws.dynamodb.put_item(
+        TableName=aws.table,
+        Item={"Id": {"S": "m-go"}, "Type": {"S": THROTTLE_TYPE}, "Expired": expired},
+    )
+    ran = dedupe.claim("m-ran")
+    assert ran.lease is not None and dedupe.finish(ran.lease)
+
+    for key in ("m-go", "m-ran"):
+        # A copy received again (late, or beside a Go daemon): refused ahead, and its worker's
+        # own claim finds it finished, so the message is deleted unrun.
+        assert dedupe.claim_ahead({key: "ev"}) == {}
+        assert dedupe.claim(key).state is ClaimState.FINISHED
