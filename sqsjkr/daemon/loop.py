@@ -24,7 +24,7 @@ from sqsjkr.backends.pipeline import PipelineStore
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.http_call import LOOPBACK
 from sqsjkr.contract.job import Job
-from sqsjkr.daemon.ahead import Ahead, plain
+from sqsjkr.daemon.ahead import Ahead, LateNotes, plain
 from sqsjkr.daemon.closing import ClosingRun, EndsBehind
 from sqsjkr.daemon.controls import ControlsCopy
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
@@ -217,6 +217,8 @@ class Kicker:
         closers = pools.enter_context(
             ThreadPoolExecutor(max_workers=intake.capacity, thread_name_prefix=f"{prefix}-close")
         )
+        # Left after the workers, whose runs have ended their notes, and before the closers.
+        notes = pools.enter_context(LateNotes(closers.submit))
         pool = pools.enter_context(
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix=prefix)
         )
@@ -226,7 +228,7 @@ class Kicker:
         return Receiver(
             intake,
             daemon,
-            functools.partial(self._hand_over, pool=pool, closers=closers),
+            functools.partial(self._hand_over, pool=pool, closers=closers, notes=notes),
             name_queue=len(self._intakes) > 1,
         )
 
@@ -238,9 +240,10 @@ class Kicker:
         *,
         pool: ThreadPoolExecutor,
         closers: ThreadPoolExecutor,
+        notes: LateNotes,
     ) -> bool:
         """Start entries' jobs on pool's workers, in their FIFO order, their ends written on
-        closers' threads: False if stopping."""
+        closers' threads (notes: where runs claimed ahead are noted): False if stopping."""
         with self._intake_lock:
             # Whatever a receive returns after the stop request is given back, never started.
             if stop.is_set():
@@ -256,7 +259,9 @@ class Kicker:
                 if index >= idle and plain(entry.message, entry.job):
                     entry.ahead = Ahead()
                     waiting.append(entry)
-                pool.submit(self._work, intake, entry, closers).add_done_callback(_log_failure)
+                pool.submit(self._work, intake, entry, closers, notes).add_done_callback(
+                    _log_failure
+                )
         if waiting:
             intake.worker.claim_ahead(waiting)
         self._report_workers()
@@ -281,20 +286,22 @@ class Kicker:
 
     # -- one job ----------------------------------------------------------------------------------
 
-    def _work(self, intake: Intake, entry: InFlight, closers: ThreadPoolExecutor) -> None:
+    def _work(
+        self, intake: Intake, entry: InFlight, closers: ThreadPoolExecutor, notes: LateNotes
+    ) -> None:
         """Run entry's job, then on the same worker each message of its FIFO group that waited
         behind it on this host, in order. The worker is free once a run ends: its end is
         written on closers' threads (close behind), its message settled after that."""
         following: InFlight | None = entry
         try:
             while following is not None:
-                following = self._work_one(intake, following, closers)
+                following = self._work_one(intake, following, closers, notes)
         finally:
             intake.give_back_slot()
             self._report_workers()
 
     def _work_one(
-        self, intake: Intake, entry: InFlight, closers: ThreadPoolExecutor
+        self, intake: Intake, entry: InFlight, closers: ThreadPoolExecutor, notes: LateNotes
     ) -> InFlight | None:
         """Run one job and settle its message (or leave both to closers); the next of its
         message group, if any."""
@@ -313,7 +320,7 @@ class Kicker:
                 # A FIFO group's next message starts only once this one's is settled.
                 ending = intake.worker.handle(entry)
             else:
-                started = intake.worker.start(entry, closers.submit)
+                started = intake.worker.start(entry, notes)
                 if isinstance(started, ClosingRun):
                     # Behind only when a next claim is sure to come at once, for the end to
                     # ride its call: else the end goes alone, and the worker writing it itself

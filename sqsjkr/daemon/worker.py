@@ -26,7 +26,7 @@ from sqsjkr.backends.routes import job_id
 from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
 from sqsjkr.contract.run import KillMark, RunOutcome
-from sqsjkr.daemon.ahead import LateNote
+from sqsjkr.daemon.ahead import LateNotes
 from sqsjkr.daemon.closing import BEHIND_LINGER_SECONDS, ClosingRun, EndsBehind, RunCloser
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.holds import Holds, LocksWanted, lock_with_claim
@@ -53,7 +53,6 @@ log = logging.getLogger("sqsjkr.worker")
 
 T = TypeVar("T")
 #: Runs a task on another thread (a pool's submit); RuntimeError once it takes no more.
-Later = Callable[[Callable[[], None]], object]
 
 #: A finished claim's outcome that lets its pipeline's next steps run.
 SUCCEEDED = RunOutcome.SUCCEEDED.value
@@ -138,13 +137,13 @@ class Worker:
         started = self._start(entry, behind=False)
         return started.finish(False) if isinstance(started, ClosingRun) else started
 
-    def start(self, entry: InFlight, later: Later | None = None) -> Ending | ClosingRun:
+    def start(self, entry: InFlight, notes: LateNotes | None = None) -> Ending | ClosingRun:
         """As handle, but a job that ran (or was refused once claimed) ends as a ClosingRun:
         its end is written by whoever calls finish(), off this worker's path, and may share the
         call of a next job's claim. Its claim, lock and slot stay in entry, renewed by the
-        heartbeat, until then. later: runs a task on another thread (the note of a run whose
-        claim was taken ahead, written only if the run goes on for a while)."""
-        return self._start(entry, behind=True, later=later)
+        heartbeat, until then. notes: where the run of a claim taken ahead is noted in progress,
+        only if it goes on for a while."""
+        return self._start(entry, behind=True, notes=notes)
 
     def claim_ahead(self, entries: Sequence[InFlight]) -> None:
         """Claim entries' jobs (each with an Ahead: they will wait for a worker) in one write;
@@ -188,7 +187,7 @@ class Worker:
             )
 
     def _start(
-        self, entry: InFlight, *, behind: bool, later: Later | None = None
+        self, entry: InFlight, *, behind: bool, notes: LateNotes | None = None
     ) -> Ending | ClosingRun:
         first = job_id(entry.message)
         if first != entry.job.message_id:
@@ -198,7 +197,7 @@ class Worker:
             entry.job = replace(entry.job, message_id=first)
         wanted = lock_with_claim(entry.job)
         if wanted is None:
-            return self._handle(entry, None, behind, later)
+            return self._handle(entry, None, behind, notes)
         with ExitStack() as wanting:
             # A lock that another job here wants is not free: trying it in the claim's write
             # would only cost that write a second try.
@@ -211,7 +210,11 @@ class Worker:
         return ClosingRun(functools.partial(_finish_within, until_closed, started))
 
     def _handle(
-        self, entry: InFlight, lock: WantedLock | None, behind: bool, later: Later | None = None
+        self,
+        entry: InFlight,
+        lock: WantedLock | None,
+        behind: bool,
+        notes: LateNotes | None = None,
     ) -> Ending | ClosingRun:
         """handle(), with the lock that the claim's write may take if it is free."""
         job = entry.job
@@ -272,8 +275,8 @@ class Worker:
         progress.claimed(claim.lease.owner, claim.attempt)
         noting: AbstractContextManager[object] = nullcontext()
         if not claim.noted:
-            if ahead is not None and later is not None:
-                noting = self._note_late(progress, jlog, later)
+            if ahead is not None and notes is not None:
+                noting = self._note_late(progress, jlog, notes)
             else:
                 self._note(progress, jlog)
         try:
@@ -528,11 +531,11 @@ class Worker:
         return ahead
 
     def _note_late(
-        self, progress: RunProgress, jlog: JobLog, later: Later
+        self, progress: RunProgress, jlog: JobLog, notes: LateNotes
     ) -> AbstractContextManager[object]:
-        """Note the run as in progress from later's thread once it has gone on for a while
-        (ahead.LateNote, which the run is to be within): a claim taken ahead did not note it,
-        and a short run's end says all."""
+        """Note the run as in progress once it has gone on for a while (ahead.LateNote, which
+        the run is to be within): a claim taken ahead did not note it, and a short run's end
+        says all."""
         start = progress.note()
 
         def write() -> None:
@@ -541,13 +544,11 @@ class Worker:
             except AWS_ERRORS as exc:
                 jlog.warning("could not mark its event running (%s)", describe(exc))
 
-        late = LateNote(write)
         try:
-            later(late.run)
-        except RuntimeError:  # its pool is shut down: only once the daemon has drained
+            return notes.note(write)
+        except RuntimeError:  # no longer taken: only once the daemon has drained
             self._note(progress, jlog)
             return nullcontext()
-        return late
 
     def _note(self, progress: RunProgress, jlog: JobLog) -> None:
         """Show the run as in progress (or waiting) in its event's summary, when its claim could
