@@ -121,6 +121,9 @@ class LostResponses:
     def update_item(self, **request: Any) -> Any:
         return self._twice("update_item", request)
 
+    def transact_write_items(self, **request: Any) -> Any:
+        return self._twice("transact_write_items", request)
+
 
 def lock_item(aws: Aws, lock_id: str = "report") -> dict[str, Any] | None:
     return aws.item(lock_id, "lock")
@@ -497,7 +500,7 @@ def test_claim_survives_a_lost_response(aws: Aws) -> None:
     claim = DynamoDedupe(
         dynamodb, aws.table, retention_seconds=600, lease_seconds=30, clock=clock
     ).claim("msg-1")
-    assert dynamodb.retry_errors == ["ConditionalCheckFailedException"]
+    assert dynamodb.retry_errors == ["TransactionCanceledException"]
     assert claim.state is ClaimState.CLAIMED
     assert claim.lease is not None
     assert throttle_item(aws)["Owner"] == {"S": claim.lease.owner}  # type: ignore[index]
@@ -895,9 +898,13 @@ def test_a_failed_claim_without_the_item_that_failed_it_is_a_store_error() -> No
     class Forgetful:
         """An endpoint that ignores ReturnValuesOnConditionCheckFailure."""
 
-        def put_item(self, **request: Any) -> None:
-            error = {"Code": "ConditionalCheckFailedException", "Message": "failed"}
-            raise ClientError({"Error": error}, "PutItem")
+        def transact_write_items(self, **request: Any) -> None:
+            error = {"Code": "TransactionCanceledException", "Message": "cancelled"}
+            reasons = [{"Code": "ConditionalCheckFailed"}]
+            raise ClientError(
+                {"Error": error, "CancellationReasons": reasons},  # type: ignore[typeddict-unknown-key]
+                "TransactWriteItems",
+            )
 
     store = DynamoDedupe(Forgetful(), "t", retention_seconds=60, lease_seconds=60)
     with pytest.raises(StoreError, match="did not return the item"):

@@ -204,6 +204,8 @@ def test_a_kill_whose_daemon_died_is_recorded_by_the_next_receiver_without_runni
         {"command": f"echo $$ >> pids; echo run >> runs; {WAIT_FOR_RELEASE}", "event_id": "gone"}
     )
     wait_until(lambda: lines(tmp_path / "runs") == ["run"], what="job running")
+    # `kill EVENT` finds a run by its note, written once the run has gone on 0.1 s.
+    wait_until(lambda: getattr(history(aws).summary("gone"), "running", ()), what="the run noted")
     first.kill()
     kill_group(tmp_path / "pids")
 

@@ -113,11 +113,13 @@ class DedupeStore(Protocol):
         message_id: str | None = None,
         running: RunStart | None = None,
         lock: WantedLock | None = None,
+        noting: bool = True,
     ) -> Claim:
         """Take the claim key (a message id, or the key of a firing that several messages
-        share, taken for message_id), or say who has it (Claim.holder). running: the run about to begin, which a store
-        that keeps history may note in the same write (Claim.noted); lock: the job's lock, which
-        it may take in that write too if it is free (Claim.lock). Raises on failure."""
+        share, taken for message_id), or say who has it (Claim.holder). running: the run about to
+        begin, its event named on the claim, which a store that keeps history may note in the
+        same write (Claim.noted) when noting; lock: the job's lock, which it may take in that
+        write too if it is free (Claim.lock). Raises on failure."""
 
     def claim_ahead(self, keys: Mapping[str, str]) -> dict[str, Claim]:
         """Take the claims keys (message ids, each to the id of its job's event) of jobs that
@@ -149,6 +151,7 @@ class NoopDedupe:
         message_id: str | None = None,
         running: RunStart | None = None,
         lock: WantedLock | None = None,
+        noting: bool = True,
     ) -> Claim:
         return Claim(ClaimState.CLAIMED, Lease(key, ""), attempt=None)
 
@@ -186,6 +189,7 @@ class MemoryDedupe:
         message_id: str | None = None,
         running: RunStart | None = None,
         lock: WantedLock | None = None,
+        noting: bool = True,
     ) -> Claim:
         with self._mutex:
             holder = self._holders.get(key, key)
@@ -303,12 +307,14 @@ class DynamoDedupe:
         message_id: str | None = None,
         running: RunStart | None = None,
         lock: WantedLock | None = None,
+        noting: bool = True,
     ) -> Claim:
         now = self._clock()
         lease = Lease(key, new_owner(), until=now + self._lease_seconds)
         event_id = None if running is None else running.event_id
         put = self._claim_put(lease, now, _CLAIM_CONDITION, {}, message_id, event_id)
-        written = self._write(put, running, lock, self._mark(lease.key, message_id, now, event_id))
+        note = running if noting else None
+        written = self._write(put, note, lock, self._mark(lease.key, message_id, now, event_id))
         if written.claimed or owner_of(written.old) == lease.owner:
             # The second case: our own write, retried after its answer was lost.
             return self._claimed(lease, _attempts(written.old) + 1, written)
@@ -317,7 +323,7 @@ class DynamoDedupe:
         if kill_due(written.old, now):
             return self._take_kill(lease, now, written.old)
         if "Attempts" in written.old and _due(written.old, now):
-            return self._claim_again(lease, now, written.old, message_id, running, lock)
+            return self._claim_again(lease, now, written.old, message_id, running, lock, noting)
         return self._state(key, written.old, now)
 
     def claim_ahead(self, keys: Mapping[str, str]) -> dict[str, Claim]:
@@ -355,6 +361,7 @@ class DynamoDedupe:
         message_id: str | None,
         running: RunStart | None,
         lock: WantedLock | None,
+        noting: bool,
     ) -> Claim:
         """Claim an item that counts runs: as run attempts + 1 of its job (a firing's retry
         runs as the message that claims it, whichever of its messages that is)."""
@@ -362,7 +369,8 @@ class DynamoDedupe:
         values = {":attempts": {"N": str(attempts)}, "Attempts": {"N": str(attempts)}}
         event_id = None if running is None else running.event_id
         put = self._claim_put(lease, now, _CLAIM_AGAIN_CONDITION, values, message_id, event_id)
-        written = self._write(put, running, lock, self._mark(lease.key, message_id, now, event_id))
+        note = running if noting else None
+        written = self._write(put, note, lock, self._mark(lease.key, message_id, now, event_id))
         if written.claimed or owner_of(written.old) == lease.owner:
             return self._claimed(lease, attempts + 1, written)
         if written.taken_by_go:
@@ -461,13 +469,10 @@ class DynamoDedupe:
         mark: dict[str, Any] | None = None,
     ) -> _Written:
         """The claim's conditional write, with the run's note, the lock and the message's mark
-        when it can: one call, a transaction when it writes more than the claim."""
+        when it can: a transaction, which other workers' writes at once may share."""
         note = (
             None if running is None or self._note_running is None else self._note_running(running)
         )
-        if mark is None and note is None:
-            claimed, old = conditional_write(self._client.put_item, self._table, **put)
-            return _Written(claimed, old, noted=False)
         noting = note is not None
         writes = [{"Put": self._in_table(put)}]
         if note is not None:

@@ -1,7 +1,9 @@
-"""Claims taken ahead: the received jobs that will wait for a worker are claimed in one write.
+"""Plain jobs' claims: those of received jobs that will wait for a worker taken in one write, and
+their runs noted in progress only once they have gone on a while.
 
-A host of few workers receives more jobs than it runs at once (prefetch): one call claims them, the
-heartbeat renews them as they wait, and each run is noted in progress once it has gone on a while.
+A host of few workers receives more jobs than it runs at once (prefetch): one call claims them, and
+the heartbeat renews them as they wait. A plain job's claim writes its item alone, and a short
+run's end says all that its note would have.
 """
 
 from __future__ import annotations
@@ -140,9 +142,10 @@ class LateNotes:
 
 
 def plain(message: Message, job: Job) -> bool:
-    """Whether message's job may be claimed ahead: claimed by the message's own id, with nothing
-    to hold before it runs. A firing, a pipeline's step, a FIFO group's message, a job with a
-    lock or a concurrency group, or a routed copy is claimed only as its turn comes."""
+    """Whether message's job is plain: claimed by the message's own id, with nothing to hold
+    before it runs; it may be claimed ahead, and its run is noted late. A firing, a pipeline's
+    step, a FIFO group's message, a job with a lock or a concurrency group, or a routed copy is
+    claimed only as its turn comes, its run noted by its claim's write."""
     return (
         message.group_id is None
         and job.firing is None

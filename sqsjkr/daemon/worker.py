@@ -26,7 +26,7 @@ from sqsjkr.backends.routes import job_id
 from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
 from sqsjkr.contract.run import KillMark, RunOutcome
-from sqsjkr.daemon.ahead import LateNotes
+from sqsjkr.daemon.ahead import LateNotes, plain
 from sqsjkr.daemon.closing import BEHIND_LINGER_SECONDS, ClosingRun, EndsBehind, RunCloser
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.holds import Holds, LocksWanted, lock_with_claim
@@ -141,8 +141,8 @@ class Worker:
         """As handle, but a job that ran (or was refused once claimed) ends as a ClosingRun:
         its end is written by whoever calls finish(), off this worker's path, and may share the
         call of a next job's claim. Its claim, lock and slot stay in entry, renewed by the
-        heartbeat, until then. notes: where the run of a claim taken ahead is noted in progress,
-        only if it goes on for a while."""
+        heartbeat, until then. notes: where a plain job's run (ahead.plain) is noted in
+        progress, only if it goes on for a while."""
         return self._start(entry, behind=True, notes=notes)
 
     def claim_ahead(self, entries: Sequence[InFlight]) -> None:
@@ -227,13 +227,19 @@ class Worker:
         # that end is written, not a run in progress to hide from for a lease.
         self._ends_behind.wait(progress.claim_id)
         try:
-            ahead = self._ahead(entry)
-            # The run shows as in progress in its event's summary from its claim on: in the
-            # claim's own write when the store can, which takes a free lock too.
-            claim = ahead
+            # A plain job's run (a routed copy's too, run as its first message) is noted late,
+            # as one claimed ahead is: its claim writes one item. Else the run shows as in
+            # progress in its event's summary from its claim on: in the claim's own write when
+            # the store can, which takes a free lock too.
+            late = notes is not None and plain(entry.message, job)
+            claim = self._ahead(entry)
             if claim is None:
                 claim = self._dedupe.claim(
-                    progress.claim_id, message_id=job.message_id, running=progress.note(), lock=lock
+                    progress.claim_id,
+                    message_id=job.message_id,
+                    running=progress.note(),
+                    lock=lock,
+                    noting=not late,
                 )
         except AWS_ERRORS as exc:
             # Not run: unlike the Go daemon, a job that may be a duplicate waits for a later try.
@@ -275,7 +281,7 @@ class Worker:
         progress.claimed(claim.lease.owner, claim.attempt)
         noting: AbstractContextManager[object] = nullcontext()
         if not claim.noted:
-            if ahead is not None and notes is not None:
+            if late and notes is not None:
                 noting = self._note_late(progress, jlog, notes)
             else:
                 self._note(progress, jlog)
