@@ -95,6 +95,7 @@ def test_busy_plus_idle_is_workers(stats: Stats) -> None:
     stats.job_finished()
     snap = stats.snapshot()
     assert (snap.busy, snap.idle) == (1, 2)
+    assert stats.busy == 1  # what systemd's status line reads at every job's start and end
 
 
 def test_job_started_beyond_capacity_is_a_bug(stats: Stats) -> None:

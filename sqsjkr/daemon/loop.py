@@ -268,8 +268,8 @@ class Kicker:
         return True
 
     def _report_workers(self) -> None:
-        snapshot = self._stats.snapshot()
-        self._notifier.status(f"busy {snapshot.busy}, idle {snapshot.idle}")
+        busy = self._stats.busy
+        self._notifier.status(f"busy {busy}, idle {self._stats.workers - busy}")
 
     # -- what the heartbeat does for each queue ---------------------------------------------------
 

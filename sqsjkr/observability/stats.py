@@ -86,6 +86,13 @@ class Stats:
     def workers(self) -> int:
         return self._workers
 
+    @property
+    def busy(self) -> int:
+        """How many workers run a job now: read at every job's start and end, without the copy
+        of every count that snapshot() makes."""
+        with self._lock:
+            return self._busy
+
     def job_started(self, queue: str | None = None) -> None:
         """Mark one worker busy; more jobs than workers means the dispatcher is broken."""
         if queue in self._queues:
