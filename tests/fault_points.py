@@ -13,9 +13,11 @@ import os
 import random
 import re
 import signal
+import socket
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -790,6 +792,17 @@ class Web:
         if self.process is not None and self.process.proc.poll() is not None:
             self.start(world)
 
+    def _answering_or_gone(self) -> bool:
+        assert self.process is not None
+        if self.process.proc.poll() is not None:
+            return True
+        address = urllib.parse.urlsplit(self.url)
+        try:
+            socket.create_connection((address.hostname, address.port or 80), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
     def submit(self, world: World, body: dict[str, Any], tries: int = 4) -> None:
         """POST the job as a client does: again after an error or no answer, with the same
         unique_for, until an answer says it was sent; after a 409 (a send of it under way,
@@ -806,6 +819,9 @@ class Web:
                 )
             except requests.RequestException as exc:
                 self.answers.append(type(exc).__name__)
+                # A listener killed under the request refuses connections before its exit is
+                # seen (its process reaped): tried again only then, when tend starts another.
+                wait_until(self._answering_or_gone, 30, "sqsjkr web answering, or seen gone")
                 continue
             self.answers.append(answer.status_code)
             if answer.status_code in (200, 201):
