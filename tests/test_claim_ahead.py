@@ -1,5 +1,6 @@
 """Claims taken ahead: the jobs a host of one worker receives beyond it are claimed in one write on
-receipt, renewed while they wait, killed or given back unrun; a run so claimed is noted late.
+receipt, renewed while they wait, killed or given back unrun; a plain run, so claimed or not, is
+noted late.
 
 Leases are short (2-3 s) so that the heartbeat renews within a second.
 """
@@ -137,6 +138,41 @@ def test_a_run_claimed_ahead_is_noted_running_only_once_it_has_gone_on_a_while(
         assert len(notes_of(proxy, "long")) == 1 and notes_of(proxy, "short") == []
     summary = history(aws).summary("long")
     assert summary is not None and summary.running == ()
+
+
+def claim_write_of(proxy: FaultProxy, message_id: str, event_id: str) -> list[str]:
+    """What the TransactWriteItems that claimed message_id wrote of its job: each of its items
+    keyed by the message or its event, as "Put:throttle", "Update:summary"."""
+    for call in proxy.calls:
+        items = call.json.get("TransactItems", []) if call.action == "TransactWriteItems" else []
+        ours = []
+        for item in items:
+            [(kind, request)] = item.items()
+            key = request.get("Item") or request.get("Key") or {}
+            if key.get("Id", {}).get("S") in (message_id, event_id):
+                ours.append(f"{kind}:{key['Type']['S']}")
+        if "Put:throttle" in ours:
+            return ours
+    return []
+
+
+def test_a_plain_jobs_claim_writes_its_item_alone_and_a_locked_ones_notes_its_run(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
+) -> None:
+    """With idle workers (no job waits, none is claimed ahead), a plain job's run is noted late
+    as well: its claim is one item, and a short run has no note; a job with a lock is noted in
+    its claim's own write, which takes the lock too."""
+    with FaultProxy(moto_endpoint) as proxy:
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=4)
+        plain = aws.send({"command": "true", "event_id": "plain"})
+        wait_until(counted(port, succeeded=1), what="the plain job done")
+        locked = aws.send({"command": "true", "event_id": "locked", "lock_id": "L"})
+        wait_until(counted(port, succeeded=2), what="the locked job done")
+        assert daemon.stop() == 0
+    assert claim_write_of(proxy, plain, "plain") == ["Put:throttle"]
+    assert notes_of(proxy, "plain") == []
+    assert sorted(claim_write_of(proxy, locked, "locked")) == ["Put:throttle", "Update:summary"]
 
 
 def test_claims_ahead_are_one_write_and_a_refused_one_is_left_to_its_worker(aws: Aws) -> None:

@@ -243,7 +243,7 @@ class Kicker:
         notes: LateNotes,
     ) -> bool:
         """Start entries' jobs on pool's workers, in their FIFO order, their ends written on
-        closers' threads (notes: where runs claimed ahead are noted): False if stopping."""
+        closers' threads (notes: where plain runs are noted late): False if stopping."""
         with self._intake_lock:
             # Whatever a receive returns after the stop request is given back, never started.
             if stop.is_set():

@@ -52,7 +52,6 @@ from sqsjkr.observability.stats import Outcome
 log = logging.getLogger("sqsjkr.worker")
 
 T = TypeVar("T")
-#: Runs a task on another thread (a pool's submit); RuntimeError once it takes no more.
 
 #: A finished claim's outcome that lets its pipeline's next steps run.
 SUCCEEDED = RunOutcome.SUCCEEDED.value
