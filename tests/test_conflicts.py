@@ -302,7 +302,10 @@ def test_several_daemons_running_one_event_through_conflicts_lose_and_repeat_not
             assert daemon.stop() == 0
         # Most lock takes and releases go in the claims' and ends' transactions: the plain writes
         # are the takes of the jobs that waited for the lock.
-        assert cancels.hits >= 10 and writes.hits >= 1
+        # Some 60 transactions on an idle host, fewer on a loaded one whose group commits carry
+        # more each (a CI run refused 9): this only proves the conflicts were met, and the
+        # bound on tries below that they were tried again.
+        assert cancels.hits >= 3 and writes.hits >= 1
         # Writes refused for a conflict were tried again, none more often than the bound.
         tries = Counter(
             call.request_key()
