@@ -57,6 +57,13 @@ def lines_of(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def noted(aws: Aws, event_id: str) -> bool:
+    """Whether a run of event_id shows in progress in its summary, where `kill EVENT` finds it:
+    a run without a lock or a group once it has gone on 0.1 s (ahead.LateNote)."""
+    summary = history(aws).summary(event_id)
+    return summary is not None and bool(summary.running)
+
+
 def kill(capsys: pytest.CaptureFixture[str], conf: str, *args: str) -> tuple[int, str, str]:
     return sqsjkr(capsys, "kill", *args, "-c", conf)
 
@@ -73,6 +80,7 @@ def test_kill_stops_a_running_job_s_process_group_and_records_it_killed_for_good
     job = {"command": LONG_JOB, "event_id": "nightly", "retries": 2, "retry_delay": "0s"}
     message_id = aws.send(job)
     wait_until(lambda: (tmp_path / "started").exists(), what="job running")
+    wait_until(lambda: noted(aws, "nightly"), what="the run noted in progress")
     shell, child = (int((tmp_path / name).read_text()) for name in ("pids", "child.pid"))
 
     code, out, err = kill(capsys, str(conf), "nightly", "--reason", "hung", "--wait")
@@ -174,6 +182,7 @@ def test_a_kill_racing_the_job_s_own_end_leaves_the_job_s_own_record(
     daemon, port = run_daemon(start_daemon, tmp_path, aws, lease="60s")
     message_id = aws.send({"command": f"touch started; {WAIT_FOR_RELEASE}", "event_id": "race"})
     wait_until(lambda: (tmp_path / "started").exists(), what="job running")
+    wait_until(lambda: noted(aws, "race"), what="the run noted in progress")
     waiting = subprocess.Popen(
         sqsjkr_argv("kill", "race", "--wait", "-c", daemon.conf),
         stdout=subprocess.PIPE,
@@ -204,8 +213,7 @@ def test_a_kill_whose_daemon_died_is_recorded_by_the_next_receiver_without_runni
         {"command": f"echo $$ >> pids; echo run >> runs; {WAIT_FOR_RELEASE}", "event_id": "gone"}
     )
     wait_until(lambda: lines(tmp_path / "runs") == ["run"], what="job running")
-    # `kill EVENT` finds a run by its note, written once the run has gone on 0.1 s.
-    wait_until(lambda: getattr(history(aws).summary("gone"), "running", ()), what="the run noted")
+    wait_until(lambda: noted(aws, "gone"), what="the run noted in progress")
     first.kill()
     kill_group(tmp_path / "pids")
 
