@@ -1,6 +1,6 @@
-"""Claims taken ahead: the jobs a host of one worker receives beyond it are claimed in one write on
-receipt, renewed while they wait, killed or given back unrun; a plain run, so claimed or not, is
-noted late.
+"""Claims taken ahead: a receive's plain jobs are claimed in one write on receipt; those a host of
+one worker receives beyond it are renewed while they wait, killed or given back unrun; a plain
+run is noted late.
 
 Leases are short (2-3 s) so that the heartbeat renews within a second.
 """
@@ -159,9 +159,9 @@ def claim_write_of(proxy: FaultProxy, message_id: str, event_id: str) -> list[st
 def test_a_plain_jobs_claim_writes_its_item_alone_and_a_locked_ones_notes_its_run(
     start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
 ) -> None:
-    """With idle workers (no job waits, none is claimed ahead), a plain job's run is noted late
-    as well: its claim is one item, and a short run has no note; a job with a lock is noted in
-    its claim's own write, which takes the lock too."""
+    """With idle workers (no job waits), a plain job is claimed on receipt as well, and its run
+    noted late: its claim is one item, and a short run has no note; a job with a lock is claimed
+    by its worker, its run noted in its claim's own write, which takes the lock too."""
     with FaultProxy(moto_endpoint) as proxy:
         aws_env["AWS_ENDPOINT_URL"] = proxy.url
         daemon, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=4)

@@ -249,9 +249,9 @@ def test_a_combined_call_whose_answer_is_lost_after_it_took_effect_runs_each_job
         aws.send({"command": f"echo {i} >> {out}", "event_id": f"ev-{i}"})
     with FaultProxy(moto_endpoint) as proxy:
         transact = "TransactWriteItems"
-        proxy.add(Fault(lambda c: c.action == transact, hold=0.5, times=1))
-        # The combined claims take effect, and their answer outlasts the read timeout (3 s):
-        # botocore sends the call again, and the daemon must see its own claims in what it finds.
+        # The combined claims (a receive's, claimed on receipt) take effect, and their answer
+        # outlasts the read timeout (3 s): botocore sends the call again, and the daemon must
+        # see its own claims in what it finds.
         combined = Fault(
             lambda c: c.action == transact and claims_per_call_of(c.json) >= 2, hold=4, times=1
         )

@@ -122,9 +122,8 @@ class DedupeStore(Protocol):
         write too if it is free (Claim.lock). Raises on failure."""
 
     def claim_ahead(self, keys: Mapping[str, str]) -> dict[str, Claim]:
-        """Take the claims keys (message ids, each to the id of its job's event) of jobs that
-        will wait for a worker, in one write where the store can, noting no run: the CLAIMED
-        ones. A key left out is claimed by its job's worker (claim()) when its turn comes: its
+        """Take the claims keys (message ids, each to the id of its job's event) of a receive's
+        jobs, in one write where the store can, noting no run: the CLAIMED ones. A key left out is claimed by its job's worker (claim()) when its turn comes: its
         claim was refused, or refused in the same write as others. Raises on failure."""
 
     def renew(self, lease: Lease) -> bool:

@@ -1,9 +1,9 @@
-"""Plain jobs' claims: those of received jobs that will wait for a worker taken in one write, and
+"""Plain jobs' claims: a receive's plain jobs claimed in one write as they are handed over, and
 their runs noted in progress only once they have gone on a while.
 
-A host of few workers receives more jobs than it runs at once (prefetch): one call claims them, and
-the heartbeat renews them as they wait. A plain job's claim writes its item alone, and a short
-run's end says all that its note would have.
+One call claims a receive's jobs (those that wait for a worker, prefetched, as those that start
+at once), and the heartbeat renews the claims of those that wait. A plain job's claim writes its
+item alone, and a short run's end says all that its note would have.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sqsjkr.backends.routes import job_id
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
 
-#: How long a run whose claim was taken ahead runs before its event's summary shows it running:
+#: How long a plain job's run goes on before its event's summary shows it running:
 #: a shorter run's end says all that its note would have, without a write of its own.
 NOTE_AFTER_SECONDS = 0.1
 

@@ -194,12 +194,6 @@ class Intake:
             self._free -= 1
             self._waiting.add(entry)
 
-    def idle_workers(self) -> int:
-        """How many workers have no job: those that the next jobs taken start on at once."""
-        with self._free_changed:
-            handed = self.capacity - self._free  # to the pool, and not yet done
-            return max(0, self.settings.max_workers - (handed - len(self._waiting)))
-
     def started(self, entry: InFlight) -> None:
         """A worker has taken entry up."""
         with self._free_changed:

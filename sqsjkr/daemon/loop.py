@@ -252,18 +252,19 @@ class Kicker:
             for entry in entries:
                 # Kept hidden by the heartbeat, even while it waits behind its FIFO group.
                 self._in_flight.add(entry)
-            # The jobs beyond the idle workers wait for one: claimed together, ahead.
-            idle, waiting = intake.idle_workers(), []
-            for index, entry in enumerate(intake.order.admit(entries)):
+            # The receive's plain jobs are claimed together, here: one call, where their
+            # workers would each have sent a part of the group commit's.
+            plain_ones = []
+            for entry in intake.order.admit(entries):
                 intake.take(entry)
-                if index >= idle and plain(entry.message, entry.job):
+                if plain(entry.message, entry.job):
                     entry.ahead = Ahead()
-                    waiting.append(entry)
+                    plain_ones.append(entry)
                 pool.submit(self._work, intake, entry, closers, notes).add_done_callback(
                     _log_failure
                 )
-        if waiting:
-            intake.worker.claim_ahead(waiting)
+        if plain_ones:
+            intake.worker.claim_ahead(plain_ones)
         self._report_workers()
         return True
 

@@ -145,7 +145,7 @@ class Worker:
         return self._start(entry, behind=True, notes=notes)
 
     def claim_ahead(self, entries: Sequence[InFlight]) -> None:
-        """Claim entries' jobs (each with an Ahead: they will wait for a worker) in one write;
+        """Claim entries' jobs (each with an Ahead, which its worker waits for) in one write;
         each claim taken is set on its entry, for the heartbeat to renew while the job waits. A
         failed write is logged, and each worker claims its job itself: should the write have
         landed all the same (its answer lost at every try), that claim finds the job held, and
