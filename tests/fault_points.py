@@ -473,8 +473,8 @@ def batch_path(
     """jobs on a daemon of one worker, each seconds long. With no prefetch (batch) each receive
     comes back full, so a run's end, written behind its worker, waits for the next job's claim
     and goes in its call. With the default prefetch of one worker (prefetch: None) the jobs are
-    sent before the daemon starts, and its first receive takes them all: those that wait for
-    the worker are claimed ahead in one write and stay in flight, and the runs' ends share
+    sent before the daemon starts, and its first receive takes them all: they are claimed in
+    one write, those that wait for the worker stay in flight, and the runs' ends share
     calls (daemon/ahead.py). Each runs at least once, no message is left, each has a record of
     its success, and none is left shown running."""
     events = [f"{PREFIX}-{name}-{n}" for n in range(jobs)]
