@@ -23,12 +23,15 @@ def recorder(written: list[str], name: str) -> Callable[[], None]:
 
 def test_a_run_that_goes_on_is_noted_once_on_the_pool_and_one_ended_first_never() -> None:
     written: list[str] = []
+    # The notes' own clock, moved by hand: a loaded host's pause cannot make the short run long.
+    now = [0.0]
     closers = ThreadPoolExecutor(1, thread_name_prefix="closer")
-    with closers, LateNotes(closers.submit, delay=DELAY) as notes:
+    with closers, LateNotes(closers.submit, delay=DELAY, clock=lambda: now[0]) as notes:
         with notes.note(recorder(written, "short")):
-            pass  # ends at once, long before its note falls due
+            pass  # ends before its note falls due
         long = notes.note(recorder(written, "long"))
         with long:
+            now[0] = 1.0  # both notes due: the thread finds it at its next look, DELAY on
             wait_until(lambda: written, what="the long run noted")
             long.write()  # a second write (as a retried hand-over would make) is none
     # Notes fall due in the order they were taken: the short run's had its turn first.
