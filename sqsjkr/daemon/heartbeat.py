@@ -47,7 +47,7 @@ class InFlight:
     queue: str = ""  # the name of the queue it came from
     #: The kill request a renewal of its claim found (`sqsjkr kill`): its stop is tripped.
     kill: KillMark | None = None
-    #: Its claim, when taken ahead on receipt (it waits for a worker): the claim set above then.
+    #: Its claim taken on receipt with its receive's (a plain job): the claim set above then.
     ahead: Ahead | None = None
 
     def killed(self, mark: KillMark) -> bool:

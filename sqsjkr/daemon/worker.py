@@ -25,7 +25,7 @@ from sqsjkr.backends.locks import Locker
 from sqsjkr.backends.routes import job_id
 from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
-from sqsjkr.contract.run import KillMark, RunOutcome
+from sqsjkr.contract.run import KillMark, RunOutcome, RunStart
 from sqsjkr.daemon.ahead import LateNotes, plain
 from sqsjkr.daemon.closing import BEHIND_LINGER_SECONDS, ClosingRun, EndsBehind, RunCloser
 from sqsjkr.daemon.heartbeat import InFlight
@@ -230,7 +230,7 @@ class Worker:
             # as one claimed ahead is: its claim writes one item. Else the run shows as in
             # progress in its event's summary from its claim on: in the claim's own write when
             # the store can, which takes a free lock too.
-            late = notes is not None and plain(entry.message, job)
+            late = notes if plain(entry.message, job) else None
             claim = self._ahead(entry)
             if claim is None:
                 claim = self._dedupe.claim(
@@ -238,7 +238,7 @@ class Worker:
                     message_id=job.message_id,
                     running=progress.note(),
                     lock=lock,
-                    noting=not late,
+                    noting=late is None,
                 )
         except AWS_ERRORS as exc:
             # Not run: unlike the Go daemon, a job that may be a duplicate waits for a later try.
@@ -280,8 +280,8 @@ class Worker:
         progress.claimed(claim.lease.owner, claim.attempt)
         noting: AbstractContextManager[object] = nullcontext()
         if not claim.noted:
-            if late and notes is not None:
-                noting = self._note_late(progress, jlog, notes)
+            if late is not None:
+                noting = self._note_late(progress, jlog, late)
             else:
                 self._note(progress, jlog)
         try:
@@ -541,16 +541,8 @@ class Worker:
         """Note the run as in progress once it has gone on for a while (ahead.LateNote, which
         the run is to be within): a claim taken ahead did not note it, and a short run's end
         says all."""
-        start = progress.note()
-
-        def write() -> None:
-            try:
-                self._history.started(start)
-            except AWS_ERRORS as exc:
-                jlog.warning("could not mark its event running (%s)", describe(exc))
-
         try:
-            return notes.note(write)
+            return notes.note(functools.partial(self._write_note, progress.note(), jlog))
         except RuntimeError:  # no longer taken: only once the daemon has drained
             self._note(progress, jlog)
             return nullcontext()
@@ -558,8 +550,11 @@ class Worker:
     def _note(self, progress: RunProgress, jlog: JobLog) -> None:
         """Show the run as in progress (or waiting) in its event's summary, when its claim could
         not, or what it waits for changes."""
+        self._write_note(progress.note(), jlog)
+
+    def _write_note(self, start: RunStart, jlog: JobLog) -> None:
         try:
-            self._history.started(progress.note())
+            self._history.started(start)
         except AWS_ERRORS as exc:
             # The run goes on: only its "running now" in `sqsjkr status` is missing.
             jlog.warning("could not mark its event running (%s)", describe(exc))
