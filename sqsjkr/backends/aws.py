@@ -283,6 +283,16 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def raise_if_missing(exc: ClientError, table: str) -> None:
+    """Raise ResourceMissingError, naming table and where it is configured, when exc is
+    DynamoDB's answer that the table does not exist; else return, for the caller to go on."""
+    if error_code(exc) == "ResourceNotFoundException":
+        raise ResourceMissingError(
+            f"DynamoDB table {table!r} not found (check [lock] table or --lock-table, "
+            "and the region)"
+        ) from exc
+
+
 def conditional_write(
     call: Callable[..., Any], table: str, **request: Any
 ) -> tuple[bool, dict[str, Any]]:
@@ -298,11 +308,7 @@ def conditional_write(
     except ClientError as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
             return False, dict(exc.response.get("Item") or {})
-        if error_code(exc) == "ResourceNotFoundException":
-            raise ResourceMissingError(
-                f"DynamoDB table {table!r} not found (check [lock] table or --lock-table, "
-                "and the region)"
-            ) from exc
+        raise_if_missing(exc, table)
         raise
     return True, dict(response.get("Attributes") or {})
 
@@ -315,11 +321,7 @@ def check_table(client: Any, table: str) -> bool:
     try:
         client.get_item(TableName=table, Key={"Id": {"S": "sqsjkr-probe"}, "Type": {"S": "probe"}})
     except ClientError as exc:
-        if error_code(exc) == "ResourceNotFoundException":
-            raise ResourceMissingError(
-                f"DynamoDB table {table!r} not found (check [lock] table or --lock-table, "
-                "and the region)"
-            ) from exc
+        raise_if_missing(exc, table)
         if error_code(exc) == "ValidationException":
             raise ResourceMissingError(
                 f"DynamoDB table {table!r} does not have the keys sqsjkr needs (hash key Id and "

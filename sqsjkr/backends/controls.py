@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from sqsjkr.backends.aws import conditional_write, error_code
-from sqsjkr.errors import ControlsFull, ResourceMissingError, StoreError
+from sqsjkr.backends.aws import conditional_write, raise_if_missing
+from sqsjkr.errors import ControlsFull, StoreError
 
 T = TypeVar("T")
 
@@ -39,7 +39,8 @@ class ControlItem:
         try:
             response = self._client.get_item(TableName=self._table, Key=KEY, ConsistentRead=True)
         except ClientError as exc:
-            raise self.missing(exc) from exc
+            raise_if_missing(exc, self._table)
+            raise
         return dict(response.get("Item") or {})
 
     def put_attribute(self, name: str, text: str) -> None:
@@ -74,7 +75,8 @@ class ControlItem:
                 ExpressionAttributeValues=values,
             )
         except ClientError as exc:
-            raise self.missing(exc) from exc
+            raise_if_missing(exc, self._table)
+            raise
 
     def remove_attributes(self, names: Sequence[str]) -> dict[str, Any]:
         """Remove these attributes; those of them that were there, with their old values."""
@@ -99,14 +101,6 @@ class ControlItem:
         stays."""
         names = sorted(name for name in self.read_attributes() if name.startswith(prefix))
         return self.remove_attributes(names)
-
-    def missing(self, exc: ClientError) -> Exception:
-        if error_code(exc) == "ResourceNotFoundException":
-            return ResourceMissingError(
-                f"DynamoDB table {self._table!r} not found (check [lock] table or --lock-table, "
-                "and the region)"
-            )
-        return exc
 
 
 def decode_attributes(

@@ -21,6 +21,7 @@ from sqsjkr.backends.aws import (
     lease_time,
     owner_condition,
     owner_of,
+    raise_if_missing,
     renew_lease,
     write_if_owner,
 )
@@ -28,7 +29,7 @@ from sqsjkr.backends.kills import NOT_MARKED, KillRequested, kill_due, mark_of
 from sqsjkr.backends.lease import Lease, new_owner
 from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.run import KillMark, RunOutcome, RunStart
-from sqsjkr.errors import ResourceMissingError, StoreError
+from sqsjkr.errors import StoreError
 
 #: The Type attribute of dedupe items, shared with the Go daemon's table.
 THROTTLE_TYPE = "throttle"
@@ -123,8 +124,9 @@ class DedupeStore(Protocol):
 
     def claim_ahead(self, keys: Mapping[str, str]) -> dict[str, Claim]:
         """Take the claims keys (message ids, each to the id of its job's event) of a receive's
-        jobs, in one write where the store can, noting no run: the CLAIMED ones. A key left out is claimed by its job's worker (claim()) when its turn comes: its
-        claim was refused, or refused in the same write as others. Raises on failure."""
+        jobs, in one write where the store can, noting no run: the CLAIMED ones. A key left out
+        is claimed by its job's worker (claim()) when its turn comes: its claim was refused, or
+        refused in the same write as others. Raises on failure."""
 
     def renew(self, lease: Lease) -> bool:
         """Extend the claim's lease: False if it is no longer ours. Raises KillRequested (after
@@ -341,8 +343,7 @@ class DynamoDedupe:
         try:
             self._transactions.write([{"Put": self._in_table(put)} for put in puts])
         except ClientError as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc
+            raise_if_missing(exc, self._table)
             if error_code(exc) != "TransactionCanceledException":
                 raise
             leases = [
@@ -495,8 +496,7 @@ class DynamoDedupe:
                 # The lock is not free: the claim goes alone, and the job waits for the lock.
                 return self._write(put, running, None, mark)
             if failed is None:
-                if error_code(exc) == "ResourceNotFoundException":
-                    raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc
+                raise_if_missing(exc, self._table)
                 raise
             # Nothing was written: a claim by our own earlier attempt noted the run, and took
             # the lock, too.

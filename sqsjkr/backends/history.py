@@ -15,7 +15,12 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 
-from sqsjkr.backends.aws import error_code, failed_condition, lease_time, retry_conflicts
+from sqsjkr.backends.aws import (
+    failed_condition,
+    lease_time,
+    raise_if_missing,
+    retry_conflicts,
+)
 from sqsjkr.backends.dedupe import DynamoDedupe
 from sqsjkr.backends.groups import DynamoGroups
 from sqsjkr.backends.index import items_of_type
@@ -24,7 +29,6 @@ from sqsjkr.backends.locks import DynamoLocker
 from sqsjkr.backends.transactions import Transactions
 from sqsjkr.contract.firing import Firing
 from sqsjkr.contract.run import EventSummary, RunOutcome, RunRecord, RunStart
-from sqsjkr.errors import ResourceMissingError
 
 #: Type of the per-event summary item; the Go daemon's TypeExpiredIndex lists them by Type.
 SUMMARY_TYPE = "summary"
@@ -288,8 +292,7 @@ class DynamoHistory:
         try:
             self._transactions.write(writes, linger=linger)
         except ClientError as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                raise ResourceMissingError(f"DynamoDB table {self._table!r} not found") from exc
+            raise_if_missing(exc, self._table)
             raise
 
     def _run_item(self, record: RunRecord, data: str) -> dict[str, Any]:

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from sqsjkr.backends.aws import error_code, make_client, make_session
+from sqsjkr.backends.aws import make_client, make_session, raise_if_missing
 from sqsjkr.backends.history import RUN_TYPE_PREFIX as RUN_TYPE_PREFIX
 from sqsjkr.backends.history import DynamoHistory
 from sqsjkr.backends.history import run_type as run_type
 from sqsjkr.contract.config import Config
 from sqsjkr.contract.run import EventSummary, RunRecord
-from sqsjkr.errors import PageError, ResourceMissingError
+from sqsjkr.errors import PageError
 from sqsjkr.fleet.paging import Paged, Position, position
 from sqsjkr.fleet.sessions import SharedSession
 
@@ -50,12 +50,8 @@ def reading_table(name: str) -> Iterator[None]:
     try:
         yield
     except ClientError as exc:
-        if error_code(exc) != "ResourceNotFoundException":
-            raise
-        raise ResourceMissingError(
-            f"DynamoDB table {name!r} not found (check [lock] table or --lock-table, "
-            "and the region)"
-        ) from exc
+        raise_if_missing(exc, name)
+        raise
 
 
 def store_of(config: Config) -> Store:
