@@ -2,8 +2,9 @@
 their runs noted in progress only once they have gone on a while.
 
 One call claims a receive's jobs (those that wait for a worker, prefetched, as those that start
-at once), and the heartbeat renews the claims of those that wait. A plain job's claim writes its
-item alone, and a short run's end says all that its note would have.
+at once) before their workers take them up, and the heartbeat renews the claims of those that
+wait. A plain job's claim writes its item alone, and a short run's end says all that its note
+would have.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from sqsjkr.backends.dedupe import Claim
 from sqsjkr.backends.routes import job_id
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
@@ -21,23 +21,6 @@ from sqsjkr.contract.job import Job
 #: How long a plain job's run goes on before its event's summary shows it running:
 #: a shorter run's end says all that its note would have, without a write of its own.
 NOTE_AFTER_SECONDS = 0.1
-
-
-class Ahead:
-    """One job's claim taken ahead: written by the receive loop, waited for by the job's worker."""
-
-    def __init__(self) -> None:
-        self._written = threading.Event()
-        self._claim: Claim | None = None
-
-    def settle(self, claim: Claim | None) -> None:
-        """The claim taken, or None: the worker claims the job itself when its turn comes."""
-        self._claim = claim
-        self._written.set()
-
-    def wait(self) -> Claim | None:
-        self._written.wait()
-        return self._claim
 
 
 class LateNote:

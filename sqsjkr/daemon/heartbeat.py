@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqsjkr.backends.aws import AWS_ERRORS, describe
-from sqsjkr.backends.dedupe import DedupeStore
+from sqsjkr.backends.dedupe import Claim, DedupeStore
 from sqsjkr.backends.groups import Groups, NoGroups
 from sqsjkr.backends.kills import KillRequested
 from sqsjkr.backends.lease import Lease
@@ -21,7 +21,6 @@ from sqsjkr.backends.locks import Locker
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.job import Job
 from sqsjkr.contract.run import KillMark
-from sqsjkr.daemon.ahead import Ahead
 from sqsjkr.daemon.runner import StopReason, StopSwitch
 from sqsjkr.errors import quote
 from sqsjkr.observability.logs import JobLog, escape
@@ -48,7 +47,7 @@ class InFlight:
     #: The kill request a renewal of its claim found (`sqsjkr kill`): its stop is tripped.
     kill: KillMark | None = None
     #: Its claim taken on receipt with its receive's (a plain job): the claim set above then.
-    ahead: Ahead | None = None
+    ahead: Claim | None = None
 
     def killed(self, mark: KillMark) -> bool:
         """Note the kill request and stop the job: False if it was known already."""

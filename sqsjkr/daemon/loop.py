@@ -24,7 +24,7 @@ from sqsjkr.backends.pipeline import PipelineStore
 from sqsjkr.backends.sqs import Message, MessageSource
 from sqsjkr.contract.http_call import LOOPBACK
 from sqsjkr.contract.job import Job
-from sqsjkr.daemon.ahead import Ahead, LateNotes, plain
+from sqsjkr.daemon.ahead import LateNotes, plain
 from sqsjkr.daemon.closing import ClosingRun, EndsBehind
 from sqsjkr.daemon.controls import ControlsCopy
 from sqsjkr.daemon.heartbeat import Heartbeat, InFlight, InFlightJobs
@@ -252,19 +252,20 @@ class Kicker:
             for entry in entries:
                 # Kept hidden by the heartbeat, even while it waits behind its FIFO group.
                 self._in_flight.add(entry)
-            # The receive's plain jobs are claimed together, here: one call, where their
-            # workers would each have sent a part of the group commit's.
-            plain_ones = []
-            for entry in intake.order.admit(entries):
+            admitted = intake.order.admit(entries)
+            for entry in admitted:
                 intake.take(entry)
-                if plain(entry.message, entry.job):
-                    entry.ahead = Ahead()
-                    plain_ones.append(entry)
-                pool.submit(self._work, intake, entry, closers, notes).add_done_callback(
-                    _log_failure
-                )
-        if plain_ones:
-            intake.worker.claim_ahead(plain_ones)
+        # The receive's plain jobs are claimed together, in one call, before their workers take
+        # them up: a worker never waits for its claim, nor is woken by it. Should the daemon
+        # stop meanwhile, the drain waits for them, and each worker gives its job back.
+        plain_ones = [entry for entry in entries if plain(entry.message, entry.job)]
+        try:
+            if plain_ones:
+                intake.worker.claim_ahead(plain_ones)
+        finally:  # taken and in flight: the drain waits for them
+            for entry in admitted:
+                future = pool.submit(self._work, intake, entry, closers, notes)
+                future.add_done_callback(_log_failure)
         self._report_workers()
         return True
 

@@ -145,12 +145,11 @@ class Worker:
         return self._start(entry, behind=True, notes=notes)
 
     def claim_ahead(self, entries: Sequence[InFlight]) -> None:
-        """Claim entries' jobs (each with an Ahead, which its worker waits for) in one write;
-        each claim taken is set on its entry, for the heartbeat to renew while the job waits. A
-        failed write is logged, and each worker claims its job itself: should the write have
-        landed all the same (its answer lost at every try), that claim finds the job held, and
-        hides its message until the lease taken ahead ends, when the job runs."""
-        claims: dict[str, Claim] = {}
+        """Claim entries' jobs in one write, before their workers take them up; each claim
+        taken is set on its entry (claim and ahead), for the heartbeat to renew while the job
+        waits. A failed write is logged, and each worker claims its job itself: should the
+        write have landed all the same (its answer lost at every try), that claim finds the job
+        held, and hides its message until the lease taken ahead ends, when the job runs."""
         try:
             keys = {entry.job.message_id: entry.job.event_id for entry in entries}
             claims = self._dedupe.claim_ahead(keys)
@@ -160,21 +159,16 @@ class Worker:
                 len(entries),
                 describe(exc),
             )
-        finally:
-            for entry in entries:
-                assert entry.ahead is not None
-                # A message received twice in one batch: the claim is the first copy's alone.
-                claim = claims.pop(entry.job.message_id, None)
-                if claim is not None:
-                    entry.claim = claim.lease
-                entry.ahead.settle(claim)
+            return
+        for entry in entries:
+            # A message received twice in one batch: the claim is the first copy's alone.
+            claim = claims.pop(entry.job.message_id, None)
+            if claim is not None:
+                entry.claim, entry.ahead = claim.lease, claim
 
     def give_back(self, entry: InFlight) -> None:
         """entry's job goes back to the queue unrun (the daemon stops): its claim taken ahead,
         if any, is given up, so that the daemon that gets it next need not wait out its lease."""
-        if entry.ahead is None:
-            return
-        entry.ahead.wait()
         claim, entry.claim = entry.claim, None
         if claim is None:
             return
@@ -530,7 +524,7 @@ class Worker:
     def _ahead(self, entry: InFlight) -> Claim | None:
         """entry's claim taken ahead, once written; None if none was, or it was lost while
         the job waited (the heartbeat's renewal found another daemon's): claimed now then."""
-        ahead = None if entry.ahead is None else entry.ahead.wait()
+        ahead = entry.ahead
         if ahead is None or entry.claim is not ahead.lease:
             return None
         return ahead
