@@ -1,14 +1,15 @@
 """A running command's output: lines to the log as they come, and the last bytes of each stream.
 
-Both pipes are read by the worker's own thread through a selector: no thread per stream, and
+Both pipes are read by the worker's own thread through one poll: no thread per stream, and
 memory stays bounded whatever a job prints.
 """
 
 from __future__ import annotations
 
 import codecs
+import math
 import os
-import selectors
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -143,44 +144,44 @@ def read_output(
     some), so that the reading thread also keeps its caller's deadlines. merged, when given, is
     the Tail both streams go to (one that the live output's writer reads as the job runs)."""
     merged = merged if merged is not None else Tail(tail_bytes)
-    streams = {
-        stdout.fileno(): (Lines(emit), Tail(tail_bytes)),
-        stderr.fileno(): (Lines(emit), Tail(tail_bytes)),
-    }
+    out, err = stdout.fileno(), stderr.fileno()
+    streams = {out: (Lines(emit), Tail(tail_bytes)), err: (Lines(emit), Tail(tail_bytes))}
+    tails = {fd: tail for fd, (_, tail) in streams.items()}
+    # poll rather than a selectors' epoll: three descriptors, watched for the length of one
+    # command, cost no kernel object of their own to make, fill and close at every job.
+    poller = select.poll()
+    for fd in (out, err) if exit_watch is None else (out, err, exit_watch.fd):
+        poller.register(fd, select.POLLIN)
     # Once the process has exited, its ends of the pipes are closed, and they end as soon as
     # they are read unless another process holds them: one it left in the background (given a
     # moment, in which a child just forked may still be closing its copies of them).
     held_at: float | None = None
-    with selectors.DefaultSelector() as selector:
-        selector.register(stdout, selectors.EVENT_READ)
-        selector.register(stderr, selectors.EVENT_READ)
-        if exit_watch is not None:
-            selector.register(exit_watch.fd, selectors.EVENT_READ)
-        while any(key.fd in streams for key in selector.get_map().values()):
-            timeout = wait()
-            if held_at is not None:
-                left = max(0.0, held_at - time.monotonic())
-                timeout = left if timeout is None else min(timeout, left)
-            events = selector.select(timeout)
-            if held_at is not None and time.monotonic() >= held_at:
-                assert exit_watch is not None
-                exit_watch.held_open()
-                held_at = None
-            for key, _ in events:
-                if exit_watch is not None and key.fd == exit_watch.fd:
-                    selector.unregister(key.fd)
-                    held_at = time.monotonic() + HELD_OPEN_SECONDS
-                    continue
-                lines, tail = streams[key.fd]
-                data = os.read(key.fd, _READ_BYTES)
-                if not data:
-                    selector.unregister(key.fileobj)
-                    lines.close()
-                    continue
-                lines.feed(data)
-                tail.add(data)
-                merged.add(data)
+    while streams:
+        timeout = wait()
+        if held_at is not None:
+            left = max(0.0, held_at - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
+        # Rounded up: a wait rounded down to 0 ms would spin until a deadline under 1 ms away.
+        events = poller.poll(None if timeout is None else math.ceil(timeout * 1000))
+        if held_at is not None and time.monotonic() >= held_at:
+            assert exit_watch is not None
+            exit_watch.held_open()
+            held_at = None
+        for fd, _ in events:
+            if exit_watch is not None and fd == exit_watch.fd:
+                poller.unregister(fd)
+                held_at = time.monotonic() + HELD_OPEN_SECONDS
+                continue
+            # A hang-up without data reads as the stream's end.
+            data = os.read(fd, _READ_BYTES)
+            lines, tail = streams[fd]
+            if not data:
+                poller.unregister(fd)
+                del streams[fd]
+                lines.close()
+                continue
+            lines.feed(data)
+            tail.add(data)
+            merged.add(data)
     text, total = merged.snapshot()
-    return Output(
-        text, streams[stdout.fileno()][1].text(), streams[stderr.fileno()][1].text(), total
-    )
+    return Output(text, tails[out].text(), tails[err].text(), total)
