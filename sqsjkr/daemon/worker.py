@@ -522,8 +522,8 @@ class Worker:
         )
 
     def _ahead(self, entry: InFlight) -> Claim | None:
-        """entry's claim taken ahead, once written; None if none was, or it was lost while
-        the job waited (the heartbeat's renewal found another daemon's): claimed now then."""
+        """entry's claim taken on receipt; None if none was, or it was lost while the job
+        waited (the heartbeat's renewal found another daemon's): claimed now then."""
         ahead = entry.ahead
         if ahead is None or entry.claim is not ahead.lease:
             return None
