@@ -421,20 +421,17 @@ def succeeded(records: list[RunRecord]) -> list[RunRecord]:
     return [r for r in records if r.outcome is RunOutcome.SUCCEEDED]
 
 
-def single_job(name: str, seconds: float = 0.0, **fields: Any) -> JobPath:
-    """A job (plain, with a lock, or of a firing) that runs for seconds: it runs at least once,
-    its message is not left, a record says it succeeded, its lock is given back, and its event
-    is not left shown running."""
+def single_job(name: str, **fields: Any) -> JobPath:
+    """A job (plain, with a lock, or of a firing): it runs at least once, its message is not
+    left, a record says it succeeded, its lock is given back, and its event is not left shown
+    running."""
     event = f"{PREFIX}-{name}"
 
     def send(world: World) -> None:
         more = dict(fields)
         if "firing" in more:
             more["firing"] = firing_fields(time.time() - 5)
-        command = f"echo ran >> {world.out}"
-        if seconds:
-            command = f"sleep {seconds}; {command}"
-        world.aws.send({"command": command, "event_id": event, **more})
+        world.aws.send({"command": f"echo ran >> {world.out}", "event_id": event, **more})
 
     def settled(world: World) -> bool:
         return (
@@ -870,8 +867,6 @@ def paths() -> dict[str, Callable[[], JobPath]]:
     return {
         "plain": lambda: single_job("plain"),
         "lock": lambda: single_job("lock", lock_id="L"),
-        # Long enough for its run, its lock taken by its claim's write, to be noted running.
-        "lock-late-note": lambda: single_job("lock-late-note", seconds=0.3, lock_id="L"),
         "firing": lambda: single_job("firing", firing=True),
         "pipeline": pipeline_path,
         "rerun": rerun_path,

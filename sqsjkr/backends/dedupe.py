@@ -478,9 +478,8 @@ class DynamoDedupe:
         if note is not None:
             writes.append({"Update": {**note, "TableName": self._table}})
         taken = None
-        if lock is not None and self._take_lock is not None:
+        if noting and lock is not None and self._take_lock is not None:
             taken, take = self._take_lock(lock.lock_id, lock.event_id)
-            lock_at = len(writes)
             writes.append({"Put": take})
         if mark is not None:
             writes.append({"Put": self._in_table(mark)})
@@ -488,7 +487,7 @@ class DynamoDedupe:
             self._transactions.write(writes)
         except ClientError as exc:
             failed = failed_condition(exc, 0)
-            held = None if taken is None else failed_condition(exc, lock_at)
+            held = None if taken is None else failed_condition(exc, 2)
             marked = None if mark is None else failed_condition(exc, len(writes) - 1)
             if failed is None and marked is not None:
                 # Only the message's mark stood in the way: a Go daemon took the message.

@@ -128,19 +128,12 @@ def plain(message: Message, job: Job) -> bool:
     """Whether message's job is plain: claimed by the message's own id, with nothing to hold
     before it runs; it may be claimed ahead, and its run is noted late. A firing, a pipeline's
     step, a FIFO group's message, a job with a lock or a concurrency group, or a routed copy is
-    claimed only as its turn comes."""
-    return noted_late(message, job) and not job.lock_id
-
-
-def noted_late(message: Message, job: Job) -> bool:
-    """Whether message's job's run is noted in progress only once it has gone on a while
-    (LateNote): a plain job's, and one whose only hold is its lock, when its claim's own write
-    takes it. A firing's, a pipeline step's, a FIFO group's or a concurrency group's run is
-    noted by its claim's write (a routed copy's as its first message's)."""
+    claimed only as its turn comes, its run noted by its claim's write."""
     return (
         message.group_id is None
         and job.firing is None
         and job.pipeline is None
+        and not job.lock_id
         and not job.concurrency_key
         and job_id(message) == job.message_id
     )

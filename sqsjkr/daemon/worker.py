@@ -26,7 +26,7 @@ from sqsjkr.backends.routes import job_id
 from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
 from sqsjkr.contract.run import KillMark, RunOutcome, RunStart
-from sqsjkr.daemon.ahead import LateNotes, noted_late
+from sqsjkr.daemon.ahead import LateNotes, plain
 from sqsjkr.daemon.closing import BEHIND_LINGER_SECONDS, ClosingRun, EndsBehind, RunCloser
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.holds import Holds, LocksWanted, lock_with_claim
@@ -140,8 +140,8 @@ class Worker:
         """As handle, but a job that ran (or was refused once claimed) ends as a ClosingRun:
         its end is written by whoever calls finish(), off this worker's path, and may share the
         call of a next job's claim. Its claim, lock and slot stay in entry, renewed by the
-        heartbeat, until then. notes: where a run that is noted late (ahead.noted_late) is
-        noted in progress, only if it goes on for a while."""
+        heartbeat, until then. notes: where a plain job's run (ahead.plain) is noted in
+        progress, only if it goes on for a while."""
         return self._start(entry, behind=True, notes=notes)
 
     def claim_ahead(self, entries: Sequence[InFlight]) -> None:
@@ -195,7 +195,7 @@ class Worker:
             # A lock that another job here wants is not free: trying it in the claim's write
             # would only cost that write a second try.
             alone = wanting.enter_context(self._locks_wanted.wanting(wanted.lock_id))
-            started = self._handle(entry, wanted if alone else None, behind, notes)
+            started = self._handle(entry, wanted if alone else None, behind)
             if not isinstance(started, ClosingRun):
                 return started
             # Still wanted (and held) here until its end is written.
@@ -221,11 +221,10 @@ class Worker:
         self._ends_behind.wait(progress.claim_id)
         try:
             # A plain job's run (a routed copy's too, run as its first message) is noted late,
-            # as one claimed ahead is: its claim writes one item; so is one whose only hold is a
-            # lock that its claim's write takes (the claim and the lock, two items). Else the
-            # run shows as in progress in its event's summary from its claim on: in the claim's
-            # own write when the store can.
-            late = notes if noted_late(entry.message, job) else None
+            # as one claimed ahead is: its claim writes one item. Else the run shows as in
+            # progress in its event's summary from its claim on: in the claim's own write when
+            # the store can, which takes a free lock too.
+            late = notes if plain(entry.message, job) else None
             claim = self._ahead(entry)
             if claim is None:
                 claim = self._dedupe.claim(
@@ -275,9 +274,7 @@ class Worker:
         progress.claimed(claim.lease.owner, claim.attempt)
         noting: AbstractContextManager[object] = nullcontext()
         if not claim.noted:
-            # A lock the claim's write did not take is waited for (and the wait noted) or
-            # taken alone: the run is noted now, so that a late note cannot follow a wait's.
-            if late is not None and (not job.lock_id or entry.lock is not None):
+            if late is not None:
                 noting = self._note_late(progress, jlog, late)
             else:
                 self._note(progress, jlog)
