@@ -75,6 +75,37 @@ def test_jobs_waiting_for_the_worker_are_claimed_renewed_and_given_back_unclaime
     assert again.stop() == 0
 
 
+def test_a_stop_while_a_receives_claim_is_on_the_wire_gives_its_jobs_back_unclaimed(
+    start_daemon: Start, tmp_path: Path, aws: Aws, aws_env: dict[str, str], moto_endpoint: str
+) -> None:
+    """A receive's plain jobs are claimed before their workers take them up: a stop that comes
+    while that write is on the wire waits for it, and then gives every job back unrun, its
+    claim given up, for the next daemon to run at once."""
+    out = tmp_path / "ran"
+    sent = [aws.send({"command": f"echo {i} >> {out}", "event_id": f"ev-{i}"}) for i in range(4)]
+    with FaultProxy(moto_endpoint) as proxy:
+        # Held for less than the read timeout (3 s): answered once, not sent again.
+        combined = Fault(
+            lambda c: c.action == "TransactWriteItems" and claims_per_call_of(c.json) >= 2,
+            hold=2,
+            times=1,
+        )
+        proxy.add(combined)
+        aws_env["AWS_ENDPOINT_URL"] = proxy.url
+        daemon, _ = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=4)
+        wait_until(lambda: combined.hits == 1, what="the receive's claims on the wire")
+        assert daemon.stop() == 0
+    assert not out.exists()
+    assert [aws.item(message_id, THROTTLE_TYPE) for message_id in sent] == [None] * len(sent)
+    assert "LOST" not in daemon.log and " ERROR " not in daemon.log
+    aws_env["AWS_ENDPOINT_URL"] = moto_endpoint  # the proxy is gone
+    again, port = run_daemon(start_daemon, tmp_path, aws, max_concurrent_num=4)
+    wait_until(counted(port, succeeded=len(sent)), what="the jobs run by the next daemon")
+    assert "in progress on another daemon" not in again.log
+    assert again.stop() == 0
+    assert sorted(out.read_text().split()) == ["0", "1", "2", "3"]
+
+
 def test_kill_of_a_job_claimed_ahead_ends_it_killed_without_running(
     start_daemon: Start, tmp_path: Path, aws: Aws, capsys: pytest.CaptureFixture[str]
 ) -> None:
