@@ -481,7 +481,7 @@ def test_deletes_of_several_receives_share_one_batch() -> None:
     assert (source.delete_calls, sorted(source.deleted)) == (1, ["m0", "m1", "m2", "m3"])
 
 
-def test_pending_deletes_flush_when_a_batch_is_full_or_the_window_passes() -> None:
+def test_pending_deletes_send_whole_batches_when_full_and_the_rest_once_the_window_passes() -> None:
     source = FakeSource()
     messages = [Message(f"m{i}", f"rh{i}", "{}", 0.0) for i in range(11)]
     batch = PendingDeletes(source, window=3600)
@@ -490,11 +490,16 @@ def test_pending_deletes_flush_when_a_batch_is_full_or_the_window_passes() -> No
     assert source.delete_calls == 0
     batch.add(messages[9:])
     batch.flush()
-    assert (source.delete_calls, len(source.deleted)) == (1, 11)
+    # A full batch goes; the one behind it waits for the next rather than a call of its own.
+    assert (source.delete_calls, len(source.deleted)) == (1, 10)
+    batch.flush()
+    assert source.delete_calls == 1
+    batch.flush(force=True)
+    assert (source.delete_calls, source.deleted[-1]) == (2, "m10")
     late = PendingDeletes(source, window=0)
     late.add(messages[:1])
     late.flush()
-    assert source.delete_calls == 2
+    assert source.delete_calls == 3
 
 
 def test_after_a_full_receive_the_loop_gathers_free_workers_before_receiving_again() -> None:

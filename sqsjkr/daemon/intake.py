@@ -61,7 +61,8 @@ class IntakeSettings:
 class PendingDeletes:
     """Messages to delete, sent in full DeleteMessageBatch calls or once the oldest has waited
     the window: by the receive loop before it long-polls (flush), and by a thread of their own
-    (send_when_due) that keeps the window whatever that loop waits for."""
+    (send_when_due) that keeps the window whatever that loop waits for. A full batch goes
+    without the few that came in behind it: they wait for the next, not a call of their own."""
 
     def __init__(self, source: MessageSource, window: float) -> None:
         self._source = source
@@ -100,7 +101,7 @@ class PendingDeletes:
                 if due != 0:
                     self._changed.wait(due)
                     continue
-                messages = self._take(force=True)
+                messages = self._take(force=False)
             self._delete(messages)
 
     def wake(self) -> None:
@@ -117,10 +118,16 @@ class PendingDeletes:
         return max(0.0, self._since + self._window - time.monotonic())
 
     def _take(self, force: bool) -> list[Message]:
+        """What is due: everything once the window has passed (or force), else whole batches."""
         due = self._due_in()
         if due is None or (due > 0 and not force):
             return []
-        messages, self._messages = self._messages, []
+        if force or time.monotonic() >= self._since + self._window:
+            messages, self._messages = self._messages, []
+        else:
+            # Those left keep the oldest's deadline: sent no later than their own window.
+            whole = len(self._messages) - len(self._messages) % MAX_BATCH
+            messages, self._messages = self._messages[:whole], self._messages[whole:]
         return messages
 
     def _delete(self, messages: Sequence[Message]) -> None:
