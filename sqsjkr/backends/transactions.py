@@ -35,7 +35,7 @@ MAX_WAIT_SECONDS = 1.0
 RETRY_ALONE = frozenset({"TransactionCanceledException", "ValidationException"})
 #: The longest a write that may linger (a run's end, written behind its worker) waits for
 #: another writer's call to carry it before it sends one of its own.
-MAX_LINGER_SECONDS = 0.1
+MAX_LINGER_SECONDS = 0.25
 
 
 @dataclass(eq=False)
