@@ -4,7 +4,12 @@ services, and those resolve as botocore's whole file resolves them; it lists tho
 
 from __future__ import annotations
 
+from typing import Any
+
+import botocore
+import botocore.session
 import pytest
+from botocore.awsrequest import AWSResponse
 from botocore.loaders import Loader
 from botocore.regions import EndpointResolver
 
@@ -66,3 +71,46 @@ def test_every_service_of_sqsjkr_makes_a_client_with_the_shared_loader() -> None
     session.set_credentials("key", "secret")
     for service in sorted(SERVICES):
         assert make_client(session, service).meta.service_model.service_name == service
+
+
+def _transact_url(client: Any, table: str) -> str:
+    """Where client sends a TransactWriteItems on table (stopped before it leaves the host)."""
+    urls: list[str] = []
+
+    def stop(request: Any, **_: Any) -> AWSResponse:
+        urls.append(request.url)
+        return AWSResponse(request.url, 200, {}, _Body(b"{}"))
+
+    client.meta.events.register("before-send.dynamodb.TransactWriteItems", stop)
+    put = {"Put": {"TableName": table, "Item": {"Id": {"S": "a"}, "Type": {"S": "b"}}}}
+    client.transact_write_items(TransactItems=[put, put])
+    return urls[0]
+
+
+class _Body:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def stream(self, **_: Any) -> Any:
+        yield self._data
+
+    def read(self, *_: Any) -> bytes:
+        return self._data
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "eu-west-1", "cn-north-1", "us-gov-west-1"])
+def test_transact_write_items_goes_where_botocores_own_client_sends_it(
+    region: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"):
+        monkeypatch.delenv(name, raising=False)
+    ours = make_client(make_session(region=region), "dynamodb")
+    # Its endpoint parameter derived from every item's table is gone (a JMESPath each call).
+    model = ours.meta.service_model.operation_model("TransactWriteItems")
+    assert model.operation_context_parameters == []
+    stock = botocore.session.get_session()
+    stock.set_config_variable("region", region)
+    theirs = stock.create_client("dynamodb")
+    for client in (ours, theirs):
+        client.meta.events.register("choose-signer", lambda **_: botocore.UNSIGNED)
+    assert _transact_url(ours, "jobs") == _transact_url(theirs, "jobs")
