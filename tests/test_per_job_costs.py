@@ -85,19 +85,24 @@ def test_a_slot_given_back_wakes_the_receive_loop_only_once_it_has_what_it_waits
     assert counted.wakeups == 2
 
 
-def test_sqsjkr_run_freezes_what_its_imports_made_before_it_serves(
+def test_sqsjkr_run_freezes_what_its_imports_made_and_collects_less_often_as_it_serves(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    frozen: list[int] = []
+    seen: list[tuple[int, int]] = []
     monkeypatch.setattr(
-        service, "serve", lambda *args, **kwargs: frozen.append(gc.get_freeze_count())
+        service,
+        "serve",
+        lambda *args, **kwargs: seen.append((gc.get_freeze_count(), gc.get_threshold()[0])),
     )
     gc.unfreeze()
+    threshold = gc.get_threshold()
     try:
         service.serve_until_stopped(cast(Any, None), "sqsjkr.toml")
     finally:
         gc.unfreeze()
-    assert frozen and frozen[0] > 10_000
+        gc.set_threshold(*threshold)
+    assert seen and seen[0][0] > 10_000
+    assert seen[0][1] == service.YOUNG_GC_THRESHOLD > threshold[0]
 
 
 class ThreadsOfEnds(MemoryHistory):
