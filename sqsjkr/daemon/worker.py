@@ -27,7 +27,13 @@ from sqsjkr.contract.job import Job, is_expired
 from sqsjkr.contract.limits import LONGEST_HIDE_SECONDS
 from sqsjkr.contract.run import KillMark, RunOutcome, RunStart
 from sqsjkr.daemon.ahead import LateNotes, plain
-from sqsjkr.daemon.closing import BEHIND_LINGER_SECONDS, ClosingRun, EndsBehind, RunCloser
+from sqsjkr.daemon.closing import (
+    AHEAD_LINGER_SECONDS,
+    BEHIND_LINGER_SECONDS,
+    ClosingRun,
+    EndsBehind,
+    RunCloser,
+)
 from sqsjkr.daemon.heartbeat import InFlight
 from sqsjkr.daemon.holds import Holds, LocksWanted, lock_with_claim
 from sqsjkr.daemon.leases import LeaseKeeper
@@ -288,7 +294,9 @@ class Worker:
             raise
 
         def finish(linger: bool) -> Ending:
-            wait = BEHIND_LINGER_SECONDS if linger and not self._awaited(entry) else 0.0
+            wait = 0.0
+            if linger and not self._awaited(entry):
+                wait = AHEAD_LINGER_SECONDS if entry.ahead else BEHIND_LINGER_SECONDS
             self._closer.close(entry, ending, progress, jlog, linger=wait)
             return step_ended(self._steps, entry.job, ending, jlog)
 
