@@ -13,6 +13,7 @@ from sqsjkr.backends.history import Ended, MemoryHistory
 from sqsjkr.backends.sqs import Message
 from sqsjkr.contract.run import RunRecord
 from sqsjkr.daemon import service
+from sqsjkr.daemon.closing import AHEAD_LINGER_SECONDS, BEHIND_LINGER_SECONDS
 from sqsjkr.daemon.intake import Intake, IntakeSettings, PendingDeletes
 from sqsjkr.daemon.loop import KickerSettings
 from sqsjkr.daemon.worker import Worker
@@ -106,14 +107,16 @@ def test_sqsjkr_run_freezes_what_its_imports_made_and_collects_less_often_as_it_
 
 
 class ThreadsOfEnds(MemoryHistory):
-    """A history that notes the thread each run's end is written from."""
+    """A history that notes the thread each run's end is written from, and its linger."""
 
     def __init__(self) -> None:
         super().__init__()
         self.threads: list[str] = []
+        self.lingers: list[float] = []
 
     def finished(self, record: RunRecord, **kwargs: Any) -> Ended:
         self.threads.append(threading.current_thread().name)
+        self.lingers.append(kwargs.get("linger", 0.0))
         return super().finished(record, **kwargs)
 
 
@@ -145,3 +148,34 @@ def test_a_run_whose_end_no_claim_can_carry_is_closed_by_its_own_worker_not_a_cl
     # Counted, not in order: an end behind may linger for the next claim while the last is written.
     closers = [name.startswith("sqsjkr-worker-close") for name in history.threads]
     assert (closers.count(True), closers.count(False)) == (8, 1)
+
+
+@pytest.mark.parametrize(
+    ("lock", "linger"), [(False, AHEAD_LINGER_SECONDS), (True, BEHIND_LINGER_SECONDS)]
+)
+def test_a_plain_jobs_end_lingers_for_the_next_receives_claims_and_a_locked_ones_less(
+    lock: bool, linger: float
+) -> None:
+    # Nine in one receive on one worker: each end but the last lingers for the next job's claim,
+    # which for a plain job is the next receive's (claimed on receipt), for a locked one a
+    # worker's own, which comes sooner.
+    settings = KickerSettings(queue=IntakeSettings(max_workers=1, prefetch=9))
+    history = ThreadsOfEnds()
+    runner = GateRunner()
+    jobs = [
+        {"command": "x", "event_id": str(i), **({"lock_id": f"lock-{i}"} if lock else {})}
+        for i in range(9)
+    ]
+    kicker, _ = make_kicker(FakeSource(jobs), runner, workers=1, settings=settings, history=history)
+    running = Running(kicker)
+    try:
+        intake = next(iter(kicker._intakes.values()))
+        wait_until(lambda: len(runner.running) == 1 and len(intake._waiting) == 8)
+        runner.open()
+        wait_until(lambda: len(history.records) == 9)
+    finally:
+        running.finish()
+    # Whether an end lingers at all depends on a claim still coming when it is written (timing);
+    # how long it may, on its job alone.
+    assert set(history.lingers) - {0.0} == {linger}, history.lingers
+    assert AHEAD_LINGER_SECONDS > BEHIND_LINGER_SECONDS
