@@ -120,6 +120,24 @@ class ThreadsOfEnds(MemoryHistory):
         return super().finished(record, **kwargs)
 
 
+def ends_of_nine_behind_one(jobs: list[dict[str, Any]]) -> ThreadsOfEnds:
+    """Where and how the ends of nine jobs received at once by one worker (prefetch 9) were
+    written, once all have run: eight wait behind the first until the runner opens."""
+    settings = KickerSettings(queue=IntakeSettings(max_workers=1, prefetch=9))
+    history = ThreadsOfEnds()
+    runner = GateRunner()
+    kicker, _ = make_kicker(FakeSource(jobs), runner, workers=1, settings=settings, history=history)
+    running = Running(kicker)
+    try:
+        intake = next(iter(kicker._intakes.values()))
+        wait_until(lambda: len(runner.running) == 1 and len(intake._waiting) == 8)
+        runner.open()
+        wait_until(lambda: len(history.records) == 9)
+    finally:
+        running.finish()
+    return history
+
+
 def test_a_run_whose_end_no_claim_can_carry_is_closed_by_its_own_worker_not_a_closer() -> None:
     settings = KickerSettings(queue=IntakeSettings(max_workers=1, prefetch=9))
     runner = GateRunner()
@@ -133,18 +151,7 @@ def test_a_run_whose_end_no_claim_can_carry_is_closed_by_its_own_worker_not_a_cl
     assert [name.startswith("sqsjkr-worker_") for name in history.threads] == [True]
     # Nine in one receive (short of the ten asked for): eight wait behind the first, so each end
     # but the last waits for the next claim on a closer's thread; the last goes from its worker.
-    history = ThreadsOfEnds()
-    runner = GateRunner()
-    source = FakeSource([{"command": "x", "event_id": str(i)} for i in range(9)])
-    kicker, _ = make_kicker(source, runner, workers=1, settings=settings, history=history)
-    running = Running(kicker)
-    try:
-        intake = next(iter(kicker._intakes.values()))
-        wait_until(lambda: len(runner.running) == 1 and len(intake._waiting) == 8)
-        runner.open()
-        wait_until(lambda: len(history.records) == 9)
-    finally:
-        running.finish()
+    history = ends_of_nine_behind_one([{"command": "x", "event_id": str(i)} for i in range(9)])
     # Counted, not in order: an end behind may linger for the next claim while the last is written.
     closers = [name.startswith("sqsjkr-worker-close") for name in history.threads]
     assert (closers.count(True), closers.count(False)) == (8, 1)
@@ -159,22 +166,12 @@ def test_a_plain_jobs_end_lingers_for_the_next_receives_claims_and_a_locked_ones
     # Nine in one receive on one worker: each end but the last lingers for the next job's claim,
     # which for a plain job is the next receive's (claimed on receipt), for a locked one a
     # worker's own, which comes sooner.
-    settings = KickerSettings(queue=IntakeSettings(max_workers=1, prefetch=9))
-    history = ThreadsOfEnds()
-    runner = GateRunner()
-    jobs = [
-        {"command": "x", "event_id": str(i), **({"lock_id": f"lock-{i}"} if lock else {})}
-        for i in range(9)
-    ]
-    kicker, _ = make_kicker(FakeSource(jobs), runner, workers=1, settings=settings, history=history)
-    running = Running(kicker)
-    try:
-        intake = next(iter(kicker._intakes.values()))
-        wait_until(lambda: len(runner.running) == 1 and len(intake._waiting) == 8)
-        runner.open()
-        wait_until(lambda: len(history.records) == 9)
-    finally:
-        running.finish()
+    history = ends_of_nine_behind_one(
+        [
+            {"command": "x", "event_id": str(i), **({"lock_id": f"lock-{i}"} if lock else {})}
+            for i in range(9)
+        ]
+    )
     # Whether an end lingers at all depends on a claim still coming when it is written (timing);
     # how long it may, on its job alone.
     assert set(history.lingers) - {0.0} == {linger}, history.lingers
