@@ -296,7 +296,7 @@ class Worker:
         def finish(linger: bool) -> Ending:
             wait = 0.0
             if linger and not self._awaited(entry):
-                wait = AHEAD_LINGER_SECONDS if entry.ahead else BEHIND_LINGER_SECONDS
+                wait = AHEAD_LINGER_SECONDS if late is not None else BEHIND_LINGER_SECONDS
             self._closer.close(entry, ending, progress, jlog, linger=wait)
             return step_ended(self._steps, entry.job, ending, jlog)
 
